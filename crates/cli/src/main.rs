@@ -1,0 +1,41 @@
+//! `uroce`: the command line of the user-space RoCEv2 stack.
+//!
+//! Each subcommand lives in its own module with a clap `Args` struct and a
+//! `run` function returning the process exit code.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod decode;
+mod sim;
+
+#[derive(Debug, Parser)]
+#[command(name = "uroce", version, about = "RDMA over Converged Ethernet v2, in user space")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decode the RoCEv2 packets of a pcap file, one line (or JSON object) per packet.
+    Decode(decode::Args),
+    /// Run a workload between two endpoints in the deterministic network simulator.
+    Sim(sim::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Decode(args) => decode::run(args),
+        Command::Sim(args) => sim::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("uroce: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
