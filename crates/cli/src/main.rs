@@ -11,7 +11,11 @@ mod decode;
 mod sim;
 
 #[derive(Debug, Parser)]
-#[command(name = "uroce", version, about = "RDMA over Converged Ethernet v2, in user space")]
+#[command(
+    name = "uroce",
+    version,
+    about = "RDMA over Converged Ethernet v2, in user space"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

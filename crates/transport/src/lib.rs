@@ -1,1 +1,43 @@
-//! placeholder
+//! The RoCEv2 transport — RC, UC and UD — as a sans-IO state machine.
+//!
+//! No I/O, no threads, no clocks (DESIGN.md §4): a [`Qp`] is driven by posted work requests,
+//! received packets ([`wire::RocePacketRepr`]) and the caller's [`Time`], and produces packets
+//! (written into the caller's buffer by [`Qp::poll_transmit`]), memory operations (through the
+//! caller's [`Memory`]), [`Completion`]s and timer deadlines ([`Qp::poll_timeout`]). The same
+//! code runs in the NIC engine and in the deterministic simulator (`sim` crate).
+//!
+//! Layout follows Linux rxe's split, one module per role, each a function of state and input:
+//! * [`requester`](crate::requester) — WQEs → request packets; segmentation by path MTU,
+//!   AckReq, PSN window, `max_rd_atomic`, fences, credits; ACK timer, RNR wait, go-back-N.
+//! * [`completer`](crate::completer) — ACK/NAK/READ response/ATOMIC ACK → send completions.
+//! * [`responder`](crate::responder) — requests → memory operations, receive completions,
+//!   ACKs (coalesced), NAKs, READ responses, saved atomic results.
+//! * [`state`] — QP states, attribute masks, the legal-transition table.
+//!
+//! Facts cited as "wire-facts §N" are in the project's `reference/wire-facts.md`.
+#![forbid(unsafe_code)]
+
+mod completer;
+mod counters;
+mod mem;
+mod packet;
+mod qp;
+mod requester;
+mod responder;
+pub mod state;
+mod time;
+mod wc;
+mod wr;
+
+pub use counters::Counters;
+pub use mem::{AtomicOp, MemError, Memory, RemoteAccess};
+pub use qp::{
+    bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, RxMeta, Srq, Transmit, GRH_LEN,
+    MAX_HEADER_LEN, MAX_MSG_LEN, MAX_RD_ATOMIC,
+};
+pub use state::{AccessFlags, AttrMask, ModifyError, Mtu, QpAttr, QpState, QpType};
+pub use time::{local_ack_timeout_ns, rnr_timer_ns, Time};
+pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};
+pub use wr::{LocalData, PostError, RecvWr, SendFlags, SendWr, Sge, SgeList, UdDest, WrOpcode};
+
+pub use wire;

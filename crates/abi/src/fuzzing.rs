@@ -1,0 +1,35 @@
+//! Entry points shared by the `abi_command` fuzz target and the stable random-input tests.
+
+use crate::cmd::Reply;
+use crate::error::Result;
+use crate::fastpath::{RecvWqe, SendWqe, WqeLimits, MAX_INLINE_DATA, MAX_SGE};
+use crate::uverbs::{decode_poll_cq_resp, decode_request, Request};
+
+/// Decode arbitrary bytes as a command (header + payload), the way the control plane does.
+///
+/// Never panics on any input — except if the codec is inconsistent: a request that decodes
+/// must re-encode to a message that decodes to the same request (that assertion is what the
+/// fuzzer hunts for). The same bytes are also fed to the other decoders of untrusted bytes
+/// (reply, POLL_CQ response, send/receive WQE) for coverage.
+pub fn decode_command(data: &[u8]) -> Result<Request<'_>> {
+    let _ = Reply::parse(data);
+    if let Ok((_, wcs)) = decode_poll_cq_resp(data) {
+        let _ = wcs.count();
+    }
+    let limits = WqeLimits { max_sge: MAX_SGE, max_inline: MAX_INLINE_DATA };
+    if let Ok((_, payload)) = SendWqe::parse(data, limits) {
+        let _ = payload.sges().count();
+    }
+    let _ = RecvWqe::parse(data, MAX_SGE);
+
+    let (frame, req) = decode_request(data)?;
+    if let Request::PostSend(_, list) = req {
+        let _ = list.send_wrs().map(|(_, s)| s.iter().count()).sum::<usize>();
+    }
+    let mut again = Vec::new();
+    req.encode(&mut again).expect("a decoded request re-encodes");
+    let (_, req2) = decode_request(&again).expect("a re-encoded request decodes");
+    assert_eq!(req, req2, "decode/encode/decode is not stable");
+    assert!(frame.response_capacity() >= Request::response_sizes(req.command()).map_or(0, |(c, _)| c));
+    Ok(req)
+}

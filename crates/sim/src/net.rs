@@ -1,0 +1,476 @@
+//! The simulated network: endpoints with their QPs and memory, a virtual clock that jumps to
+//! the next event, and links that drop, duplicate, reorder, delay (with jitter), corrupt and
+//! partition — all decided by one seeded PRNG.
+//!
+//! Frames are real bytes: each packet a QP transmits is wrapped with
+//! [`wire::frame::build_l3`] (IPv4, UDP, ICRC); corruption flips bits of those bytes; receivers
+//! parse with [`wire::frame::parse_l3`] and drop frames whose ICRC (or IPv4 header checksum)
+//! fails — the same path a NIC takes. The simulator knows which bytes it flipped, so a flip in
+//! an ICRC-covered byte that is nonetheless accepted is reported as an undetected corruption.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::net::Ipv4Addr;
+
+use transport::wire::{self, IpRepr, RocePacketRepr, UdpRepr};
+use transport::{Grh, Qp, QpConfig, RecvQueue, RxMeta, Srq, Time};
+
+use crate::memory::SimMemory;
+use crate::rng::Rng;
+
+/// Link behaviour (the same for every directed pair of endpoints).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkConfig {
+    /// Probability a frame is dropped.
+    pub loss: f64,
+    /// Probability a frame is delivered twice.
+    pub dup: f64,
+    /// Probability a frame is held back by an extra delay (so later frames overtake it).
+    pub reorder: f64,
+    /// Probability 1–3 bits of a frame are flipped.
+    pub corrupt: f64,
+    /// One-way propagation delay.
+    pub delay_ns: u64,
+    /// Extra uniform delay in `[0, jitter_ns]` (frames still arrive in order unless reordered).
+    pub jitter_ns: u64,
+    /// Extra delay range for reordered frames.
+    pub reorder_delay_ns: (u64, u64),
+    /// Egress line rate in bits per nanosecond (Gbit/s); 0 = infinitely fast.
+    pub rate_gbps: u64,
+    /// From this virtual time on every link is cut, for good.
+    pub partition_at: Option<Time>,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig {
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            delay_ns: 2_000,
+            jitter_ns: 500,
+            reorder_delay_ns: (1_000, 20_000),
+            rate_gbps: 25,
+            partition_at: None,
+        }
+    }
+}
+
+/// What the network did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Frames put on a link.
+    pub frames_sent: u64,
+    /// Frames handed to a QP.
+    pub frames_delivered: u64,
+    /// Frames dropped by loss.
+    pub dropped: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Frames held back.
+    pub reordered: u64,
+    /// Frames with flipped bits.
+    pub corrupted: u64,
+    /// Corrupted frames the receiver rejected (ICRC, IP checksum or parse).
+    pub corrupt_detected: u64,
+    /// Corrupted frames whose flips were all in fields the ICRC deliberately excludes and no
+    /// other check covers (UDP checksum, BTH byte 4); delivered, harmless.
+    pub corrupt_masked_delivered: u64,
+    /// Corrupted frames with a flip in an ICRC-covered byte that were accepted: a violation.
+    pub undetected_corruption: u64,
+    /// Frames dropped by the partition.
+    pub partition_drops: u64,
+    /// Frames rejected without having been corrupted, or not for any QP: a violation.
+    pub malformed: u64,
+}
+
+/// A QP living at an endpoint.
+#[derive(Debug)]
+pub struct SimQp {
+    /// The transport state machine.
+    pub qp: Qp,
+    /// Endpoint of the connected peer (RC/UC); for UD the WR's AH names the endpoint.
+    pub peer_ep: usize,
+    timer_at: Option<Time>,
+}
+
+/// One host: an IP address, QPs, registered memory, optionally an SRQ.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// The endpoint's address.
+    pub ip: Ipv4Addr,
+    /// Its QPs.
+    pub qps: Vec<SimQp>,
+    /// Its registered memory.
+    pub mem: SimMemory,
+    /// Its shared receive queue, for QPs created with `uses_srq`.
+    pub srq: Option<Srq>,
+    tx_free_at: Time,
+    tx_ready_at: Option<Time>,
+    rr: usize,
+}
+
+impl Endpoint {
+    /// Index of the QP numbered `qpn`.
+    pub fn qp_index(&self, qpn: wire::Qpn) -> Option<usize> {
+        self.qps.iter().position(|q| q.qp.qpn() == qpn)
+    }
+}
+
+#[derive(Debug)]
+enum Kind {
+    Deliver { to: usize, frame: Vec<u8>, flipped: bool, covered: bool },
+    Timer { ep: usize, qp: usize },
+    TxReady { ep: usize },
+}
+
+#[derive(Debug)]
+struct Event {
+    at: Time,
+    seq: u64,
+    kind: Kind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Event) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Event) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    // Min-heap on (time, sequence number): ties resolve in scheduling order, deterministically.
+    fn cmp(&self, o: &Event) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// What one [`Sim::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// No events left.
+    Idle,
+    /// An event touched this endpoint (completions may be waiting).
+    Touched(usize),
+    /// A stale event was discarded.
+    Nothing,
+}
+
+/// The simulator.
+#[derive(Debug)]
+pub struct Sim {
+    now: Time,
+    /// The endpoints.
+    pub endpoints: Vec<Endpoint>,
+    link: LinkConfig,
+    queue: BinaryHeap<Event>,
+    seq: u64,
+    rng: Rng,
+    pool: Vec<Vec<u8>>,
+    txbuf: Vec<u8>,
+    /// Latest scheduled in-order arrival per (src, dst), so jitter never reorders.
+    fifo: Vec<Vec<Time>>,
+    stats: NetStats,
+}
+
+/// Buffer big enough for any packet at MTU 4096.
+const TXBUF_LEN: usize = 4096 + transport::MAX_HEADER_LEN + 64;
+
+/// ICRC-excluded bytes of an IPv4 RoCEv2 frame that no other check covers: the UDP checksum
+/// (offsets 26, 27) and BTH byte 4 (offset 32). TOS/TTL flips fail the IPv4 header checksum.
+fn masked_and_unchecked(off: usize) -> bool {
+    matches!(off, 26 | 27 | 32)
+}
+
+impl Sim {
+    /// A network with no endpoints; `seed` drives every random choice the network makes.
+    pub fn new(seed: u64, link: LinkConfig) -> Sim {
+        Sim {
+            now: Time::ZERO,
+            endpoints: Vec::new(),
+            link,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            rng: Rng::fork(seed, 0x4E45_5457),
+            pool: Vec::new(),
+            txbuf: vec![0; TXBUF_LEN],
+            fifo: Vec::new(),
+            stats: NetStats::default(),
+        }
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Network statistics.
+    pub fn stats(&self) -> &NetStats {
+        &self.stats
+    }
+
+    /// The link configuration.
+    pub fn link(&self) -> &LinkConfig {
+        &self.link
+    }
+
+    /// Add an endpoint with address `ip`; returns its index.
+    pub fn add_endpoint(&mut self, ip: Ipv4Addr) -> usize {
+        self.endpoints.push(Endpoint {
+            ip,
+            qps: Vec::new(),
+            mem: SimMemory::new(),
+            srq: None,
+            tx_free_at: Time::ZERO,
+            tx_ready_at: None,
+            rr: 0,
+        });
+        let n = self.endpoints.len();
+        for row in &mut self.fifo {
+            row.push(Time::ZERO);
+        }
+        self.fifo.push(vec![Time::ZERO; n]);
+        n - 1
+    }
+
+    /// Create a QP at endpoint `ep` whose peer lives at `peer_ep`; returns its index there.
+    pub fn add_qp(&mut self, ep: usize, cfg: QpConfig, peer_ep: usize) -> usize {
+        let e = &mut self.endpoints[ep];
+        e.qps.push(SimQp { qp: Qp::new(cfg), peer_ep, timer_at: None });
+        e.qps.len() - 1
+    }
+
+    /// The QP `qp` of endpoint `ep`.
+    pub fn qp_mut(&mut self, ep: usize, qp: usize) -> &mut Qp {
+        &mut self.endpoints[ep].qps[qp].qp
+    }
+
+    /// Time of the next event, if any.
+    pub fn next_event_at(&self) -> Option<Time> {
+        self.queue.peek().map(|e| e.at)
+    }
+
+    /// Move the clock forward to `t` (for application timers between network events). Never
+    /// moves backwards and never past a pending event.
+    pub fn advance_to(&mut self, t: Time) {
+        let limit = self.next_event_at().unwrap_or(Time::NEVER);
+        self.now = self.now.max(t.min(limit));
+    }
+
+    fn push(&mut self, at: Time, kind: Kind) {
+        self.seq += 1;
+        self.queue.push(Event { at, seq: self.seq, kind });
+    }
+
+    /// After the application posted work at `ep`: transmit what can go and re-arm timers.
+    pub fn kick(&mut self, ep: usize) {
+        self.pump(ep);
+    }
+
+    /// Process the next event.
+    pub fn step(&mut self) -> Step {
+        let Some(ev) = self.queue.pop() else {
+            return Step::Idle;
+        };
+        self.now = self.now.max(ev.at);
+        match ev.kind {
+            Kind::Deliver { to, frame, flipped, covered } => {
+                self.deliver(to, &frame, flipped, covered);
+                self.pool.push(frame);
+                self.pump(to);
+                Step::Touched(to)
+            }
+            Kind::Timer { ep, qp } => {
+                let q = &mut self.endpoints[ep].qps[qp];
+                if q.timer_at != Some(ev.at) {
+                    return Step::Nothing;
+                }
+                q.timer_at = None;
+                q.qp.handle_timeout(self.now);
+                self.pump(ep);
+                Step::Touched(ep)
+            }
+            Kind::TxReady { ep } => {
+                if self.endpoints[ep].tx_ready_at != Some(ev.at) {
+                    return Step::Nothing;
+                }
+                self.endpoints[ep].tx_ready_at = None;
+                self.pump(ep);
+                Step::Touched(ep)
+            }
+        }
+    }
+
+    fn deliver(&mut self, to: usize, frame: &[u8], flipped: bool, covered: bool) {
+        let parsed = match wire::parse_l3(frame) {
+            Ok(p) if p.icrc_ok && p.ip_checksum_ok => p,
+            _ => {
+                if flipped {
+                    self.stats.corrupt_detected += 1;
+                } else {
+                    self.stats.malformed += 1;
+                }
+                return;
+            }
+        };
+        if flipped {
+            if covered {
+                self.stats.undetected_corruption += 1;
+            } else {
+                self.stats.corrupt_masked_delivered += 1;
+            }
+        }
+        let now = self.now;
+        let e = &mut self.endpoints[to];
+        let Some(qi) = e.qp_index(parsed.packet.bth.dest_qp) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let mut hdr = [0u8; 20];
+        if let Some(h) = frame.get(..20) {
+            hdr.copy_from_slice(h);
+        }
+        let meta = RxMeta { grh: Grh::V4(hdr) };
+        self.stats.frames_delivered += 1;
+        let srq = e.srq.as_mut().map(|s| s as &mut dyn RecvQueue);
+        e.qps[qi].qp.handle_packet(now, &parsed.packet, &meta, &mut e.mem, srq);
+    }
+
+    /// Transmit while the endpoint's egress is free and some QP has a packet; then re-arm the
+    /// endpoint's QP timers.
+    fn pump(&mut self, ep: usize) {
+        let now = self.now;
+        loop {
+            let e = &mut self.endpoints[ep];
+            if e.tx_free_at > now {
+                if e.tx_ready_at.is_none_or(|t| t > e.tx_free_at) {
+                    let at = e.tx_free_at;
+                    e.tx_ready_at = Some(at);
+                    self.push(at, Kind::TxReady { ep });
+                }
+                break;
+            }
+            let n = e.qps.len();
+            let mut sent = None;
+            for k in 0..n {
+                let i = (e.rr + k) % n;
+                if let Some(t) = e.qps[i].qp.poll_transmit(now, &mut e.mem, &mut self.txbuf) {
+                    e.rr = i + 1;
+                    sent = Some((i, t));
+                    break;
+                }
+            }
+            let Some((qi, t)) = sent else { break };
+            let dst = match t.ah {
+                Some(ah) => ah as usize,
+                None => self.endpoints[ep].qps[qi].peer_ep,
+            };
+            self.send_frame(ep, qi, dst, t.len);
+        }
+        let now = self.now;
+        for qi in 0..self.endpoints[ep].qps.len() {
+            let q = &mut self.endpoints[ep].qps[qi];
+            let want = q.qp.poll_timeout();
+            if want != q.timer_at {
+                q.timer_at = want;
+                if let Some(t) = want {
+                    self.push(t.max(now), Kind::Timer { ep, qp: qi });
+                    // A deadline in the past fires at `now`; keep the stale check consistent.
+                    self.endpoints[ep].qps[qi].timer_at = Some(t.max(now));
+                }
+            }
+        }
+    }
+
+    fn send_frame(&mut self, src: usize, qi: usize, dst: usize, len: usize) {
+        let Some(dst_ep) = self.endpoints.get(dst) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let Ok(pkt) = RocePacketRepr::parse(&self.txbuf[..len]) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let e = &self.endpoints[src];
+        let lqpn = e.qps[qi].qp.qpn();
+        let ip = IpRepr::v4_socket(e.ip, dst_ep.ip, 0x02, 64);
+        let udp = UdpRepr::roce(wire::udp_sport_for_qp(lqpn, pkt.bth.dest_qp, 0));
+        let mut frame = self.pool.pop().unwrap_or_default();
+        frame.resize(wire::frame::l3_len(&ip, &pkt), 0);
+        let Ok(n) = wire::build_l3(&ip, &udp, &pkt, &mut frame) else {
+            self.stats.malformed += 1;
+            self.pool.push(frame);
+            return;
+        };
+        frame.truncate(n);
+        self.stats.frames_sent += 1;
+        let now = self.now;
+        // Egress serialisation (Ethernet header + FCS + preamble/IFG ≈ 38 bytes on the wire).
+        let ser_ns = if self.link.rate_gbps == 0 { 0 } else { ((n as u64 + 38) * 8).div_ceil(self.link.rate_gbps) };
+        let done = now.add_nanos(ser_ns);
+        self.endpoints[src].tx_free_at = done;
+
+        let cut = |t: Time, l: &LinkConfig| l.partition_at.is_some_and(|p| t >= p);
+        if cut(now, &self.link) {
+            self.stats.partition_drops += 1;
+            self.pool.push(frame);
+            return;
+        }
+        if self.rng.chance(self.link.loss) {
+            self.stats.dropped += 1;
+            self.pool.push(frame);
+            return;
+        }
+        let copies = if self.rng.chance(self.link.dup) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for c in 0..copies {
+            let mut f = if c + 1 == copies {
+                std::mem::take(&mut frame)
+            } else {
+                let mut d = self.pool.pop().unwrap_or_default();
+                d.clear();
+                d.extend_from_slice(&frame);
+                d
+            };
+            let (mut flipped, mut covered) = (false, false);
+            if self.rng.chance(self.link.corrupt) {
+                self.stats.corrupted += 1;
+                flipped = true;
+                let flips = self.rng.range(1, 3);
+                for _ in 0..flips {
+                    let off = self.rng.below(f.len() as u64) as usize;
+                    let bit = self.rng.below(8) as u32;
+                    if let Some(b) = f.get_mut(off) {
+                        *b ^= 1 << bit;
+                    }
+                    covered |= !masked_and_unchecked(off);
+                }
+            }
+            let mut at = done.add_nanos(self.link.delay_ns + self.rng.below(self.link.jitter_ns + 1));
+            if self.rng.chance(self.link.reorder) {
+                self.stats.reordered += 1;
+                let (lo, hi) = self.link.reorder_delay_ns;
+                at = at.add_nanos(self.rng.range(lo, hi));
+            } else {
+                let floor = &mut self.fifo[src][dst];
+                at = at.max(*floor);
+                *floor = at;
+            }
+            if cut(at, &self.link) {
+                self.stats.partition_drops += 1;
+                self.pool.push(f);
+                continue;
+            }
+            self.push(at, Kind::Deliver { to: dst, frame: f, flipped, covered });
+        }
+    }
+}

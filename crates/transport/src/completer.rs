@@ -1,0 +1,298 @@
+//! The completer (rxe_comp.c): ACKs, NAKs, READ responses and ATOMIC ACKs against the send
+//! queue. ACKs are cumulative; a response beyond an unfinished READ/ATOMIC means its response
+//! was lost (implied NAK → retry); responses for PSNs never sent ("ghost" ACKs) and stale
+//! ones are dropped; a response of the wrong kind for its WQE is a bad response.
+
+use wire::{AckKind, Msn, NakCode, OpKind, OpcodeInfo, Psn, RocePacketRepr};
+
+use crate::mem::{for_each_piece, Memory};
+use crate::qp::Qp;
+use crate::state::QpState;
+use crate::time::{rnr_timer_ns, Time};
+use crate::{MemError, WcStatus, WrOpcode};
+
+/// What a cumulative acknowledgement did.
+#[derive(PartialEq, Eq)]
+enum AckOutcome {
+    /// Processed; carry on with the packet.
+    Continue,
+    /// A retry was started or the QP failed; stop processing this packet.
+    Stop,
+}
+
+impl Qp {
+    pub(crate) fn completer_handle<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        mem: &mut M,
+    ) {
+        let p = pkt.bth.psn;
+        // Only PSNs in [unacked, sent_high) can be answered (wire-facts §5.2).
+        if !p.is_before(self.sent_high) {
+            self.counters.ghost_responses += 1;
+            return;
+        }
+        if p.is_before(self.unacked) || !self.outstanding() {
+            self.counters.duplicate_responses += 1;
+            return;
+        }
+        match info.kind {
+            OpKind::Acknowledge => {
+                let Some(aeth) = pkt.aeth else {
+                    self.counters.dropped_pkts += 1;
+                    return;
+                };
+                match aeth.syndrome.kind() {
+                    AckKind::Ack { credit_code } => {
+                        self.update_credits(aeth.msn, credit_code);
+                        self.ack_through(now, p);
+                    }
+                    AckKind::RnrNak { timer_code } => {
+                        self.counters.rcvd_rnr_err += 1;
+                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                            return;
+                        }
+                        self.rnr_nak(now, timer_code);
+                    }
+                    AckKind::Nak(code) => {
+                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                            return;
+                        }
+                        self.nak(now, p, code);
+                    }
+                    AckKind::Reserved => self.counters.dropped_pkts += 1,
+                }
+            }
+            OpKind::ReadResponse => self.read_response(now, pkt, info, mem),
+            OpKind::AtomicAcknowledge => self.atomic_ack(now, pkt, mem),
+            _ => self.counters.dropped_pkts += 1,
+        }
+    }
+
+    /// AETH credits (wire-facts §4.2): LSN = MSN + credits; code 31 = unlimited.
+    fn update_credits(&mut self, msn: Msn, code: u8) {
+        self.lsn = wire::aeth::credits_for_code(code).map(|c| msn.add(c));
+    }
+
+    /// Cumulative acknowledgement of every PSN up to and including `p`.
+    fn ack_through(&mut self, now: Time, p: Psn) -> AckOutcome {
+        let mut progressed = false;
+        while let Some(w) = self.sq.front() {
+            if !w.started {
+                break;
+            }
+            if w.last_psn.diff(p) <= 0 {
+                if w.wr.opcode.is_read_or_atomic() {
+                    // Acknowledged past a READ/ATOMIC whose response never came: it was lost.
+                    if progressed {
+                        self.progress(now);
+                    }
+                    if self.retried_since_progress {
+                        return AckOutcome::Stop;
+                    }
+                    self.nak_retry(now);
+                    return AckOutcome::Stop;
+                }
+                self.pop_completed(WcStatus::Success);
+                progressed = true;
+            } else {
+                if !w.wr.opcode.is_read_or_atomic() && !p.is_before(self.unacked) {
+                    self.unacked = p.next();
+                    progressed = true;
+                }
+                break;
+            }
+        }
+        if progressed {
+            self.progress(now);
+        }
+        AckOutcome::Continue
+    }
+
+    /// Remove the front WQE as complete with `status`, keeping cursor and PSNs consistent.
+    fn pop_completed(&mut self, status: WcStatus) {
+        let Some(w) = self.sq.pop_front() else {
+            return;
+        };
+        self.unacked = w.last_psn.next();
+        if self.cursor > 0 {
+            self.cursor -= 1;
+        }
+        if self.next_psn.is_before(self.unacked) {
+            self.next_psn = self.unacked;
+        }
+        if w.wr.opcode.is_read_or_atomic() {
+            self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+        }
+        self.complete_send(&w, status);
+    }
+
+    fn rnr_nak(&mut self, now: Time, timer_code: u8) {
+        // rnr_retry 7 means retry forever (wire-facts §5.2).
+        if self.attr.rnr_retry != 7 {
+            if self.rnr_left == 0 {
+                self.counters.retry_rnr_exceeded_err += 1;
+                self.fail_front(WcStatus::RnrRetryExcErr);
+                return;
+            }
+            self.rnr_left -= 1;
+        }
+        self.retrans_deadline = None;
+        self.rnr_until = Some(now.add_nanos(rnr_timer_ns(timer_code)));
+    }
+
+    fn nak(&mut self, now: Time, p: Psn, code: NakCode) {
+        let status = match code {
+            NakCode::PSN_SEQ_ERROR => {
+                self.counters.rcvd_seq_err += 1;
+                // One retry per NAK episode (rxe `started_retry`); none during an RNR wait.
+                if self.rnr_until.is_some() || (self.retried_since_progress && p == self.unacked)
+                {
+                    return;
+                }
+                self.nak_retry(now);
+                return;
+            }
+            NakCode::INVALID_REQUEST => {
+                self.counters.rcvd_nak_invalid_request += 1;
+                WcStatus::RemInvReqErr
+            }
+            NakCode::REMOTE_ACCESS_ERROR => {
+                self.counters.rcvd_nak_remote_access += 1;
+                WcStatus::RemAccessErr
+            }
+            NakCode::INVALID_RD_REQUEST => {
+                self.counters.rcvd_nak_remote_op += 1;
+                WcStatus::RemInvRdReqErr
+            }
+            // REMOTE_OPERATIONAL_ERROR, and reserved codes as rxe does (wire-facts §4.4).
+            _ => {
+                self.counters.rcvd_nak_remote_op += 1;
+                WcStatus::RemOpErr
+            }
+        };
+        self.fail_front(status);
+    }
+
+    fn bad_response(&mut self) {
+        self.fail_front(WcStatus::BadRespErr);
+    }
+
+    fn read_response<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        mem: &mut M,
+    ) {
+        let p = pkt.bth.psn;
+        // A response implicitly acknowledges everything before it.
+        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+            return;
+        }
+        let mtu = u64::from(self.mtu());
+        let Some(w) = self.sq.front() else {
+            return;
+        };
+        let (started, op, first_psn, last_psn, wlen) =
+            (w.started, w.wr.opcode, w.first_psn, w.last_psn, w.len);
+        let in_range = started && !p.is_before(first_psn) && !p.is_after(last_psn);
+        if !in_range || op != WrOpcode::RdmaRead {
+            self.bad_response();
+            return;
+        }
+        if p != self.unacked {
+            // A gap: an earlier response was lost. The ACK timer (or a later implied NAK)
+            // recovers; responses are only accepted in order.
+            self.counters.duplicate_responses += 1;
+            return;
+        }
+        if let Some(aeth) = pkt.aeth {
+            match aeth.syndrome.kind() {
+                AckKind::Ack { credit_code } => self.update_credits(aeth.msn, credit_code),
+                _ => {
+                    self.bad_response();
+                    return;
+                }
+            }
+        }
+        let is_last_psn = p == last_psn;
+        let off = p.diff(first_psn) as u64 * mtu;
+        let expect = u64::from(wlen).saturating_sub(off).min(mtu) as usize;
+        if info.position.is_last() != is_last_psn || pkt.payload.len() != expect {
+            self.bad_response();
+            return;
+        }
+        let Some(w) = self.sq.front() else {
+            return;
+        };
+        if let crate::LocalData::Sges(sges) = &w.wr.local {
+            let r = for_each_piece(sges.as_slice(), off, expect, |sge, o, n, at| {
+                let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
+                mem.write_local(sge.lkey, addr, &pkt.payload[at..at + n])
+            });
+            if r.is_err() {
+                self.counters.send_err += 1;
+                self.fail_front(WcStatus::LocProtErr);
+                return;
+            }
+        }
+        if is_last_psn {
+            self.pop_completed(WcStatus::Success);
+        } else {
+            self.unacked = p.next();
+        }
+        self.progress(now);
+    }
+
+    fn atomic_ack<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        pkt: &RocePacketRepr<'_>,
+        mem: &mut M,
+    ) {
+        let p = pkt.bth.psn;
+        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+            return;
+        }
+        let Some(w) = self.sq.front() else {
+            return;
+        };
+        if !w.started || !w.wr.opcode.is_atomic() || p != w.first_psn || p != self.unacked {
+            self.bad_response();
+            return;
+        }
+        let (Some(aeth), Some(ack)) = (pkt.aeth, pkt.atomic_ack) else {
+            self.bad_response();
+            return;
+        };
+        match aeth.syndrome.kind() {
+            AckKind::Ack { credit_code } => self.update_credits(aeth.msn, credit_code),
+            _ => {
+                self.bad_response();
+                return;
+            }
+        }
+        let Some(w) = self.sq.front() else {
+            return;
+        };
+        // The original value lands in the local buffer in host byte order (as rxe does).
+        let bytes = ack.orig.to_ne_bytes();
+        if let crate::LocalData::Sges(sges) = &w.wr.local {
+            let r = for_each_piece(sges.as_slice(), 0, bytes.len(), |sge, o, n, at| {
+                let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
+                mem.write_local(sge.lkey, addr, &bytes[at..at + n])
+            });
+            if r.is_err() {
+                self.counters.send_err += 1;
+                self.fail_front(WcStatus::LocProtErr);
+                return;
+            }
+        }
+        self.pop_completed(WcStatus::Success);
+        self.progress(now);
+        debug_assert!(self.attr.qp_state != QpState::Reset);
+    }
+}

@@ -1,0 +1,170 @@
+//! Per-QP counters, named as Linux rxe's `hw_counters` where one exists (DESIGN.md §4), so the
+//! NIC can aggregate them per port under the names `rdma statistic` shows.
+
+/// Per-QP counters. All monotonically increasing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets transmitted (requests and responses).
+    pub sent_pkts: u64,
+    /// Packets handed to `handle_packet` that were accepted for processing.
+    pub rcvd_pkts: u64,
+    /// Responder: duplicate requests (PSN before ePSN).
+    pub duplicate_request: u64,
+    /// Responder: requests ahead of ePSN (sequence gap).
+    pub out_of_seq_request: u64,
+    /// Requester: RNR NAKs received.
+    pub rcvd_rnr_err: u64,
+    /// Responder: RNR NAKs sent.
+    pub send_rnr_err: u64,
+    /// Requester: PSN sequence error NAKs received.
+    pub rcvd_seq_err: u64,
+    /// Responder: requests without AckReq whose ACK was coalesced into a later one.
+    pub ack_deferred: u64,
+    /// Requester: WRs failed with transport retry counter exceeded.
+    pub retry_exceeded_err: u64,
+    /// Requester: WRs failed with RNR retry counter exceeded.
+    pub retry_rnr_exceeded_err: u64,
+    /// Requester: retries started by a NAK or an implied NAK (not by the timer).
+    pub completer_retry_err: u64,
+    /// Local errors while sending (bad SGE, buffer too small, ...).
+    pub send_err: u64,
+    /// RDMA READ/WRITE requests started by this QP's requester.
+    pub rdma_sends: u64,
+    /// RDMA READ/WRITE requests executed by this QP's responder.
+    pub rdma_recvs: u64,
+    /// Packets sent again (PSN already sent before).
+    pub retransmissions: u64,
+    /// Local ACK timeouts that fired with work outstanding.
+    pub local_ack_timeouts: u64,
+    /// Requester: NAK invalid request received.
+    pub rcvd_nak_invalid_request: u64,
+    /// Requester: NAK remote access error received.
+    pub rcvd_nak_remote_access: u64,
+    /// Requester: NAK remote operational error received (and unknown NAK codes).
+    pub rcvd_nak_remote_op: u64,
+    /// Responder: NAKs sent, all kinds except RNR.
+    pub send_nak: u64,
+    /// Requester: responses for PSNs never sent ("ghost" ACKs), dropped.
+    pub ghost_responses: u64,
+    /// Requester: responses older than the oldest unacknowledged PSN, dropped.
+    pub duplicate_responses: u64,
+    /// Packets dropped for any other reason (wrong state, transport, Q_Key, malformed).
+    pub dropped_pkts: u64,
+    /// UD/UC: packets dropped because no receive WQE was posted.
+    pub rcv_no_wqe_drop: u64,
+    /// UD: packets dropped for a Q_Key mismatch.
+    pub qkey_violation: u64,
+    /// CNPs received (passed to congestion control by the caller).
+    pub rcvd_cnp: u64,
+}
+
+impl Counters {
+    /// `(name, value)` pairs in a fixed order, for aggregation and display.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("sent_pkts", self.sent_pkts),
+            ("rcvd_pkts", self.rcvd_pkts),
+            ("duplicate_request", self.duplicate_request),
+            ("out_of_seq_request", self.out_of_seq_request),
+            ("rcvd_rnr_err", self.rcvd_rnr_err),
+            ("send_rnr_err", self.send_rnr_err),
+            ("rcvd_seq_err", self.rcvd_seq_err),
+            ("ack_deferred", self.ack_deferred),
+            ("retry_exceeded_err", self.retry_exceeded_err),
+            ("retry_rnr_exceeded_err", self.retry_rnr_exceeded_err),
+            ("completer_retry_err", self.completer_retry_err),
+            ("send_err", self.send_err),
+            ("rdma_sends", self.rdma_sends),
+            ("rdma_recvs", self.rdma_recvs),
+            ("retransmissions", self.retransmissions),
+            ("local_ack_timeouts", self.local_ack_timeouts),
+            ("rcvd_nak_invalid_request", self.rcvd_nak_invalid_request),
+            ("rcvd_nak_remote_access", self.rcvd_nak_remote_access),
+            ("rcvd_nak_remote_op", self.rcvd_nak_remote_op),
+            ("send_nak", self.send_nak),
+            ("ghost_responses", self.ghost_responses),
+            ("duplicate_responses", self.duplicate_responses),
+            ("dropped_pkts", self.dropped_pkts),
+            ("rcv_no_wqe_drop", self.rcv_no_wqe_drop),
+            ("qkey_violation", self.qkey_violation),
+            ("rcvd_cnp", self.rcvd_cnp),
+        ]
+        .into_iter()
+    }
+
+    /// Add every counter of `other` into `self` (per-port aggregation).
+    pub fn accumulate(&mut self, other: &Counters) {
+        let Counters {
+            sent_pkts,
+            rcvd_pkts,
+            duplicate_request,
+            out_of_seq_request,
+            rcvd_rnr_err,
+            send_rnr_err,
+            rcvd_seq_err,
+            ack_deferred,
+            retry_exceeded_err,
+            retry_rnr_exceeded_err,
+            completer_retry_err,
+            send_err,
+            rdma_sends,
+            rdma_recvs,
+            retransmissions,
+            local_ack_timeouts,
+            rcvd_nak_invalid_request,
+            rcvd_nak_remote_access,
+            rcvd_nak_remote_op,
+            send_nak,
+            ghost_responses,
+            duplicate_responses,
+            dropped_pkts,
+            rcv_no_wqe_drop,
+            qkey_violation,
+            rcvd_cnp,
+        } = *other;
+        self.sent_pkts += sent_pkts;
+        self.rcvd_pkts += rcvd_pkts;
+        self.duplicate_request += duplicate_request;
+        self.out_of_seq_request += out_of_seq_request;
+        self.rcvd_rnr_err += rcvd_rnr_err;
+        self.send_rnr_err += send_rnr_err;
+        self.rcvd_seq_err += rcvd_seq_err;
+        self.ack_deferred += ack_deferred;
+        self.retry_exceeded_err += retry_exceeded_err;
+        self.retry_rnr_exceeded_err += retry_rnr_exceeded_err;
+        self.completer_retry_err += completer_retry_err;
+        self.send_err += send_err;
+        self.rdma_sends += rdma_sends;
+        self.rdma_recvs += rdma_recvs;
+        self.retransmissions += retransmissions;
+        self.local_ack_timeouts += local_ack_timeouts;
+        self.rcvd_nak_invalid_request += rcvd_nak_invalid_request;
+        self.rcvd_nak_remote_access += rcvd_nak_remote_access;
+        self.rcvd_nak_remote_op += rcvd_nak_remote_op;
+        self.send_nak += send_nak;
+        self.ghost_responses += ghost_responses;
+        self.duplicate_responses += duplicate_responses;
+        self.dropped_pkts += dropped_pkts;
+        self.rcv_no_wqe_drop += rcv_no_wqe_drop;
+        self.qkey_violation += qkey_violation;
+        self.rcvd_cnp += rcvd_cnp;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulate_and_iter_agree() {
+        let a = Counters { sent_pkts: 3, rcvd_cnp: 2, ..Counters::default() };
+        let mut b = Counters { sent_pkts: 1, ..Counters::default() };
+        b.accumulate(&a);
+        b.accumulate(&a);
+        assert_eq!(b.sent_pkts, 7);
+        assert_eq!(b.rcvd_cnp, 4);
+        let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
+        assert_eq!(names.len(), 26);
+        assert_eq!(b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v), Some(4));
+    }
+}

@@ -1,0 +1,976 @@
+//! The queue pair: configuration, state machine, posting, polling, and the error/flush rules.
+//!
+//! A [`Qp`] owns the three rxe roles as separate modules — the requester
+//! ([`crate::requester`]: WQEs → request packets, retry), the completer
+//! ([`crate::completer`]: ACKs/NAKs/responses → completions) and the responder
+//! ([`crate::responder`]: requests → memory operations, receive completions, responses) — and
+//! is driven only by its entry points:
+//!
+//! * inputs: [`Qp::post_send`], [`Qp::post_recv`], [`Qp::handle_packet`],
+//!   [`Qp::handle_timeout`], [`Qp::modify`];
+//! * outputs: [`Qp::poll_transmit`], [`Qp::poll_completion`], [`Qp::poll_timeout`],
+//!   [`Qp::poll_event`].
+//!
+//! It never reads a clock, touches a socket or allocates per packet.
+
+use std::collections::VecDeque;
+
+use wire::{Msn, Opcode, Psn, Qpn, RocePacketRepr, Rkey, Transport};
+
+use crate::mem::Memory;
+use crate::state::{check_modify, AttrMask, Mtu, QpAttr, QpState, QpType};
+use crate::{
+    Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode,
+    WcStatus, WrOpcode,
+};
+
+/// Largest RDMA message (IBTA: 2^31 bytes; wire-facts §1.6).
+pub const MAX_MSG_LEN: u64 = 1 << 31;
+/// Largest `max_rd_atomic` / `max_dest_rd_atomic` accepted (rxe device cap).
+pub const MAX_RD_ATOMIC: u8 = 128;
+/// Bytes of the GRH area at the start of a UD receive buffer (wire-facts §1.6).
+pub const GRH_LEN: usize = 40;
+/// Longest header any packet this transport sends carries (BTH + AtomicETH = 40; BTH + RETH +
+/// ImmDt = 32), plus the largest pad. A transmit buffer of `path MTU + MAX_HEADER_LEN` bytes
+/// always suffices.
+pub const MAX_HEADER_LEN: usize = 44;
+
+/// Queue sizes and limits fixed at creation (`ibv_qp_init_attr.cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send queue depth (WRs posted and not yet polled as completions).
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline payload bytes per send WR.
+    pub max_inline_data: u32,
+    /// Every send WR generates a completion (`sq_sig_all`).
+    pub sq_sig_all: bool,
+}
+
+impl Default for QpCaps {
+    fn default() -> QpCaps {
+        QpCaps {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// Everything fixed at QP creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpConfig {
+    /// This QP's number.
+    pub qpn: Qpn,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Queue limits.
+    pub caps: QpCaps,
+    /// Receive WQEs come from a shared receive queue passed to
+    /// [`Qp::handle_packet`] instead of the QP's own queue.
+    pub uses_srq: bool,
+    /// P_Key written into every BTH (the caller resolves `pkey_index`).
+    pub pkey: u16,
+    /// At most this many PSNs outstanding (sent, not acknowledged); rxe uses 128.
+    pub max_unacked_psns: u32,
+    /// Set AckReq on a middle packet after this many packets without one (rxe: 64).
+    pub max_pkts_per_ack: u32,
+    /// Treat `retry_cnt == 7` as "retry forever", as Linux rxe does (wire-facts §5.2). IBTA
+    /// reads 7 as seven retries; set `false` for that.
+    pub retry_cnt_7_infinite: bool,
+}
+
+impl QpConfig {
+    /// Defaults for a QP of `qp_type` numbered `qpn`.
+    pub fn new(qpn: Qpn, qp_type: QpType) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type,
+            caps: QpCaps::default(),
+            uses_srq: false,
+            pkey: wire::bth::DEFAULT_PKEY,
+            max_unacked_psns: 128,
+            max_pkts_per_ack: 64,
+            retry_cnt_7_infinite: true,
+        }
+    }
+}
+
+/// The IP header facts of a received packet, for the UD GRH area (wire-facts §1.6): the raw
+/// IPv4 (20 bytes) or IPv6 (40 bytes) header as received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grh {
+    /// IPv4 header bytes; the GRH area is 20 zero bytes followed by these.
+    V4([u8; 20]),
+    /// IPv6 header bytes; the GRH area is exactly these.
+    V6([u8; 40]),
+}
+
+impl Grh {
+    /// The 40-byte GRH area as RoCE delivers it.
+    pub fn area(&self) -> [u8; GRH_LEN] {
+        let mut a = [0u8; GRH_LEN];
+        match self {
+            Grh::V4(h) => a[20..].copy_from_slice(h),
+            Grh::V6(h) => a.copy_from_slice(h),
+        }
+        a
+    }
+}
+
+/// Facts about a received packet that are not in the transport headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxMeta {
+    /// The IP header (for UD receives).
+    pub grh: Grh,
+}
+
+impl Default for RxMeta {
+    fn default() -> RxMeta {
+        RxMeta { grh: Grh::V4([0; 20]) }
+    }
+}
+
+/// A packet [`Qp::poll_transmit`] wrote into the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written: BTH through the last pad byte (the caller appends the ICRC).
+    pub len: usize,
+    /// UD: the address handle of the WR; connected QPs: `None` (send to the QP's peer).
+    pub ah: Option<u32>,
+    /// Destination QPN (as in the BTH).
+    pub dest_qpn: Qpn,
+}
+
+/// Asynchronous events (`ibv_event_type` subset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpEvent {
+    /// The QP entered ERR because of a transport or local error (IBV_EVENT_QP_FATAL).
+    Fatal,
+    /// SQD drained (IBV_EVENT_SQ_DRAINED), if `en_sqd_async_notify` was set.
+    SqDrained,
+    /// A QP on an SRQ entered ERR: no more receive completions (IBV_EVENT_QP_LAST_WQE_REACHED).
+    LastWqeReached,
+}
+
+/// A source of receive WQEs: the QP's own queue, or a shared receive queue the caller passes
+/// to [`Qp::handle_packet`] (several QPs may draw from one).
+pub trait RecvQueue {
+    /// Take the next receive WQE.
+    fn pop(&mut self) -> Option<RecvWr>;
+    /// WQEs available (for the AETH credit count).
+    fn len(&self) -> usize;
+    /// Whether no WQE is available.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A simple shared receive queue.
+#[derive(Debug, Default)]
+pub struct Srq {
+    wqes: VecDeque<RecvWr>,
+    max_wr: usize,
+    max_sge: usize,
+}
+
+impl Srq {
+    /// An SRQ holding at most `max_wr` WQEs of at most `max_sge` SGEs.
+    pub fn new(max_wr: u32, max_sge: u32) -> Srq {
+        Srq {
+            wqes: VecDeque::with_capacity(max_wr as usize),
+            max_wr: max_wr as usize,
+            max_sge: max_sge as usize,
+        }
+    }
+
+    /// `ibv_post_srq_recv` for one WR.
+    pub fn post(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if wr.sges.len() > self.max_sge {
+            return Err(PostError::TooManySge);
+        }
+        if self.wqes.len() >= self.max_wr {
+            return Err(PostError::QueueFull);
+        }
+        self.wqes.push_back(wr);
+        Ok(())
+    }
+}
+
+impl RecvQueue for Srq {
+    fn pop(&mut self) -> Option<RecvWr> {
+        self.wqes.pop_front()
+    }
+    fn len(&self) -> usize {
+        self.wqes.len()
+    }
+}
+
+impl RecvQueue for VecDeque<RecvWr> {
+    fn pop(&mut self) -> Option<RecvWr> {
+        self.pop_front()
+    }
+    fn len(&self) -> usize {
+        VecDeque::len(self)
+    }
+}
+
+/// A send WQE as the requester and completer track it.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub(crate) wr: SendWr,
+    pub(crate) len: u32,
+    pub(crate) signaled: bool,
+    /// Assigned PSNs (valid once `started`).
+    pub(crate) started: bool,
+    pub(crate) first_psn: Psn,
+    pub(crate) last_psn: Psn,
+    /// Send sequence number (for end-to-end credits).
+    pub(crate) ssn: Msn,
+}
+
+impl SendWqe {
+    /// PSNs the message occupies: max(1, ceil(len / mtu)); READ reserves one per response
+    /// packet, atomics one (wire-facts §1.6).
+    pub(crate) fn npkts(&self, mtu: u32) -> u32 {
+        if self.wr.opcode.is_atomic() {
+            1
+        } else {
+            self.len.div_ceil(mtu).max(1)
+        }
+    }
+}
+
+/// Where a queued completion's slot is accounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Send,
+    Recv,
+    /// SRQ receive: the slot belongs to the SRQ, not this QP.
+    None,
+}
+
+/// A receive WQE taken by the responder and where it came from.
+#[derive(Debug)]
+pub(crate) struct HeldRecv {
+    pub(crate) wr: RecvWr,
+    pub(crate) from_srq: bool,
+}
+
+/// A multi-packet request message in progress at the responder.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum InMsg {
+    Send { received: u32 },
+    Write { rkey: Rkey, va: u64, len: u32, received: u32 },
+}
+
+/// A saved READ/ATOMIC result for duplicate requests (responder resources).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    Read { first_psn: Psn, last_psn: Psn, va: u64, rkey: Rkey, len: u32 },
+    Atomic { psn: Psn, orig: u64 },
+}
+
+/// A response waiting to be transmitted, in PSN order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Response {
+    Ack { psn: Psn, syndrome: wire::Syndrome },
+    Atomic { psn: Psn, orig: u64 },
+    Read { psn: Psn, va: u64, rkey: Rkey, remaining: u32, first: bool },
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) cfg: QpConfig,
+    pub(crate) attr: QpAttr,
+
+    // ---- requester + completer (rxe_req.c / rxe_comp.c) ----
+    pub(crate) sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the WQE being transmitted.
+    pub(crate) cursor: usize,
+    /// PSN of the next request packet to build.
+    pub(crate) next_psn: Psn,
+    /// One past the highest PSN ever transmitted: responses at or beyond it are ghosts.
+    pub(crate) sent_high: Psn,
+    /// Oldest PSN not yet acknowledged.
+    pub(crate) unacked: Psn,
+    pub(crate) next_ssn: Msn,
+    pub(crate) rd_atomic_outstanding: u32,
+    pub(crate) pkts_since_ackreq: u32,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) retrans_deadline: Option<Time>,
+    pub(crate) rnr_until: Option<Time>,
+    /// A NAK-triggered retry started and no progress since (rxe `started_retry`).
+    pub(crate) retried_since_progress: bool,
+    /// Limit sequence number from AETH credits; `None` = unlimited.
+    pub(crate) lsn: Option<Msn>,
+
+    // ---- responder (rxe_resp.c) ----
+    pub(crate) epsn: Psn,
+    pub(crate) msn: Msn,
+    pub(crate) nak_sent: bool,
+    pub(crate) in_msg: Option<InMsg>,
+    pub(crate) held: Option<HeldRecv>,
+    pub(crate) resources: VecDeque<Resource>,
+    pub(crate) responses: VecDeque<Response>,
+    /// The NAK a responder error leaves behind, sent even though the QP is in ERR.
+    pub(crate) last_gasp: Option<Response>,
+    /// UC: drop packets until the next FIRST/ONLY.
+    pub(crate) uc_drop: bool,
+    pub(crate) rq: VecDeque<RecvWr>,
+
+    // ---- outputs ----
+    pub(crate) completions: VecDeque<(Completion, Slot)>,
+    pub(crate) send_slots_pending: usize,
+    pub(crate) recv_slots_pending: usize,
+    pub(crate) events: VecDeque<QpEvent>,
+    /// SQD: the drain has been reported (or found complete).
+    pub(crate) drain_reported: bool,
+    pub(crate) counters: Counters,
+}
+
+impl Qp {
+    /// A QP in RESET.
+    pub fn new(cfg: QpConfig) -> Qp {
+        let caps = cfg.caps;
+        let completions_max = caps.max_send_wr as usize + caps.max_recv_wr as usize + 1;
+        Qp {
+            cfg,
+            attr: QpAttr::default(),
+            sq: VecDeque::with_capacity(caps.max_send_wr as usize),
+            cursor: 0,
+            next_psn: Psn::new(0),
+            sent_high: Psn::new(0),
+            unacked: Psn::new(0),
+            next_ssn: Msn::new(1),
+            rd_atomic_outstanding: 0,
+            pkts_since_ackreq: 0,
+            retry_left: 0,
+            rnr_left: 0,
+            retrans_deadline: None,
+            rnr_until: None,
+            retried_since_progress: false,
+            lsn: None,
+            epsn: Psn::new(0),
+            msn: Msn::new(0),
+            nak_sent: false,
+            in_msg: None,
+            held: None,
+            resources: VecDeque::new(),
+            responses: VecDeque::new(),
+            last_gasp: None,
+            uc_drop: false,
+            rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
+            completions: VecDeque::with_capacity(completions_max),
+            send_slots_pending: 0,
+            recv_slots_pending: 0,
+            events: VecDeque::new(),
+            drain_reported: false,
+            counters: Counters::default(),
+        }
+    }
+
+    /// This QP's number.
+    pub fn qpn(&self) -> Qpn {
+        self.cfg.qpn
+    }
+
+    /// RC, UC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.cfg.qp_type
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// The creation-time configuration.
+    pub fn config(&self) -> &QpConfig {
+        &self.cfg
+    }
+
+    /// `ibv_query_qp`: current attributes (`qp_state` is the current state).
+    pub fn query(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.cur_qp_state = a.qp_state;
+        a.sq_draining = self.attr.qp_state == QpState::Sqd && self.sq_busy();
+        a
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Path MTU in bytes.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Transmit buffer size that always suffices for [`Qp::poll_transmit`].
+    pub fn max_packet_len(&self) -> usize {
+        self.mtu() as usize + MAX_HEADER_LEN
+    }
+
+    /// Whether any started send WQE is not yet complete.
+    pub(crate) fn sq_busy(&self) -> bool {
+        self.sq.front().is_some_and(|w| w.started)
+    }
+
+    /// `ibv_modify_qp`. Implements the transition table and its masks exactly
+    /// (wire-facts §6.2) and the side effects of each transition (rxe_qp.c).
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), crate::ModifyError> {
+        use crate::ModifyError as E;
+        let cur = self.attr.qp_state;
+        let next = check_modify(cur, self.cfg.qp_type, attr, mask)?;
+        if cur == QpState::Sqd
+            && self.sq_busy()
+            && !matches!(next, QpState::Err | QpState::Reset)
+        {
+            return Err(E::Busy);
+        }
+        // Value ranges (rxe_qp_chk_attr / ib_modify_qp).
+        if mask.contains(AttrMask::TIMEOUT) && attr.timeout > 31 {
+            return Err(E::InvalidValue("timeout > 31"));
+        }
+        if mask.contains(AttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+            return Err(E::InvalidValue("retry_cnt > 7"));
+        }
+        if mask.contains(AttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+            return Err(E::InvalidValue("rnr_retry > 7"));
+        }
+        if mask.contains(AttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+            return Err(E::InvalidValue("min_rnr_timer > 31"));
+        }
+        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > MAX_RD_ATOMIC {
+            return Err(E::InvalidValue("max_rd_atomic too large"));
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC
+        {
+            return Err(E::InvalidValue("max_dest_rd_atomic too large"));
+        }
+        if mask.contains(AttrMask::PORT) && attr.port_num != 1 {
+            return Err(E::InvalidValue("port_num must be 1"));
+        }
+        if mask.contains(AttrMask::PATH_MIG_STATE) && attr.path_mig_state > 2 {
+            return Err(E::InvalidValue("path_mig_state"));
+        }
+        if mask.contains(AttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !0xF != 0 {
+            // Only LOCAL_WRITE/REMOTE_WRITE/REMOTE_READ/REMOTE_ATOMIC are meaningful on a QP.
+            return Err(E::InvalidValue("qp_access_flags"));
+        }
+
+        // Copy the attributes the mask names.
+        let a = &mut self.attr;
+        if mask.contains(AttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if mask.contains(AttrMask::PATH_MIG_STATE) {
+            a.path_mig_state = attr.path_mig_state;
+        }
+        if mask.contains(AttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if mask.contains(AttrMask::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if mask.contains(AttrMask::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if mask.contains(AttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+            self.resources.truncate(usize::from(attr.max_dest_rd_atomic));
+        }
+        let a = &mut self.attr;
+        if mask.contains(AttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask.contains(AttrMask::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if mask.contains(AttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            self.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.attr.rnr_retry = attr.rnr_retry;
+            self.rnr_left = attr.rnr_retry;
+        }
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.epsn = attr.rq_psn;
+            self.attr.rq_psn = attr.rq_psn;
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.attr.sq_psn = attr.sq_psn;
+            self.next_psn = attr.sq_psn;
+            self.sent_high = attr.sq_psn;
+            self.unacked = attr.sq_psn;
+        }
+
+        match next {
+            QpState::Reset => self.reset(),
+            QpState::Err => self.enter_error(false),
+            QpState::Sqd => {
+                self.attr.qp_state = QpState::Sqd;
+                self.check_drained();
+            }
+            s => self.attr.qp_state = s,
+        }
+        Ok(())
+    }
+
+    /// RESET: discard everything without completions (wire-facts §6.2 notes).
+    fn reset(&mut self) {
+        let cfg = self.cfg;
+        let counters = self.counters;
+        *self = Qp::new(cfg);
+        self.counters = counters;
+    }
+
+    /// `ibv_post_send` for one WR. Validation failures are returned (EINVAL/ENOMEM at the
+    /// edge); in ERR (and SQE) the WR is accepted and completes with `WR_FLUSH_ERR`.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        let ty = self.cfg.qp_type;
+        let state = self.attr.qp_state;
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(PostError::InvalidState);
+        }
+        if self.sq.len() + self.send_slots_pending >= self.cfg.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        let op = wr.opcode;
+        let op_ok = match ty {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                op,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            ),
+            QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !op_ok {
+            return Err(PostError::BadOpcode);
+        }
+        match &wr.local {
+            crate::LocalData::Sges(l) => {
+                if l.len() > self.cfg.caps.max_send_sge as usize {
+                    return Err(PostError::TooManySge);
+                }
+            }
+            crate::LocalData::Inline(v) => {
+                if v.len() > self.cfg.caps.max_inline_data as usize {
+                    return Err(PostError::InlineTooLong);
+                }
+                if op.is_read_or_atomic() {
+                    // READ and atomic results need a registered destination.
+                    return Err(PostError::BadOpcode);
+                }
+            }
+        }
+        let len = wr.local.len();
+        if len > MAX_MSG_LEN {
+            return Err(PostError::BadLength);
+        }
+        if op.is_atomic() && len != 8 {
+            return Err(PostError::BadLength);
+        }
+        if ty == QpType::Ud {
+            if wr.ud.is_none() {
+                return Err(PostError::BadDestination);
+            }
+            if len > u64::from(self.mtu()) {
+                return Err(PostError::BadLength);
+            }
+        } else if wr.ud.is_some() {
+            return Err(PostError::BadDestination);
+        }
+        let signaled = self.cfg.caps.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        let wqe = SendWqe {
+            wr,
+            len: len as u32,
+            signaled,
+            started: false,
+            first_psn: Psn::new(0),
+            last_psn: Psn::new(0),
+            ssn: Msn::new(0),
+        };
+        if matches!(state, QpState::Err | QpState::Sqe) {
+            self.complete_send(&wqe, WcStatus::WrFlushErr);
+            return Ok(());
+        }
+        self.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one WR (QPs without an SRQ). Accepted from INIT on; in ERR the WR
+    /// completes with `WR_FLUSH_ERR`.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.cfg.uses_srq || self.attr.qp_state == QpState::Reset {
+            return Err(PostError::InvalidState);
+        }
+        if wr.sges.len() > self.cfg.caps.max_recv_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        if self.rq.len() + self.recv_slots_pending >= self.cfg.caps.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.attr.qp_state == QpState::Err {
+            self.flush_recv(wr, false);
+            return Ok(());
+        }
+        self.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Receive WQEs posted and not yet consumed.
+    pub fn recv_queue_len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Send WRs posted and not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Whether the QP has work it is waiting on the network for (sent, unacknowledged
+    /// requests, or responses queued).
+    pub fn has_outstanding(&self) -> bool {
+        self.sq_busy() || !self.responses.is_empty() || self.last_gasp.is_some()
+    }
+
+    /// Next completion (send and receive completions share this queue in order;
+    /// [`Completion::is_recv`] says which CQ it belongs to).
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        let (c, slot) = self.completions.pop_front()?;
+        match slot {
+            Slot::Send => self.send_slots_pending -= 1,
+            Slot::Recv => self.recv_slots_pending -= 1,
+            Slot::None => {}
+        }
+        Some(c)
+    }
+
+    /// Next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<QpEvent> {
+        self.events.pop_front()
+    }
+
+    /// The earliest time [`Qp::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match (self.retrans_deadline, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Feed a received packet (already demultiplexed to this QP; the ICRC already checked).
+    ///
+    /// `srq` is the shared receive queue for QPs created with `uses_srq`. Every memory access
+    /// goes through `mem`; nothing here can panic on hostile input.
+    pub fn handle_packet<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        pkt: &RocePacketRepr<'_>,
+        meta: &RxMeta,
+        mem: &mut M,
+        srq: Option<&mut dyn RecvQueue>,
+    ) {
+        let Some(info) = pkt.bth.opcode.info() else {
+            self.counters.dropped_pkts += 1;
+            return;
+        };
+        if pkt.bth.opcode == Opcode::CNP {
+            self.counters.rcvd_cnp += 1;
+            return;
+        }
+        // The headers must be the ones the opcode says (a Repr built by hand may lie).
+        if pkt.validate().is_err() || pkt.bth.dest_qp != self.cfg.qpn {
+            self.counters.dropped_pkts += 1;
+            return;
+        }
+        let want = match self.cfg.qp_type {
+            QpType::Rc => Transport::Rc,
+            QpType::Uc => Transport::Uc,
+            QpType::Ud => Transport::Ud,
+        };
+        if info.transport != want {
+            self.counters.dropped_pkts += 1;
+            return;
+        }
+        let state = self.attr.qp_state;
+        if info.is_request {
+            if !matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+                self.counters.dropped_pkts += 1;
+                return;
+            }
+            self.counters.rcvd_pkts += 1;
+            self.responder_handle(now, pkt, info, meta, mem, srq);
+        } else {
+            if !matches!(state, QpState::Rts | QpState::Sqd) || self.cfg.qp_type != QpType::Rc {
+                self.counters.dropped_pkts += 1;
+                return;
+            }
+            self.counters.rcvd_pkts += 1;
+            self.completer_handle(now, pkt, info, mem);
+        }
+        self.check_drained();
+    }
+
+    /// Fire whatever timers are due at `now` (local ACK timeout, end of an RNR wait).
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.requester_timeout(now);
+        self.check_drained();
+    }
+
+    /// Build the next packet into `buf` (at least [`Qp::max_packet_len`] bytes). Responses
+    /// go first (they release the peer's resources), then requests. Returns `None` when
+    /// there is nothing to send now.
+    pub fn poll_transmit<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let t = match self.responder_transmit(mem, buf) {
+            Some(t) => Some(t),
+            None => self.requester_transmit(now, mem, buf),
+        };
+        if t.is_some() {
+            self.counters.sent_pkts += 1;
+        }
+        self.check_drained();
+        t
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Completions, errors and flushes (wire-facts §6.3, IBA 10.7.3.1)
+
+    pub(crate) fn complete_send(&mut self, wqe: &SendWqe, status: WcStatus) {
+        // Unsignaled WRs complete silently unless they fail (IBA 10.7.3.1).
+        if status == WcStatus::Success && !wqe.signaled {
+            return;
+        }
+        let mut flags = WcFlags::default();
+        let imm = if wqe.wr.opcode.has_imm() {
+            flags |= WcFlags::WITH_IMM;
+            Some(wqe.wr.imm_data)
+        } else {
+            None
+        };
+        let c = Completion {
+            wr_id: wqe.wr.wr_id,
+            status,
+            opcode: wqe.wr.opcode.wc_opcode(),
+            vendor_err: 0,
+            byte_len: wqe.len,
+            imm_data: imm,
+            invalidated_rkey: None,
+            qp_num: self.cfg.qpn,
+            src_qp: self.peer_qpn(wqe),
+            wc_flags: flags,
+        };
+        self.send_slots_pending += 1;
+        self.completions.push_back((c, Slot::Send));
+    }
+
+    fn peer_qpn(&self, wqe: &SendWqe) -> Qpn {
+        match wqe.wr.ud {
+            Some(ud) => ud.remote_qpn,
+            None => self.attr.dest_qp_num,
+        }
+    }
+
+    pub(crate) fn complete_recv(&mut self, held: HeldRecv, c: Completion) {
+        let slot = if held.from_srq { Slot::None } else { Slot::Recv };
+        if slot == Slot::Recv {
+            self.recv_slots_pending += 1;
+        }
+        self.completions.push_back((c, slot));
+    }
+
+    fn flush_recv(&mut self, wr: RecvWr, from_srq: bool) {
+        let c = self.recv_completion(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv);
+        self.complete_recv(HeldRecv { wr, from_srq }, c);
+    }
+
+    pub(crate) fn recv_completion(&self, wr_id: u64, status: WcStatus, op: WcOpcode) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode: op,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: self.cfg.qpn,
+            src_qp: self.attr.dest_qp_num,
+            wc_flags: WcFlags::default(),
+        }
+    }
+
+    /// The front send WQE failed with `status`: complete it (always, even if unsignaled),
+    /// then move the QP to ERR (RC) or SQE (UC/UD) and flush the rest.
+    pub(crate) fn fail_front(&mut self, status: WcStatus) {
+        if let Some(wqe) = self.sq.pop_front() {
+            self.complete_send(&wqe, status);
+        }
+        match self.cfg.qp_type {
+            QpType::Rc => self.enter_error(true),
+            QpType::Uc | QpType::Ud => self.enter_sq_error(),
+        }
+    }
+
+    /// UC/UD send-side error: flush the send queue, keep receiving (SQE).
+    fn enter_sq_error(&mut self) {
+        while let Some(w) = self.sq.pop_front() {
+            self.complete_send(&w, WcStatus::WrFlushErr);
+        }
+        self.cursor = 0;
+        self.retrans_deadline = None;
+        self.rnr_until = None;
+        self.attr.qp_state = QpState::Sqe;
+        self.events.push_back(QpEvent::Fatal);
+    }
+
+    /// Enter ERR: flush every send and (own) receive WR with `WR_FLUSH_ERR`, drop timers and
+    /// queued responses (except a pending final NAK), stop processing packets.
+    pub(crate) fn enter_error(&mut self, fatal: bool) {
+        if self.attr.qp_state == QpState::Err {
+            return;
+        }
+        self.attr.qp_state = QpState::Err;
+        while let Some(w) = self.sq.pop_front() {
+            self.complete_send(&w, WcStatus::WrFlushErr);
+        }
+        self.cursor = 0;
+        self.rd_atomic_outstanding = 0;
+        self.retrans_deadline = None;
+        self.rnr_until = None;
+        if let Some(h) = self.held.take() {
+            self.flush_recv(h.wr, h.from_srq);
+        }
+        while let Some(wr) = self.rq.pop_front() {
+            self.flush_recv(wr, false);
+        }
+        self.in_msg = None;
+        self.responses.clear();
+        if fatal {
+            self.events.push_back(QpEvent::Fatal);
+        }
+        if self.cfg.uses_srq {
+            self.events.push_back(QpEvent::LastWqeReached);
+        }
+    }
+
+    /// SQD: once nothing is in flight, report the drain (once).
+    pub(crate) fn check_drained(&mut self) {
+        if self.attr.qp_state != QpState::Sqd {
+            self.drain_reported = false;
+            return;
+        }
+        if !self.drain_reported && !self.sq_busy() {
+            self.drain_reported = true;
+            if self.attr.en_sqd_async_notify {
+                self.events.push_back(QpEvent::SqDrained);
+            }
+        }
+    }
+}
+
+/// Convenience: the attributes and masks for the usual RESET→INIT→RTR→RTS bring-up of a
+/// connected or UD QP, as a test or the simulator uses it.
+pub fn bring_up(
+    qp: &mut Qp,
+    dest_qpn: Qpn,
+    rq_psn: Psn,
+    sq_psn: Psn,
+    mtu: Mtu,
+    attr_in: &QpAttr,
+) -> Result<(), crate::ModifyError> {
+    let ty = qp.qp_type();
+    let mut a = *attr_in;
+    a.qp_state = QpState::Init;
+    let init_mask = match ty {
+        QpType::Ud => AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+        _ => AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    };
+    qp.modify(&a, init_mask)?;
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = mtu;
+    a.dest_qp_num = dest_qpn;
+    a.rq_psn = rq_psn;
+    let rtr_mask = match ty {
+        QpType::Rc => {
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
+                | AttrMask::MAX_DEST_RD_ATOMIC
+                | AttrMask::MIN_RNR_TIMER
+        }
+        QpType::Uc => {
+            AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN
+        }
+        QpType::Ud => AttrMask::STATE,
+    };
+    qp.modify(&a, rtr_mask)?;
+    if ty == QpType::Ud {
+        // UD has no PATH_MTU attribute in the table; the port MTU applies.
+        qp.set_port_mtu(mtu);
+    }
+    a.qp_state = QpState::Rts;
+    a.sq_psn = sq_psn;
+    let rts_mask = match ty {
+        QpType::Rc => {
+            AttrMask::STATE
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::SQ_PSN
+                | AttrMask::MAX_QP_RD_ATOMIC
+        }
+        _ => AttrMask::STATE | AttrMask::SQ_PSN,
+    };
+    qp.modify(&a, rts_mask)
+}
+
+impl Qp {
+    /// Set the MTU a UD QP uses (the port's active MTU; UD has no path MTU attribute).
+    pub fn set_port_mtu(&mut self, mtu: Mtu) {
+        if self.cfg.qp_type == QpType::Ud {
+            self.attr.path_mtu = mtu;
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Qp>();
+}

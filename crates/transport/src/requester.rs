@@ -1,0 +1,359 @@
+//! The requester (rxe_req.c): turns send WQEs into request packets, segments by path MTU,
+//! sets AckReq, enforces the unacknowledged-PSN window, `max_rd_atomic`, fences and
+//! end-to-end credits, and runs the local ACK timer, RNR waits and go-back-N retries.
+
+use wire::{AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr, RocePacketRepr};
+
+use crate::mem::{for_each_piece, Memory};
+use crate::packet::{finish_in_place, header_len, request_opcode};
+use crate::qp::{Qp, Transmit};
+use crate::state::{QpState, QpType};
+use crate::time::{local_ack_timeout_ns, Time};
+use crate::{LocalData, SendFlags, WcStatus, WrOpcode};
+
+/// Why a request packet could not be built.
+enum BuildError {
+    /// The WQE failed locally with this status.
+    Wqe(WcStatus),
+    /// The caller's buffer is too small (nothing changed).
+    Buffer,
+}
+
+impl Qp {
+    /// Next request packet, if the requester may send one now.
+    pub(crate) fn requester_transmit<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        loop {
+            let state = self.attr.qp_state;
+            if !matches!(state, QpState::Rts | QpState::Sqd) || self.rnr_until.is_some() {
+                return None;
+            }
+            let ty = self.cfg.qp_type;
+            let idx = self.cursor;
+            let wqe = self.sq.get(idx)?;
+            if !wqe.started {
+                // SQD: in-flight WQEs finish, no new ones start (wire-facts §6.2 notes).
+                if state == QpState::Sqd {
+                    return None;
+                }
+                // rxe fences on all prior WQEs (wire-facts §5.2).
+                if wqe.wr.flags.contains(SendFlags::FENCE) && idx > 0 {
+                    return None;
+                }
+                if ty == QpType::Rc && wqe.wr.opcode.is_read_or_atomic() {
+                    if self.attr.max_rd_atomic == 0 {
+                        // No initiator depth at all: this WQE can never be sent.
+                        self.fail_at(idx, WcStatus::LocQpOpErr);
+                        continue;
+                    }
+                    if self.rd_atomic_outstanding >= u32::from(self.attr.max_rd_atomic) {
+                        return None;
+                    }
+                }
+                // End-to-end credits (wire-facts §4.2): a receive-consuming message waits
+                // while SSN > LSN, unless nothing is outstanding (then it probes; the
+                // responder answers RNR NAK if it really has no WQE).
+                if ty == QpType::Rc && wqe.wr.opcode.consumes_rwqe() {
+                    if let Some(lsn) = self.lsn {
+                        if self.next_ssn.diff(lsn) > 0 && idx > 0 {
+                            return None;
+                        }
+                    }
+                }
+            }
+            if ty == QpType::Rc
+                && self.next_psn.diff(self.unacked) >= self.cfg.max_unacked_psns as i32
+            {
+                return None;
+            }
+            match self.build_request(now, mem, buf) {
+                Ok(t) => return Some(t),
+                Err(BuildError::Buffer) => {
+                    self.counters.send_err += 1;
+                    return None;
+                }
+                Err(BuildError::Wqe(status)) => {
+                    self.counters.send_err += 1;
+                    self.fail_at(self.cursor, status);
+                }
+            }
+        }
+    }
+
+    /// Build the packet at `self.next_psn` of the WQE at `self.cursor` into `buf`.
+    fn build_request<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Result<Transmit, BuildError> {
+        let mtu = self.mtu();
+        let ty = self.cfg.qp_type;
+        let idx = self.cursor;
+        let next_psn = self.next_psn;
+        let wqe = self.sq.get(idx).ok_or(BuildError::Wqe(WcStatus::GeneralErr))?;
+        let (first_psn, last_psn) = if wqe.started {
+            (wqe.first_psn, wqe.last_psn)
+        } else {
+            let npkts = match ty {
+                QpType::Ud => 1,
+                _ => wqe.npkts(mtu),
+            };
+            (next_psn, next_psn.add(npkts - 1))
+        };
+        let pkt_index = next_psn.diff(first_psn);
+        if pkt_index < 0 || next_psn.is_after(last_psn) {
+            // The cursor and PSNs disagree: cannot happen by construction; fail safe.
+            return Err(BuildError::Wqe(WcStatus::GeneralErr));
+        }
+        let op = wqe.wr.opcode;
+        let len = u64::from(wqe.len);
+        let offset = pkt_index as u64 * u64::from(mtu);
+        let (first, last, plen) = if op.is_read_or_atomic() {
+            (true, true, 0usize)
+        } else {
+            let rest = len.saturating_sub(offset);
+            (offset == 0, rest <= u64::from(mtu), rest.min(u64::from(mtu)) as usize)
+        };
+        let opcode = request_opcode(ty, op, first, last);
+        let hl = header_len(opcode);
+        if buf.len() < hl + plen + 3 {
+            return Err(BuildError::Buffer);
+        }
+
+        // Payload straight from memory into the transmit buffer (one copy, like DMA).
+        if plen > 0 {
+            let dst = &mut buf[hl..hl + plen];
+            match &wqe.wr.local {
+                LocalData::Inline(bytes) => {
+                    let src = usize::try_from(offset)
+                        .ok()
+                        .and_then(|o| bytes.get(o..o + plen))
+                        .ok_or(BuildError::Wqe(WcStatus::LocLenErr))?;
+                    dst.copy_from_slice(src);
+                }
+                LocalData::Sges(sges) => {
+                    for_each_piece(sges.as_slice(), offset, plen, |sge, off, n, at| {
+                        let addr = sge.addr.checked_add(off).ok_or(crate::MemError::OutOfBounds)?;
+                        mem.read_local(sge.lkey, addr, &mut dst[at..at + n])
+                    })
+                    .map_err(|_| BuildError::Wqe(WcStatus::LocProtErr))?;
+                }
+            }
+        }
+
+        let dest_qpn = match wqe.wr.ud {
+            Some(ud) => ud.remote_qpn,
+            None => self.attr.dest_qp_num,
+        };
+        let mut bth = BthRepr::new(opcode, dest_qpn, next_psn);
+        bth.pkey = self.cfg.pkey;
+        let ack_req = ty == QpType::Rc
+            && (last || self.pkts_since_ackreq + 1 >= self.cfg.max_pkts_per_ack);
+        bth.ack_req = ack_req;
+        bth.solicited = last
+            && wqe.wr.flags.contains(SendFlags::SOLICITED)
+            && (op.is_send() || op == WrOpcode::RdmaWriteWithImm);
+        let mut hdr = RocePacketRepr::new(bth, &[]);
+        let w = &wqe.wr;
+        match op {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm if first => {
+                hdr.reth = Some(RethRepr { va: w.remote_addr, rkey: w.rkey, len: wqe.len });
+            }
+            WrOpcode::RdmaRead => {
+                // A retried READ asks only for what is still missing (wire-facts §5.2).
+                hdr.reth = Some(RethRepr {
+                    va: w.remote_addr.wrapping_add(offset),
+                    rkey: w.rkey,
+                    len: (len - offset.min(len)) as u32,
+                });
+            }
+            WrOpcode::AtomicCmpAndSwp => {
+                hdr.atomic_eth = Some(AtomicEthRepr {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    swap_add: w.swap,
+                    compare: w.compare_add,
+                });
+            }
+            WrOpcode::AtomicFetchAndAdd => {
+                hdr.atomic_eth = Some(AtomicEthRepr {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    swap_add: w.compare_add,
+                    compare: 0,
+                });
+            }
+            _ => {}
+        }
+        if last && op.has_imm() {
+            hdr.immdt = Some(ImmDt(w.imm_data));
+        }
+        if last && op == WrOpcode::SendWithInv {
+            hdr.ieth = Some(IethRepr { rkey: w.invalidate_rkey });
+        }
+        if let Some(ud) = w.ud {
+            // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
+            let qkey = if ud.remote_qkey.0 & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
+            hdr.deth = Some(DethRepr { qkey, src_qp: self.cfg.qpn });
+        }
+        let ah = w.ud.map(|u| u.ah);
+        let total = finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?;
+
+        // Commit: PSN assignment, cursor, counters, timer.
+        let is_read = op == WrOpcode::RdmaRead;
+        let Some(wqe) = self.sq.get_mut(idx) else {
+            return Err(BuildError::Wqe(WcStatus::GeneralErr));
+        };
+        if !wqe.started {
+            wqe.started = true;
+            wqe.first_psn = first_psn;
+            wqe.last_psn = last_psn;
+            wqe.ssn = self.next_ssn;
+            self.next_ssn = self.next_ssn.next();
+            if ty == QpType::Rc && op.is_read_or_atomic() {
+                self.rd_atomic_outstanding += 1;
+            }
+            if is_read || op.is_write() {
+                self.counters.rdma_sends += 1;
+            }
+        }
+        if next_psn.is_before(self.sent_high) {
+            self.counters.retransmissions += 1;
+        }
+        self.next_psn = if is_read { last_psn.next() } else { next_psn.next() };
+        if self.next_psn.is_after(self.sent_high) {
+            self.sent_high = self.next_psn;
+        }
+        self.pkts_since_ackreq = if ack_req { 0 } else { self.pkts_since_ackreq + 1 };
+        if last {
+            match ty {
+                QpType::Rc => self.cursor += 1,
+                // Unreliable: the WR is done once its last packet is on the wire.
+                QpType::Uc | QpType::Ud => {
+                    if let Some(done) = self.sq.pop_front() {
+                        self.complete_send(&done, WcStatus::Success);
+                    }
+                }
+            }
+        }
+        if ty == QpType::Rc && self.retrans_deadline.is_none() {
+            self.arm_retrans(now);
+        }
+        Ok(Transmit { len: total, ah, dest_qpn })
+    }
+
+    /// (Re)start the local ACK timer (4.096 µs × 2^timeout; 0 = none).
+    pub(crate) fn arm_retrans(&mut self, now: Time) {
+        self.retrans_deadline = local_ack_timeout_ns(self.attr.timeout).map(|t| now.add_nanos(t));
+    }
+
+    /// PSNs sent and not acknowledged.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.unacked.is_before(self.sent_high)
+    }
+
+    /// Real progress (a valid ACK or response advanced): reload both retry counters
+    /// (wire-facts §5.2) and restart the timer while anything is outstanding.
+    pub(crate) fn progress(&mut self, now: Time) {
+        self.retry_left = self.attr.retry_cnt;
+        self.rnr_left = self.attr.rnr_retry;
+        self.retried_since_progress = false;
+        if self.next_psn.is_before(self.unacked) {
+            self.next_psn = self.unacked;
+        }
+        if self.outstanding() && self.rnr_until.is_none() {
+            self.arm_retrans(now);
+        } else {
+            self.retrans_deadline = None;
+        }
+    }
+
+    /// Use one transport retry; `false` when the counter is exhausted.
+    pub(crate) fn consume_retry(&mut self) -> bool {
+        if self.attr.retry_cnt == 7 && self.cfg.retry_cnt_7_infinite {
+            return true;
+        }
+        if self.retry_left == 0 {
+            return false;
+        }
+        self.retry_left -= 1;
+        true
+    }
+
+    /// Go-back-N: resend from the oldest unacknowledged PSN. The first WQE resumes mid-message
+    /// (SEND/WRITE skip acknowledged packets; READ asks for the missing bytes); later WQEs are
+    /// resent whole, with the PSNs they had (wire-facts §5.2, rxe `req_retry`).
+    pub(crate) fn start_retry(&mut self, now: Time) {
+        self.cursor = 0;
+        self.next_psn = self.unacked;
+        self.pkts_since_ackreq = 0;
+        if self.outstanding() {
+            self.arm_retrans(now);
+        }
+    }
+
+    /// Retry after a NAK or an implied NAK. `false` if the retry counter was exhausted (the
+    /// QP is then in ERR).
+    pub(crate) fn nak_retry(&mut self, now: Time) -> bool {
+        self.retried_since_progress = true;
+        self.counters.completer_retry_err += 1;
+        if !self.consume_retry() {
+            self.counters.retry_exceeded_err += 1;
+            self.fail_front(WcStatus::RetryExcErr);
+            return false;
+        }
+        self.start_retry(now);
+        true
+    }
+
+    /// The requester's timers.
+    pub(crate) fn requester_timeout(&mut self, now: Time) {
+        if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
+            self.retrans_deadline = None;
+            self.rnr_until = None;
+            return;
+        }
+        if let Some(t) = self.rnr_until {
+            if now >= t {
+                // RNR wait over: resend from the NAK'd PSN (wire-facts §5.2).
+                self.rnr_until = None;
+                self.start_retry(now);
+            }
+            return;
+        }
+        let Some(deadline) = self.retrans_deadline else {
+            return;
+        };
+        if now < deadline {
+            return;
+        }
+        if !self.outstanding() {
+            self.retrans_deadline = None;
+            return;
+        }
+        self.counters.local_ack_timeouts += 1;
+        if !self.consume_retry() {
+            self.counters.retry_exceeded_err += 1;
+            self.fail_front(WcStatus::RetryExcErr);
+            return;
+        }
+        self.retried_since_progress = false;
+        self.start_retry(now);
+    }
+
+    /// The WQE at `idx` failed locally: earlier WQEs are flushed, it completes with `status`,
+    /// the QP goes to ERR (RC) or SQE (UC/UD).
+    pub(crate) fn fail_at(&mut self, idx: usize, status: crate::WcStatus) {
+        for _ in 0..idx {
+            if let Some(w) = self.sq.pop_front() {
+                self.complete_send(&w, WcStatus::WrFlushErr);
+            }
+        }
+        self.fail_front(status);
+    }
+}

@@ -1,0 +1,744 @@
+//! The responder (rxe_resp.c): PSN checks, opcode-sequence, access, length and R_Key checks,
+//! receive-WQE consumption (RNR NAK when none), placement of SEND/WRITE data, READ and ATOMIC
+//! execution with saved results for duplicates, ACK coalescing and NAK generation; plus the
+//! UC and UD variants (wire-facts §5.3, §5.4).
+
+use wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, OpKind, OpcodeInfo, Position, Psn,
+    RocePacketRepr, Syndrome,
+};
+
+use crate::mem::{for_each_piece, AtomicOp, MemError, Memory, RemoteAccess};
+use crate::packet::{finish_in_place, header_len, read_response_opcode};
+use crate::qp::{HeldRecv, InMsg, Qp, RecvQueue, Resource, Response, RxMeta, Transmit, MAX_MSG_LEN};
+use crate::state::{AccessFlags, QpState, QpType};
+use crate::time::Time;
+use crate::{WcFlags, WcOpcode, WcStatus};
+
+/// Marker syndrome for a plain ACK in the response queue; the credit count is filled in when
+/// the ACK is transmitted.
+const PLAIN_ACK: Syndrome = Syndrome::ACK_UNLIMITED;
+
+impl Qp {
+    pub(crate) fn responder_handle<M: Memory + ?Sized>(
+        &mut self,
+        _now: Time,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        meta: &RxMeta,
+        mem: &mut M,
+        srq: Option<&mut dyn RecvQueue>,
+    ) {
+        match self.cfg.qp_type {
+            QpType::Rc => self.rc_request(pkt, info, mem, srq),
+            QpType::Uc => self.uc_request(pkt, info, mem, srq),
+            QpType::Ud => self.ud_request(pkt, meta, mem, srq),
+        }
+    }
+
+    /// Bound on queued responses: READ streams and atomic ACKs are bounded by
+    /// `max_dest_rd_atomic` on a well-behaved peer; ACKs coalesce.
+    fn responses_cap(&self) -> usize {
+        2 * usize::from(self.attr.max_dest_rd_atomic) + 16
+    }
+
+    /// Take a receive WQE: the one held from an abandoned UC message, else the QP's RQ or the
+    /// SRQ.
+    fn take_rwqe(&mut self, srq: &mut Option<&mut dyn RecvQueue>) -> Option<HeldRecv> {
+        if let Some(h) = self.held.take() {
+            return Some(h);
+        }
+        if self.cfg.uses_srq {
+            let wr = srq.as_deref_mut()?.pop()?;
+            Some(HeldRecv { wr, from_srq: true })
+        } else {
+            let wr = self.rq.pop_front()?;
+            Some(HeldRecv { wr, from_srq: false })
+        }
+    }
+
+    /// Queue an ACK for `psn`, merged into a plain ACK still waiting at the tail (ACK
+    /// coalescing: one cumulative ACK covers them all).
+    fn push_ack(&mut self, psn: Psn) {
+        if let Some(Response::Ack { psn: q, syndrome }) = self.responses.back_mut() {
+            if *syndrome == PLAIN_ACK {
+                if psn.is_after(*q) {
+                    *q = psn;
+                }
+                return;
+            }
+        }
+        self.responses.push_back(Response::Ack { psn, syndrome: PLAIN_ACK });
+    }
+
+    /// A request was executed: advance ePSN, ACK if asked (otherwise the ACK is deferred and a
+    /// later cumulative ACK covers it).
+    fn finish_request(&mut self, p: Psn, ack_req: bool) {
+        self.epsn = p.next();
+        self.nak_sent = false;
+        if ack_req {
+            self.push_ack(p);
+        } else {
+            self.counters.ack_deferred += 1;
+        }
+    }
+
+    /// IBTA class C/J responder error: NAK the request, complete a held receive WQE with
+    /// `recv_status`, and move the QP to ERR. The NAK still goes out (`last_gasp`).
+    fn responder_fatal(&mut self, p: Psn, code: NakCode, recv_status: WcStatus) {
+        self.counters.send_nak += 1;
+        if let Some(h) = self.held.take() {
+            let c = self.recv_completion(h.wr.wr_id, recv_status, WcOpcode::Recv);
+            self.complete_recv(h, c);
+        }
+        self.enter_error(true);
+        self.last_gasp = Some(Response::Ack { psn: p, syndrome: Syndrome::nak(code) });
+    }
+
+    fn rnr(&mut self, p: Psn) {
+        // RNR NAK: nothing else changes; further packets of this burst are dropped until the
+        // requester comes back at ePSN (no sequence NAK on top).
+        self.counters.send_rnr_err += 1;
+        self.nak_sent = true;
+        self.responses
+            .push_back(Response::Ack { psn: p, syndrome: Syndrome::rnr_nak(self.attr.min_rnr_timer) });
+    }
+
+    fn rc_request<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        mem: &mut M,
+        mut srq: Option<&mut dyn RecvQueue>,
+    ) {
+        let p = pkt.bth.psn;
+        let d = p.diff(self.epsn);
+        if self.responses.len() >= self.responses_cap() {
+            // No room to answer: drop; the requester retries.
+            self.counters.dropped_pkts += 1;
+            return;
+        }
+        if d > 0 {
+            // Ahead of ePSN: one sequence NAK per gap (rxe `sent_psn_nak`).
+            self.counters.out_of_seq_request += 1;
+            if !self.nak_sent {
+                self.nak_sent = true;
+                self.counters.send_nak += 1;
+                self.responses.push_back(Response::Ack {
+                    psn: self.epsn,
+                    syndrome: Syndrome::nak(NakCode::PSN_SEQ_ERROR),
+                });
+            }
+            return;
+        }
+        if d < 0 {
+            self.counters.duplicate_request += 1;
+            self.rc_duplicate(pkt, info);
+            return;
+        }
+
+        // Opcode sequence (class C on violation).
+        let pos = info.position;
+        let seq_ok = match self.in_msg {
+            Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !pos.is_first(),
+            Some(InMsg::Write { .. }) => info.kind == OpKind::RdmaWrite && !pos.is_first(),
+            None => pos.is_first(),
+        };
+        if !seq_ok {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        }
+        // Access rights granted to the peer, and responder resources.
+        let need = match info.kind {
+            OpKind::RdmaWrite => Some(AccessFlags::REMOTE_WRITE),
+            OpKind::ReadRequest => Some(AccessFlags::REMOTE_READ),
+            OpKind::CompareSwap | OpKind::FetchAdd => Some(AccessFlags::REMOTE_ATOMIC),
+            _ => None,
+        };
+        if let Some(need) = need {
+            if !self.attr.qp_access_flags.contains(need) {
+                return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+            }
+        }
+        if matches!(info.kind, OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd)
+            && self.attr.max_dest_rd_atomic == 0
+        {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        }
+        // Payload length against the packet's position (wire-facts §1.6).
+        let mtu = self.mtu() as usize;
+        let plen = pkt.payload.len();
+        let len_ok = match pos {
+            Position::First | Position::Middle => plen == mtu,
+            Position::Last => (1..=mtu).contains(&plen),
+            Position::Only => plen <= mtu,
+            Position::NotApplicable => false,
+        };
+        if !len_ok {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        }
+        match info.kind {
+            OpKind::Send => self.rc_send(pkt, mem, &mut srq, false),
+            OpKind::RdmaWrite => self.rc_write(pkt, mem, &mut srq, false),
+            OpKind::ReadRequest => self.rc_read(pkt, mem),
+            OpKind::CompareSwap | OpKind::FetchAdd => self.rc_atomic(pkt, info, mem),
+            _ => self.counters.dropped_pkts += 1,
+        }
+    }
+
+    /// SEND FIRST/MIDDLE/LAST/ONLY, in sequence. `uc`: errors drop the message instead of
+    /// NAKing.
+    fn rc_send<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        mem: &mut M,
+        srq: &mut Option<&mut dyn RecvQueue>,
+        uc: bool,
+    ) {
+        let p = pkt.bth.psn;
+        let Some(info) = pkt.bth.opcode.info() else {
+            return;
+        };
+        if info.position.is_first() {
+            match self.take_rwqe(srq) {
+                Some(h) => self.held = Some(h),
+                None => {
+                    if uc {
+                        self.counters.rcv_no_wqe_drop += 1;
+                        self.uc_drop = true;
+                    } else {
+                        self.rnr(p);
+                    }
+                    return;
+                }
+            }
+            self.in_msg = Some(InMsg::Send { received: 0 });
+        }
+        let Some(InMsg::Send { received }) = self.in_msg else {
+            return;
+        };
+        let Some(held) = self.held.as_ref() else {
+            return;
+        };
+        let plen = pkt.payload.len();
+        let cap = held.wr.sges.total_len();
+        if u64::from(received) + plen as u64 > cap {
+            // Receive buffer too small: local length error at the responder (IBTA), NAK
+            // invalid request to the requester (rxe, wire-facts §5.3).
+            if uc {
+                return self.uc_abandon_with(WcStatus::LocLenErr);
+            }
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::LocLenErr);
+        }
+        let r = for_each_piece(held.wr.sges.as_slice(), u64::from(received), plen, |sge, o, n, at| {
+            let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
+            mem.write_local(sge.lkey, addr, &pkt.payload[at..at + n])
+        });
+        if r.is_err() {
+            if uc {
+                return self.uc_abandon_with(WcStatus::LocProtErr);
+            }
+            return self.responder_fatal(
+                p,
+                NakCode::REMOTE_OPERATIONAL_ERROR,
+                WcStatus::LocProtErr,
+            );
+        }
+        let received = received + plen as u32;
+        if info.position.is_last() {
+            let mut flags = WcFlags::default();
+            let mut inv = None;
+            if let Some(ieth) = pkt.ieth {
+                if mem.invalidate(ieth.rkey).is_err() {
+                    // Class J (wire-facts §5.3).
+                    return self.responder_fatal(
+                        p,
+                        NakCode::INVALID_REQUEST,
+                        WcStatus::RemInvReqErr,
+                    );
+                }
+                flags |= WcFlags::WITH_INV;
+                inv = Some(ieth.rkey);
+            }
+            let imm = pkt.immdt.map(|i| i.0);
+            if imm.is_some() {
+                flags |= WcFlags::WITH_IMM;
+            }
+            let Some(h) = self.held.take() else {
+                return;
+            };
+            let mut c = self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::Recv);
+            c.byte_len = received;
+            c.imm_data = imm;
+            c.invalidated_rkey = inv;
+            c.wc_flags = flags;
+            self.complete_recv(h, c);
+            self.in_msg = None;
+            self.msn = self.msn.next();
+        } else {
+            self.in_msg = Some(InMsg::Send { received });
+        }
+        if uc {
+            self.epsn = p.next();
+        } else {
+            self.finish_request(p, pkt.bth.ack_req);
+        }
+    }
+
+    /// RDMA WRITE FIRST/MIDDLE/LAST/ONLY (and WITH_IMMEDIATE), in sequence.
+    fn rc_write<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        mem: &mut M,
+        srq: &mut Option<&mut dyn RecvQueue>,
+        uc: bool,
+    ) {
+        let p = pkt.bth.psn;
+        let Some(info) = pkt.bth.opcode.info() else {
+            return;
+        };
+        let mtu = self.mtu();
+        let plen = pkt.payload.len() as u32;
+        let pos = info.position;
+        macro_rules! fail {
+            ($code:expr) => {{
+                if uc {
+                    return self.uc_abandon_with(WcStatus::Success);
+                }
+                return self.responder_fatal(p, $code, WcStatus::RemInvReqErr);
+            }};
+        }
+        if pos.is_first() {
+            let Some(reth) = pkt.reth else { fail!(NakCode::INVALID_REQUEST) };
+            if u64::from(reth.len) > MAX_MSG_LEN
+                || (pos == Position::Only && plen != reth.len)
+                || (pos == Position::First && reth.len <= mtu)
+            {
+                fail!(NakCode::INVALID_REQUEST);
+            }
+            // A zero-length WRITE needs no valid R_Key (wire-facts §5.3).
+            if reth.len > 0
+                && mem
+                    .check_remote(reth.rkey, reth.va, u64::from(reth.len), RemoteAccess::Write)
+                    .is_err()
+            {
+                fail!(NakCode::REMOTE_ACCESS_ERROR);
+            }
+            self.counters.rdma_recvs += 1;
+            self.in_msg = Some(InMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.len, received: 0 });
+        }
+        let Some(InMsg::Write { rkey, va, len, received }) = self.in_msg else {
+            return;
+        };
+        let after = u64::from(received) + u64::from(plen);
+        let last = pos.is_last();
+        if after > u64::from(len) || (last && after != u64::from(len)) || (!last && after >= u64::from(len)) {
+            fail!(NakCode::INVALID_REQUEST);
+        }
+        // WRITE WITH IMMEDIATE consumes a receive WQE at the ImmDt packet, before any byte of
+        // that packet is placed, so an RNR NAK changes nothing.
+        let imm = pkt.immdt.map(|i| i.0);
+        if last && imm.is_some() {
+            match self.take_rwqe(srq) {
+                Some(h) => self.held = Some(h),
+                None => {
+                    if uc {
+                        self.counters.rcv_no_wqe_drop += 1;
+                        return self.uc_abandon_with(WcStatus::Success);
+                    }
+                    return self.rnr(p);
+                }
+            }
+        }
+        if plen > 0 {
+            let ok = va
+                .checked_add(u64::from(received))
+                .map(|at| mem.write_remote(rkey, at, pkt.payload))
+                .is_some_and(|r| r.is_ok());
+            if !ok {
+                fail!(NakCode::REMOTE_ACCESS_ERROR);
+            }
+        }
+        if last {
+            self.in_msg = None;
+            self.msn = self.msn.next();
+            if let Some(h) = self.held.take() {
+                let mut c =
+                    self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm);
+                c.byte_len = len;
+                c.imm_data = imm;
+                c.wc_flags = WcFlags::WITH_IMM;
+                self.complete_recv(h, c);
+            }
+        } else {
+            self.in_msg = Some(InMsg::Write { rkey, va, len, received: after as u32 });
+        }
+        if uc {
+            self.epsn = p.next();
+        } else {
+            self.finish_request(p, pkt.bth.ack_req);
+        }
+    }
+
+    fn save_resource(&mut self, r: Resource) {
+        let cap = usize::from(self.attr.max_dest_rd_atomic);
+        while self.resources.len() >= cap && !self.resources.is_empty() {
+            // Recycle the oldest (rxe `rxe_prepare_res`).
+            self.resources.pop_front();
+        }
+        if cap > 0 {
+            self.resources.push_back(r);
+        }
+    }
+
+    fn rc_read<M: Memory + ?Sized>(&mut self, pkt: &RocePacketRepr<'_>, mem: &mut M) {
+        let p = pkt.bth.psn;
+        let Some(reth) = pkt.reth else {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        };
+        if u64::from(reth.len) > MAX_MSG_LEN {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        }
+        if reth.len > 0
+            && mem
+                .check_remote(reth.rkey, reth.va, u64::from(reth.len), RemoteAccess::Read)
+                .is_err()
+        {
+            return self.responder_fatal(p, NakCode::REMOTE_ACCESS_ERROR, WcStatus::RemInvReqErr);
+        }
+        let npkts = reth.len.div_ceil(self.mtu()).max(1);
+        let last_psn = p.add(npkts - 1);
+        self.save_resource(Resource::Read {
+            first_psn: p,
+            last_psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.len,
+        });
+        self.responses.push_back(Response::Read {
+            psn: p,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.len,
+            first: true,
+        });
+        self.counters.rdma_recvs += 1;
+        // READ responses acknowledge; ePSN skips the PSNs the responses use; MSN counts the
+        // READ when it is accepted (wire-facts §4.5, C9-148).
+        self.epsn = last_psn.next();
+        self.msn = self.msn.next();
+        self.nak_sent = false;
+    }
+
+    fn rc_atomic<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        mem: &mut M,
+    ) {
+        let p = pkt.bth.psn;
+        let Some(a) = pkt.atomic_eth else {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        };
+        if a.va % 8 != 0 {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        }
+        let op = if info.kind == OpKind::CompareSwap {
+            AtomicOp::CompareSwap { compare: a.compare, swap: a.swap_add }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = match mem.atomic_remote(a.rkey, a.va, op) {
+            Ok(v) => v,
+            Err(MemError::Misaligned) => {
+                return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr)
+            }
+            Err(_) => {
+                return self.responder_fatal(
+                    p,
+                    NakCode::REMOTE_ACCESS_ERROR,
+                    WcStatus::RemInvReqErr,
+                )
+            }
+        };
+        self.save_resource(Resource::Atomic { psn: p, orig });
+        self.responses.push_back(Response::Atomic { psn: p, orig });
+        self.epsn = p.next();
+        self.msn = self.msn.next();
+        self.nak_sent = false;
+    }
+
+    /// A request before ePSN (wire-facts §5.3): SEND/WRITE are re-ACKed and not re-executed;
+    /// READ is re-executed from the saved resource; ATOMIC is answered from the saved result.
+    fn rc_duplicate(&mut self, pkt: &RocePacketRepr<'_>, info: &'static OpcodeInfo) {
+        let p = pkt.bth.psn;
+        match info.kind {
+            OpKind::Send | OpKind::RdmaWrite => self.push_ack(self.epsn.sub(1)),
+            OpKind::ReadRequest => {
+                let Some(reth) = pkt.reth else { return };
+                let mtu = u64::from(self.mtu());
+                let found = self.resources.iter().rev().find_map(|r| match *r {
+                    Resource::Read { first_psn, last_psn, va, rkey, len }
+                        if !p.is_before(first_psn) && !p.is_after(last_psn) =>
+                    {
+                        Some((first_psn, va, rkey, len))
+                    }
+                    _ => None,
+                });
+                let Some((first_psn, va, rkey, len)) = found else {
+                    self.counters.dropped_pkts += 1;
+                    return;
+                };
+                // The retried request must ask for exactly the rest of the original range.
+                let off = p.diff(first_psn) as u64 * mtu;
+                let ok = rkey == reth.rkey
+                    && va.checked_add(off) == Some(reth.va)
+                    && u64::from(len).checked_sub(off) == Some(u64::from(reth.len));
+                if !ok {
+                    self.counters.dropped_pkts += 1;
+                    return;
+                }
+                self.responses.push_back(Response::Read {
+                    psn: p,
+                    va: reth.va,
+                    rkey,
+                    remaining: reth.len,
+                    first: true,
+                });
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let found = self.resources.iter().rev().find_map(|r| match *r {
+                    Resource::Atomic { psn, orig } if psn == p => Some(orig),
+                    _ => None,
+                });
+                match found {
+                    Some(orig) => self.responses.push_back(Response::Atomic { psn: p, orig }),
+                    None => self.counters.dropped_pkts += 1,
+                }
+            }
+            _ => self.counters.dropped_pkts += 1,
+        }
+    }
+
+    /// UC: drop the rest of the current message; a receive WQE already taken stays held for
+    /// the next message (it was never completed). `status` other than success completes it.
+    fn uc_abandon_with(&mut self, status: WcStatus) {
+        self.in_msg = None;
+        self.uc_drop = true;
+        if status != WcStatus::Success {
+            if let Some(h) = self.held.take() {
+                let c = self.recv_completion(h.wr.wr_id, status, WcOpcode::Recv);
+                self.complete_recv(h, c);
+            }
+        }
+    }
+
+    fn uc_request<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        mem: &mut M,
+        mut srq: Option<&mut dyn RecvQueue>,
+    ) {
+        let p = pkt.bth.psn;
+        let pos = info.position;
+        if p != self.epsn {
+            // Lost packets: the message in progress is gone; resync on FIRST/ONLY.
+            self.counters.out_of_seq_request += 1;
+            self.in_msg = None;
+            self.uc_drop = true;
+        }
+        if pos.is_first() {
+            // A new message (possibly after a lost LAST) starts afresh.
+            self.in_msg = None;
+            self.uc_drop = false;
+        }
+        let kind_ok = match self.in_msg {
+            Some(InMsg::Send { .. }) => info.kind == OpKind::Send,
+            Some(InMsg::Write { .. }) => info.kind == OpKind::RdmaWrite,
+            None => pos.is_first(),
+        };
+        if self.uc_drop || !kind_ok {
+            self.counters.dropped_pkts += 1;
+            self.epsn = p.next();
+            self.uc_drop = true;
+            self.in_msg = None;
+            return;
+        }
+        let mtu = self.mtu() as usize;
+        let plen = pkt.payload.len();
+        let len_ok = match pos {
+            Position::First | Position::Middle => plen == mtu,
+            Position::Last => (1..=mtu).contains(&plen),
+            Position::Only => plen <= mtu,
+            Position::NotApplicable => false,
+        };
+        if !len_ok || (info.kind == OpKind::RdmaWrite
+            && !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE))
+        {
+            self.epsn = p.next();
+            return self.uc_abandon_with(WcStatus::Success);
+        }
+        match info.kind {
+            OpKind::Send => self.rc_send(pkt, mem, &mut srq, true),
+            OpKind::RdmaWrite => self.rc_write(pkt, mem, &mut srq, true),
+            _ => self.counters.dropped_pkts += 1,
+        }
+        if self.uc_drop {
+            self.epsn = p.next();
+        }
+    }
+
+    fn ud_request<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        meta: &RxMeta,
+        mem: &mut M,
+        mut srq: Option<&mut dyn RecvQueue>,
+    ) {
+        let Some(deth) = pkt.deth else {
+            self.counters.dropped_pkts += 1;
+            return;
+        };
+        // Q_Key must match (wire-facts §5.3).
+        if deth.qkey != self.attr.qkey {
+            self.counters.qkey_violation += 1;
+            return;
+        }
+        if pkt.payload.len() > self.mtu() as usize {
+            self.counters.dropped_pkts += 1;
+            return;
+        }
+        let Some(h) = self.take_rwqe(&mut srq) else {
+            self.counters.rcv_no_wqe_drop += 1;
+            return;
+        };
+        let grh = meta.grh.area();
+        let need = grh.len() + pkt.payload.len();
+        let sges = h.wr.sges.as_slice();
+        let status = if (need as u64) > h.wr.sges.total_len() {
+            WcStatus::LocLenErr
+        } else {
+            let write = |bytes: &[u8], at_msg: u64, mem: &mut M| {
+                for_each_piece(sges, at_msg, bytes.len(), |sge, o, n, at| {
+                    let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
+                    mem.write_local(sge.lkey, addr, &bytes[at..at + n])
+                })
+            };
+            if write(&grh, 0, mem).is_err() || write(pkt.payload, grh.len() as u64, mem).is_err() {
+                WcStatus::LocProtErr
+            } else {
+                WcStatus::Success
+            }
+        };
+        let mut c = self.recv_completion(h.wr.wr_id, status, WcOpcode::Recv);
+        c.src_qp = deth.src_qp;
+        if status == WcStatus::Success {
+            c.byte_len = need as u32;
+            c.wc_flags = WcFlags::GRH;
+            if let Some(i) = pkt.immdt {
+                c.imm_data = Some(i.0);
+                c.wc_flags |= WcFlags::WITH_IMM;
+            }
+        }
+        self.complete_recv(h, c);
+    }
+
+    /// AETH credit code this responder advertises (wire-facts §4.2): its free receive WQEs, or
+    /// "unlimited" with an SRQ (the SRQ is shared, so per-QP credits mean nothing).
+    fn credit_code(&self) -> u8 {
+        if self.cfg.uses_srq {
+            wire::aeth::CREDIT_CODE_UNLIMITED
+        } else {
+            wire::aeth::credit_code_for(u32::try_from(self.rq.len()).unwrap_or(u32::MAX))
+        }
+    }
+
+    /// Next response packet.
+    pub(crate) fn responder_transmit<M: Memory + ?Sized>(
+        &mut self,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        if let Some(r) = self.last_gasp {
+            let t = self.emit_simple(r, buf);
+            if t.is_some() {
+                self.last_gasp = None;
+            }
+            return t;
+        }
+        if !matches!(
+            self.attr.qp_state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            return None;
+        }
+        let r = *self.responses.front()?;
+        let Response::Read { psn, va, rkey, remaining, first } = r else {
+            let t = self.emit_simple(r, buf)?;
+            self.responses.pop_front();
+            return Some(t);
+        };
+        let mtu = self.mtu();
+        let plen = remaining.min(mtu) as usize;
+        let last = remaining <= mtu;
+        let op = read_response_opcode(first, last);
+        let hl = header_len(op);
+        if buf.len() < hl + plen + 3 {
+            self.counters.send_err += 1;
+            return None;
+        }
+        if plen > 0 && mem.read_remote(rkey, va, &mut buf[hl..hl + plen]).is_err() {
+            // The MR went away between request and response: NAK remote access error.
+            self.counters.send_nak += 1;
+            self.enter_error(true);
+            let nak = Response::Ack { psn, syndrome: Syndrome::nak(NakCode::REMOTE_ACCESS_ERROR) };
+            return self.emit_simple(nak, buf);
+        }
+        let bth = self.response_bth(op, psn);
+        let mut hdr = RocePacketRepr::new(bth, &[]);
+        if op.info().is_some_and(|i| i.headers.has_aeth()) {
+            hdr.aeth = Some(AethRepr { syndrome: Syndrome::ack(self.credit_code()), msn: self.msn });
+        }
+        let len = finish_in_place(&hdr, plen, buf)?;
+        if last {
+            self.responses.pop_front();
+        } else if let Some(Response::Read { psn, va, remaining, first, .. }) =
+            self.responses.front_mut()
+        {
+            *psn = psn.next();
+            *va = va.wrapping_add(plen as u64);
+            *remaining -= plen as u32;
+            *first = false;
+        }
+        Some(Transmit { len, ah: None, dest_qpn: self.attr.dest_qp_num })
+    }
+
+    fn response_bth(&self, op: Opcode, psn: Psn) -> BthRepr {
+        let mut bth = BthRepr::new(op, self.attr.dest_qp_num, psn);
+        bth.pkey = self.cfg.pkey;
+        bth
+    }
+
+    /// ACK/NAK or ATOMIC ACKNOWLEDGE.
+    fn emit_simple(&mut self, r: Response, buf: &mut [u8]) -> Option<Transmit> {
+        let aeth_for = |syndrome: Syndrome, this: &Qp| {
+            let syndrome =
+                if syndrome == PLAIN_ACK { Syndrome::ack(this.credit_code()) } else { syndrome };
+            AethRepr { syndrome, msn: this.msn }
+        };
+        let hdr = match r {
+            Response::Ack { psn, syndrome } => RocePacketRepr {
+                aeth: Some(aeth_for(syndrome, self)),
+                ..RocePacketRepr::new(self.response_bth(Opcode::RC_ACKNOWLEDGE, psn), &[])
+            },
+            Response::Atomic { psn, orig } => RocePacketRepr {
+                aeth: Some(aeth_for(PLAIN_ACK, self)),
+                atomic_ack: Some(AtomicAckEthRepr { orig }),
+                ..RocePacketRepr::new(self.response_bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn), &[])
+            },
+            Response::Read { .. } => return None,
+        };
+        let len = finish_in_place(&hdr, 0, buf)?;
+        Some(Transmit { len, ah: None, dest_qpn: self.attr.dest_qp_num })
+    }
+}

@@ -1,0 +1,664 @@
+//! QP states, attribute masks and the legal-transition table.
+//!
+//! Implements the kernel's `qp_state_table` / `ib_modify_qp_is_ok` (wire-facts §6.2): a
+//! transition must be listed; every required attribute bit must be in the mask; no bit outside
+//! required ∪ optional ∪ STATE may be set; CUR_STATE is accepted only from RTR, RTS, SQD or SQE
+//! (it is in those rows' optional sets) and, when given, must name the QP's actual state.
+
+use core::fmt;
+
+use wire::{Psn, Qkey, Qpn};
+
+/// `ibv_qp_state` (wire-facts §6.1), same numbers as the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum QpState {
+    /// Freshly created or reset: no queues, no traffic.
+    #[default]
+    Reset = 0,
+    /// Receive WRs may be posted; packets are not yet accepted.
+    Init = 1,
+    /// Ready to receive: the responder is live.
+    Rtr = 2,
+    /// Ready to send: requester and responder live.
+    Rts = 3,
+    /// Send queue drain: no new send WRs start; outstanding ones finish.
+    Sqd = 4,
+    /// Send queue error (UC/UD only): sends flushed, receives still work.
+    Sqe = 5,
+    /// Error: everything flushed, packets dropped.
+    Err = 6,
+}
+
+impl QpState {
+    /// Decode an `ibv_qp_state` number.
+    pub fn from_u8(v: u8) -> Option<QpState> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Err,
+            _ => return None,
+        })
+    }
+
+    /// The name rdma-core's `ibv_qp_state` uses, without the prefix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Sqd => "SQD",
+            QpState::Sqe => "SQE",
+            QpState::Err => "ERR",
+        }
+    }
+}
+
+impl fmt::Display for QpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `ibv_qp_type` values for the transports this crate implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc = 2,
+    /// Unreliable connected.
+    Uc = 3,
+    /// Unreliable datagram.
+    Ud = 4,
+}
+
+impl QpType {
+    /// Decode an `ibv_qp_type` number (only RC, UC and UD are supported).
+    pub fn from_u8(v: u8) -> Option<QpType> {
+        match v {
+            2 => Some(QpType::Rc),
+            3 => Some(QpType::Uc),
+            4 => Some(QpType::Ud),
+            _ => None,
+        }
+    }
+}
+
+/// Path MTU (`ibv_mtu`): 1 = 256 … 5 = 4096 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    #[default]
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Decode the `ibv_mtu` enum value.
+    pub fn from_u8(v: u8) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// From a byte count (exactly 256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        Some(match bytes {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// Payload bytes per packet.
+    pub fn bytes(self) -> u32 {
+        128u32 << (self as u8)
+    }
+}
+
+/// `ibv_qp_attr_mask` bits (wire-facts §6.1).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AttrMask(pub u32);
+
+impl AttrMask {
+    /// The QP state field is valid.
+    pub const STATE: AttrMask = AttrMask(1 << 0);
+    /// `cur_qp_state` is valid.
+    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
+    /// `en_sqd_async_notify` is valid.
+    pub const EN_SQD_ASYNC_NOTIFY: AttrMask = AttrMask(1 << 2);
+    /// `qp_access_flags` is valid.
+    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
+    /// `pkey_index` is valid.
+    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
+    /// `port_num` is valid.
+    pub const PORT: AttrMask = AttrMask(1 << 5);
+    /// `qkey` is valid.
+    pub const QKEY: AttrMask = AttrMask(1 << 6);
+    /// The address vector is valid (stored by the caller, not the transport).
+    pub const AV: AttrMask = AttrMask(1 << 7);
+    /// `path_mtu` is valid.
+    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
+    /// `timeout` is valid.
+    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
+    /// `retry_cnt` is valid.
+    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
+    /// `rnr_retry` is valid.
+    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
+    /// `rq_psn` is valid.
+    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
+    /// `max_rd_atomic` is valid.
+    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
+    /// The alternate path is valid (stored by the caller).
+    pub const ALT_PATH: AttrMask = AttrMask(1 << 14);
+    /// `min_rnr_timer` is valid.
+    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
+    /// `sq_psn` is valid.
+    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
+    /// `max_dest_rd_atomic` is valid.
+    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
+    /// `path_mig_state` is valid.
+    pub const PATH_MIG_STATE: AttrMask = AttrMask(1 << 18);
+    /// The capabilities are valid (modify of caps is not supported; never legal here).
+    pub const CAP: AttrMask = AttrMask(1 << 19);
+    /// `dest_qp_num` is valid.
+    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
+    /// Rate limit (RAW_PACKET only; never legal here).
+    pub const RATE_LIMIT: AttrMask = AttrMask(1 << 25);
+
+    /// The empty mask.
+    pub const NONE: AttrMask = AttrMask(0);
+
+    /// Whether every bit of `other` is set in `self`.
+    pub const fn contains(self, other: AttrMask) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Bits of `self` not in `other`.
+    pub const fn minus(self, other: AttrMask) -> AttrMask {
+        AttrMask(self.0 & !other.0)
+    }
+
+    /// Whether no bit is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Union (usable in consts).
+    pub const fn union(self, other: AttrMask) -> AttrMask {
+        AttrMask(self.0 | other.0)
+    }
+}
+
+impl core::ops::BitOr for AttrMask {
+    type Output = AttrMask;
+    fn bitor(self, rhs: AttrMask) -> AttrMask {
+        AttrMask(self.0 | rhs.0)
+    }
+}
+
+impl core::ops::BitOrAssign for AttrMask {
+    fn bitor_assign(&mut self, rhs: AttrMask) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl fmt::Debug for AttrMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(u32, &str); 22] = [
+            (1 << 0, "STATE"),
+            (1 << 1, "CUR_STATE"),
+            (1 << 2, "EN_SQD_ASYNC_NOTIFY"),
+            (1 << 3, "ACCESS_FLAGS"),
+            (1 << 4, "PKEY_INDEX"),
+            (1 << 5, "PORT"),
+            (1 << 6, "QKEY"),
+            (1 << 7, "AV"),
+            (1 << 8, "PATH_MTU"),
+            (1 << 9, "TIMEOUT"),
+            (1 << 10, "RETRY_CNT"),
+            (1 << 11, "RNR_RETRY"),
+            (1 << 12, "RQ_PSN"),
+            (1 << 13, "MAX_QP_RD_ATOMIC"),
+            (1 << 14, "ALT_PATH"),
+            (1 << 15, "MIN_RNR_TIMER"),
+            (1 << 16, "SQ_PSN"),
+            (1 << 17, "MAX_DEST_RD_ATOMIC"),
+            (1 << 18, "PATH_MIG_STATE"),
+            (1 << 19, "CAP"),
+            (1 << 20, "DEST_QPN"),
+            (1 << 25, "RATE_LIMIT"),
+        ];
+        let mut first = true;
+        let mut rest = self.0;
+        for (bit, name) in NAMES {
+            if self.0 & bit != 0 {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(name)?;
+                first = false;
+                rest &= !bit;
+            }
+        }
+        if rest != 0 {
+            if !first {
+                f.write_str("|")?;
+            }
+            write!(f, "{rest:#x}")?;
+            first = false;
+        }
+        if first {
+            f.write_str("(none)")?;
+        }
+        Ok(())
+    }
+}
+
+/// `ibv_access_flags` bits the transport checks (wire-facts §7.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct AccessFlags(pub u32);
+
+impl AccessFlags {
+    /// Local write (receive buffers, READ destinations, atomic results).
+    pub const LOCAL_WRITE: AccessFlags = AccessFlags(1);
+    /// Incoming RDMA WRITE.
+    pub const REMOTE_WRITE: AccessFlags = AccessFlags(2);
+    /// Incoming RDMA READ.
+    pub const REMOTE_READ: AccessFlags = AccessFlags(4);
+    /// Incoming atomics.
+    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
+
+    /// Whether every bit of `other` is set.
+    pub const fn contains(self, other: AccessFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for AccessFlags {
+    type Output = AccessFlags;
+    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
+        AccessFlags(self.0 | rhs.0)
+    }
+}
+
+/// The QP attributes the transport interprets (`ibv_qp_attr` subset).
+///
+/// AV, alternate path, path migration state and port are accepted by the mask rules and
+/// validated for range, but their contents belong to the caller (the NIC keeps the address
+/// vector and maps `pkey_index` to a P_Key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Target state (with [`AttrMask::STATE`]).
+    pub qp_state: QpState,
+    /// Asserted current state (with [`AttrMask::CUR_STATE`]).
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Path migration state (`ibv_mig_state`: 0 MIGRATED, 1 REARM, 2 ARMED).
+    pub path_mig_state: u8,
+    /// UD Q_Key.
+    pub qkey: Qkey,
+    /// Responder's first expected PSN.
+    pub rq_psn: Psn,
+    /// Requester's first PSN.
+    pub sq_psn: Psn,
+    /// Connected peer QPN (RC/UC).
+    pub dest_qp_num: Qpn,
+    /// Remote access rights granted to the peer.
+    pub qp_access_flags: AccessFlags,
+    /// P_Key table index.
+    pub pkey_index: u16,
+    /// Raise `SqDrained` when SQD drains.
+    pub en_sqd_async_notify: bool,
+    /// Whether the send queue is still draining (query output only).
+    pub sq_draining: bool,
+    /// Initiator depth: outstanding READ/ATOMIC this QP may have (RC).
+    pub max_rd_atomic: u8,
+    /// Responder resources: READ/ATOMIC results kept for duplicates (RC).
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code this QP's responder sends.
+    pub min_rnr_timer: u8,
+    /// Port number (1).
+    pub port_num: u8,
+    /// Local ACK timeout exponent (0 = infinite).
+    pub timeout: u8,
+    /// Transport retry count (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retry count (0..=7; 7 = infinite).
+    pub rnr_retry: u8,
+}
+
+impl Default for QpAttr {
+    fn default() -> QpAttr {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: Mtu::Mtu1024,
+            path_mig_state: 0,
+            qkey: Qkey(0),
+            rq_psn: Psn::new(0),
+            sq_psn: Psn::new(0),
+            dest_qp_num: Qpn::new(0),
+            qp_access_flags: AccessFlags(0),
+            pkey_index: 0,
+            en_sqd_async_notify: false,
+            sq_draining: false,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            port_num: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
+}
+
+/// Why a modify was refused. The NIC maps every variant to EINVAL (as rxe and the kernel do),
+/// except [`ModifyError::Busy`], which the kernel reports as EBUSY/EINVAL depending on version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModifyError {
+    /// The (current, next) transition is not in the table.
+    IllegalTransition {
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// A required attribute bit is missing.
+    MissingAttr(AttrMask),
+    /// A bit outside required ∪ optional ∪ STATE was set.
+    UnexpectedAttr(AttrMask),
+    /// CUR_STATE names a state the QP is not in.
+    CurStateMismatch,
+    /// An attribute value is out of range.
+    InvalidValue(&'static str),
+    /// SQD is still draining: only SQD→ERR/RESET are accepted (rxe rule).
+    Busy,
+}
+
+impl fmt::Display for ModifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModifyError::IllegalTransition { from, to } => {
+                write!(f, "illegal QP transition {from} -> {to}")
+            }
+            ModifyError::MissingAttr(m) => write!(f, "missing required attribute(s) {m:?}"),
+            ModifyError::UnexpectedAttr(m) => write!(f, "attribute(s) not allowed here {m:?}"),
+            ModifyError::CurStateMismatch => f.write_str("cur_qp_state does not match"),
+            ModifyError::InvalidValue(what) => write!(f, "invalid attribute value: {what}"),
+            ModifyError::Busy => f.write_str("send queue still draining"),
+        }
+    }
+}
+
+impl std::error::Error for ModifyError {}
+
+/// Required and optional masks of one legal transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransitionMasks {
+    /// Bits that must be present.
+    pub required: AttrMask,
+    /// Bits that may be present.
+    pub optional: AttrMask,
+}
+
+const fn m(bits: &[AttrMask]) -> AttrMask {
+    let mut acc = 0u32;
+    let mut i = 0;
+    while i < bits.len() {
+        acc |= bits[i].0;
+        i += 1;
+    }
+    AttrMask(acc)
+}
+
+use AttrMask as A;
+
+/// The transition table (wire-facts §6.2, kernel `qp_state_table`). `None` = illegal.
+pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<TransitionMasks> {
+    use QpState::*;
+    use QpType::*;
+    let none = AttrMask::NONE;
+    let t = |required: AttrMask, optional: AttrMask| Some(TransitionMasks { required, optional });
+    match (from, to) {
+        (_, Reset) => t(none, none),
+        (Reset, Err) => None,
+        (_, Err) => t(none, none),
+        (Reset, Init) => match ty {
+            Rc | Uc => t(m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS]), none),
+            Ud => t(m(&[A::PKEY_INDEX, A::PORT, A::QKEY]), none),
+        },
+        (Init, Init) => match ty {
+            Rc | Uc => t(none, m(&[A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS])),
+            Ud => t(none, m(&[A::PKEY_INDEX, A::PORT, A::QKEY])),
+        },
+        (Init, Rtr) => match ty {
+            Rc => t(
+                m(&[
+                    A::AV,
+                    A::PATH_MTU,
+                    A::DEST_QPN,
+                    A::RQ_PSN,
+                    A::MAX_DEST_RD_ATOMIC,
+                    A::MIN_RNR_TIMER,
+                ]),
+                m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
+            ),
+            Uc => t(
+                m(&[A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
+                m(&[A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX]),
+            ),
+            Ud => t(none, m(&[A::PKEY_INDEX, A::QKEY])),
+        },
+        (Rtr, Rts) => match ty {
+            Rc => t(
+                m(&[A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::SQ_PSN, A::MAX_QP_RD_ATOMIC]),
+                m(&[
+                    A::CUR_STATE,
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::MIN_RNR_TIMER,
+                    A::PATH_MIG_STATE,
+                ]),
+            ),
+            Uc => t(
+                A::SQ_PSN,
+                m(&[A::CUR_STATE, A::ALT_PATH, A::ACCESS_FLAGS, A::PATH_MIG_STATE]),
+            ),
+            Ud => t(A::SQ_PSN, m(&[A::CUR_STATE, A::QKEY])),
+        },
+        (Rts, Rts) | (Sqd, Rts) => match ty {
+            Rc => t(
+                none,
+                m(&[
+                    A::CUR_STATE,
+                    A::ACCESS_FLAGS,
+                    A::ALT_PATH,
+                    A::PATH_MIG_STATE,
+                    A::MIN_RNR_TIMER,
+                ]),
+            ),
+            Uc => t(
+                none,
+                m(&[A::CUR_STATE, A::ACCESS_FLAGS, A::ALT_PATH, A::PATH_MIG_STATE]),
+            ),
+            Ud => t(none, m(&[A::CUR_STATE, A::QKEY])),
+        },
+        (Rts, Sqd) => t(none, A::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => match ty {
+            Rc => t(
+                none,
+                m(&[
+                    A::PORT,
+                    A::AV,
+                    A::TIMEOUT,
+                    A::RETRY_CNT,
+                    A::RNR_RETRY,
+                    A::MAX_QP_RD_ATOMIC,
+                    A::MAX_DEST_RD_ATOMIC,
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::PKEY_INDEX,
+                    A::MIN_RNR_TIMER,
+                    A::PATH_MIG_STATE,
+                ]),
+            ),
+            Uc => t(
+                none,
+                m(&[A::AV, A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX, A::PATH_MIG_STATE]),
+            ),
+            Ud => t(none, m(&[A::PKEY_INDEX, A::QKEY])),
+        },
+        (Sqe, Rts) => match ty {
+            Rc => t(none, none),
+            Uc => t(none, m(&[A::CUR_STATE, A::ACCESS_FLAGS])),
+            Ud => t(none, m(&[A::CUR_STATE, A::QKEY])),
+        },
+        _ => None,
+    }
+}
+
+/// `ib_modify_qp_is_ok`: check the mask for a modify from `cur` (the QP's actual state).
+/// Returns the target state on success. Value ranges are checked separately.
+pub fn check_modify(
+    cur: QpState,
+    ty: QpType,
+    attr: &QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, ModifyError> {
+    if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+        return Err(ModifyError::CurStateMismatch);
+    }
+    let next = if mask.contains(AttrMask::STATE) { attr.qp_state } else { cur };
+    let masks = transition_masks(cur, next, ty)
+        .ok_or(ModifyError::IllegalTransition { from: cur, to: next })?;
+    let missing = masks.required.minus(mask);
+    if !missing.is_empty() {
+        return Err(ModifyError::MissingAttr(missing));
+    }
+    let extra = mask.minus(masks.required).minus(masks.optional).minus(AttrMask::STATE);
+    if !extra.is_empty() {
+        return Err(ModifyError::UnexpectedAttr(extra));
+    }
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL_STATES: [QpState; 7] = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Sqe,
+        QpState::Err,
+    ];
+
+    #[test]
+    fn listed_illegal_transitions() {
+        for ty in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            assert!(transition_masks(QpState::Reset, QpState::Err, ty).is_none());
+            assert!(transition_masks(QpState::Reset, QpState::Rtr, ty).is_none());
+            assert!(transition_masks(QpState::Init, QpState::Rts, ty).is_none());
+            for to in ALL_STATES {
+                let ok = transition_masks(QpState::Err, to, ty).is_some();
+                assert_eq!(ok, matches!(to, QpState::Reset | QpState::Err), "ERR->{to}");
+            }
+            for from in ALL_STATES {
+                assert!(transition_masks(from, QpState::Reset, ty).is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn rc_rtr_requires_its_six_bits() {
+        let attr = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
+        let req = AttrMask::STATE
+            | AttrMask::AV
+            | AttrMask::PATH_MTU
+            | AttrMask::DEST_QPN
+            | AttrMask::RQ_PSN
+            | AttrMask::MAX_DEST_RD_ATOMIC
+            | AttrMask::MIN_RNR_TIMER;
+        assert_eq!(check_modify(QpState::Init, QpType::Rc, &attr, req), Ok(QpState::Rtr));
+        let short = AttrMask(req.0 & !AttrMask::MIN_RNR_TIMER.0);
+        assert_eq!(
+            check_modify(QpState::Init, QpType::Rc, &attr, short),
+            Err(ModifyError::MissingAttr(AttrMask::MIN_RNR_TIMER))
+        );
+        // UC does not take MAX_DEST_RD_ATOMIC.
+        assert_eq!(
+            check_modify(QpState::Init, QpType::Uc, &attr, req),
+            Err(ModifyError::UnexpectedAttr(AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER))
+        );
+    }
+
+    #[test]
+    fn cur_state_only_from_rtr_rts_sqd_sqe() {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            cur_qp_state: QpState::Init,
+            ..QpAttr::default()
+        };
+        let mask = AttrMask::STATE | AttrMask::CUR_STATE;
+        assert!(matches!(
+            check_modify(QpState::Init, QpType::Rc, &attr, mask),
+            Err(ModifyError::UnexpectedAttr(_))
+        ));
+        let attr = QpAttr { qp_state: QpState::Rts, cur_qp_state: QpState::Rts, ..attr };
+        assert_eq!(check_modify(QpState::Rts, QpType::Rc, &attr, mask), Ok(QpState::Rts));
+        let wrong = QpAttr { cur_qp_state: QpState::Sqd, ..attr };
+        assert_eq!(
+            check_modify(QpState::Rts, QpType::Rc, &wrong, mask),
+            Err(ModifyError::CurStateMismatch)
+        );
+    }
+
+    #[test]
+    fn no_state_bit_means_same_state() {
+        let attr = QpAttr::default();
+        // RTS->RTS with MIN_RNR_TIMER is fine for RC, not for UC.
+        assert_eq!(
+            check_modify(QpState::Rts, QpType::Rc, &attr, AttrMask::MIN_RNR_TIMER),
+            Ok(QpState::Rts)
+        );
+        assert!(check_modify(QpState::Rts, QpType::Uc, &attr, AttrMask::MIN_RNR_TIMER).is_err());
+        // RTR->RTR is not in the table.
+        assert!(check_modify(QpState::Rtr, QpType::Rc, &attr, AttrMask::NONE).is_err());
+    }
+
+    #[test]
+    fn mtu_bytes() {
+        assert_eq!(Mtu::Mtu256.bytes(), 256);
+        assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+        assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
+        assert_eq!(Mtu::from_bytes(1500), None);
+        assert_eq!(format!("{:?}", AttrMask::STATE | AttrMask(1 << 30)), "STATE|0x40000000");
+    }
+}

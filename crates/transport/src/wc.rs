@@ -1,0 +1,248 @@
+//! Work completions (wire-facts §7).
+
+use core::fmt;
+
+use wire::{Qpn, Rkey};
+
+/// `ibv_wc_status`, same numbers as the kernel's `ib_wc_status` (wire-facts §7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u32)]
+pub enum WcStatus {
+    /// The WR completed.
+    Success = 0,
+    /// Local length error (receive buffer too small).
+    LocLenErr = 1,
+    /// Local QP operation error (malformed WQE, opcode not allowed on this QP type).
+    LocQpOpErr = 2,
+    /// RD only.
+    LocEecOpErr = 3,
+    /// Local protection error: an SGE failed the MR check.
+    LocProtErr = 4,
+    /// Flushed because the QP is in ERR (or SQE for the send queue).
+    WrFlushErr = 5,
+    /// Memory window bind failed.
+    MwBindErr = 6,
+    /// Unexpected response opcode or length from the responder.
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// NAK invalid request received.
+    RemInvReqErr = 9,
+    /// NAK remote access error received.
+    RemAccessErr = 10,
+    /// NAK remote operational error received.
+    RemOpErr = 11,
+    /// Transport retry counter exceeded (ACK timeouts / sequence-error NAKs).
+    RetryExcErr = 12,
+    /// RNR retry counter exceeded.
+    RnrRetryExcErr = 13,
+    /// RD only.
+    LocRddViolErr = 14,
+    /// NAK invalid RD request received.
+    RemInvRdReqErr = 15,
+    /// Remote aborted.
+    RemAbortErr = 16,
+    /// RD only.
+    InvEecnErr = 17,
+    /// RD only.
+    InvEecStateErr = 18,
+    /// Fatal.
+    FatalErr = 19,
+    /// Response timeout.
+    RespTimeoutErr = 20,
+    /// Other.
+    GeneralErr = 21,
+    /// Tag matching.
+    TmErr = 22,
+    /// Tag matching rendezvous.
+    TmRndvIncomplete = 23,
+}
+
+impl WcStatus {
+    /// Every status, in numeric order.
+    pub const ALL: [WcStatus; 24] = [
+        WcStatus::Success,
+        WcStatus::LocLenErr,
+        WcStatus::LocQpOpErr,
+        WcStatus::LocEecOpErr,
+        WcStatus::LocProtErr,
+        WcStatus::WrFlushErr,
+        WcStatus::MwBindErr,
+        WcStatus::BadRespErr,
+        WcStatus::LocAccessErr,
+        WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
+        WcStatus::RemOpErr,
+        WcStatus::RetryExcErr,
+        WcStatus::RnrRetryExcErr,
+        WcStatus::LocRddViolErr,
+        WcStatus::RemInvRdReqErr,
+        WcStatus::RemAbortErr,
+        WcStatus::InvEecnErr,
+        WcStatus::InvEecStateErr,
+        WcStatus::FatalErr,
+        WcStatus::RespTimeoutErr,
+        WcStatus::GeneralErr,
+        WcStatus::TmErr,
+        WcStatus::TmRndvIncomplete,
+    ];
+
+    /// The text rdma-core's `ibv_wc_status_str` returns for this status
+    /// (libibverbs `enum_strs.c`), e.g. "transport retry counter exceeded".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::GeneralErr => "general error",
+            WcStatus::TmErr => "TM error",
+            WcStatus::TmRndvIncomplete => "TM software rendezvous",
+        }
+    }
+
+    /// Decode the numeric value.
+    pub fn from_u32(v: u32) -> Option<WcStatus> {
+        WcStatus::ALL.get(usize::try_from(v).ok()?).copied()
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `ibv_wc_opcode` (wire-facts §7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcOpcode {
+    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
+    Send = 0,
+    /// RDMA_WRITE, RDMA_WRITE_WITH_IMM.
+    RdmaWrite = 1,
+    /// RDMA_READ.
+    RdmaRead = 2,
+    /// ATOMIC_CMP_AND_SWP.
+    CompSwap = 3,
+    /// ATOMIC_FETCH_AND_ADD.
+    FetchAdd = 4,
+    /// Receive of a SEND.
+    Recv = 128,
+    /// Receive of an RDMA WRITE WITH IMMEDIATE.
+    RecvRdmaWithImm = 129,
+}
+
+impl WcOpcode {
+    /// Whether this completion belongs on the receive CQ.
+    pub fn is_recv(self) -> bool {
+        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    }
+}
+
+/// `wc_flags` in the libibverbs numbering (wire-facts §7.4: user and kernel differ for bits
+/// 2/3; this crate uses the libibverbs values and the ABI layer converts if it must).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    /// The first 40 bytes of the receive buffer hold a GRH area (UD).
+    pub const GRH: WcFlags = WcFlags(1 << 0);
+    /// `imm_data` is valid.
+    pub const WITH_IMM: WcFlags = WcFlags(1 << 1);
+    /// `invalidated_rkey` is valid (libibverbs `IBV_WC_WITH_INV` = 1<<3).
+    pub const WITH_INV: WcFlags = WcFlags(1 << 3);
+
+    /// Whether every bit of `other` is set.
+    pub const fn contains(self, other: WcFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for WcFlags {
+    type Output = WcFlags;
+    fn bitor(self, rhs: WcFlags) -> WcFlags {
+        WcFlags(self.0 | rhs.0)
+    }
+}
+
+impl core::ops::BitOrAssign for WcFlags {
+    fn bitor_assign(&mut self, rhs: WcFlags) {
+        self.0 |= rhs.0;
+    }
+}
+
+/// One work completion. For error statuses only `wr_id`, `status`, `opcode` (best effort),
+/// `qp_num` and `vendor_err` are meaningful (wire-facts §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The WR's caller-chosen id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// Operation.
+    pub opcode: WcOpcode,
+    /// Implementation-specific detail (0 here).
+    pub vendor_err: u32,
+    /// Bytes transferred (receive: bytes placed, including the 40-byte GRH area for UD).
+    pub byte_len: u32,
+    /// Immediate data as carried on the wire (the ImmDt field read as a big-endian u32).
+    pub imm_data: Option<u32>,
+    /// The R_Key invalidated by a SEND_WITH_INVALIDATE.
+    pub invalidated_rkey: Option<Rkey>,
+    /// The local QP.
+    pub qp_num: Qpn,
+    /// The sender's QP (UD receives; connected QPs report the peer).
+    pub src_qp: Qpn,
+    /// GRH / WITH_IMM / WITH_INV.
+    pub wc_flags: WcFlags,
+}
+
+impl Completion {
+    /// Whether this completion goes to the receive CQ.
+    pub fn is_recv(&self) -> bool {
+        self.opcode.is_recv()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_numbers_and_strings() {
+        for (i, s) in WcStatus::ALL.iter().enumerate() {
+            assert_eq!(*s as u32, i as u32);
+            assert_eq!(WcStatus::from_u32(i as u32), Some(*s));
+        }
+        assert_eq!(WcStatus::from_u32(24), None);
+        assert_eq!(WcStatus::RetryExcErr.as_str(), "transport retry counter exceeded");
+        assert_eq!(WcStatus::WrFlushErr.to_string(), "Work Request Flushed Error");
+        assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
+    }
+
+    #[test]
+    fn opcode_values() {
+        assert_eq!(WcOpcode::Recv as u32, 128);
+        assert_eq!(WcOpcode::RecvRdmaWithImm as u32, 129);
+        assert!(WcOpcode::Recv.is_recv());
+        assert!(!WcOpcode::FetchAdd.is_recv());
+    }
+}

@@ -1,0 +1,383 @@
+//! Work requests as the transport keeps them (wire-facts §7.3, §8.5).
+
+use core::fmt;
+
+use wire::{Lkey, Qkey, Qpn, Rkey};
+
+/// `ibv_wr_opcode` values of the operations this transport implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WrOpcode {
+    /// RDMA WRITE.
+    RdmaWrite = 0,
+    /// RDMA WRITE WITH IMMEDIATE.
+    RdmaWriteWithImm = 1,
+    /// SEND.
+    Send = 2,
+    /// SEND WITH IMMEDIATE.
+    SendWithImm = 3,
+    /// RDMA READ.
+    RdmaRead = 4,
+    /// Atomic compare and swap.
+    AtomicCmpAndSwp = 5,
+    /// Atomic fetch and add.
+    AtomicFetchAndAdd = 6,
+    /// SEND WITH INVALIDATE (RC).
+    SendWithInv = 9,
+}
+
+impl WrOpcode {
+    /// Decode an `ibv_wr_opcode` number this transport supports.
+    pub fn from_u32(v: u32) -> Option<WrOpcode> {
+        Some(match v {
+            0 => WrOpcode::RdmaWrite,
+            1 => WrOpcode::RdmaWriteWithImm,
+            2 => WrOpcode::Send,
+            3 => WrOpcode::SendWithImm,
+            4 => WrOpcode::RdmaRead,
+            5 => WrOpcode::AtomicCmpAndSwp,
+            6 => WrOpcode::AtomicFetchAndAdd,
+            9 => WrOpcode::SendWithInv,
+            _ => return None,
+        })
+    }
+
+    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
+    pub fn is_send(self) -> bool {
+        matches!(self, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv)
+    }
+
+    /// RDMA WRITE (with or without immediate).
+    pub fn is_write(self) -> bool {
+        matches!(self, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm)
+    }
+
+    /// Compare-and-swap or fetch-and-add.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+
+    /// READ or atomic: counts against `max_rd_atomic` and expects a data-bearing response.
+    pub fn is_read_or_atomic(self) -> bool {
+        self == WrOpcode::RdmaRead || self.is_atomic()
+    }
+
+    /// Carries immediate data.
+    pub fn has_imm(self) -> bool {
+        matches!(self, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
+    }
+
+    /// Consumes a receive WQE at the responder.
+    pub fn consumes_rwqe(self) -> bool {
+        self.is_send() || self == WrOpcode::RdmaWriteWithImm
+    }
+
+    /// The completion opcode of a send-queue WR (wire-facts §7.2).
+    pub fn wc_opcode(self) -> crate::WcOpcode {
+        use crate::WcOpcode;
+        match self {
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// `ibv_send_flags`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// Wait for prior WRs before starting (rxe: all prior WRs complete).
+    pub const FENCE: SendFlags = SendFlags(1);
+    /// Generate a completion on success.
+    pub const SIGNALED: SendFlags = SendFlags(2);
+    /// Set the SE bit on the last packet.
+    pub const SOLICITED: SendFlags = SendFlags(4);
+    /// The payload is carried in the WR.
+    pub const INLINE: SendFlags = SendFlags(8);
+
+    /// Whether every bit of `other` is set.
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+/// A scatter/gather element: `length` bytes at `addr` under `lkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Virtual address.
+    pub addr: u64,
+    /// Byte count.
+    pub length: u32,
+    /// Local key of the MR containing the range.
+    pub lkey: Lkey,
+}
+
+/// SGEs kept inline up to this many (no heap allocation for the common case).
+const SGE_INLINE: usize = 2;
+
+/// A list of SGEs. The first [`SGE_INLINE`] live inside the struct; longer lists spill to
+/// the heap once, when the WR is posted.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SgeList {
+    inline: [Sge; SGE_INLINE],
+    inline_len: u8,
+    spill: Vec<Sge>,
+}
+
+const NO_SGE: Sge = Sge { addr: 0, length: 0, lkey: Lkey(0) };
+
+impl SgeList {
+    /// No SGEs.
+    pub const fn new() -> SgeList {
+        SgeList { inline: [NO_SGE; SGE_INLINE], inline_len: 0, spill: Vec::new() }
+    }
+
+    /// One SGE.
+    pub fn single(sge: Sge) -> SgeList {
+        let mut l = SgeList::new();
+        l.push(sge);
+        l
+    }
+
+    /// Build from a slice.
+    pub fn from_slice(sges: &[Sge]) -> SgeList {
+        if sges.len() <= SGE_INLINE {
+            let mut l = SgeList::new();
+            for s in sges {
+                l.push(*s);
+            }
+            l
+        } else {
+            SgeList { inline: [NO_SGE; SGE_INLINE], inline_len: 0, spill: sges.to_vec() }
+        }
+    }
+
+    /// Append.
+    pub fn push(&mut self, sge: Sge) {
+        if self.spill.is_empty() && usize::from(self.inline_len) < SGE_INLINE {
+            self.inline[usize::from(self.inline_len)] = sge;
+            self.inline_len += 1;
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.inline[..usize::from(self.inline_len)]);
+                self.inline_len = 0;
+            }
+            self.spill.push(sge);
+        }
+    }
+
+    /// The SGEs.
+    pub fn as_slice(&self) -> &[Sge] {
+        if self.spill.is_empty() {
+            &self.inline[..usize::from(self.inline_len)]
+        } else {
+            &self.spill
+        }
+    }
+
+    /// Number of SGEs.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sum of lengths (u64: cannot overflow for ≤ 2^32 SGEs).
+    pub fn total_len(&self) -> u64 {
+        self.as_slice().iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+impl Default for SgeList {
+    fn default() -> SgeList {
+        SgeList::new()
+    }
+}
+
+impl fmt::Debug for SgeList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+/// Where a send WR's payload comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalData {
+    /// Gathered from registered memory.
+    Sges(SgeList),
+    /// Carried in the WR itself (`IBV_SEND_INLINE`): no MR check, no DMA read.
+    Inline(Vec<u8>),
+}
+
+impl LocalData {
+    /// Message length.
+    pub fn len(&self) -> u64 {
+        match self {
+            LocalData::Sges(l) => l.total_len(),
+            LocalData::Inline(v) => v.len() as u64,
+        }
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for LocalData {
+    fn default() -> LocalData {
+        LocalData::Sges(SgeList::new())
+    }
+}
+
+/// UD destination carried by a send WR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// The caller's address-handle id; returned in [`crate::Transmit::ah`] so the caller
+    /// knows where to send.
+    pub ah: u32,
+    /// Destination QPN.
+    pub remote_qpn: Qpn,
+    /// Q_Key; if its most significant bit is set the QP's own Q_Key is used (IBA 10.2.5).
+    pub remote_qkey: Qkey,
+}
+
+/// A send work request (`ibv_send_wr`, flattened).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// `ibv_send_flags`.
+    pub flags: SendFlags,
+    /// Payload source: SGEs (also the READ / atomic-result destination) or inline bytes.
+    pub local: LocalData,
+    /// Immediate data (for `*_WITH_IMM`), as the big-endian wire value.
+    pub imm_data: u32,
+    /// R_Key to invalidate at the responder (SEND_WITH_INV).
+    pub invalidate_rkey: Rkey,
+    /// Remote virtual address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: Rkey,
+    /// Atomic compare value (CAS) or addend (FAA).
+    pub compare_add: u64,
+    /// Atomic swap value (CAS).
+    pub swap: u64,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+}
+
+impl SendWr {
+    /// A WR with every optional field empty; fill in what the opcode needs.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            flags: SendFlags::SIGNALED,
+            local: LocalData::default(),
+            imm_data: 0,
+            invalidate_rkey: Rkey(0),
+            remote_addr: 0,
+            rkey: Rkey(0),
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where incoming SEND payload is scattered.
+    pub sges: SgeList,
+}
+
+/// Why a post was refused. The NIC maps these to errno: [`PostError::QueueFull`] → ENOMEM,
+/// everything else → EINVAL (rxe conventions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// The QP state does not accept this post (RESET; INIT/RTR for sends).
+    InvalidState,
+    /// The queue is at its limit.
+    QueueFull,
+    /// Opcode not valid for this QP type.
+    BadOpcode,
+    /// More SGEs than the QP was created with.
+    TooManySge,
+    /// Inline data longer than `max_inline_data`.
+    InlineTooLong,
+    /// Message longer than 2^31 (RC/UC) or the path MTU (UD), or an atomic whose local
+    /// buffer is not 8 bytes.
+    BadLength,
+    /// UD send without a destination, or a connected send with one.
+    BadDestination,
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PostError::InvalidState => "QP state does not accept this post",
+            PostError::QueueFull => "queue full",
+            PostError::BadOpcode => "opcode not valid for this QP type",
+            PostError::TooManySge => "too many SGEs",
+            PostError::InlineTooLong => "inline data too long",
+            PostError::BadLength => "bad message length",
+            PostError::BadDestination => "bad or missing destination",
+        })
+    }
+}
+
+impl std::error::Error for PostError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sge(i: u32) -> Sge {
+        Sge { addr: u64::from(i) * 100, length: i, lkey: Lkey(i) }
+    }
+
+    #[test]
+    fn sge_list_inline_and_spill() {
+        let mut l = SgeList::new();
+        assert!(l.is_empty());
+        l.push(sge(1));
+        l.push(sge(2));
+        assert_eq!(l.as_slice(), &[sge(1), sge(2)]);
+        l.push(sge(3));
+        l.push(sge(4));
+        assert_eq!(l.as_slice(), &[sge(1), sge(2), sge(3), sge(4)]);
+        assert_eq!(l.total_len(), 10);
+        let v: Vec<Sge> = (1..=5).map(sge).collect();
+        assert_eq!(SgeList::from_slice(&v).as_slice(), &v[..]);
+        assert_eq!(SgeList::from_slice(&v[..1]).as_slice(), &v[..1]);
+    }
+
+    #[test]
+    fn opcode_classes() {
+        assert!(WrOpcode::RdmaWriteWithImm.consumes_rwqe());
+        assert!(!WrOpcode::RdmaWrite.consumes_rwqe());
+        assert!(WrOpcode::AtomicFetchAndAdd.is_read_or_atomic());
+        assert_eq!(WrOpcode::from_u32(9), Some(WrOpcode::SendWithInv));
+        assert_eq!(WrOpcode::from_u32(7), None);
+    }
+}
