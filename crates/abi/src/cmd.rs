@@ -63,7 +63,9 @@ pub const MAX_REPLY_BYTES: usize = ReplyHdr::SIZE + 2 * 0xffff * 8;
 
 /// The first 8 bytes of every command (`struct ib_uverbs_cmd_hdr`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct CmdHdr {
     /// Command number | flags.
     pub command: u32,
@@ -80,7 +82,9 @@ impl CmdHdr {
 
 /// The extended-form second header (`struct ib_uverbs_ex_cmd_hdr`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct ExCmdHdr {
     /// User pointer in the kernel ABI; carried but ignored here (see module docs).
     pub response: u64,
@@ -100,7 +104,9 @@ impl ExCmdHdr {
 /// The header of every reply message (ours; the kernel answers through `write()`'s return
 /// value and the user's response buffer instead).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct ReplyHdr {
     /// The request's command word, echoed (lets `uroce trace` pair replies with requests).
     pub command: u32,
@@ -298,9 +304,18 @@ impl<'a> Frame<'a> {
         if hdr.command & CMD_FLAG_EXTENDED == 0 {
             let declared = usize::from(hdr.in_words) * 4;
             if declared != bytes.len() {
-                return Err(AbiError::LengthMismatch { declared, actual: bytes.len() });
+                return Err(AbiError::LengthMismatch {
+                    declared,
+                    actual: bytes.len(),
+                });
             }
-            return Ok(Frame { hdr, command, ex: None, core: rest, driver: &[] });
+            return Ok(Frame {
+                hdr,
+                command,
+                ex: None,
+                core: rest,
+                driver: &[],
+            });
         }
         let (ex, rest) = ExCmdHdr::read_from_prefix(rest).map_err(|_| AbiError::Truncated {
             what: "ib_uverbs_ex_cmd_hdr",
@@ -322,7 +337,13 @@ impl<'a> Frame<'a> {
             });
         }
         let (core, driver) = rest.split_at(core_len);
-        Ok(Frame { hdr, command, ex: Some(ex), core, driver })
+        Ok(Frame {
+            hdr,
+            command,
+            ex: Some(ex),
+            core,
+            driver,
+        })
     }
 
     /// Whether the extended flag was set.
@@ -352,12 +373,25 @@ pub fn encode_legacy(
 ) -> Result<()> {
     let total = CmdHdr::SIZE + core.len() + driver.len();
     if total % 4 != 0 {
-        return Err(AbiError::Misaligned { what: "legacy request length", value: total as u64, align: 4 });
+        return Err(AbiError::Misaligned {
+            what: "legacy request length",
+            value: total as u64,
+            align: 4,
+        });
     }
-    let in_words = u16::try_from(total / 4).map_err(|_| AbiError::TooLarge { what: "request", len: total })?;
-    let out_words = u16::try_from(resp_capacity.div_ceil(4))
-        .map_err(|_| AbiError::TooLarge { what: "response capacity", len: resp_capacity })?;
-    let hdr = CmdHdr { command: command.word(), in_words, out_words };
+    let in_words = u16::try_from(total / 4).map_err(|_| AbiError::TooLarge {
+        what: "request",
+        len: total,
+    })?;
+    let out_words = u16::try_from(resp_capacity.div_ceil(4)).map_err(|_| AbiError::TooLarge {
+        what: "response capacity",
+        len: resp_capacity,
+    })?;
+    let hdr = CmdHdr {
+        command: command.word(),
+        in_words,
+        out_words,
+    };
     out.clear();
     out.reserve(total);
     out.extend_from_slice(hdr.as_bytes());
@@ -378,7 +412,11 @@ pub fn encode_extended(
 ) -> Result<()> {
     let words8 = |what: &'static str, len: usize, exact: bool| -> Result<u16> {
         if exact && len % 8 != 0 {
-            return Err(AbiError::Misaligned { what, value: len as u64, align: 8 });
+            return Err(AbiError::Misaligned {
+                what,
+                value: len as u64,
+                align: 8,
+            });
         }
         u16::try_from(len.div_ceil(8)).map_err(|_| AbiError::TooLarge { what, len })
     };
@@ -420,7 +458,9 @@ impl<'a> Reply<'a> {
             return Err(AbiError::BadReply("reserved field nonzero"));
         }
         if usize::try_from(hdr.resp_len).ok() != Some(rest.len()) {
-            return Err(AbiError::BadReply("resp_len disagrees with the message length"));
+            return Err(AbiError::BadReply(
+                "resp_len disagrees with the message length",
+            ));
         }
         let result = match hdr.status {
             0 => Ok(rest),
@@ -432,7 +472,10 @@ impl<'a> Reply<'a> {
             }
             _ => return Err(AbiError::BadReply("positive status")),
         };
-        Ok(Reply { command: hdr.command, result })
+        Ok(Reply {
+            command: hdr.command,
+            result,
+        })
     }
 }
 
@@ -458,7 +501,12 @@ pub fn encode_reply(
         Err(e) => e.as_negative(),
     };
     let resp_len = u32::try_from(out.len() - ReplyHdr::SIZE).unwrap_or(u32::MAX);
-    let hdr = ReplyHdr { command: command_word, status, resp_len, reserved: 0 };
+    let hdr = ReplyHdr {
+        command: command_word,
+        status,
+        resp_len,
+        reserved: 0,
+    };
     if let Some(h) = out.get_mut(..ReplyHdr::SIZE) {
         h.copy_from_slice(hdr.as_bytes());
     }

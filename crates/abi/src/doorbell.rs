@@ -85,7 +85,10 @@ impl DoorbellLayout {
     /// [`MAX_DOORBELL_SLOTS`] (EINVAL otherwise).
     pub fn new(slots: u32) -> Result<DoorbellLayout> {
         if slots == 0 || slots % 64 != 0 || slots > MAX_DOORBELL_SLOTS {
-            return Err(AbiError::InvalidField { field: "doorbell slots", value: u64::from(slots) });
+            return Err(AbiError::InvalidField {
+                field: "doorbell slots",
+                value: u64::from(slots),
+            });
         }
         Ok(DoorbellLayout { slots })
     }
@@ -102,11 +105,19 @@ impl DoorbellLayout {
 
     fn check_region(&self, mem: &SharedMem, base: usize) -> Result<()> {
         if base % MIN_ALIGN != 0 {
-            return Err(AbiError::Misaligned { what: "doorbell base", value: base as u64, align: MIN_ALIGN as u64 });
+            return Err(AbiError::Misaligned {
+                what: "doorbell base",
+                value: base as u64,
+                align: MIN_ALIGN as u64,
+            });
         }
         match base.checked_add(self.bytes()) {
             Some(end) if end <= mem.len() => Ok(()),
-            _ => Err(AbiError::OutOfBounds { offset: base, len: self.bytes(), region: mem.len() }),
+            _ => Err(AbiError::OutOfBounds {
+                offset: base,
+                len: self.bytes(),
+                region: mem.len(),
+            }),
         }
     }
 
@@ -125,7 +136,10 @@ impl DoorbellLayout {
 pub fn doorbell_page(layout: DoorbellLayout) -> Result<(Doorbells, DoorbellReceiver)> {
     let mem = Arc::new(SharedMem::new_zeroed(layout.bytes())?);
     layout.init(&mem, 0)?;
-    Ok((Doorbells::attach(mem.clone(), 0, layout)?, DoorbellReceiver::attach(mem, 0, layout)?))
+    Ok((
+        Doorbells::attach(mem.clone(), 0, layout)?,
+        DoorbellReceiver::attach(mem, 0, layout)?,
+    ))
 }
 
 #[derive(Debug, Clone)]
@@ -163,7 +177,9 @@ pub struct Doorbells {
 impl Doorbells {
     /// Attach to an initialized page at `base` in `mem`.
     pub fn attach(mem: Arc<SharedMem>, base: usize, layout: DoorbellLayout) -> Result<Doorbells> {
-        Ok(Doorbells { page: Page::new(mem, base, layout)? })
+        Ok(Doorbells {
+            page: Page::new(mem, base, layout)?,
+        })
     }
 
     /// The page geometry.
@@ -176,9 +192,14 @@ impl Doorbells {
     /// it; returns whether it did.
     pub fn ring(&self, slot: u32, waker: &dyn Wake) -> Result<bool> {
         if slot >= self.page.layout.slots {
-            return Err(AbiError::InvalidField { field: "doorbell slot", value: u64::from(slot) });
+            return Err(AbiError::InvalidField {
+                field: "doorbell slot",
+                value: u64::from(slot),
+            });
         }
-        self.page.bitmap_word(slot as usize / 64)?.fetch_or(1 << (slot % 64), SeqCst);
+        self.page
+            .bitmap_word(slot as usize / 64)?
+            .fetch_or(1 << (slot % 64), SeqCst);
         let parked = self.page.parked()?;
         if parked.load(SeqCst) != 0 && parked.swap(0, SeqCst) != 0 {
             waker.wake();
@@ -197,8 +218,14 @@ pub struct DoorbellReceiver {
 impl DoorbellReceiver {
     /// Attach to an initialized page at `base` in `mem` (the engine uses the geometry from
     /// the validated GET_CONTEXT driver data, not the magic word).
-    pub fn attach(mem: Arc<SharedMem>, base: usize, layout: DoorbellLayout) -> Result<DoorbellReceiver> {
-        Ok(DoorbellReceiver { page: Page::new(mem, base, layout)? })
+    pub fn attach(
+        mem: Arc<SharedMem>,
+        base: usize,
+        layout: DoorbellLayout,
+    ) -> Result<DoorbellReceiver> {
+        Ok(DoorbellReceiver {
+            page: Page::new(mem, base, layout)?,
+        })
     }
 
     /// The page geometry.

@@ -108,7 +108,9 @@ const _: () = assert!(core::mem::offset_of!(RingHeader, consumer) == RING_CONSUM
 
 /// The fixed part of a send WQE (64 bytes; see the module docs for the layout).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct SendWqe {
     /// Returned in the CQE.
     pub wr_id: u64,
@@ -164,7 +166,8 @@ impl<'a> SendPayload<'a> {
             SendPayload::Sges(b) => b,
             SendPayload::Inline(_) => &[],
         };
-        b.chunks_exact(Sge::SIZE).filter_map(|c| Sge::read_from_bytes(c).ok())
+        b.chunks_exact(Sge::SIZE)
+            .filter_map(|c| Sge::read_from_bytes(c).ok())
     }
 }
 
@@ -216,29 +219,45 @@ impl SendWqe {
         let inline = hdr.flags().contains(SendFlags::INLINE);
         if inline {
             if hdr.num_sge != 0 {
-                return Err(AbiError::InvalidField { field: "num_sge (inline)", value: u64::from(hdr.num_sge) });
+                return Err(AbiError::InvalidField {
+                    field: "num_sge (inline)",
+                    value: u64::from(hdr.num_sge),
+                });
             }
             if u32::from(hdr.inline_len) > limits.max_inline.min(MAX_INLINE_DATA) {
-                return Err(AbiError::InvalidField { field: "inline_len", value: u64::from(hdr.inline_len) });
+                return Err(AbiError::InvalidField {
+                    field: "inline_len",
+                    value: u64::from(hdr.inline_len),
+                });
             }
-            let data = rest.get(..usize::from(hdr.inline_len)).ok_or(AbiError::Truncated {
-                what: "send WQE inline data",
-                need: hdr.wire_len(),
-                have: slot.len(),
-            })?;
+            let data = rest
+                .get(..usize::from(hdr.inline_len))
+                .ok_or(AbiError::Truncated {
+                    what: "send WQE inline data",
+                    need: hdr.wire_len(),
+                    have: slot.len(),
+                })?;
             Ok((hdr, SendPayload::Inline(data)))
         } else {
             if hdr.inline_len != 0 {
-                return Err(AbiError::InvalidField { field: "inline_len (not inline)", value: u64::from(hdr.inline_len) });
+                return Err(AbiError::InvalidField {
+                    field: "inline_len (not inline)",
+                    value: u64::from(hdr.inline_len),
+                });
             }
             if u32::from(hdr.num_sge) > limits.max_sge.min(MAX_SGE) {
-                return Err(AbiError::InvalidField { field: "num_sge", value: u64::from(hdr.num_sge) });
+                return Err(AbiError::InvalidField {
+                    field: "num_sge",
+                    value: u64::from(hdr.num_sge),
+                });
             }
-            let sges = rest.get(..usize::from(hdr.num_sge) * Sge::SIZE).ok_or(AbiError::Truncated {
-                what: "send WQE SGEs",
-                need: hdr.wire_len(),
-                have: slot.len(),
-            })?;
+            let sges =
+                rest.get(..usize::from(hdr.num_sge) * Sge::SIZE)
+                    .ok_or(AbiError::Truncated {
+                        what: "send WQE SGEs",
+                        need: hdr.wire_len(),
+                        have: slot.len(),
+                    })?;
             Ok((hdr, SendPayload::Sges(sges)))
         }
     }
@@ -246,7 +265,9 @@ impl SendWqe {
 
 /// The fixed part of a receive WQE (16 bytes, = `ib_uverbs_recv_wr`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct RecvWqe {
     /// Returned in the CQE.
     pub wr_id: u64,
@@ -267,7 +288,10 @@ impl RecvWqe {
             have: slot.len(),
         })?;
         if hdr.num_sge > max_sge.min(MAX_SGE) {
-            return Err(AbiError::InvalidField { field: "num_sge", value: u64::from(hdr.num_sge) });
+            return Err(AbiError::InvalidField {
+                field: "num_sge",
+                value: u64::from(hdr.num_sge),
+            });
         }
         let n = hdr.num_sge as usize * Sge::SIZE;
         let sges = rest.get(..n).ok_or(AbiError::Truncated {
@@ -281,7 +305,9 @@ impl RecvWqe {
 
 /// One CQ slot: a [`Wc`] and 16 reserved bytes.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct Cqe {
     /// The completion, in `ib_uverbs_wc` / `ibv_wc` layout.
     pub wc: Wc,
@@ -307,12 +333,17 @@ pub fn recv_wqe_size(max_sge: u32) -> Option<u32> {
     if max_sge > MAX_SGE {
         return None;
     }
-    (RECV_WQE_HDR_BYTES as u32 + max_sge * Sge::SIZE as u32).max(64).checked_next_power_of_two()
+    (RECV_WQE_HDR_BYTES as u32 + max_sge * Sge::SIZE as u32)
+        .max(64)
+        .checked_next_power_of_two()
 }
 
 /// Inline bytes and SGEs that actually fit a slot of `elem_size` bytes — what CREATE_QP
 /// reports as granted (a slot rounded up to a power of two may hold more than asked).
 pub fn send_caps_for_elem(elem_size: u32) -> (u32, u32) {
     let room = elem_size.saturating_sub(SEND_WQE_HDR_BYTES as u32);
-    ((room / Sge::SIZE as u32).min(MAX_SGE), room.min(MAX_INLINE_DATA))
+    (
+        (room / Sge::SIZE as u32).min(MAX_SGE),
+        room.min(MAX_INLINE_DATA),
+    )
 }

@@ -16,7 +16,10 @@ pub fn decode_command(data: &[u8]) -> Result<Request<'_>> {
     if let Ok((_, wcs)) = decode_poll_cq_resp(data) {
         let _ = wcs.count();
     }
-    let limits = WqeLimits { max_sge: MAX_SGE, max_inline: MAX_INLINE_DATA };
+    let limits = WqeLimits {
+        max_sge: MAX_SGE,
+        max_inline: MAX_INLINE_DATA,
+    };
     if let Ok((_, payload)) = SendWqe::parse(data, limits) {
         let _ = payload.sges().count();
     }
@@ -24,12 +27,18 @@ pub fn decode_command(data: &[u8]) -> Result<Request<'_>> {
 
     let (frame, req) = decode_request(data)?;
     if let Request::PostSend(_, list) = req {
-        let _ = list.send_wrs().map(|(_, s)| s.iter().count()).sum::<usize>();
+        let _ = list
+            .send_wrs()
+            .map(|(_, s)| s.iter().count())
+            .sum::<usize>();
     }
     let mut again = Vec::new();
-    req.encode(&mut again).expect("a decoded request re-encodes");
+    req.encode(&mut again)
+        .expect("a decoded request re-encodes");
     let (_, req2) = decode_request(&again).expect("a re-encoded request decodes");
     assert_eq!(req, req2, "decode/encode/decode is not stable");
-    assert!(frame.response_capacity() >= Request::response_sizes(req.command()).map_or(0, |(c, _)| c));
+    assert!(
+        frame.response_capacity() >= Request::response_sizes(req.command()).map_or(0, |(c, _)| c)
+    );
     Ok(req)
 }

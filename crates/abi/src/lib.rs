@@ -57,6 +57,7 @@ pub mod doorbell;
 pub mod error;
 pub mod fastpath;
 pub mod fuzzing;
+pub mod provider;
 pub mod ring;
 pub mod shm;
 pub mod uverbs;

@@ -36,8 +36,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use crate::error::{AbiError, Result};
 use crate::fastpath::{
-    RING_CONSUMER_OFFSET, RING_DATA_OFFSET, RING_INDEX_MASK_OFFSET, RING_LOG2_ELEM_OFFSET, RING_MAGIC,
-    RING_MAGIC_OFFSET, RING_PRODUCER_OFFSET,
+    RING_CONSUMER_OFFSET, RING_DATA_OFFSET, RING_INDEX_MASK_OFFSET, RING_LOG2_ELEM_OFFSET,
+    RING_MAGIC, RING_MAGIC_OFFSET, RING_PRODUCER_OFFSET,
 };
 use crate::shm::{SharedMem, MIN_ALIGN};
 use crate::uverbs::RingDesc;
@@ -62,12 +62,21 @@ impl RingLayout {
     /// are powers of two, `1 ≤ slots ≤ MAX_RING_SLOTS`, `64 ≤ elem_size ≤ MAX_ELEM_SIZE`.
     pub fn new(slots: u32, elem_size: u32) -> Result<RingLayout> {
         if !slots.is_power_of_two() || slots > MAX_RING_SLOTS {
-            return Err(AbiError::InvalidField { field: "ring slots", value: u64::from(slots) });
+            return Err(AbiError::InvalidField {
+                field: "ring slots",
+                value: u64::from(slots),
+            });
         }
         if !elem_size.is_power_of_two() || !(MIN_ELEM_SIZE..=MAX_ELEM_SIZE).contains(&elem_size) {
-            return Err(AbiError::InvalidField { field: "ring elem_size", value: u64::from(elem_size) });
+            return Err(AbiError::InvalidField {
+                field: "ring elem_size",
+                value: u64::from(elem_size),
+            });
         }
-        Ok(RingLayout { log2_slots: slots.trailing_zeros(), log2_elem: elem_size.trailing_zeros() })
+        Ok(RingLayout {
+            log2_slots: slots.trailing_zeros(),
+            log2_elem: elem_size.trailing_zeros(),
+        })
     }
 
     /// The smallest geometry holding at least `depth` entries (slots rounded up to a power
@@ -76,7 +85,10 @@ impl RingLayout {
         let slots = depth
             .max(1)
             .checked_next_power_of_two()
-            .ok_or(AbiError::InvalidField { field: "ring depth", value: u64::from(depth) })?;
+            .ok_or(AbiError::InvalidField {
+                field: "ring depth",
+                value: u64::from(depth),
+            })?;
         RingLayout::new(slots, elem_size)
     }
 
@@ -85,17 +97,29 @@ impl RingLayout {
     pub fn from_desc(desc: &RingDesc) -> Result<RingLayout> {
         let layout = RingLayout::new(desc.slots, desc.elem_size)?;
         if desc.addr % MIN_ALIGN as u64 != 0 || desc.addr == 0 {
-            return Err(AbiError::Misaligned { what: "ring address", value: desc.addr, align: MIN_ALIGN as u64 });
+            return Err(AbiError::Misaligned {
+                what: "ring address",
+                value: desc.addr,
+                align: MIN_ALIGN as u64,
+            });
         }
         if desc.len < layout.bytes() as u64 {
-            return Err(AbiError::InvalidField { field: "ring len", value: desc.len });
+            return Err(AbiError::InvalidField {
+                field: "ring len",
+                value: desc.len,
+            });
         }
         Ok(layout)
     }
 
     /// The descriptor for a ring of this geometry at `addr` (library side).
     pub fn desc(&self, addr: u64) -> RingDesc {
-        RingDesc { addr, len: self.bytes() as u64, slots: self.slots(), elem_size: self.elem_size() }
+        RingDesc {
+            addr,
+            len: self.bytes() as u64,
+            slots: self.slots(),
+            elem_size: self.elem_size(),
+        }
     }
 
     /// Number of slots (= capacity).
@@ -123,11 +147,19 @@ impl RingLayout {
 
     fn check_region(&self, mem: &SharedMem, base: usize) -> Result<()> {
         if base % MIN_ALIGN != 0 {
-            return Err(AbiError::Misaligned { what: "ring base", value: base as u64, align: MIN_ALIGN as u64 });
+            return Err(AbiError::Misaligned {
+                what: "ring base",
+                value: base as u64,
+                align: MIN_ALIGN as u64,
+            });
         }
         match base.checked_add(self.bytes()) {
             Some(end) if end <= mem.len() => Ok(()),
-            _ => Err(AbiError::OutOfBounds { offset: base, len: self.bytes(), region: mem.len() }),
+            _ => Err(AbiError::OutOfBounds {
+                offset: base,
+                len: self.bytes(),
+                region: mem.len(),
+            }),
         }
     }
 
@@ -137,7 +169,8 @@ impl RingLayout {
         self.check_region(mem, base)?;
         mem.zero(base, RING_DATA_OFFSET)?;
         let mut first = [0u8; 16];
-        first[RING_LOG2_ELEM_OFFSET..RING_LOG2_ELEM_OFFSET + 4].copy_from_slice(&self.log2_elem.to_ne_bytes());
+        first[RING_LOG2_ELEM_OFFSET..RING_LOG2_ELEM_OFFSET + 4]
+            .copy_from_slice(&self.log2_elem.to_ne_bytes());
         first[RING_INDEX_MASK_OFFSET..RING_INDEX_MASK_OFFSET + 4]
             .copy_from_slice(&(self.slots() - 1).to_ne_bytes());
         first[RING_MAGIC_OFFSET..RING_MAGIC_OFFSET + 4].copy_from_slice(&RING_MAGIC.to_ne_bytes());
@@ -150,7 +183,10 @@ impl RingLayout {
 pub fn channel(layout: RingLayout) -> Result<(Producer, Consumer)> {
     let mem = Arc::new(SharedMem::new_zeroed(layout.bytes())?);
     layout.init(&mem, 0)?;
-    Ok((Producer::attach(mem.clone(), 0, layout)?, Consumer::attach(mem, 0, layout)?))
+    Ok((
+        Producer::attach(mem.clone(), 0, layout)?,
+        Consumer::attach(mem, 0, layout)?,
+    ))
 }
 
 fn load_index(mem: &SharedMem, base: usize, off: usize) -> Result<u64> {
@@ -183,7 +219,14 @@ impl Producer {
         layout.check_region(&mem, base)?;
         let head = load_index(&mem, base, RING_PRODUCER_OFFSET)?;
         let tail = load_index(&mem, base, RING_CONSUMER_OFFSET)?;
-        let mut p = Producer { mem, base, layout, head, published: head, tail };
+        let mut p = Producer {
+            mem,
+            base,
+            layout,
+            head,
+            published: head,
+            tail,
+        };
         p.check(tail)?;
         Ok(p)
     }
@@ -198,7 +241,11 @@ impl Producer {
         // ahead of what was published nor lag more than the ring holds.
         let used = self.published.wrapping_sub(tail);
         if used > u64::from(self.layout.slots()) {
-            return Err(AbiError::RingCorrupt { producer: self.head, consumer: tail, slots: u64::from(self.layout.slots()) });
+            return Err(AbiError::RingCorrupt {
+                producer: self.head,
+                consumer: tail,
+                slots: u64::from(self.layout.slots()),
+            });
         }
         self.tail = tail;
         Ok(())
@@ -214,9 +261,13 @@ impl Producer {
 
     fn reserve(&mut self, len: usize) -> Result<usize> {
         if len > self.layout.elem_size() as usize {
-            return Err(AbiError::TooLarge { what: "ring element", len });
+            return Err(AbiError::TooLarge {
+                what: "ring element",
+                len,
+            });
         }
-        if self.head.wrapping_sub(self.tail) >= u64::from(self.layout.slots()) && self.free()? == 0 {
+        if self.head.wrapping_sub(self.tail) >= u64::from(self.layout.slots()) && self.free()? == 0
+        {
             return Err(AbiError::RingFull);
         }
         Ok(self.base + self.layout.slot_offset(self.head))
@@ -225,7 +276,10 @@ impl Producer {
     /// Write the concatenation of `parts` into the next slot, without publishing it.
     /// Errors: [`AbiError::RingFull`] (ENOMEM), element too large (EINVAL).
     pub fn stage_parts(&mut self, parts: &[&[u8]]) -> Result<()> {
-        let len = parts.iter().map(|p| p.len()).fold(0usize, usize::saturating_add);
+        let len = parts
+            .iter()
+            .map(|p| p.len())
+            .fold(0usize, usize::saturating_add);
         let off = self.reserve(len)?;
         self.mem.write_parts(off, parts)?;
         self.head = self.head.wrapping_add(1);
@@ -281,7 +335,13 @@ impl Consumer {
     pub fn attach(mem: Arc<SharedMem>, base: usize, layout: RingLayout) -> Result<Consumer> {
         layout.check_region(&mem, base)?;
         let tail = load_index(&mem, base, RING_CONSUMER_OFFSET)?;
-        let mut c = Consumer { mem, base, layout, tail, head: tail };
+        let mut c = Consumer {
+            mem,
+            base,
+            layout,
+            tail,
+            head: tail,
+        };
         c.available()?;
         Ok(c)
     }
@@ -298,7 +358,11 @@ impl Consumer {
         let head = load_index(&self.mem, self.base, RING_PRODUCER_OFFSET)?;
         let n = head.wrapping_sub(self.tail);
         if n > u64::from(self.layout.slots()) {
-            return Err(AbiError::RingCorrupt { producer: head, consumer: self.tail, slots: u64::from(self.layout.slots()) });
+            return Err(AbiError::RingCorrupt {
+                producer: head,
+                consumer: self.tail,
+                slots: u64::from(self.layout.slots()),
+            });
         }
         self.head = head;
         Ok(n as u32)
@@ -315,9 +379,18 @@ impl Consumer {
         }
         match offset.checked_add(len) {
             Some(end) if end <= self.layout.elem_size() as usize => {}
-            _ => return Err(AbiError::TooLarge { what: "ring element read", len: offset.saturating_add(len) }),
+            _ => {
+                return Err(AbiError::TooLarge {
+                    what: "ring element read",
+                    len: offset.saturating_add(len),
+                })
+            }
         }
-        Ok(self.base + self.layout.slot_offset(self.tail.wrapping_add(u64::from(i))) + offset)
+        Ok(self.base
+            + self
+                .layout
+                .slot_offset(self.tail.wrapping_add(u64::from(i)))
+            + offset)
     }
 
     /// Copy bytes `offset..offset + out.len()` of the `i`-th readable entry (0 = oldest).

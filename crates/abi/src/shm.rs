@@ -65,13 +65,18 @@ impl SharedMem {
             .max(1)
             .checked_next_multiple_of(MIN_ALIGN)
             .ok_or(AbiError::Overflow("region length"))?;
-        let layout = Layout::from_size_align(len, REGION_ALIGN).map_err(|_| AbiError::Overflow("region layout"))?;
+        let layout = Layout::from_size_align(len, REGION_ALIGN)
+            .map_err(|_| AbiError::Overflow("region layout"))?;
         // SAFETY: `layout` has nonzero size (len ≥ 64).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw.cast::<AtomicU64>()) else {
             std::alloc::handle_alloc_error(layout);
         };
-        Ok(SharedMem { ptr, len, owned: Some(layout) })
+        Ok(SharedMem {
+            ptr,
+            len,
+            owned: Some(layout),
+        })
     }
 
     /// View memory someone else owns — an mmap of a shared memfd, or (in embedded mode) the
@@ -89,13 +94,28 @@ impl SharedMem {
     pub unsafe fn from_raw_parts(ptr: *mut u8, len: usize) -> Result<SharedMem> {
         let addr = ptr as usize;
         if addr % MIN_ALIGN != 0 {
-            return Err(AbiError::Misaligned { what: "region address", value: addr as u64, align: MIN_ALIGN as u64 });
+            return Err(AbiError::Misaligned {
+                what: "region address",
+                value: addr as u64,
+                align: MIN_ALIGN as u64,
+            });
         }
         if len == 0 || len % WORD != 0 {
-            return Err(AbiError::Misaligned { what: "region length", value: len as u64, align: WORD as u64 });
+            return Err(AbiError::Misaligned {
+                what: "region length",
+                value: len as u64,
+                align: WORD as u64,
+            });
         }
-        let ptr = NonNull::new(ptr.cast::<AtomicU64>()).ok_or(AbiError::InvalidField { field: "region address", value: 0 })?;
-        Ok(SharedMem { ptr, len, owned: None })
+        let ptr = NonNull::new(ptr.cast::<AtomicU64>()).ok_or(AbiError::InvalidField {
+            field: "region address",
+            value: 0,
+        })?;
+        Ok(SharedMem {
+            ptr,
+            len,
+            owned: None,
+        })
     }
 
     /// Length in bytes.
@@ -121,11 +141,19 @@ impl SharedMem {
 
     fn check(&self, off: usize, len: usize) -> Result<()> {
         if off % WORD != 0 {
-            return Err(AbiError::Misaligned { what: "shared-memory offset", value: off as u64, align: WORD as u64 });
+            return Err(AbiError::Misaligned {
+                what: "shared-memory offset",
+                value: off as u64,
+                align: WORD as u64,
+            });
         }
         match off.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(AbiError::OutOfBounds { offset: off, len, region: self.len }),
+            _ => Err(AbiError::OutOfBounds {
+                offset: off,
+                len,
+                region: self.len,
+            }),
         }
     }
 
@@ -139,7 +167,11 @@ impl SharedMem {
     #[inline]
     fn word_at(&self, i: usize) -> Result<&AtomicU64> {
         if i >= self.len / WORD {
-            return Err(AbiError::OutOfBounds { offset: i.saturating_mul(WORD), len: WORD, region: self.len });
+            return Err(AbiError::OutOfBounds {
+                offset: i.saturating_mul(WORD),
+                len: WORD,
+                region: self.len,
+            });
         }
         // SAFETY: `i < len / 8`, so the word lies inside the region, which is valid for
         // `self`'s lifetime (constructor contracts) and 8-aligned (base is ≥ 64-aligned).
@@ -161,7 +193,10 @@ impl SharedMem {
         }
         let tail = chunks.into_remainder();
         if !tail.is_empty() {
-            let w = self.word_at(tail_word)?.load(Ordering::Relaxed).to_ne_bytes();
+            let w = self
+                .word_at(tail_word)?
+                .load(Ordering::Relaxed)
+                .to_ne_bytes();
             let n = tail.len();
             tail.copy_from_slice(&w[..n]);
         }
@@ -176,7 +211,10 @@ impl SharedMem {
     /// Copy the concatenation of `parts` into the region at `off` (8-aligned): e.g. a WQE
     /// header followed by its SGEs or inline data, without staging them first.
     pub fn write_parts(&self, off: usize, parts: &[&[u8]]) -> Result<()> {
-        let total = parts.iter().try_fold(0usize, |a, p| a.checked_add(p.len())).ok_or(AbiError::Overflow("write length"))?;
+        let total = parts
+            .iter()
+            .try_fold(0usize, |a, p| a.checked_add(p.len()))
+            .ok_or(AbiError::Overflow("write length"))?;
         self.check(off, total)?;
         let mut word_idx = off / WORD;
         let mut acc = [0u8; WORD];
@@ -185,12 +223,15 @@ impl SharedMem {
             let mut p: &[u8] = part;
             // Top up a word left partial by the previous part.
             while fill != 0 {
-                let Some((&b, rest)) = p.split_first() else { break };
+                let Some((&b, rest)) = p.split_first() else {
+                    break;
+                };
                 acc[fill] = b;
                 fill += 1;
                 p = rest;
                 if fill == WORD {
-                    self.word_at(word_idx)?.store(u64::from_ne_bytes(acc), Ordering::Relaxed);
+                    self.word_at(word_idx)?
+                        .store(u64::from_ne_bytes(acc), Ordering::Relaxed);
                     word_idx += 1;
                     fill = 0;
                 }
@@ -199,7 +240,8 @@ impl SharedMem {
             for c in chunks.by_ref() {
                 let mut w = [0u8; WORD];
                 w.copy_from_slice(c);
-                self.word_at(word_idx)?.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+                self.word_at(word_idx)?
+                    .store(u64::from_ne_bytes(w), Ordering::Relaxed);
                 word_idx += 1;
             }
             // Here `fill == 0` or `p` was used up, and the remainder is < 8 bytes.
@@ -259,7 +301,13 @@ mod tests {
         m.write(8, &[1, 2, 3]).unwrap();
         let mut out = [0u8; 16];
         m.read(0, &mut out).unwrap();
-        assert_eq!(out, [0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 1, 2, 3, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA]);
+        assert_eq!(
+            out,
+            [
+                0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 1, 2, 3, 0xAA, 0xAA, 0xAA, 0xAA,
+                0xAA
+            ]
+        );
         m.write_parts(16, &[&[9; 5], &[], &[7; 6]]).unwrap();
         let mut out = [0u8; 13];
         m.read(16, &mut out).unwrap();
@@ -272,11 +320,23 @@ mod tests {
     #[test]
     fn bounds_and_alignment_are_errors_not_panics() {
         let m = SharedMem::new_zeroed(64).unwrap();
-        assert!(matches!(m.write(60, &[0; 8]), Err(AbiError::Misaligned { .. })));
-        assert!(matches!(m.write(56, &[0; 9]), Err(AbiError::OutOfBounds { .. })));
-        assert!(matches!(m.read(64, &mut [0; 1]), Err(AbiError::OutOfBounds { .. })));
+        assert!(matches!(
+            m.write(60, &[0; 8]),
+            Err(AbiError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            m.write(56, &[0; 9]),
+            Err(AbiError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            m.read(64, &mut [0; 1]),
+            Err(AbiError::OutOfBounds { .. })
+        ));
         assert!(matches!(m.word(64), Err(AbiError::OutOfBounds { .. })));
-        assert!(matches!(m.read(usize::MAX - 7, &mut [0; 16]), Err(AbiError::OutOfBounds { .. })));
+        assert!(matches!(
+            m.read(usize::MAX - 7, &mut [0; 16]),
+            Err(AbiError::OutOfBounds { .. })
+        ));
         assert!(m.word(56).is_ok());
     }
 

@@ -33,7 +33,7 @@
 //! File descriptors in responses (`async_fd`, CREATE_COMP_CHANNEL `fd`, `wake_fd`): in
 //! embedded mode they are fd numbers valid in the (shared) process; in daemon mode the fd
 //! travels as `SCM_RIGHTS` ancillary data with the reply and the field holds its position
-//! among the passed fds (see the crate's open questions).
+//! among the passed fds (a proposal: daemon mode is not built yet).
 
 use zerocopy::byteorder::big_endian;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -339,8 +339,8 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `ib_uverbs_create_comp_channel_resp`. Reading the fd yields
-    /// [`CompEventDesc`] records (8 B: the CQ's `user_handle`... see `ibv_get_cq_event`).
+    /// `ib_uverbs_create_comp_channel_resp`. Each completion event read from the fd is a
+    /// [`CompEventDesc`] naming the CQ by its CREATE_CQ `user_handle` (`ibv_get_cq_event`).
     pub struct CreateCompChannelResp {
         /// Event fd.
         pub fd: u32,
@@ -520,6 +520,19 @@ offsets!(Wc {
     status = 8, opcode = 12, vendor_err = 16, byte_len = 20, ex = 24, qp_num = 28, src_qp = 32,
     wc_flags = 36, pkey_index = 40, slid = 42, sl = 44, dlid_path_bits = 45, port_num = 46,
 });
+
+/// The largest response capacity a legacy header can offer (`out_words` is a u16 count of
+/// 4-byte words).
+pub const MAX_LEGACY_RESPONSE_BYTES: usize = 0xffff * 4;
+
+impl PollCq {
+    /// How many work completions a POLL_CQ reply may carry: `ne`, limited by the response
+    /// capacity the request offered (the control plane returns at most this many).
+    pub fn max_entries(&self, response_capacity: usize) -> u32 {
+        let fit = response_capacity.saturating_sub(PollCqResp::SIZE) / Wc::SIZE;
+        self.ne.min(u32::try_from(fit).unwrap_or(u32::MAX))
+    }
+}
 
 impl Wc {
     /// The immediate value in host order (the `ex` bytes are big-endian on the wire and in
@@ -970,17 +983,23 @@ impl SendWr {
 
     /// The union read as RDMA fields.
     pub fn rdma(&self) -> RdmaWr {
-        RdmaWr::read_from_prefix(&self.wr).map(|(v, _)| v).unwrap_or_default()
+        RdmaWr::read_from_prefix(&self.wr)
+            .map(|(v, _)| v)
+            .unwrap_or_default()
     }
 
     /// The union read as atomic fields.
     pub fn atomic(&self) -> AtomicWr {
-        AtomicWr::read_from_prefix(&self.wr).map(|(v, _)| v).unwrap_or_default()
+        AtomicWr::read_from_prefix(&self.wr)
+            .map(|(v, _)| v)
+            .unwrap_or_default()
     }
 
     /// The union read as UD fields.
     pub fn ud(&self) -> UdWr {
-        UdWr::read_from_prefix(&self.wr).map(|(v, _)| v).unwrap_or_default()
+        UdWr::read_from_prefix(&self.wr)
+            .map(|(v, _)| v)
+            .unwrap_or_default()
     }
 
     /// Set the union from RDMA fields (the rest is zeroed).
@@ -1429,13 +1448,26 @@ impl<'a> WrList<'a> {
     ) -> Result<Self> {
         let wqe_size = wqe_size as usize;
         if wqe_size < min_wqe {
-            return Err(AbiError::InvalidField { field: "wqe_size", value: wqe_size as u64 });
+            return Err(AbiError::InvalidField {
+                field: "wqe_size",
+                value: wqe_size as u64,
+            });
         }
-        let wr_bytes = (wr_count as usize).checked_mul(wqe_size).ok_or(AbiError::Overflow("wr array"))?;
-        let sge_bytes = (sge_count as usize).checked_mul(Sge::SIZE).ok_or(AbiError::Overflow("sge array"))?;
-        let need = wr_bytes.checked_add(sge_bytes).ok_or(AbiError::Overflow("post payload"))?;
+        let wr_bytes = (wr_count as usize)
+            .checked_mul(wqe_size)
+            .ok_or(AbiError::Overflow("wr array"))?;
+        let sge_bytes = (sge_count as usize)
+            .checked_mul(Sge::SIZE)
+            .ok_or(AbiError::Overflow("sge array"))?;
+        let need = wr_bytes
+            .checked_add(sge_bytes)
+            .ok_or(AbiError::Overflow("post payload"))?;
         if rest.len() < need {
-            return Err(AbiError::Truncated { what: "post WR/SGE arrays", need, have: rest.len() });
+            return Err(AbiError::Truncated {
+                what: "post WR/SGE arrays",
+                need,
+                have: rest.len(),
+            });
         }
         let (wrs, rest) = rest.split_at(wr_bytes);
         let (sges, tail) = rest.split_at(sge_bytes);
@@ -1444,10 +1476,17 @@ impl<'a> WrList<'a> {
         for wr in wrs.chunks_exact(wqe_size) {
             used += u64::from(num_sge_of(wr));
             if used > u64::from(sge_count) {
-                return Err(AbiError::InvalidField { field: "num_sge", value: used });
+                return Err(AbiError::InvalidField {
+                    field: "num_sge",
+                    value: used,
+                });
             }
         }
-        Ok(WrList { wrs, sges, wqe_size })
+        Ok(WrList {
+            wrs,
+            sges,
+            wqe_size,
+        })
     }
 
     /// Number of WRs.
@@ -1460,7 +1499,10 @@ impl<'a> WrList<'a> {
         self.wrs.is_empty()
     }
 
-    fn items<W: FromBytes + 'a>(&self, num_sge_of: fn(&W) -> u32) -> impl Iterator<Item = (W, SgeList<'a>)> + 'a {
+    fn items<W: FromBytes + 'a>(
+        &self,
+        num_sge_of: fn(&W) -> u32,
+    ) -> impl Iterator<Item = (W, SgeList<'a>)> + 'a {
         let sges = self.sges;
         let mut next = 0usize;
         let wqe = self.wqe_size.max(1);
@@ -1491,7 +1533,9 @@ pub struct SgeList<'a>(pub &'a [u8]);
 impl<'a> SgeList<'a> {
     /// The SGEs.
     pub fn iter(&self) -> impl Iterator<Item = Sge> + 'a {
-        self.0.chunks_exact(Sge::SIZE).filter_map(|c| Sge::read_from_bytes(c).ok())
+        self.0
+            .chunks_exact(Sge::SIZE)
+            .filter_map(|c| Sge::read_from_bytes(c).ok())
     }
 
     /// Number of SGEs.
@@ -1545,7 +1589,10 @@ pub enum Request<'a> {
 fn require_zero(bytes: &[u8], field: &'static str) -> Result<()> {
     match bytes.iter().position(|b| *b != 0) {
         None => Ok(()),
-        Some(i) => Err(AbiError::InvalidField { field, value: i as u64 }),
+        Some(i) => Err(AbiError::InvalidField {
+            field,
+            value: i as u64,
+        }),
     }
 }
 
@@ -1679,14 +1726,19 @@ impl<'a> Request<'a> {
     }
 
     /// The response capacity the library offers for this request (what [`Request::encode`]
-    /// puts in `out_words`): core + driver response, plus `ne` work completions for POLL_CQ.
+    /// puts in `out_words`): core + driver response, plus `ne` work completions for POLL_CQ,
+    /// capped at what a legacy header can express ([`MAX_LEGACY_RESPONSE_BYTES`]). So a
+    /// POLL_CQ returns at most [`PollCq::max_entries`] of the capacity, whatever `ne` says
+    /// (rdma-core's `ibv_cmd_poll_cq` would silently truncate `out_words` instead).
     pub fn response_capacity(&self) -> usize {
         let (c, d) = Self::response_sizes(self.command()).unwrap_or((0, 0));
         let extra = match self {
             Request::PollCq(p) => (p.ne as usize).saturating_mul(Wc::SIZE),
             _ => 0,
         };
-        c.saturating_add(d).saturating_add(extra)
+        c.saturating_add(d)
+            .saturating_add(extra)
+            .min(MAX_LEGACY_RESPONSE_BYTES)
     }
 
     /// Decode a parsed frame into a typed request, checking what `verify_hdr` checks
@@ -1703,20 +1755,35 @@ impl<'a> Request<'a> {
             return Err(if cmd.is_known() {
                 AbiError::Unsupported(cmd)
             } else {
-                AbiError::UnknownCommand { number: cmd.0, extended: true }
+                AbiError::UnknownCommand {
+                    number: cmd.0,
+                    extended: true,
+                }
             });
         }
         let (core_resp, drv_resp) = match Self::response_sizes(cmd) {
             Some(s) => s,
             None if cmd.is_known() => return Err(AbiError::Unsupported(cmd)),
-            None => return Err(AbiError::UnknownCommand { number: cmd.0, extended: false }),
+            None => {
+                return Err(AbiError::UnknownCommand {
+                    number: cmd.0,
+                    extended: false,
+                })
+            }
         };
         let cap = frame.response_capacity();
         if cap < core_resp {
-            return Err(AbiError::ResponseTooSmall { what: "core response", need: core_resp, have: cap });
+            return Err(AbiError::ResponseTooSmall {
+                what: "core response",
+                need: core_resp,
+                have: cap,
+            });
         }
         if cap < core_resp + drv_resp {
-            return Err(AbiError::InvalidField { field: "out_words (driver response)", value: cap as u64 });
+            return Err(AbiError::InvalidField {
+                field: "out_words (driver response)",
+                value: cap as u64,
+            });
         }
         let p = frame.core;
         let req = match cmd {
@@ -1813,14 +1880,30 @@ impl<'a> Request<'a> {
             }
             Command::POST_SEND => {
                 let (c, rest): (PostSend, _) = core(p, "ib_uverbs_post_send")?;
-                let list = WrList::parse(rest, c.wr_count, c.sge_count, c.wqe_size, SendWr::SIZE, |w| {
-                    SendWr::read_from_prefix(w).map(|(w, _)| w.num_sge).unwrap_or(u32::MAX)
-                })?;
+                let list = WrList::parse(
+                    rest,
+                    c.wr_count,
+                    c.sge_count,
+                    c.wqe_size,
+                    SendWr::SIZE,
+                    |w| {
+                        SendWr::read_from_prefix(w)
+                            .map(|(w, _)| w.num_sge)
+                            .unwrap_or(u32::MAX)
+                    },
+                )?;
                 Request::PostSend(c, list)
             }
             Command::POST_RECV => {
                 let (c, rest): (PostRecv, _) = core(p, "ib_uverbs_post_recv")?;
-                let list = WrList::parse(rest, c.wr_count, c.sge_count, c.wqe_size, RecvWr::SIZE, recv_num_sge)?;
+                let list = WrList::parse(
+                    rest,
+                    c.wr_count,
+                    c.sge_count,
+                    c.wqe_size,
+                    RecvWr::SIZE,
+                    recv_num_sge,
+                )?;
                 Request::PostRecv(c, list)
             }
             Command::CREATE_SRQ => {
@@ -1844,7 +1927,14 @@ impl<'a> Request<'a> {
             }
             Command::POST_SRQ_RECV => {
                 let (c, rest): (PostSrqRecv, _) = core(p, "ib_uverbs_post_srq_recv")?;
-                let list = WrList::parse(rest, c.wr_count, c.sge_count, c.wqe_size, RecvWr::SIZE, recv_num_sge)?;
+                let list = WrList::parse(
+                    rest,
+                    c.wr_count,
+                    c.sge_count,
+                    c.wqe_size,
+                    RecvWr::SIZE,
+                    recv_num_sge,
+                )?;
                 Request::PostSrqRecv(c, list)
             }
             Command::UROCE_QUERY_GID => {
@@ -1864,7 +1954,8 @@ impl<'a> Request<'a> {
 
     /// Encode as a legacy request message into `out` (replacing its contents), offering
     /// [`Request::response_capacity`] bytes of response. For posts, the WR list's bytes are
-    /// written as they are; the core struct's counts must describe them.
+    /// written as they are (the core struct's counts must describe them), then zero-padded
+    /// to a whole 4-byte word.
     pub fn encode(&self, out: &mut Vec<u8>) -> Result<()> {
         let mut core_bytes: Vec<u8> = Vec::new();
         let mut push = |parts: &[&[u8]]| {
@@ -1902,12 +1993,23 @@ impl<'a> Request<'a> {
             Request::QueryGid(c) => push(&[c.as_bytes()]),
             Request::QueryPkey(c) => push(&[c.as_bytes()]),
         }
-        encode_legacy(self.command(), &core_bytes, &[], self.response_capacity(), out)
+        // A WR array with an odd `wqe_size` can leave the message short of a 4-byte word;
+        // pad with zeros, which the decoder accepts after the SGE array.
+        core_bytes.resize(core_bytes.len().next_multiple_of(4), 0);
+        encode_legacy(
+            self.command(),
+            &core_bytes,
+            &[],
+            self.response_capacity(),
+            out,
+        )
     }
 }
 
 fn recv_num_sge(w: &[u8]) -> u32 {
-    RecvWr::read_from_prefix(w).map(|(w, _)| w.num_sge).unwrap_or(u32::MAX)
+    RecvWr::read_from_prefix(w)
+        .map(|(w, _)| w.num_sge)
+        .unwrap_or(u32::MAX)
 }
 
 /// Parse a request message completely: framing ([`Frame::parse`]) then payload
@@ -1932,16 +2034,28 @@ pub fn read_prefix<'b, T: FromBytes>(bytes: &'b [u8], what: &'static str) -> Res
 /// must match the bytes present.
 pub fn decode_poll_cq_resp(bytes: &[u8]) -> Result<(PollCqResp, impl Iterator<Item = Wc> + '_)> {
     let (hdr, rest): (PollCqResp, _) = read_prefix(bytes, "ib_uverbs_poll_cq_resp")?;
-    let need = (hdr.count as usize).checked_mul(Wc::SIZE).ok_or(AbiError::Overflow("poll_cq count"))?;
+    let need = (hdr.count as usize)
+        .checked_mul(Wc::SIZE)
+        .ok_or(AbiError::Overflow("poll_cq count"))?;
     if rest.len() != need {
-        return Err(AbiError::LengthMismatch { declared: need, actual: rest.len() });
+        return Err(AbiError::LengthMismatch {
+            declared: need,
+            actual: rest.len(),
+        });
     }
-    Ok((hdr, rest.chunks_exact(Wc::SIZE).filter_map(|c| Wc::read_from_bytes(c).ok())))
+    Ok((
+        hdr,
+        rest.chunks_exact(Wc::SIZE)
+            .filter_map(|c| Wc::read_from_bytes(c).ok()),
+    ))
 }
 
 /// Build a POLL_CQ response: header + completions (control plane side).
 pub fn encode_poll_cq_resp(wcs: &[Wc], out: &mut Vec<u8>) {
-    let hdr = PollCqResp { count: u32::try_from(wcs.len()).unwrap_or(u32::MAX), reserved: 0 };
+    let hdr = PollCqResp {
+        count: u32::try_from(wcs.len()).unwrap_or(u32::MAX),
+        reserved: 0,
+    };
     out.clear();
     out.extend_from_slice(hdr.as_bytes());
     out.extend_from_slice(wcs.as_bytes());

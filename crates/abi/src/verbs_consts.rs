@@ -195,12 +195,18 @@ impl WrOpcode {
 
     /// Whether the WR carries immediate data in the WQE's `ex` field.
     pub fn has_imm(self) -> bool {
-        matches!(self, WrOpcode::RDMA_WRITE_WITH_IMM | WrOpcode::SEND_WITH_IMM)
+        matches!(
+            self,
+            WrOpcode::RDMA_WRITE_WITH_IMM | WrOpcode::SEND_WITH_IMM
+        )
     }
 
     /// Whether the WR is an atomic that uses `compare_add` / `swap` and returns 8 bytes.
     pub fn is_atomic(self) -> bool {
-        matches!(self, WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD)
+        matches!(
+            self,
+            WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD
+        )
     }
 }
 

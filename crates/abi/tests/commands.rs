@@ -1,8 +1,8 @@
 //! Command framing and payload codec: golden bytes, errno mapping, round trips, random input.
 
 use abi::cmd::{
-    encode_extended, encode_legacy, encode_reply, CmdHdr, Command, ExCmdHdr, Frame, Reply, ReplyHdr,
-    CMD_FLAG_EXTENDED,
+    encode_extended, encode_legacy, encode_reply, CmdHdr, Command, ExCmdHdr, Frame, Reply,
+    ReplyHdr, CMD_FLAG_EXTENDED,
 };
 use abi::uverbs::*;
 use abi::{decode_request, AbiError, Errno, Request};
@@ -83,10 +83,19 @@ fn golden_alloc_pd_as_rdma_core_writes_it() {
     bytes.extend_from_slice(&0x7fff_dead_beefu64.to_ne_bytes());
     let (frame, req) = decode_request(&bytes).unwrap();
     assert_eq!(frame.response_capacity(), 4);
-    assert_eq!(req, Request::AllocPd(AllocPd { response: 0x7fff_dead_beef }));
+    assert_eq!(
+        req,
+        Request::AllocPd(AllocPd {
+            response: 0x7fff_dead_beef
+        })
+    );
     // Our encoder produces the same bytes (modulo the ignored response field).
     let mut out = Vec::new();
-    Request::AllocPd(AllocPd { response: 0x7fff_dead_beef }).encode(&mut out).unwrap();
+    Request::AllocPd(AllocPd {
+        response: 0x7fff_dead_beef,
+    })
+    .encode(&mut out)
+    .unwrap();
     assert_eq!(out, bytes);
 }
 
@@ -115,9 +124,13 @@ fn golden_modify_qp_rts() {
     assert_eq!(out[8 + 105], 14);
     assert_eq!(out[8 + 106], 7);
     let (_, r) = decode_request(&out).unwrap();
-    let Request::ModifyQp(d) = r else { panic!("{r:?}") };
+    let Request::ModifyQp(d) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(d.state(), abi::QpState::RTS);
-    assert!(d.mask().contains(abi::QpAttrMask::SQ_PSN | abi::QpAttrMask::TIMEOUT));
+    assert!(d
+        .mask()
+        .contains(abi::QpAttrMask::SQ_PSN | abi::QpAttrMask::TIMEOUT));
 }
 
 #[test]
@@ -125,24 +138,49 @@ fn header_errors_map_to_kernel_errnos() {
     // Shorter than the header.
     assert_eq!(errno_of(&[0, 0, 0]), Errno::EINVAL);
     // Bits outside FLAG_EXTENDED | 0xff.
-    assert_eq!(errno_of(&[3, 1, 0, 0, 4, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Errno::EINVAL);
+    assert_eq!(
+        errno_of(&[3, 1, 0, 0, 4, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        Errno::EINVAL
+    );
     // in_words disagrees with the length.
-    assert_eq!(errno_of(&[3, 0, 0, 0, 5, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Errno::EINVAL);
+    assert_eq!(
+        errno_of(&[3, 0, 0, 0, 5, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        Errno::EINVAL
+    );
     // Unknown command number.
-    assert_eq!(errno_of(&legacy(Command(0x60), &[0; 8], 64)), Errno::EOPNOTSUPP);
+    assert_eq!(
+        errno_of(&legacy(Command(0x60), &[0; 8], 64)),
+        Errno::EOPNOTSUPP
+    );
     // Known but not implemented.
-    assert_eq!(errno_of(&legacy(Command::ALLOC_MW, &[0; 16], 64)), Errno::EOPNOTSUPP);
+    assert_eq!(
+        errno_of(&legacy(Command::ALLOC_MW, &[0; 16], 64)),
+        Errno::EOPNOTSUPP
+    );
     // Core struct missing (verify_hdr: ENOSPC).
-    assert_eq!(errno_of(&legacy(Command::REG_MR, &[0; 32], 12)), Errno::ENOSPC);
+    assert_eq!(
+        errno_of(&legacy(Command::REG_MR, &[0; 32], 12)),
+        Errno::ENOSPC
+    );
     // Response capacity below the core response (ENOSPC).
-    assert_eq!(errno_of(&legacy(Command::REG_MR, &[0; 40], 8)), Errno::ENOSPC);
+    assert_eq!(
+        errno_of(&legacy(Command::REG_MR, &[0; 40], 8)),
+        Errno::ENOSPC
+    );
     // Below core + uroce driver response (EINVAL, as rxe checks udata->outlen).
     let mut v = Vec::new();
-    let gc = [GetContext::default().as_bytes(), UroceGetContext::default().as_bytes()].concat();
+    let gc = [
+        GetContext::default().as_bytes(),
+        UroceGetContext::default().as_bytes(),
+    ]
+    .concat();
     encode_legacy(Command::GET_CONTEXT, &gc, &[], GetContextResp::SIZE, &mut v).unwrap();
     assert_eq!(errno_of(&v), Errno::EINVAL);
     // Driver data missing where uroce needs it.
-    assert_eq!(errno_of(&legacy(Command::GET_CONTEXT, &[0; 8], 24)), Errno::EINVAL);
+    assert_eq!(
+        errno_of(&legacy(Command::GET_CONTEXT, &[0; 8], 24)),
+        Errno::EINVAL
+    );
     // Nonzero driver data where none is defined.
     let mut p = vec![0u8; 8];
     p.extend_from_slice(&[0, 0, 0, 1]);
@@ -168,7 +206,10 @@ fn extended_framing() {
     // Word counts must cover the message exactly.
     let mut bad = v.clone();
     bad.extend_from_slice(&[0; 8]);
-    assert!(matches!(Frame::parse(&bad), Err(AbiError::LengthMismatch { .. })));
+    assert!(matches!(
+        Frame::parse(&bad),
+        Err(AbiError::LengthMismatch { .. })
+    ));
     // Reserved must be 0.
     let mut bad = v.clone();
     bad[CmdHdr::SIZE + 12] = 1;
@@ -181,55 +222,141 @@ fn extended_framing() {
 
 #[test]
 fn post_send_lists() {
-    let mut w0 = SendWr { wr_id: 1, num_sge: 2, opcode: abi::WrOpcode::RDMA_WRITE.0, ..Default::default() };
-    w0.set_rdma(RdmaWr { remote_addr: 0x1000, rkey: 0x77, reserved: 0 });
-    let mut w1 = SendWr { wr_id: 2, num_sge: 1, opcode: abi::WrOpcode::SEND_WITH_IMM.0, ..Default::default() };
+    let mut w0 = SendWr {
+        wr_id: 1,
+        num_sge: 2,
+        opcode: abi::WrOpcode::RDMA_WRITE.0,
+        ..Default::default()
+    };
+    w0.set_rdma(RdmaWr {
+        remote_addr: 0x1000,
+        rkey: 0x77,
+        reserved: 0,
+    });
+    let mut w1 = SendWr {
+        wr_id: 2,
+        num_sge: 1,
+        opcode: abi::WrOpcode::SEND_WITH_IMM.0,
+        ..Default::default()
+    };
     w1.set_imm_data(0x0102_0304);
     let sges = [
-        Sge { addr: 10, length: 1, lkey: 5 },
-        Sge { addr: 20, length: 2, lkey: 5 },
-        Sge { addr: 30, length: 3, lkey: 6 },
+        Sge {
+            addr: 10,
+            length: 1,
+            lkey: 5,
+        },
+        Sge {
+            addr: 20,
+            length: 2,
+            lkey: 5,
+        },
+        Sge {
+            addr: 30,
+            length: 3,
+            lkey: 6,
+        },
     ];
     let wrs = [w0, w1];
-    let cmd = PostSend { response: 0, qp_handle: 9, wr_count: 2, sge_count: 3, wqe_size: 56 };
-    let req = Request::PostSend(cmd, WrList { wrs: wrs.as_bytes(), sges: sges.as_bytes(), wqe_size: 56 });
+    let cmd = PostSend {
+        response: 0,
+        qp_handle: 9,
+        wr_count: 2,
+        sge_count: 3,
+        wqe_size: 56,
+    };
+    let req = Request::PostSend(
+        cmd,
+        WrList {
+            wrs: wrs.as_bytes(),
+            sges: sges.as_bytes(),
+            wqe_size: 56,
+        },
+    );
     let mut out = Vec::new();
     req.encode(&mut out).unwrap();
     let (_, back) = decode_request(&out).unwrap();
     assert_eq!(back, req);
-    let Request::PostSend(_, list) = back else { unreachable!() };
-    let items: Vec<_> = list.send_wrs().map(|(w, s)| (w.wr_id, s.iter().map(|g| g.addr).collect::<Vec<_>>())).collect();
+    let Request::PostSend(_, list) = back else {
+        unreachable!()
+    };
+    let items: Vec<_> = list
+        .send_wrs()
+        .map(|(w, s)| (w.wr_id, s.iter().map(|g| g.addr).collect::<Vec<_>>()))
+        .collect();
     assert_eq!(items, vec![(1, vec![10, 20]), (2, vec![30])]);
     let (w, _) = list.send_wrs().next().unwrap();
     assert_eq!(w.rdma().rkey, 0x77);
     let (w, _) = list.send_wrs().nth(1).unwrap();
     assert_eq!(w.imm_data(), 0x0102_0304);
-    assert_eq!(w.ex.to_ne_bytes(), [1, 2, 3, 4], "imm_data is in network order");
+    assert_eq!(
+        w.ex.to_ne_bytes(),
+        [1, 2, 3, 4],
+        "imm_data is in network order"
+    );
 
     // A WR claiming more SGEs than the array holds: EINVAL.
     let mut bad_wrs = wrs;
     bad_wrs[1].num_sge = 2;
-    let bad = Request::PostSend(cmd, WrList { wrs: bad_wrs.as_bytes(), sges: sges.as_bytes(), wqe_size: 56 });
+    let bad = Request::PostSend(
+        cmd,
+        WrList {
+            wrs: bad_wrs.as_bytes(),
+            sges: sges.as_bytes(),
+            wqe_size: 56,
+        },
+    );
     bad.encode(&mut out).unwrap();
     assert_eq!(errno_of(&out), Errno::EINVAL);
     // wqe_size below sizeof(ib_uverbs_send_wr): EINVAL.
-    let small = PostSend { wqe_size: 48, ..cmd };
-    let bad = Request::PostSend(small, WrList { wrs: &[0; 96], sges: sges.as_bytes(), wqe_size: 48 });
+    let small = PostSend {
+        wqe_size: 48,
+        ..cmd
+    };
+    let bad = Request::PostSend(
+        small,
+        WrList {
+            wrs: &[0; 96],
+            sges: sges.as_bytes(),
+            wqe_size: 48,
+        },
+    );
     bad.encode(&mut out).unwrap();
     assert_eq!(errno_of(&out), Errno::EINVAL);
     // Counts larger than the message: EINVAL, and hostile counts don't overflow.
-    let huge = PostSend { wr_count: u32::MAX, wqe_size: u32::MAX, ..cmd };
-    let bad = Request::PostSend(huge, WrList { wrs: &[], sges: &[], wqe_size: 56 });
+    let huge = PostSend {
+        wr_count: u32::MAX,
+        wqe_size: u32::MAX,
+        ..cmd
+    };
+    let bad = Request::PostSend(
+        huge,
+        WrList {
+            wrs: &[],
+            sges: &[],
+            wqe_size: 56,
+        },
+    );
     bad.encode(&mut out).unwrap();
     assert_eq!(errno_of(&out), Errno::EINVAL);
     // A null post (rxe's SQ doorbell) is fine.
     let null = Request::PostSend(
-        PostSend { wr_count: 0, sge_count: 0, ..cmd },
-        WrList { wrs: &[], sges: &[], wqe_size: 56 },
+        PostSend {
+            wr_count: 0,
+            sge_count: 0,
+            ..cmd
+        },
+        WrList {
+            wrs: &[],
+            sges: &[],
+            wqe_size: 56,
+        },
     );
     null.encode(&mut out).unwrap();
     let (_, r) = decode_request(&out).unwrap();
-    let Request::PostSend(_, l) = r else { unreachable!() };
+    let Request::PostSend(_, l) = r else {
+        unreachable!()
+    };
     assert!(l.is_empty());
 }
 
@@ -237,22 +364,59 @@ fn post_send_lists() {
 fn post_recv_lists_with_larger_wqe_size() {
     // wqe_size may exceed sizeof(recv_wr); the extra bytes per WR are skipped.
     let mut wrs = vec![0u8; 2 * 24];
-    wrs[..16].copy_from_slice(RecvWr { wr_id: 7, num_sge: 1, reserved: 0 }.as_bytes());
-    wrs[24..40].copy_from_slice(RecvWr { wr_id: 8, num_sge: 0, reserved: 0 }.as_bytes());
-    let sges = [Sge { addr: 1, length: 64, lkey: 3 }];
-    let cmd = PostRecv { response: 0, qp_handle: 1, wr_count: 2, sge_count: 1, wqe_size: 24 };
-    let req = Request::PostRecv(cmd, WrList { wrs: &wrs, sges: sges.as_bytes(), wqe_size: 24 });
+    wrs[..16].copy_from_slice(
+        RecvWr {
+            wr_id: 7,
+            num_sge: 1,
+            reserved: 0,
+        }
+        .as_bytes(),
+    );
+    wrs[24..40].copy_from_slice(
+        RecvWr {
+            wr_id: 8,
+            num_sge: 0,
+            reserved: 0,
+        }
+        .as_bytes(),
+    );
+    let sges = [Sge {
+        addr: 1,
+        length: 64,
+        lkey: 3,
+    }];
+    let cmd = PostRecv {
+        response: 0,
+        qp_handle: 1,
+        wr_count: 2,
+        sge_count: 1,
+        wqe_size: 24,
+    };
+    let req = Request::PostRecv(
+        cmd,
+        WrList {
+            wrs: &wrs,
+            sges: sges.as_bytes(),
+            wqe_size: 24,
+        },
+    );
     let mut out = Vec::new();
     req.encode(&mut out).unwrap();
     let (_, back) = decode_request(&out).unwrap();
-    let Request::PostRecv(_, l) = back else { unreachable!() };
+    let Request::PostRecv(_, l) = back else {
+        unreachable!()
+    };
     let got: Vec<_> = l.recv_wrs().map(|(w, s)| (w.wr_id, s.len())).collect();
     assert_eq!(got, vec![(7, 1), (8, 0)]);
 }
 
 #[test]
 fn replies() {
-    let resp = RegMrResp { mr_handle: 1, lkey: 0x100, rkey: 0x200 };
+    let resp = RegMrResp {
+        mr_handle: 1,
+        lkey: 0x100,
+        rkey: 0x200,
+    };
     let mut out = Vec::new();
     encode_reply(Command::REG_MR.word(), Ok(&[resp.as_bytes()]), 12, &mut out);
     assert_eq!(out.len(), ReplyHdr::SIZE + 12);
@@ -264,8 +428,16 @@ fn replies() {
     assert!(rest.is_empty());
 
     // Truncated to the offered capacity, across parts.
-    let drv = UroceCreateQpResp { sq_doorbell: 3, reserved: 0 };
-    encode_reply(Command::CREATE_QP.word(), Ok(&[CreateQpResp::default().as_bytes(), drv.as_bytes()]), 36, &mut out);
+    let drv = UroceCreateQpResp {
+        sq_doorbell: 3,
+        reserved: 0,
+    };
+    encode_reply(
+        Command::CREATE_QP.word(),
+        Ok(&[CreateQpResp::default().as_bytes(), drv.as_bytes()]),
+        36,
+        &mut out,
+    );
     assert_eq!(Reply::parse(&out).unwrap().result.unwrap().len(), 36);
 
     // Errors carry -errno and no body.
@@ -287,7 +459,14 @@ fn replies() {
 
 #[test]
 fn poll_cq_response() {
-    let mut wc = Wc { wr_id: 42, status: 0, opcode: 128, byte_len: 5, qp_num: 17, ..Default::default() };
+    let mut wc = Wc {
+        wr_id: 42,
+        status: 0,
+        opcode: 128,
+        byte_len: 5,
+        qp_num: 17,
+        ..Default::default()
+    };
     wc.set_imm_data(0xdead_beef);
     let mut out = Vec::new();
     encode_poll_cq_resp(&[wc, wc], &mut out);
@@ -300,24 +479,82 @@ fn poll_cq_response() {
     assert!(decode_poll_cq_resp(&out[..out.len() - 1]).is_err());
 }
 
+#[test]
+fn fuzz_regressions() {
+    // POLL_CQ with a huge `ne`: the re-encoded capacity must fit `out_words` (found by
+    // cargo-fuzz). The capacity is capped and the reply carries at most `max_entries`.
+    let crash = [
+        0x15, 0, 0, 0, 6, 0, 3, 0, 0, 0, 0, 0x32, 0, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0x41,
+    ];
+    let r = abi::fuzzing::decode_command(&crash).unwrap();
+    let Request::PollCq(p) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(p.ne, 0x4100_0004);
+    assert_eq!(r.response_capacity(), 0xffff * 4);
+    assert_eq!(p.max_entries(12), 0);
+    assert_eq!(p.max_entries(8 + 48 * 3 + 47), 3);
+    assert_eq!(PollCq { ne: 2, ..p }.max_entries(1000), 2);
+
+    // POST_RECV with wqe_size 17 (not a multiple of 4): the message carries zero padding
+    // after the arrays; re-encoding must pad again rather than fail.
+    let mut wrs = [0u8; 34];
+    wrs[..16].copy_from_slice(
+        RecvWr {
+            wr_id: 1,
+            num_sge: 0,
+            reserved: 0,
+        }
+        .as_bytes(),
+    );
+    let cmd = PostRecv {
+        response: 0,
+        qp_handle: 1,
+        wr_count: 2,
+        sge_count: 0,
+        wqe_size: 17,
+    };
+    let req = Request::PostRecv(
+        cmd,
+        WrList {
+            wrs: &wrs,
+            sges: &[],
+            wqe_size: 17,
+        },
+    );
+    let mut out = Vec::new();
+    req.encode(&mut out).unwrap();
+    assert_eq!(out.len(), 8 + 24 + 36);
+    assert_eq!(abi::fuzzing::decode_command(&out).unwrap(), req);
+}
+
 /// Build a valid random request for `cmd` from random bytes.
 fn random_request_bytes(cmd: Command, fill: &[u8], n_wrs: usize, n_sges_each: &[u32]) -> Vec<u8> {
     let (core_len, drv_len) = Request::request_sizes(cmd).unwrap();
     let (resp_core, resp_drv) = Request::response_sizes(cmd).unwrap();
-    let mut payload: Vec<u8> = fill.iter().copied().cycle().take(core_len + drv_len).collect();
+    let mut payload: Vec<u8> = fill
+        .iter()
+        .copied()
+        .cycle()
+        .take(core_len + drv_len)
+        .collect();
     payload.resize(core_len + drv_len, 0);
     let mut cap = resp_core + resp_drv;
     match cmd {
         Command::POST_SEND | Command::POST_RECV | Command::POST_SRQ_RECV => {
-            let (wqe, num_sge_off) = if cmd == Command::POST_SEND { (56usize, 8) } else { (16usize, 8) };
+            let (wqe, num_sge_off) = if cmd == Command::POST_SEND {
+                (56usize, 8)
+            } else {
+                (16usize, 8)
+            };
             let total_sges: u32 = n_sges_each.iter().take(n_wrs).sum();
             payload[12..16].copy_from_slice(&(n_wrs as u32).to_ne_bytes());
             payload[16..20].copy_from_slice(&total_sges.to_ne_bytes());
             payload[20..24].copy_from_slice(&(wqe as u32).to_ne_bytes());
-            for i in 0..n_wrs {
+            for n_sge in n_sges_each.iter().take(n_wrs) {
                 let mut wr: Vec<u8> = fill.iter().rev().copied().cycle().take(wqe).collect();
                 wr.resize(wqe, 0);
-                wr[num_sge_off..num_sge_off + 4].copy_from_slice(&n_sges_each[i].to_ne_bytes());
+                wr[num_sge_off..num_sge_off + 4].copy_from_slice(&n_sge.to_ne_bytes());
                 payload.extend_from_slice(&wr);
             }
             payload.extend(fill.iter().copied().cycle().take(total_sges as usize * 16));

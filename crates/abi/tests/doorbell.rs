@@ -96,7 +96,10 @@ fn park_interleavings() {
     assert!(rx.prepare_park().unwrap());
     assert!(rx.is_parked().unwrap());
     assert!(db.ring(2, &ev).unwrap());
-    assert!(!db.ring(3, &ev).unwrap(), "second ringer must not make another syscall");
+    assert!(
+        !db.ring(3, &ev).unwrap(),
+        "second ringer must not make another syscall"
+    );
     assert_eq!(ev.wakes.load(Ordering::SeqCst), 1);
     assert_eq!(ev.tokens(), 1, "the wake is a token the wait will consume");
     ev.wait();
@@ -177,7 +180,10 @@ fn two_threads_no_lost_wakeup() {
                 break;
             }
         }
-        assert!(!ev.stuck.load(Ordering::SeqCst), "engine slept through a doorbell (round {i})");
+        assert!(
+            !ev.stuck.load(Ordering::SeqCst),
+            "engine slept through a doorbell (round {i})"
+        );
     }
     engine.join().unwrap();
     let wakes = ev.wakes.load(Ordering::SeqCst);
@@ -224,6 +230,6 @@ fn busy_engine_costs_no_syscalls() {
     }
     done.store(true, Ordering::SeqCst);
     let seen = seen.join().unwrap();
-    assert!(seen >= 1 && seen <= 40_000);
+    assert!((1..=40_000).contains(&seen));
     assert_eq!(ev.wakes.load(Ordering::SeqCst), 0);
 }

@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use abi::fastpath::{Cqe, RING_CONSUMER_OFFSET, RING_DATA_OFFSET, RING_MAGIC, RING_PRODUCER_OFFSET};
+use abi::fastpath::{
+    Cqe, RING_CONSUMER_OFFSET, RING_DATA_OFFSET, RING_MAGIC, RING_PRODUCER_OFFSET,
+};
 use abi::ring::{channel, Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::Wc;
@@ -33,7 +35,9 @@ fn op(elem: usize) -> impl Strategy<Value = Op> {
 }
 
 fn payload(seq: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (seq as usize * 31 + i * 7) as u8).collect()
+    (0..len)
+        .map(|i| (seq as usize * 31 + i * 7) as u8)
+        .collect()
 }
 
 proptest! {
@@ -150,7 +154,11 @@ fn two_threads_200k_items_in_order() {
             assert_eq!(v, next, "out of order");
             let len = 8 + (v % 41) as usize;
             for (j, b) in buf[8..len].iter().enumerate() {
-                assert_eq!(*b, (v as u8).wrapping_add(j as u8), "corrupt payload in item {v}");
+                assert_eq!(
+                    *b,
+                    (v as u8).wrapping_add(j as u8),
+                    "corrupt payload in item {v}"
+                );
             }
             next += 1;
         }
@@ -166,10 +174,21 @@ fn cqe_ring_roundtrip_typed() {
     assert_eq!(layout.slots(), 4);
     let (mut p, mut c) = channel(layout).unwrap();
     for i in 0..4u64 {
-        let cqe = Cqe { wc: Wc { wr_id: i, qp_num: 17, byte_len: 100 + i as u32, ..Default::default() }, reserved: [0; 2] };
+        let cqe = Cqe {
+            wc: Wc {
+                wr_id: i,
+                qp_num: 17,
+                byte_len: 100 + i as u32,
+                ..Default::default()
+            },
+            reserved: [0; 2],
+        };
         p.stage_struct(&cqe).unwrap();
     }
-    assert!(matches!(p.stage_struct(&Cqe::default()), Err(AbiError::RingFull)));
+    assert!(matches!(
+        p.stage_struct(&Cqe::default()),
+        Err(AbiError::RingFull)
+    ));
     assert_eq!(c.available().unwrap(), 0, "nothing visible before publish");
     p.publish().unwrap();
     assert_eq!(c.available().unwrap(), 4);
@@ -195,16 +214,31 @@ fn geometry_and_header() {
     l.init(&mem, 0).unwrap();
     let mut hdr = [0u8; 12];
     mem.read(0, &mut hdr).unwrap();
-    assert_eq!(u32::from_ne_bytes(hdr[0..4].try_into().unwrap()), 7, "log2 elem");
-    assert_eq!(u32::from_ne_bytes(hdr[4..8].try_into().unwrap()), 15, "index mask");
-    assert_eq!(u32::from_ne_bytes(hdr[8..12].try_into().unwrap()), RING_MAGIC);
+    assert_eq!(
+        u32::from_ne_bytes(hdr[0..4].try_into().unwrap()),
+        7,
+        "log2 elem"
+    );
+    assert_eq!(
+        u32::from_ne_bytes(hdr[4..8].try_into().unwrap()),
+        15,
+        "index mask"
+    );
+    assert_eq!(
+        u32::from_ne_bytes(hdr[8..12].try_into().unwrap()),
+        RING_MAGIC
+    );
     // Ring must fit the region; base must be cache-line aligned.
     assert!(l.init(&mem, 2048).is_err());
     assert!(l.init(&mem, 8).is_err());
 
     let d = l.desc(0x10000);
     assert_eq!(RingLayout::from_desc(&d).unwrap(), l);
-    assert!(RingLayout::from_desc(&abi::uverbs::RingDesc { len: d.len - 1, ..d }).is_err());
+    assert!(RingLayout::from_desc(&abi::uverbs::RingDesc {
+        len: d.len - 1,
+        ..d
+    })
+    .is_err());
     assert!(RingLayout::from_desc(&abi::uverbs::RingDesc { addr: 0x10008, ..d }).is_err());
     assert!(RingLayout::from_desc(&abi::uverbs::RingDesc { slots: 12, ..d }).is_err());
 }
@@ -213,7 +247,10 @@ fn geometry_and_header() {
 fn element_too_large_is_rejected() {
     let (mut p, _c) = channel(RingLayout::new(2, 64).unwrap()).unwrap();
     assert!(matches!(p.stage(&[0; 65]), Err(AbiError::TooLarge { .. })));
-    assert!(matches!(p.stage_parts(&[&[0; 60], &[0; 5]]), Err(AbiError::TooLarge { .. })));
+    assert!(matches!(
+        p.stage_parts(&[&[0; 60], &[0; 5]]),
+        Err(AbiError::TooLarge { .. })
+    ));
     assert_eq!(p.staged(), 0);
 }
 
@@ -227,18 +264,28 @@ fn hostile_indices_are_detected_not_followed() {
     p.push(&[1; 8]).unwrap();
 
     // A producer index more than `slots` ahead of the consumer.
-    mem.word(RING_PRODUCER_OFFSET).unwrap().store(100, std::sync::atomic::Ordering::Release);
+    mem.word(RING_PRODUCER_OFFSET)
+        .unwrap()
+        .store(100, std::sync::atomic::Ordering::Release);
     assert_eq!(c.available().unwrap_err().errno(), abi::Errno::EIO);
     // A producer index behind the consumer (wraps to a huge distance).
-    mem.word(RING_PRODUCER_OFFSET).unwrap().store(u64::MAX, std::sync::atomic::Ordering::Release);
+    mem.word(RING_PRODUCER_OFFSET)
+        .unwrap()
+        .store(u64::MAX, std::sync::atomic::Ordering::Release);
     assert!(matches!(c.available(), Err(AbiError::RingCorrupt { .. })));
-    mem.word(RING_PRODUCER_OFFSET).unwrap().store(1, std::sync::atomic::Ordering::Release);
+    mem.word(RING_PRODUCER_OFFSET)
+        .unwrap()
+        .store(1, std::sync::atomic::Ordering::Release);
     assert_eq!(c.available().unwrap(), 1);
 
     // A consumer index ahead of what was published.
-    mem.word(RING_CONSUMER_OFFSET).unwrap().store(2, std::sync::atomic::Ordering::Release);
+    mem.word(RING_CONSUMER_OFFSET)
+        .unwrap()
+        .store(2, std::sync::atomic::Ordering::Release);
     assert!(matches!(p.free(), Err(AbiError::RingCorrupt { .. })));
-    mem.word(RING_CONSUMER_OFFSET).unwrap().store(0, std::sync::atomic::Ordering::Release);
+    mem.word(RING_CONSUMER_OFFSET)
+        .unwrap()
+        .store(0, std::sync::atomic::Ordering::Release);
     assert_eq!(p.free().unwrap(), 3);
 }
 
@@ -249,8 +296,12 @@ fn indices_are_free_running_across_wrap() {
     let mem = Arc::new(SharedMem::new_zeroed(layout.bytes()).unwrap());
     layout.init(&mem, 0).unwrap();
     let start = u64::MAX - 5;
-    mem.word(RING_PRODUCER_OFFSET).unwrap().store(start, std::sync::atomic::Ordering::Relaxed);
-    mem.word(RING_CONSUMER_OFFSET).unwrap().store(start, std::sync::atomic::Ordering::Relaxed);
+    mem.word(RING_PRODUCER_OFFSET)
+        .unwrap()
+        .store(start, std::sync::atomic::Ordering::Relaxed);
+    mem.word(RING_CONSUMER_OFFSET)
+        .unwrap()
+        .store(start, std::sync::atomic::Ordering::Relaxed);
     let mut p = Producer::attach(mem.clone(), 0, layout).unwrap();
     let mut c = Consumer::attach(mem, 0, layout).unwrap();
     for round in 0..5u8 {
@@ -281,7 +332,9 @@ fn attach_through_a_raw_region_like_the_engine_does() {
     let engine_layout = RingLayout::from_desc(&desc).unwrap();
     // SAFETY: `lib_mem` outlives `engine_mem` (dropped at the end of this test, after it),
     // and every access to the region goes through `SharedMem`'s atomics.
-    let engine_mem = unsafe { SharedMem::from_raw_parts(desc.addr as usize as *mut u8, desc.len as usize) }.unwrap();
+    let engine_mem =
+        unsafe { SharedMem::from_raw_parts(desc.addr as usize as *mut u8, desc.len as usize) }
+            .unwrap();
     let mut eng = Consumer::attach(Arc::new(engine_mem), 0, engine_layout).unwrap();
     lib.push(b"wqe").unwrap();
     let mut b = [0u8; 3];

@@ -87,7 +87,11 @@ pub struct Args {
 }
 
 fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
-    let parse = |x: &str| x.trim().parse::<u32>().with_context(|| format!("bad size {x:?}"));
+    let parse = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .with_context(|| format!("bad size {x:?}"))
+    };
     let (lo, hi) = match s.split_once("..") {
         Some((a, b)) => (parse(a)?, parse(b.trim_start_matches('='))?),
         None => {
@@ -209,14 +213,19 @@ fn report_json(r: &Report) -> serde_json::Value {
 
 fn print_human(r: &Report, args: &Args, wall_s: f64) {
     let n = &r.net;
-    println!("uroce sim: seed {} — {} messages, sizes {}, ops {}, mtu {}", r.seed, args.messages, args.size, args.ops, args.mtu);
+    println!(
+        "uroce sim: seed {} — {} messages, sizes {}, ops {}, mtu {}",
+        r.seed, args.messages, args.size, args.ops, args.mtu
+    );
     println!(
         "  link: loss {} dup {} reorder {} corrupt {}{}",
         args.loss,
         args.dup,
         args.reorder,
         args.corrupt,
-        args.partition_at.map(|p| format!(", partition at {p} ms")).unwrap_or_default()
+        args.partition_at
+            .map(|p| format!(", partition at {p} ms"))
+            .unwrap_or_default()
     );
     println!(
         "  completed {} of {} work requests, {} bytes verified, {:.3} virtual ms ({:.2} s wall)",
@@ -234,9 +243,16 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
         "  transport: {} retransmissions, {} timeouts, NAKs seq {} rnr {} inv-req {} rem-access {} rem-op {}, {} duplicates received",
         r.retransmissions, r.timeouts, r.naks.seq, r.naks.rnr, r.naks.invalid_request, r.naks.remote_access, r.naks.remote_op, r.duplicates_received
     );
-    let statuses: Vec<String> = r.status_counts.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let statuses: Vec<String> = r
+        .status_counts
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
     println!("  completions: {}", statuses.join(", "));
-    println!("  final QP states: {} / {}", r.final_states[0], r.final_states[1]);
+    println!(
+        "  final QP states: {} / {}",
+        r.final_states[0], r.final_states[1]
+    );
     for v in &r.violation_details {
         println!("  VIOLATION {v}");
     }

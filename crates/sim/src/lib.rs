@@ -11,10 +11,12 @@
 //! * [`workload`] — the checked RC workload behind `uroce sim`: every byte, every completion,
 //!   exactly once and in order, or the error the spec prescribes.
 //! * [`rng`] — xoshiro256** / SplitMix64.
+//! * [`pair`] — two QPs back to back with a hand-controlled pipe, for conformance tests.
 #![forbid(unsafe_code)]
 
 pub mod memory;
 pub mod net;
+pub mod pair;
 pub mod rng;
 pub mod workload;
 

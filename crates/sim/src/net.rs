@@ -74,8 +74,8 @@ pub struct NetStats {
     pub corrupted: u64,
     /// Corrupted frames the receiver rejected (ICRC, IP checksum or parse).
     pub corrupt_detected: u64,
-    /// Corrupted frames whose flips were all in fields the ICRC deliberately excludes and no
-    /// other check covers (UDP checksum, BTH byte 4); delivered, harmless.
+    /// Corrupted frames whose flips were all in fields the ICRC deliberately excludes (and the
+    /// IPv4 checksum did not catch); delivered, harmless to the transport.
     pub corrupt_masked_delivered: u64,
     /// Corrupted frames with a flip in an ICRC-covered byte that were accepted: a violation.
     pub undetected_corruption: u64,
@@ -118,11 +118,12 @@ impl Endpoint {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 enum Kind {
-    Deliver { to: usize, frame: Vec<u8>, flipped: bool, covered: bool },
-    Timer { ep: usize, qp: usize },
-    TxReady { ep: usize },
+    /// Deliver the frame in `frames[slot]` to endpoint `to`.
+    Deliver { to: u32, slot: u32, flipped: bool, covered: bool },
+    Timer { ep: u32, qp: u32 },
+    TxReady { ep: u32 },
 }
 
 #[derive(Debug)]
@@ -171,7 +172,9 @@ pub struct Sim {
     queue: BinaryHeap<Event>,
     seq: u64,
     rng: Rng,
-    pool: Vec<Vec<u8>>,
+    /// Frames in flight, indexed by `Kind::Deliver::slot`; `free` lists unused slots.
+    frames: Vec<Vec<u8>>,
+    free: Vec<u32>,
     txbuf: Vec<u8>,
     /// Latest scheduled in-order arrival per (src, dst), so jitter never reorders.
     fifo: Vec<Vec<Time>>,
@@ -181,10 +184,16 @@ pub struct Sim {
 /// Buffer big enough for any packet at MTU 4096.
 const TXBUF_LEN: usize = 4096 + transport::MAX_HEADER_LEN + 64;
 
-/// ICRC-excluded bytes of an IPv4 RoCEv2 frame that no other check covers: the UDP checksum
-/// (offsets 26, 27) and BTH byte 4 (offset 32). TOS/TTL flips fail the IPv4 header checksum.
-fn masked_and_unchecked(off: usize) -> bool {
-    matches!(off, 26 | 27 | 32)
+/// Egress queue: frames may be built up to this far ahead of their departure (a NIC's small
+/// transmit FIFO), so one wake-up sends a few frames.
+const TX_HORIZON_NS: u64 = 2_000;
+
+/// Bytes of an IPv4 RoCEv2 frame the ICRC deliberately excludes (wire-facts §3.2): TOS (1),
+/// TTL (8), IPv4 header checksum (10, 11), UDP checksum (26, 27), BTH byte 4 (32). A flip
+/// there is not the ICRC's to catch (the IPv4 checksum catches most TOS/TTL flips; the rest are
+/// fields the transport ignores).
+fn icrc_masked(off: usize) -> bool {
+    matches!(off, 1 | 8 | 10 | 11 | 26 | 27 | 32)
 }
 
 impl Sim {
@@ -197,7 +206,8 @@ impl Sim {
             queue: BinaryHeap::new(),
             seq: 0,
             rng: Rng::fork(seed, 0x4E45_5457),
-            pool: Vec::new(),
+            frames: Vec::new(),
+            free: Vec::new(),
             txbuf: vec![0; TXBUF_LEN],
             fifo: Vec::new(),
             stats: NetStats::default(),
@@ -279,29 +289,46 @@ impl Sim {
         };
         self.now = self.now.max(ev.at);
         match ev.kind {
-            Kind::Deliver { to, frame, flipped, covered } => {
-                self.deliver(to, &frame, flipped, covered);
-                self.pool.push(frame);
-                self.pump(to);
-                Step::Touched(to)
+            Kind::Deliver { to, slot, flipped, covered } => {
+                let frame = std::mem::take(&mut self.frames[slot as usize]);
+                self.deliver(to as usize, &frame, flipped, covered);
+                self.frames[slot as usize] = frame;
+                self.free.push(slot);
+                self.pump(to as usize);
+                Step::Touched(to as usize)
             }
             Kind::Timer { ep, qp } => {
+                let (ep, qp) = (ep as usize, qp as usize);
                 let q = &mut self.endpoints[ep].qps[qp];
                 if q.timer_at != Some(ev.at) {
                     return Step::Nothing;
                 }
+                // Timers are scheduled lazily: the QP may have moved its deadline later since;
+                // `handle_timeout` does nothing early, and `pump` re-arms at the new deadline.
                 q.timer_at = None;
                 q.qp.handle_timeout(self.now);
                 self.pump(ep);
                 Step::Touched(ep)
             }
             Kind::TxReady { ep } => {
+                let ep = ep as usize;
                 if self.endpoints[ep].tx_ready_at != Some(ev.at) {
                     return Step::Nothing;
                 }
                 self.endpoints[ep].tx_ready_at = None;
                 self.pump(ep);
                 Step::Touched(ep)
+            }
+        }
+    }
+
+    /// A free frame slot (reusing its buffer).
+    fn alloc_frame(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.frames.push(Vec::new());
+                (self.frames.len() - 1) as u32
             }
         }
     }
@@ -341,17 +368,19 @@ impl Sim {
         e.qps[qi].qp.handle_packet(now, &parsed.packet, &meta, &mut e.mem, srq);
     }
 
-    /// Transmit while the endpoint's egress is free and some QP has a packet; then re-arm the
-    /// endpoint's QP timers.
+    /// Transmit while the endpoint's egress queue has room (at most [`TX_HORIZON_NS`] of
+    /// frames waiting to serialise) and some QP has a packet; then re-arm the QP timers.
     fn pump(&mut self, ep: usize) {
         let now = self.now;
+        let horizon = now.add_nanos(TX_HORIZON_NS);
         loop {
             let e = &mut self.endpoints[ep];
-            if e.tx_free_at > now {
-                if e.tx_ready_at.is_none_or(|t| t > e.tx_free_at) {
-                    let at = e.tx_free_at;
+            if e.tx_free_at > horizon {
+                let at = e.tx_free_at.min(Time::NEVER).max(now);
+                let at = Time::from_nanos(at.as_nanos().saturating_sub(TX_HORIZON_NS)).max(now);
+                if e.tx_ready_at.is_none_or(|t| t > at) {
                     e.tx_ready_at = Some(at);
-                    self.push(at, Kind::TxReady { ep });
+                    self.push(at, Kind::TxReady { ep: ep as u32 });
                 }
                 break;
             }
@@ -372,39 +401,42 @@ impl Sim {
             };
             self.send_frame(ep, qi, dst, t.len);
         }
-        let now = self.now;
         for qi in 0..self.endpoints[ep].qps.len() {
             let q = &mut self.endpoints[ep].qps[qi];
-            let want = q.qp.poll_timeout();
-            if want != q.timer_at {
-                q.timer_at = want;
-                if let Some(t) = want {
-                    self.push(t.max(now), Kind::Timer { ep, qp: qi });
-                    // A deadline in the past fires at `now`; keep the stale check consistent.
-                    self.endpoints[ep].qps[qi].timer_at = Some(t.max(now));
+            if let Some(w) = q.qp.poll_timeout() {
+                let w = w.max(now);
+                // Only an earlier deadline needs a new event; a later one is picked up when
+                // the pending event fires.
+                if q.timer_at.is_none_or(|t| w < t) {
+                    q.timer_at = Some(w);
+                    self.push(w, Kind::Timer { ep: ep as u32, qp: qi as u32 });
                 }
             }
         }
     }
 
     fn send_frame(&mut self, src: usize, qi: usize, dst: usize, len: usize) {
-        let Some(dst_ep) = self.endpoints.get(dst) else {
+        let Some(dst_ip) = self.endpoints.get(dst).map(|e| e.ip) else {
             self.stats.malformed += 1;
             return;
         };
+        let slot = self.alloc_frame();
         let Ok(pkt) = RocePacketRepr::parse(&self.txbuf[..len]) else {
             self.stats.malformed += 1;
+            self.free.push(slot);
             return;
         };
         let e = &self.endpoints[src];
         let lqpn = e.qps[qi].qp.qpn();
-        let ip = IpRepr::v4_socket(e.ip, dst_ep.ip, 0x02, 64);
+        let ip = IpRepr::v4_socket(e.ip, dst_ip, 0x02, 64);
         let udp = UdpRepr::roce(wire::udp_sport_for_qp(lqpn, pkt.bth.dest_qp, 0));
-        let mut frame = self.pool.pop().unwrap_or_default();
+        let mut frame = std::mem::take(&mut self.frames[slot as usize]);
+        frame.clear();
         frame.resize(wire::frame::l3_len(&ip, &pkt), 0);
         let Ok(n) = wire::build_l3(&ip, &udp, &pkt, &mut frame) else {
             self.stats.malformed += 1;
-            self.pool.push(frame);
+            self.frames[slot as usize] = frame;
+            self.free.push(slot);
             return;
         };
         frame.truncate(n);
@@ -412,18 +444,19 @@ impl Sim {
         let now = self.now;
         // Egress serialisation (Ethernet header + FCS + preamble/IFG ≈ 38 bytes on the wire).
         let ser_ns = if self.link.rate_gbps == 0 { 0 } else { ((n as u64 + 38) * 8).div_ceil(self.link.rate_gbps) };
-        let done = now.add_nanos(ser_ns);
+        let start = self.endpoints[src].tx_free_at.max(now);
+        let done = start.add_nanos(ser_ns);
         self.endpoints[src].tx_free_at = done;
 
         let cut = |t: Time, l: &LinkConfig| l.partition_at.is_some_and(|p| t >= p);
-        if cut(now, &self.link) {
-            self.stats.partition_drops += 1;
-            self.pool.push(frame);
-            return;
-        }
-        if self.rng.chance(self.link.loss) {
-            self.stats.dropped += 1;
-            self.pool.push(frame);
+        if cut(now, &self.link) || self.rng.chance(self.link.loss) {
+            if cut(now, &self.link) {
+                self.stats.partition_drops += 1;
+            } else {
+                self.stats.dropped += 1;
+            }
+            self.frames[slot as usize] = frame;
+            self.free.push(slot);
             return;
         }
         let copies = if self.rng.chance(self.link.dup) {
@@ -433,26 +466,36 @@ impl Sim {
             1
         };
         for c in 0..copies {
-            let mut f = if c + 1 == copies {
-                std::mem::take(&mut frame)
+            let (fslot, mut f) = if c + 1 == copies {
+                (slot, std::mem::take(&mut frame))
             } else {
-                let mut d = self.pool.pop().unwrap_or_default();
+                let d_slot = self.alloc_frame();
+                let mut d = std::mem::take(&mut self.frames[d_slot as usize]);
                 d.clear();
                 d.extend_from_slice(&frame);
-                d
+                (d_slot, d)
             };
             let (mut flipped, mut covered) = (false, false);
+            let mut flips = [u32::MAX; 3];
             if self.rng.chance(self.link.corrupt) {
                 self.stats.corrupted += 1;
                 flipped = true;
-                let flips = self.rng.range(1, 3);
-                for _ in 0..flips {
+                let nflips = self.rng.range(1, 3);
+                // Distinct bit positions, so flips never cancel each other.
+                let mut k = 0;
+                while k < nflips as usize {
                     let off = self.rng.below(f.len() as u64) as usize;
                     let bit = self.rng.below(8) as u32;
+                    let pos = (off as u32) << 3 | bit;
+                    if flips[..k].contains(&pos) {
+                        continue;
+                    }
+                    flips[k] = pos;
+                    k += 1;
                     if let Some(b) = f.get_mut(off) {
                         *b ^= 1 << bit;
                     }
-                    covered |= !masked_and_unchecked(off);
+                    covered |= !icrc_masked(off);
                 }
             }
             let mut at = done.add_nanos(self.link.delay_ns + self.rng.below(self.link.jitter_ns + 1));
@@ -465,12 +508,14 @@ impl Sim {
                 at = at.max(*floor);
                 *floor = at;
             }
+            self.frames[fslot as usize] = f;
             if cut(at, &self.link) {
                 self.stats.partition_drops += 1;
-                self.pool.push(f);
+                self.free.push(fslot);
                 continue;
             }
-            self.push(at, Kind::Deliver { to: dst, frame: f, flipped, covered });
+            let to = dst as u32;
+            self.push(at, Kind::Deliver { to, slot: fslot, flipped, covered });
         }
     }
 }

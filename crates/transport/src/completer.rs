@@ -60,7 +60,7 @@ impl Qp {
                         if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
                             return;
                         }
-                        self.nak(now, p, code);
+                        self.nak(now, code);
                     }
                     AckKind::Reserved => self.counters.dropped_pkts += 1,
                 }
@@ -90,6 +90,7 @@ impl Qp {
                         self.progress(now);
                     }
                     if self.retried_since_progress {
+                        self.counters.stale_naks += 1;
                         return AckOutcome::Stop;
                     }
                     self.nak_retry(now);
@@ -143,13 +144,13 @@ impl Qp {
         self.rnr_until = Some(now.add_nanos(rnr_timer_ns(timer_code)));
     }
 
-    fn nak(&mut self, now: Time, p: Psn, code: NakCode) {
+    fn nak(&mut self, now: Time, code: NakCode) {
         let status = match code {
             NakCode::PSN_SEQ_ERROR => {
                 self.counters.rcvd_seq_err += 1;
-                // One retry per NAK episode (rxe `started_retry`); none during an RNR wait.
-                if self.rnr_until.is_some() || (self.retried_since_progress && p == self.unacked)
-                {
+                // None during an RNR wait; one per episode (rxe `started_retry`).
+                if self.rnr_until.is_some() || self.retried_since_progress {
+                    self.counters.stale_naks += 1;
                     return;
                 }
                 self.nak_retry(now);

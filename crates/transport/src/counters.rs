@@ -36,6 +36,9 @@ pub struct Counters {
     pub retransmissions: u64,
     /// Local ACK timeouts that fired with work outstanding.
     pub local_ack_timeouts: u64,
+    /// Requester: sequence NAKs / implied NAKs ignored because a retry was already started
+    /// and nothing was acknowledged since.
+    pub stale_naks: u64,
     /// Requester: NAK invalid request received.
     pub rcvd_nak_invalid_request: u64,
     /// Requester: NAK remote access error received.
@@ -78,6 +81,7 @@ impl Counters {
             ("rdma_recvs", self.rdma_recvs),
             ("retransmissions", self.retransmissions),
             ("local_ack_timeouts", self.local_ack_timeouts),
+            ("stale_naks", self.stale_naks),
             ("rcvd_nak_invalid_request", self.rcvd_nak_invalid_request),
             ("rcvd_nak_remote_access", self.rcvd_nak_remote_access),
             ("rcvd_nak_remote_op", self.rcvd_nak_remote_op),
@@ -111,6 +115,7 @@ impl Counters {
             rdma_recvs,
             retransmissions,
             local_ack_timeouts,
+            stale_naks,
             rcvd_nak_invalid_request,
             rcvd_nak_remote_access,
             rcvd_nak_remote_op,
@@ -138,6 +143,7 @@ impl Counters {
         self.rdma_recvs += rdma_recvs;
         self.retransmissions += retransmissions;
         self.local_ack_timeouts += local_ack_timeouts;
+        self.stale_naks += stale_naks;
         self.rcvd_nak_invalid_request += rcvd_nak_invalid_request;
         self.rcvd_nak_remote_access += rcvd_nak_remote_access;
         self.rcvd_nak_remote_op += rcvd_nak_remote_op;
@@ -164,7 +170,7 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 26);
+        assert_eq!(names.len(), 27);
         assert_eq!(b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v), Some(4));
     }
 }

@@ -19,6 +19,7 @@
 
 mod completer;
 mod counters;
+pub mod fuzzing;
 mod mem;
 mod packet;
 mod qp;

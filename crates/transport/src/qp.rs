@@ -306,11 +306,17 @@ pub struct Qp {
     pub(crate) next_ssn: Msn,
     pub(crate) rd_atomic_outstanding: u32,
     pub(crate) pkts_since_ackreq: u32,
+    /// Packets the requester may have outstanding right now: `max_unacked_psns`, cut to 1
+    /// after a local ACK timeout and doubled on each acknowledgement after that.
+    pub(crate) cwnd: u32,
     pub(crate) retry_left: u8,
     pub(crate) rnr_left: u8,
     pub(crate) retrans_deadline: Option<Time>,
     pub(crate) rnr_until: Option<Time>,
-    /// A NAK-triggered retry started and no progress since (rxe `started_retry`).
+    /// A NAK-triggered (or implied-NAK) retry started and no progress since: further sequence
+    /// NAKs are stale — sent before our resends arrived — and are ignored (rxe `started_retry`).
+    /// If a resend itself is lost, the responder does not NAK the same PSN twice, so the ACK
+    /// timer recovers.
     pub(crate) retried_since_progress: bool,
     /// Limit sequence number from AETH credits; `None` = unlimited.
     pub(crate) lsn: Option<Msn>,
@@ -355,6 +361,7 @@ impl Qp {
             next_ssn: Msn::new(1),
             rd_atomic_outstanding: 0,
             pkts_since_ackreq: 0,
+            cwnd: cfg.max_unacked_psns.max(1),
             retry_left: 0,
             rnr_left: 0,
             retrans_deadline: None,

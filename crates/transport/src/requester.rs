@@ -65,9 +65,7 @@ impl Qp {
                     }
                 }
             }
-            if ty == QpType::Rc
-                && self.next_psn.diff(self.unacked) >= self.cfg.max_unacked_psns as i32
-            {
+            if ty == QpType::Rc && self.next_psn.diff(self.unacked) >= self.window() as i32 {
                 return None;
             }
             match self.build_request(now, mem, buf) {
@@ -152,8 +150,12 @@ impl Qp {
         };
         let mut bth = BthRepr::new(opcode, dest_qpn, next_psn);
         bth.pkey = self.cfg.pkey;
+        // AckReq on the last packet of a message, after `max_pkts_per_ack` packets without
+        // one (rxe), and on the packet that fills the window — otherwise a window-stalled
+        // requester would wait for an ACK the responder has no reason to send.
+        let fills_window = next_psn.next().diff(self.unacked) >= self.window() as i32;
         let ack_req = ty == QpType::Rc
-            && (last || self.pkts_since_ackreq + 1 >= self.cfg.max_pkts_per_ack);
+            && (last || fills_window || self.pkts_since_ackreq + 1 >= self.cfg.max_pkts_per_ack);
         bth.ack_req = ack_req;
         bth.solicited = last
             && wqe.wr.flags.contains(SendFlags::SOLICITED)
@@ -247,6 +249,11 @@ impl Qp {
         Ok(Transmit { len: total, ah, dest_qpn })
     }
 
+    /// Packets the requester may have outstanding now.
+    pub(crate) fn window(&self) -> u32 {
+        self.cwnd.clamp(1, self.cfg.max_unacked_psns.max(1))
+    }
+
     /// (Re)start the local ACK timer (4.096 µs × 2^timeout; 0 = none).
     pub(crate) fn arm_retrans(&mut self, now: Time) {
         self.retrans_deadline = local_ack_timeout_ns(self.attr.timeout).map(|t| now.add_nanos(t));
@@ -263,6 +270,7 @@ impl Qp {
         self.retry_left = self.attr.retry_cnt;
         self.rnr_left = self.attr.rnr_retry;
         self.retried_since_progress = false;
+        self.cwnd = self.cwnd.saturating_mul(2).min(self.cfg.max_unacked_psns.max(1));
         if self.next_psn.is_before(self.unacked) {
             self.next_psn = self.unacked;
         }
@@ -342,7 +350,9 @@ impl Qp {
             self.fail_front(WcStatus::RetryExcErr);
             return;
         }
-        self.retried_since_progress = false;
+        // The path just lost a whole window: resend one packet and grow on each ACK
+        // (slow start) instead of resending the full window into it.
+        self.cwnd = 1;
         self.start_retry(now);
     }
 

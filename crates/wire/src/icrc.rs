@@ -227,23 +227,29 @@ pub fn verify_udp_v4_unseen_ident(
 /// Linear ICRC contributions of IPv4 ID bits 0..15 (index = bit number) and DF (index 16), for a
 /// packet with `transport_len` bytes from the BTH to the last pad byte.
 fn unseen_v4_contributions(transport_len: usize) -> [u32; 17] {
-    // Covered message: 0xFF×8, IPv4 20, UDP 8, transport. ID bytes sit at message offsets
-    // 12 (high) and 13 (low); the flags byte at 14.
+    // Covered message: 0xFF×8, IPv4 20, UDP 8, transport. The ID occupies message offsets 12
+    // (high byte) and 13 (low byte), the flags byte offset 14.
     let msg_len = (LRH_STANDIN_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN + transport_len) as u64;
-    let id_hi = (LRH_STANDIN_LEN + mask::V4_IDENT.start) as u64;
     let flags = (LRH_STANDIN_LEN + mask::V4_FLAGS) as u64;
-    let mut out = [0u32; 17];
-    // Bytes after the flags byte, then one more byte of shift per byte further left.
-    let after_flags = gf2::x8n_mod_p(msg_len - flags - 1);
-    let after_id_lo = gf2::mul_mod_p(after_flags, gf2::X8);
-    let after_id_hi = gf2::mul_mod_p(after_id_lo, gf2::X8);
-    debug_assert_eq!(flags - id_hi, 2);
-    for bit in 0..8 {
-        let d = 1u8 << bit;
-        out[bit] = gf2::mul_mod_p(after_id_lo, gf2::byte_lin(d));
-        out[bit + 8] = gf2::mul_mod_p(after_id_hi, gf2::byte_lin(d));
+    debug_assert_eq!(flags, (LRH_STANDIN_LEN + mask::V4_IDENT.end) as u64);
+    // A set bit b of a byte followed by n bytes contributes x^(39−b)·x^(8n) mod P (the reflected
+    // CRC feeds bit 0 of each byte first). So walking back from bit 7 of the flags byte through
+    // the ID, each earlier bit is one more factor of x: a chain of 24 register shifts.
+    let mut chain = [0u32; 24];
+    chain[0] = gf2::mul_mod_p(gf2::x8n_mod_p(msg_len - flags - 1), gf2::X32);
+    for p in 1..chain.len() {
+        chain[p] = gf2::times_x(chain[p - 1]);
     }
-    out[16] = gf2::mul_mod_p(after_flags, gf2::byte_lin(0x40));
+    let mut out = [0u32; 17];
+    for (bit, c) in out.iter_mut().enumerate().take(16) {
+        // ID bit i: low byte (offset 13) for i < 8, high byte (offset 12) otherwise.
+        *c = if bit < 8 {
+            chain[15 - bit]
+        } else {
+            chain[31 - bit]
+        };
+    }
+    out[16] = chain[1]; // DF = bit 6 of the flags byte
     out
 }
 
@@ -252,29 +258,22 @@ fn unseen_v4_contributions(transport_len: usize) -> [u32; 17] {
 mod gf2 {
     /// The CRC-32 polynomial, reflected.
     const POLY: u32 = 0xEDB8_8320;
-    /// x^8 in the reflected representation.
-    pub(super) const X8: u32 = 1 << (31 - 8);
+    /// x^32 mod P (one shift of x^31, the lowest bit).
+    pub(super) const X32: u32 = POLY;
 
     /// One register shift: multiply by x modulo P.
-    const fn times_x(v: u32) -> u32 {
-        if v & 1 != 0 {
-            (v >> 1) ^ POLY
-        } else {
-            v >> 1
-        }
+    pub(super) const fn times_x(v: u32) -> u32 {
+        (v >> 1) ^ (POLY & 0u32.wrapping_sub(v & 1))
     }
 
-    /// a·b mod P.
+    /// a·b mod P (branch-free shift-and-add over the 32 coefficients of `a`).
     pub(super) const fn mul_mod_p(a: u32, b: u32) -> u32 {
-        let mut m = 1u32 << 31;
         let mut p = 0;
         let mut b = b;
         let mut i = 0;
         while i < 32 {
-            if a & m != 0 {
-                p ^= b;
-            }
-            m >>= 1;
+            // Coefficient of x^i in `a` sits at bit 31 − i.
+            p ^= b & 0u32.wrapping_sub((a >> (31 - i)) & 1);
             b = times_x(b);
             i += 1;
         }
@@ -293,11 +292,37 @@ mod gf2 {
         t
     };
 
+    /// `X8N[k][j]` = x^(8·j·16^k) mod P: four hex digits of a byte count cover every IP length,
+    /// so shifting over up to 65535 zero bytes costs at most four multiplications.
+    const X8N: [[u32; 16]; 4] = {
+        let mut t = [[0u32; 16]; 4];
+        let mut k = 0;
+        while k < 4 {
+            t[k][0] = 1 << 31; // x^0
+            let step = X2K[3 + 4 * k]; // x^(8·16^k)
+            let mut j = 1;
+            while j < 16 {
+                t[k][j] = mul_mod_p(t[k][j - 1], step);
+                j += 1;
+            }
+            k += 1;
+        }
+        t
+    };
+
     /// x^(8n) mod P: the effect of feeding n zero bytes through the register.
     pub(super) fn x8n_mod_p(n: u64) -> u32 {
         let mut p = 1u32 << 31; // x^0
         let mut n = n;
-        let mut k = 3; // 8 = 2^3
+        for row in &X8N {
+            let digit = (n & 0xF) as usize;
+            if digit != 0 {
+                p = mul_mod_p(row[digit], p);
+            }
+            n >>= 4;
+        }
+        // Beyond 16 bits (not reachable for IP packets): square-and-multiply.
+        let mut k = 3 + 16;
         while n != 0 {
             if n & 1 != 0 {
                 p = mul_mod_p(X2K[k % 32], p);
@@ -309,6 +334,7 @@ mod gf2 {
     }
 
     /// Register contribution of one byte `d` fed into a zero register (no bytes after it).
+    #[cfg(test)]
     pub(super) const fn byte_lin(d: u8) -> u32 {
         let mut r = d as u32;
         let mut i = 0;
@@ -318,6 +344,10 @@ mod gf2 {
         }
         r
     }
+
+    /// x^8 mod P, for tests.
+    #[cfg(test)]
+    pub(super) const X8N_STEP: u32 = 1 << (31 - 8);
 
     /// A combination (bit i = take `vectors[i]`, at most 32 vectors) whose XOR is `target`, or
     /// `None` if `target` is not in their span. Gaussian elimination keyed by leading bit.
@@ -373,6 +403,50 @@ mod tests {
                 let want = crc32fast::hash(&a) ^ crc32fast::hash(&z);
                 let got = gf2::mul_mod_p(gf2::x8n_mod_p(n as u64), gf2::byte_lin(d));
                 assert_eq!(got, want, "n={n} d={d:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn x8n_matches_repeated_multiplication() {
+        let mut want = 1u32 << 31; // x^0
+        for n in 0u64..300 {
+            assert_eq!(gf2::x8n_mod_p(n), want, "n={n}");
+            want = gf2::mul_mod_p(want, gf2::X8N_STEP);
+        }
+        // x^(8(a+b)) = x^(8a)·x^(8b), including counts past the 16-bit table.
+        for n in [255u64, 4095, 65535, 65536, 1 << 20, 123_456_789] {
+            assert_eq!(
+                gf2::x8n_mod_p(n + 7),
+                gf2::mul_mod_p(gf2::x8n_mod_p(n), gf2::x8n_mod_p(7)),
+                "n={n}"
+            );
+        }
+    }
+
+    /// Each contribution equals the CRC change from flipping that header bit, computed the slow
+    /// way with crc32fast over a real message of the same length.
+    #[test]
+    fn unseen_contributions_match_bit_flips() {
+        for transport_len in [12usize, 16, 20, 1024 + 12, 4096 + 40] {
+            let msg_len = 8 + 20 + 8 + transport_len;
+            let msg: Vec<u8> = (0..msg_len).map(|i| (i * 31 + 7) as u8).collect();
+            let base = crc32fast::hash(&msg);
+            let c = unseen_v4_contributions(transport_len);
+            for (bit, &want) in c.iter().enumerate().take(16) {
+                let mut m = msg.clone();
+                let (byte, b) = if bit < 8 { (13, bit) } else { (12, bit - 8) };
+                m[byte] ^= 1 << b;
+                let got = crc32fast::hash(&m) ^ base;
+                assert_eq!(got, want, "len {transport_len} ID bit {bit}");
+            }
+            let mut m = msg.clone();
+            m[14] ^= 0x40;
+            assert_eq!(crc32fast::hash(&m) ^ base, c[16], "DF");
+            // Linearly independent: rank 17.
+            for (i, &ci) in c.iter().enumerate() {
+                let others: Vec<u32> = (0..17).filter(|&j| j != i).map(|j| c[j]).collect();
+                assert_eq!(gf2::solve(&others, ci), None);
             }
         }
     }

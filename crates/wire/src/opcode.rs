@@ -781,8 +781,8 @@ mod tests {
             assert!(names.insert(e.name), "duplicate name {}", e.name);
             assert_eq!(e.opcode.info(), Some(e));
             assert_eq!(e.header_len, 12 + e.headers.ext_len());
-            // Only a payload-carrying packet can consume or complete a receive WQE... except
-            // that every RWQE consumer must be a request.
+            // Consuming or completing a receive WQE is something only a request that can
+            // carry data does (wire-facts §2.1).
             if e.consumes_rwqe || e.completes_recv {
                 assert!(e.is_request && e.has_payload, "{}", e.name);
             }

@@ -1,5 +1,5 @@
 //! Smoke test over real Linux soft-RoCE (rxe) captures from the rxe lab (copied into
-//! `tests/data/`; see shared/rxe-lab/captures/README.md for how they were recorded).
+//! the repository's `testdata/captures/`; see its README for how they were recorded).
 //!
 //! Every frame must parse, carry a good ICRC (except frame 4 of `fake_peer.pcap`, corrupted on
 //! purpose), rebuild byte for byte, and give up its IPv4 ID to the UDP-socket ICRC check.
@@ -13,7 +13,7 @@ use wire::frame::{build_l3, parse_l3};
 use wire::{icrc, IpRepr, Opcode};
 
 fn data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/captures")
 }
 
 /// Frames of a classic pcap file (magic 0xA1B2C3D4 written little-endian, link type Ethernet).

@@ -1,0 +1,948 @@
+//! The perftest exchange as a sans-IO state machine (reference §4).
+//!
+//! [`Perftest::poll`] says what to do next: sleep, write one message (with **one**
+//! `write()`), read exactly N bytes (then hand them to [`Perftest::received`]), or handle
+//! an [`Event`] that needs the RDMA side (QP numbers, connecting QPs, running the test).
+//! The machine never touches a socket or a clock; [`super::run_exchange`] drives it over a
+//! `Read + Write` stream.
+//!
+//! Every exchange is lock-step: the client writes its message first, the server reads it
+//! and then writes its own (reference §1 "order"). The sequence of exchanges per test,
+//! and the checks and aborts between them, follow perftest 4.5-0.17's `*_bw.c`/`*_lat.c`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::config::{BenchConfig, Connection, LocalSystem, Role, TestKind, Verb};
+use super::error::{
+    Context, MsgClass, PerftestError, CACHE, CLOSE, CLOSE_SEND_BW, CLOSE_SEND_LAT, PAGE, SYNC,
+    X, X_SP,
+};
+use super::msg::{
+    decode_i32, decode_mtu, decode_version, encode_i32, encode_mtu, encode_version, BwReport,
+    KeyMessage, Mtu, PeerVersion, ReportLayout, DONE, KEY_LEN, KEY_LEN_NO_GID, MTU_LEN,
+    MTU_LEN_LEGACY, SYS_DATA_LEN, VERSION, VERSION_LEN,
+};
+use crate::gid::is_v4_mapped;
+
+/// `ib_write_bw`'s sleep after the TCP connect.
+pub const WRITE_BW_PAUSE: Duration = Duration::from_secs(1);
+
+/// The oldest peer version perftest 6.06 accepts.
+pub const MIN_PEER_VERSION: f64 = 5.70;
+
+/// What the caller must do next.
+#[derive(Debug, PartialEq)]
+pub enum Action {
+    /// Sleep this long (only `ib_write_bw`, right after the TCP connect).
+    Sleep(Duration),
+    /// Write these bytes with a single `write()` call. perftest reads each message with
+    /// one `read()` and fails on a short one, so a message must never be split.
+    Write(Vec<u8>),
+    /// Read exactly this many bytes (looping over short reads), then pass them to
+    /// [`Perftest::received`]. On EOF or error, build the error with
+    /// [`Perftest::read_failed`].
+    Read(usize),
+    /// Something only the caller can do; see [`Event`].
+    Event(Event),
+    /// The exchange is complete: close the socket (without reading the peer's DONE; the
+    /// reset the kernel then sends is normal, reference §4 "Connection end").
+    Finished,
+}
+
+/// Values settled by M1–M4.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Negotiated {
+    /// The peer's version.
+    pub peer_version: PeerVersion,
+    /// The cycle buffer adopted: max(own page size, peer's) (reference §3 M2).
+    pub cycle_buffer: i32,
+    /// The cache line size adopted: max(own, peer's).
+    pub cache_line: i32,
+    /// The peer's page size, if exchanged.
+    pub peer_cycle_buffer: Option<i32>,
+    /// The peer's cache line size, if exchanged.
+    pub peer_cache_line: Option<i32>,
+    /// The number the peer sent as its MTU, if exchanged (may be invalid: it is ignored
+    /// then).
+    pub peer_mtu: Option<i64>,
+    /// The MTU both QPs use: the peer's if valid and smaller than ours, else ours.
+    pub mtu: Mtu,
+    /// The message size after the UD clamp to the MTU.
+    pub size: u64,
+    /// perftest's stderr note when it clamped a UD size (` Max msg size in UD is MTU …`).
+    pub notice: Option<String>,
+}
+
+/// A step that needs the caller.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// M1–M4 are done. Create the QPs and buffers (size the buffer from
+    /// `cycle_buffer`), print the header block, then call [`Perftest::set_local_keys`]
+    /// with one [`KeyMessage`] per QP before polling again.
+    Negotiated(Negotiated),
+    /// The first KEY round is done and the GID types agree: bring the QPs to RTR (and
+    /// RTS where this side sends) with the peer's values, one per QP.
+    Connect {
+        /// The peer's KEY per QP.
+        remote: Vec<KeyMessage>,
+    },
+    /// The second KEY round is done: perftest prints the local and remote address lines
+    /// here (see [`crate::console::address_lines`]).
+    Addresses {
+        /// This side's KEY per QP.
+        local: Vec<KeyMessage>,
+        /// The peer's KEY per QP (as received in this round).
+        remote: Vec<KeyMessage>,
+    },
+    /// Prepare the run of `size` bytes: set up send WQEs, and post receives in send tests.
+    /// The pre-test SYNC (if any) follows, so the peer does not send before the receives
+    /// are posted.
+    Prepare {
+        /// Message size.
+        size: u64,
+    },
+    /// Run the measurement for `size` bytes, then call [`Perftest::run_complete`] (with
+    /// this side's [`BwReport`] in bandwidth tests) before polling again. perftest prints
+    /// its result line at this point, except in `-b` bandwidth tests (see
+    /// [`Event::Report`]).
+    Run {
+        /// Message size.
+        size: u64,
+    },
+    /// A REPORT exchange is done. Unidirectional write/read/atomic server: `mine` is
+    /// `None` and perftest prints the client's `peer` line verbatim. `-b`: perftest prints
+    /// one line with its own size and iterations and the sums of both sides' rates.
+    Report {
+        /// This side's report (`-b` only).
+        mine: Option<BwReport>,
+        /// The peer's report.
+        peer: BwReport,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Wait {
+    Nothing,
+    Read(usize),
+    LocalKeys,
+    RunResult,
+    Done,
+    Failed,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Target {
+    Version,
+    CycleBuffer,
+    CacheLine,
+    Mtu,
+    Key(usize),
+    ReportField(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Pair {
+    mine: Vec<u8>,
+    peer_len: usize,
+    target: Target,
+    context: Context,
+    class: MsgClass,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Nothing done for the front pair yet.
+    Start,
+    /// Client: wrote, must read.
+    Wrote,
+    /// Server: read, must write.
+    GotRead,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum ReportEvent {
+    None,
+    PeerOnly,
+    Both,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum After {
+    VersionCheck,
+    SysMax,
+    MtuPick,
+    Report(ReportEvent),
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Op {
+    Pause,
+    Versions,
+    SysData,
+    MtuExchange,
+    Negotiated,
+    /// One pair per QP (`all_qps`) or QP0 only (INIT and the SYNCs).
+    Keys {
+        all_qps: bool,
+        context: Context,
+    },
+    GidCheck,
+    Connect,
+    Addresses,
+    Prepare(u64),
+    Run(u64),
+    Report {
+        event: ReportEvent,
+    },
+    Done {
+        context: Context,
+    },
+    Finish,
+}
+
+#[derive(Copy, Clone, Debug)]
+struct LastWrite {
+    class: MsgClass,
+    context: Context,
+}
+
+/// One side of a perftest out-of-band exchange. See the module documentation.
+#[derive(Debug)]
+pub struct Perftest {
+    cfg: BenchConfig,
+    role: Role,
+    sys: LocalSystem,
+    ops: VecDeque<Op>,
+    pairs: VecDeque<Pair>,
+    phase: Phase,
+    after: Option<After>,
+    wait: Wait,
+    last_write: Option<LastWrite>,
+    peer_version: Option<PeerVersion>,
+    peer_cycle_buffer: Option<i32>,
+    peer_cache_line: Option<i32>,
+    peer_mtu: Option<i64>,
+    cycle_buffer: i32,
+    cache_line: i32,
+    mtu: Mtu,
+    size: u64,
+    local_keys: Vec<KeyMessage>,
+    remote_keys: Vec<KeyMessage>,
+    my_report: BwReport,
+    peer_report: BwReport,
+    layout: ReportLayout,
+}
+
+impl Perftest {
+    /// A new exchange for this side. Nothing happens until [`Perftest::poll`].
+    pub fn new(cfg: BenchConfig, role: Role, sys: LocalSystem) -> Perftest {
+        let mut ops = VecDeque::new();
+        if cfg.pauses_after_connect() {
+            ops.push_back(Op::Pause);
+        }
+        ops.push_back(Op::Versions);
+        ops.push_back(Op::SysData);
+        ops.push_back(Op::MtuExchange);
+        ops.push_back(Op::Negotiated);
+        let qps = cfg.qps();
+        let size = cfg.size;
+        Perftest {
+            layout: ReportLayout {
+                wide_iters: true,
+                per_port: cfg.report_per_port,
+            },
+            cfg,
+            role,
+            sys,
+            ops,
+            pairs: VecDeque::new(),
+            phase: Phase::Start,
+            after: None,
+            wait: Wait::Nothing,
+            last_write: None,
+            peer_version: None,
+            peer_cycle_buffer: None,
+            peer_cache_line: None,
+            peer_mtu: None,
+            cycle_buffer: sys.page_size,
+            cache_line: sys.cache_line,
+            mtu: sys.mtu,
+            size,
+            local_keys: Vec::new(),
+            remote_keys: vec![KeyMessage::default(); qps],
+            my_report: BwReport::default(),
+            peer_report: BwReport::default(),
+        }
+    }
+
+    /// This side's role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The test configuration.
+    pub fn config(&self) -> &BenchConfig {
+        &self.cfg
+    }
+
+    /// The peer's KEY per QP as last received (SYNC messages update QP0, as in perftest).
+    pub fn remote_keys(&self) -> &[KeyMessage] {
+        &self.remote_keys
+    }
+
+    /// This side's KEY per QP.
+    pub fn local_keys(&self) -> &[KeyMessage] {
+        &self.local_keys
+    }
+
+    /// The negotiated MTU (this side's own until M4 is done).
+    pub fn mtu(&self) -> Mtu {
+        self.mtu
+    }
+
+    /// The last REPORT received from the peer.
+    pub fn peer_report(&self) -> &BwReport {
+        &self.peer_report
+    }
+
+    /// Whether the exchange has finished.
+    pub fn is_finished(&self) -> bool {
+        self.wait == Wait::Done
+    }
+
+    /// Sets the report this side sends in the next REPORT exchange. Normally it comes
+    /// from [`Perftest::run_complete`]; the unidirectional write/read/atomic server, which
+    /// runs nothing, sends zeros unless this is called (perftest sends stack garbage there,
+    /// which the client ignores).
+    pub fn set_report(&mut self, report: BwReport) {
+        self.my_report = report;
+    }
+
+    /// Answers [`Event::Negotiated`]: this side's KEY per QP (exactly
+    /// `config().qps()` of them; QPN and PSN must fit 24 bits).
+    pub fn set_local_keys(&mut self, keys: Vec<KeyMessage>) -> Result<(), PerftestError> {
+        if self.wait != Wait::LocalKeys {
+            return Err(PerftestError::Misuse("set_local_keys without Event::Negotiated"));
+        }
+        if keys.len() != self.cfg.qps() {
+            return Err(PerftestError::Misuse("set_local_keys: one KEY per QP required"));
+        }
+        for k in &keys {
+            if k.encode().is_err() {
+                return Err(PerftestError::Misuse(
+                    "set_local_keys: QPN or PSN wider than 24 bits",
+                ));
+            }
+        }
+        self.local_keys = keys;
+        self.wait = Wait::Nothing;
+        Ok(())
+    }
+
+    /// Answers [`Event::Run`]: the run is over; `report` is this side's bandwidth report
+    /// (bandwidth tests), sent in the REPORT exchange that may follow.
+    pub fn run_complete(&mut self, report: Option<BwReport>) -> Result<(), PerftestError> {
+        if self.wait != Wait::RunResult {
+            return Err(PerftestError::Misuse("run_complete without Event::Run"));
+        }
+        if let Some(r) = report {
+            self.my_report = r;
+        }
+        self.wait = Wait::Nothing;
+        Ok(())
+    }
+
+    fn fail(&mut self, e: PerftestError) -> PerftestError {
+        self.wait = Wait::Failed;
+        e
+    }
+
+    fn key_bytes(&self, qp: usize) -> Vec<u8> {
+        let key = self.local_keys.get(qp).copied().unwrap_or_default();
+        let encoded = if self.cfg.use_gid {
+            key.encode().map(|b| b.to_vec())
+        } else {
+            key.encode_no_gid().map(|b| b.to_vec())
+        };
+        // Keys were validated in set_local_keys.
+        encoded.unwrap_or_default()
+    }
+
+    fn key_len(&self) -> usize {
+        if self.cfg.use_gid {
+            KEY_LEN
+        } else {
+            KEY_LEN_NO_GID
+        }
+    }
+
+    /// The next thing to do. Repeats `Read(n)` until [`Perftest::received`] is called.
+    pub fn poll(&mut self) -> Result<Action, PerftestError> {
+        match self.wait {
+            Wait::Read(n) => return Ok(Action::Read(n)),
+            Wait::LocalKeys => {
+                return Err(PerftestError::Misuse("set_local_keys must answer Negotiated"))
+            }
+            Wait::RunResult => return Err(PerftestError::Misuse("run_complete must answer Run")),
+            Wait::Done => return Ok(Action::Finished),
+            Wait::Failed => return Err(PerftestError::Misuse("poll after a failure")),
+            Wait::Nothing => {}
+        }
+        loop {
+            if let Some(pair) = self.pairs.front() {
+                match (self.role, self.phase) {
+                    (Role::Client, Phase::Start) => {
+                        self.phase = Phase::Wrote;
+                        self.last_write = Some(LastWrite {
+                            class: pair.class,
+                            context: pair.context,
+                        });
+                        return Ok(Action::Write(pair.mine.clone()));
+                    }
+                    (Role::Client, Phase::Wrote) | (Role::Server, Phase::Start) => {
+                        self.wait = Wait::Read(pair.peer_len);
+                        return Ok(Action::Read(pair.peer_len));
+                    }
+                    (Role::Server, Phase::GotRead) => {
+                        self.last_write = Some(LastWrite {
+                            class: pair.class,
+                            context: pair.context,
+                        });
+                        let mine = pair.mine.clone();
+                        self.pairs.pop_front();
+                        self.phase = Phase::Start;
+                        return Ok(Action::Write(mine));
+                    }
+                    (Role::Server, Phase::Wrote) | (Role::Client, Phase::GotRead) => {
+                        // Not reachable: the phases are role-specific.
+                        self.phase = Phase::Start;
+                        continue;
+                    }
+                }
+            }
+            if let Some(after) = self.after.take() {
+                if let Some(action) = self.run_after(after)? {
+                    return Ok(action);
+                }
+                continue;
+            }
+            let Some(op) = self.ops.pop_front() else {
+                self.wait = Wait::Done;
+                return Ok(Action::Finished);
+            };
+            if let Some(action) = self.start_op(op)? {
+                return Ok(action);
+            }
+        }
+    }
+
+    fn push_pair(&mut self, mine: Vec<u8>, peer_len: usize, target: Target, context: Context) {
+        let class = match target {
+            Target::Key(_) => MsgClass::Keys,
+            _ => MsgClass::Data,
+        };
+        self.pairs.push_back(Pair {
+            mine,
+            peer_len,
+            target,
+            context,
+            class,
+        });
+    }
+
+    fn peer_version_value(&self) -> f64 {
+        self.peer_version.as_ref().map_or(0.0, |v| v.value)
+    }
+
+    fn start_op(&mut self, op: Op) -> Result<Option<Action>, PerftestError> {
+        match op {
+            Op::Pause => return Ok(Some(Action::Sleep(WRITE_BW_PAUSE))),
+            Op::Versions => {
+                if self.cfg.dont_xchg_versions {
+                    // rem_version stays empty: atof("") = 0 < 5.70 (reference §3).
+                    let e = PerftestError::VersionTooOld {
+                        peer: String::new(),
+                    };
+                    return Err(self.fail(e));
+                }
+                let mine = encode_version(VERSION).map(|b| b.to_vec()).unwrap_or_default();
+                self.push_pair(mine, VERSION_LEN, Target::Version, X_SP);
+                self.after = Some(After::VersionCheck);
+            }
+            Op::SysData => {
+                // check_sys_data: only for peers ≥ 5.32 (double comparison).
+                if !self.cfg.dont_xchg_versions && self.peer_version_value() >= 5.32 {
+                    self.push_pair(
+                        encode_i32(self.sys.page_size).to_vec(),
+                        SYS_DATA_LEN,
+                        Target::CycleBuffer,
+                        PAGE,
+                    );
+                    self.push_pair(
+                        encode_i32(self.sys.cache_line).to_vec(),
+                        SYS_DATA_LEN,
+                        Target::CacheLine,
+                        CACHE,
+                    );
+                    self.after = Some(After::SysMax);
+                }
+            }
+            Op::MtuExchange => {
+                // check_mtu compares a float copy of atof(peer version).
+                let v = self.peer_version_value() as f32;
+                if !self.cfg.dont_xchg_versions && f64::from(v) >= 5.1 {
+                    let len = if f64::from(v) >= 5.31 {
+                        MTU_LEN
+                    } else {
+                        MTU_LEN_LEGACY
+                    };
+                    self.push_pair(encode_mtu(self.sys.mtu, len), len, Target::Mtu, X_SP);
+                    self.after = Some(After::MtuPick);
+                }
+                // xchg_bw_reports takes the peer version as a float, too.
+                self.layout.wide_iters = f64::from(v) >= 5.33;
+            }
+            Op::Negotiated => {
+                let mut notice = None;
+                if self.cfg.connection == Connection::Ud && self.size > self.mtu.bytes() {
+                    if self.cfg.run_all || !self.cfg.size_explicit {
+                        notice = Some(format!(
+                            " Max msg size in UD is MTU {}\n Changing to this MTU",
+                            self.mtu.bytes()
+                        ));
+                        self.size = self.mtu.bytes();
+                    } else {
+                        let e = PerftestError::UdSizeAboveMtu {
+                            mtu: self.mtu.bytes(),
+                        };
+                        return Err(self.fail(e));
+                    }
+                }
+                self.build_plan();
+                self.wait = Wait::LocalKeys;
+                return Ok(Some(Action::Event(Event::Negotiated(Negotiated {
+                    peer_version: self.peer_version.clone().unwrap_or(PeerVersion {
+                        text: String::new(),
+                        value: 0.0,
+                    }),
+                    cycle_buffer: self.cycle_buffer,
+                    cache_line: self.cache_line,
+                    peer_cycle_buffer: self.peer_cycle_buffer,
+                    peer_cache_line: self.peer_cache_line,
+                    peer_mtu: self.peer_mtu,
+                    mtu: self.mtu,
+                    size: self.size,
+                    notice,
+                }))));
+            }
+            Op::Keys { all_qps, context } => {
+                let n = if all_qps { self.cfg.qps() } else { 1 };
+                for qp in 0..n {
+                    let mine = self.key_bytes(qp);
+                    self.push_pair(mine, self.key_len(), Target::Key(qp), context);
+                }
+            }
+            Op::GidCheck => {
+                let mine = self.local_keys.first().map(|k| is_v4_mapped(&k.gid));
+                let peer = self.remote_keys.first().map(|k| is_v4_mapped(&k.gid));
+                if mine != peer {
+                    return Err(self.fail(PerftestError::GidTypeMismatch));
+                }
+            }
+            Op::Connect => {
+                return Ok(Some(Action::Event(Event::Connect {
+                    remote: self.remote_keys.clone(),
+                })))
+            }
+            Op::Addresses => {
+                return Ok(Some(Action::Event(Event::Addresses {
+                    local: self.local_keys.clone(),
+                    remote: self.remote_keys.clone(),
+                })))
+            }
+            Op::Prepare(size) => return Ok(Some(Action::Event(Event::Prepare { size }))),
+            Op::Run(size) => {
+                self.wait = Wait::RunResult;
+                return Ok(Some(Action::Event(Event::Run { size })));
+            }
+            Op::Report { event } => {
+                for (i, field) in self
+                    .my_report
+                    .encode_fields(self.layout)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let len = self.layout.field_len(i);
+                    self.push_pair(field, len, Target::ReportField(i), X_SP);
+                }
+                self.peer_report = BwReport::default();
+                self.after = Some(After::Report(event));
+            }
+            Op::Done { context } => {
+                self.last_write = Some(LastWrite {
+                    class: MsgClass::Done,
+                    context,
+                });
+                return Ok(Some(Action::Write(DONE.to_vec())));
+            }
+            Op::Finish => {
+                self.ops.clear();
+                self.wait = Wait::Done;
+                return Ok(Some(Action::Finished));
+            }
+        }
+        Ok(None)
+    }
+
+    fn run_after(&mut self, after: After) -> Result<Option<Action>, PerftestError> {
+        match after {
+            After::VersionCheck => {
+                let value = self.peer_version_value();
+                // `atof(rem_version) < 5.70`: NaN passes, as in C.
+                if value < MIN_PEER_VERSION {
+                    let peer = self
+                        .peer_version
+                        .as_ref()
+                        .map(|v| v.text.clone())
+                        .unwrap_or_default();
+                    return Err(self.fail(PerftestError::VersionTooOld { peer }));
+                }
+            }
+            After::SysMax => {
+                if let Some(p) = self.peer_cycle_buffer {
+                    self.cycle_buffer = self.cycle_buffer.max(p);
+                }
+                if let Some(p) = self.peer_cache_line {
+                    self.cache_line = self.cache_line.max(p);
+                }
+            }
+            After::MtuPick => {
+                // The peer's value wins only if valid and smaller (reference §3 M4).
+                if let Some(peer) = self.peer_mtu.and_then(Mtu::from_enum) {
+                    if peer < self.sys.mtu {
+                        self.mtu = peer;
+                    }
+                }
+            }
+            After::Report(event) => {
+                let peer = self.peer_report;
+                match event {
+                    ReportEvent::None => {}
+                    ReportEvent::PeerOnly => {
+                        return Ok(Some(Action::Event(Event::Report { mine: None, peer })))
+                    }
+                    ReportEvent::Both => {
+                        return Ok(Some(Action::Event(Event::Report {
+                            mine: Some(self.my_report),
+                            peer,
+                        })))
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Hands over the bytes of the read requested by `Action::Read(n)` (exactly `n`).
+    pub fn received(&mut self, bytes: &[u8]) -> Result<(), PerftestError> {
+        let Wait::Read(n) = self.wait else {
+            return Err(PerftestError::Misuse("received without Action::Read"));
+        };
+        if bytes.len() != n {
+            return Err(PerftestError::Misuse("received: length differs from Action::Read"));
+        }
+        let Some(pair) = self.pairs.front() else {
+            return Err(self.fail(PerftestError::Misuse("received with no exchange pending")));
+        };
+        let (target, context) = (pair.target, pair.context);
+        self.wait = Wait::Nothing;
+        match target {
+            Target::Version => {
+                let v = decode_version(bytes).map_err(|_| PerftestError::Misuse("VERSION length"));
+                match v {
+                    Ok(v) => self.peer_version = Some(v),
+                    Err(e) => return Err(self.fail(e)),
+                }
+            }
+            Target::CycleBuffer => self.peer_cycle_buffer = decode_i32(bytes).ok(),
+            Target::CacheLine => self.peer_cache_line = decode_i32(bytes).ok(),
+            Target::Mtu => self.peer_mtu = decode_mtu(bytes).ok(),
+            Target::Key(qp) => {
+                let decoded = if self.cfg.use_gid {
+                    KeyMessage::decode(bytes)
+                } else {
+                    KeyMessage::decode_no_gid(bytes)
+                };
+                match decoded {
+                    Ok(k) => {
+                        if let Some(slot) = self.remote_keys.get_mut(qp) {
+                            *slot = k;
+                        }
+                    }
+                    Err(error) => {
+                        let e = PerftestError::BadKey {
+                            role: self.role,
+                            context,
+                            error,
+                        };
+                        return Err(self.fail(e));
+                    }
+                }
+            }
+            Target::ReportField(i) => {
+                // Any bit pattern is a valid report field.
+                let _ = self.peer_report.set_field(i, bytes);
+            }
+        }
+        match self.role {
+            Role::Client => {
+                self.pairs.pop_front();
+                self.phase = Phase::Start;
+            }
+            Role::Server => self.phase = Phase::GotRead,
+        }
+        Ok(())
+    }
+
+    /// The error for a read that ended after `got` bytes (`cause`: the I/O error, or
+    /// `None` when the peer closed). The exchange is over after this.
+    pub fn read_failed(&mut self, got: usize, cause: Option<std::io::Error>) -> PerftestError {
+        let (class, context, want) = match self.pairs.front() {
+            Some(p) => (p.class, p.context, p.peer_len),
+            None => (MsgClass::Data, X, 0),
+        };
+        let e = PerftestError::Read {
+            class,
+            role: self.role,
+            context,
+            got,
+            want,
+            cause: cause.map(|c| c.to_string()),
+        };
+        self.fail(e)
+    }
+
+    /// Reports a failed write of the last `Action::Write`. A reset or broken pipe while
+    /// writing DONE is success: the peer has already written its own DONE and closed
+    /// (reference §4 "Connection end"). Anything else ends the exchange with an error.
+    pub fn write_failed(&mut self, err: std::io::Error) -> Result<(), PerftestError> {
+        use std::io::ErrorKind;
+        let last = self.last_write.unwrap_or(LastWrite {
+            class: MsgClass::Data,
+            context: X,
+        });
+        if last.class == MsgClass::Done
+            && matches!(
+                err.kind(),
+                ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            )
+        {
+            return Ok(());
+        }
+        let e = PerftestError::Write {
+            class: last.class,
+            role: self.role,
+            context: last.context,
+            cause: err.to_string(),
+        };
+        Err(self.fail(e))
+    }
+
+    /// Appends everything after M1–M4 for this test and role (reference §4.1; perftest's
+    /// `main()` of each tool).
+    fn build_plan(&mut self) {
+        let cfg = &self.cfg;
+        let client = self.role == Role::Client;
+        let duplex = cfg.duplex();
+        let sizes = cfg.sweep_sizes(self.mtu, self.size);
+        let mut plan: Vec<Op> = Vec::new();
+        let keys = |context| Op::Keys {
+            all_qps: true,
+            context,
+        };
+        let sync = |context| Op::Keys {
+            all_qps: false,
+            context,
+        };
+        match (cfg.kind, cfg.verb) {
+            (TestKind::Bw, Verb::Write | Verb::Read | Verb::Atomic) => {
+                let first = if cfg.verb == Verb::Write { X_SP } else { X };
+                plan.extend([
+                    keys(first),
+                    Op::GidCheck,
+                    Op::Connect,
+                    keys(X_SP),
+                    Op::Addresses,
+                    sync(first), // SYNC-RTR
+                ]);
+                if !client && !duplex {
+                    // The server only waits for the client's end of test.
+                    plan.extend([
+                        sync(X_SP), // SYNC-END
+                        Op::Report {
+                            event: ReportEvent::PeerOnly,
+                        },
+                        sync(CLOSE),
+                        Op::Done { context: CLOSE },
+                        Op::Finish,
+                    ]);
+                } else {
+                    let sweep = cfg.run_all && cfg.verb != Verb::Atomic;
+                    for &size in &sizes {
+                        plan.push(Op::Prepare(size));
+                        if duplex {
+                            plan.push(sync(SYNC)); // SYNC-PRE
+                        }
+                        plan.push(Op::Run(size));
+                        if duplex && sweep {
+                            plan.push(sync(SYNC)); // SYNC-POST
+                        }
+                        if duplex {
+                            plan.push(Op::Report {
+                                event: ReportEvent::Both,
+                            });
+                        }
+                    }
+                    if client && !duplex {
+                        plan.extend([
+                            sync(X_SP), // SYNC-END
+                            Op::Report {
+                                event: ReportEvent::None,
+                            },
+                        ]);
+                    }
+                    plan.extend([sync(CLOSE), Op::Done { context: CLOSE }, Op::Finish]);
+                }
+            }
+            (TestKind::Bw, Verb::Send) => {
+                plan.extend([
+                    keys(X),
+                    Op::GidCheck,
+                    Op::Connect,
+                    sync(X), // SYNC-RTR
+                    keys(X_SP),
+                    Op::Addresses,
+                ]);
+                for &size in &sizes {
+                    plan.extend([Op::Prepare(size), sync(X), Op::Run(size)]); // SYNC-PRE
+                    if duplex && !cfg.duration {
+                        plan.push(Op::Report {
+                            event: ReportEvent::Both,
+                        });
+                    }
+                    if cfg.run_all {
+                        plan.push(sync(X)); // SYNC-POST
+                    }
+                }
+                plan.extend([
+                    sync(CLOSE_SEND_BW),
+                    Op::Done {
+                        context: CLOSE_SEND_BW,
+                    },
+                    Op::Finish,
+                ]);
+            }
+            (TestKind::Lat, Verb::Write) => {
+                plan.extend([
+                    sync(X), // INIT
+                    keys(X),
+                    Op::GidCheck,
+                    Op::Connect,
+                    keys(X_SP),
+                    Op::Addresses,
+                    sync(X), // SYNC-RTR
+                ]);
+                for &size in &sizes {
+                    plan.extend([Op::Prepare(size), Op::Run(size)]);
+                }
+                // ib_write_lat ends with a plain close: no CLOSE, no DONE.
+                plan.push(Op::Finish);
+            }
+            (TestKind::Lat, Verb::Read | Verb::Atomic) => {
+                plan.extend([
+                    sync(X), // INIT
+                    keys(X),
+                    Op::GidCheck,
+                    Op::Connect,
+                    keys(X_SP),
+                    Op::Addresses,
+                    sync(X), // SYNC-RTR
+                ]);
+                if client {
+                    for &size in &sizes {
+                        plan.extend([Op::Prepare(size), Op::Run(size)]);
+                    }
+                }
+                plan.extend([sync(CLOSE), Op::Done { context: CLOSE }, Op::Finish]);
+            }
+            (TestKind::Lat, Verb::Send) => {
+                plan.extend([
+                    keys(X),
+                    Op::GidCheck,
+                    Op::Connect,
+                    sync(X), // SYNC-RTR
+                    keys(X_SP),
+                    Op::Addresses,
+                ]);
+                for &size in &sizes {
+                    plan.extend([Op::Prepare(size), sync(X), Op::Run(size)]); // SYNC-PRE
+                }
+                plan.extend([
+                    sync(CLOSE_SEND_LAT),
+                    Op::Done {
+                        context: CLOSE_SEND_LAT,
+                    },
+                    Op::Finish,
+                ]);
+            }
+        }
+        self.ops.extend(plan);
+    }
+}
+
+/// The list of exchanges (both directions as one pair) this side will make after M1–M4,
+/// by name, for a peer of version 6.06 and the given MTU: a readable form of the plan,
+/// for documentation and tests. Names: `K` (KEY round, `×N` for N QPs), `INIT`, `SYNC`,
+/// `CLOSE`, `REPORT`, `DONE` (this side's write only), `run(size)`.
+pub fn describe_plan(cfg: &BenchConfig, role: Role, mtu: Mtu) -> Vec<String> {
+    let sys = LocalSystem {
+        mtu,
+        ..LocalSystem::default()
+    };
+    let mut p = Perftest::new(cfg.clone(), role, sys);
+    p.peer_version = Some(PeerVersion {
+        text: VERSION.to_string(),
+        value: 6.06,
+    });
+    p.build_plan();
+    let n = cfg.qps();
+    let mut out = Vec::new();
+    let mut keys_seen = 0;
+    for op in &p.ops {
+        match op {
+            Op::Keys { all_qps: true, .. } => {
+                keys_seen += 1;
+                out.push(if n > 1 { format!("K×{n}") } else { "K".to_string() });
+            }
+            Op::Keys {
+                all_qps: false,
+                context,
+            } => {
+                let name = if keys_seen == 0 {
+                    "INIT"
+                } else if context.text.contains("close connection") {
+                    "CLOSE"
+                } else {
+                    "SYNC"
+                };
+                out.push(name.to_string());
+            }
+            Op::Run(size) => out.push(format!("run({size})")),
+            Op::Report { .. } => out.push("REPORT".to_string()),
+            Op::Done { .. } => out.push("DONE".to_string()),
+            _ => {}
+        }
+    }
+    out
+}

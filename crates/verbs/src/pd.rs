@@ -1,0 +1,533 @@
+//! Protection domains, memory regions and address handles (`ibv_pd`, `ibv_mr`, `ibv_ah`).
+//!
+//! # Memory regions and memory safety
+//!
+//! The engine reads and writes registered memory (it plays the NIC's DMA engine), checking
+//! every access against the MR table: key, PD, bounds, access flags (DESIGN.md §4). So a
+//! work request can only touch memory that is registered, and the library's job is to keep
+//! registered memory valid while it is registered:
+//!
+//! * [`MrBuf`] owns its memory (page-aligned, zeroed). It frees it only after DEREG_MR
+//!   succeeded — the control plane's confirmation that the engine no longer accesses it.
+//!   If deregistration fails the memory is leaked rather than freed. Ordinary code needs no
+//!   `unsafe`.
+//! * [`Pd::reg_mr_raw`] registers caller memory; the caller promises it stays valid.
+//!
+//! As with a hardware NIC's DMA, the engine writes into an MR whenever an operation that
+//! targets it runs (a receive, an RDMA READ response, a remote WRITE): read the bytes after
+//! the completion that reports the operation, and do not expect them to stay still while
+//! a peer may write them.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use abi::uverbs::{
+    AhAttr as AbiAhAttr, AllocPd, AllocPdResp, CreateAh, CreateAhResp, DeallocPd, DeregMr,
+    DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp, Request, Sge,
+};
+use abi::{AccessFlags, Errno};
+
+use crate::context::{next_user_handle, take, Context, Gid};
+use crate::error::{Error, Result};
+use crate::mem::PageBuf;
+
+/// A protection domain (`ibv_pd`). Cheap to clone; MRs, QPs, SRQs and AHs keep it alive,
+/// and it is deallocated when the last of them and of its handles is gone.
+#[derive(Clone)]
+pub struct Pd(pub(crate) Arc<PdInner>);
+
+pub(crate) struct PdInner {
+    pub(crate) ctx: Context,
+    pub(crate) handle: u32,
+}
+
+impl Pd {
+    pub(crate) fn alloc(ctx: &Context) -> Result<Pd> {
+        let handle = ctx.cmd(
+            "alloc_pd",
+            &Request::AllocPd(AllocPd { response: 0 }),
+            |mut r| Ok(take::<AllocPdResp>(&mut r).pd_handle),
+        )?;
+        Ok(Pd(Arc::new(PdInner {
+            ctx: ctx.clone(),
+            handle,
+        })))
+    }
+
+    /// The context this PD belongs to.
+    pub fn context(&self) -> &Context {
+        &self.0.ctx
+    }
+
+    /// The control plane's handle (for tracing).
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+
+    pub(crate) fn same(&self, other: &Pd) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// `ibv_reg_mr` over caller memory: register `len` bytes at `ptr` with `access`
+    /// (I/O virtual address = `ptr`).
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr+len` must be memory of this process that stays allocated and is not
+    /// otherwise freed or unmapped until the returned [`Mr`] is deregistered or dropped.
+    /// While the MR is registered, the engine may read it (sends, remote READs) and write
+    /// it (receives, READ responses, remote WRITEs and atomics) at any time an operation
+    /// targeting it runs, concurrently with the caller — exactly as a NIC's DMA would. The
+    /// caller must not hold Rust references to bytes the engine may write while it does.
+    pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> Result<Mr> {
+        // SAFETY: forwarded contract.
+        unsafe { self.reg_mr_iova(ptr, len, ptr as usize as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova2`: as [`Pd::reg_mr_raw`], with the address peers use for this
+    /// region (`iova`) chosen by the caller.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pd::reg_mr_raw`].
+    pub unsafe fn reg_mr_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Mr> {
+        self.register(ptr as usize as u64, len, iova, access)
+    }
+
+    fn register(&self, start: u64, len: usize, iova: u64, access: AccessFlags) -> Result<Mr> {
+        // rdma-core masks off the optional access bits a device does not report
+        // supporting (ibverbs-abi.md §9); perftest always sets RELAXED_ORDERING.
+        let access = access & !AccessFlags::OPTIONAL_RANGE;
+        let req = Request::RegMr(RegMr {
+            response: 0,
+            start,
+            length: len as u64,
+            hca_va: iova,
+            pd_handle: self.0.handle,
+            access_flags: access.bits(),
+        });
+        let r: RegMrResp = self.0.ctx.cmd("reg_mr", &req, |mut r| Ok(take(&mut r)))?;
+        Ok(Mr {
+            pd: self.clone(),
+            handle: r.mr_handle,
+            lkey: r.lkey,
+            rkey: r.rkey,
+            iova,
+            start,
+            len,
+            access,
+            registered: true,
+        })
+    }
+
+    /// Allocate `len` zeroed, page-aligned bytes and register them with `access` — the
+    /// safe way to get a memory region.
+    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MrBuf> {
+        let buf = PageBuf::new_zeroed(len)
+            .ok_or_else(|| Error::local("reg_mr", Errno::ENOMEM, "allocation size overflow"))?;
+        let mr = self.register(buf.as_ptr() as usize as u64, len, buf.as_ptr() as usize as u64, access)?;
+        Ok(MrBuf { mr, buf: Some(buf) })
+    }
+
+    /// `ibv_create_ah`.
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
+        let user_handle = next_user_handle();
+        let req = Request::CreateAh(CreateAh {
+            response: 0,
+            user_handle,
+            pd_handle: self.0.handle,
+            reserved: 0,
+            attr: attr.to_abi(),
+        });
+        let r: CreateAhResp = self.0.ctx.cmd("create_ah", &req, |mut r| Ok(take(&mut r)))?;
+        Ok(Ah(Arc::new(AhInner {
+            pd: self.clone(),
+            handle: r.ah_handle,
+            attr: *attr,
+        })))
+    }
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        let req = Request::DeallocPd(DeallocPd {
+            pd_handle: self.handle,
+        });
+        // Nothing refers to the PD any more (every child holds a clone), so a failure here
+        // can only be a dead channel; the control plane then reclaims it with the context.
+        let _ = self.ctx.cmd("dealloc_pd", &req, |_| Ok(()));
+    }
+}
+
+impl fmt::Debug for Pd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pd").field("handle", &self.0.handle).finish()
+    }
+}
+
+/// Where a peer may access a region: what applications exchange out of band.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RemoteMr {
+    /// I/O virtual address of the first byte.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl RemoteMr {
+    /// The address `offset` bytes in.
+    pub fn at(&self, offset: u64) -> u64 {
+        self.addr.wrapping_add(offset)
+    }
+}
+
+/// A registered memory region over caller memory (`ibv_mr`). Deregistered on drop.
+pub struct Mr {
+    pd: Pd,
+    handle: u32,
+    lkey: u32,
+    rkey: u32,
+    iova: u64,
+    start: u64,
+    len: usize,
+    access: AccessFlags,
+    registered: bool,
+}
+
+impl Mr {
+    /// Local key, for SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key, for peers.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// I/O virtual address of the first byte (what SGEs and peers use).
+    pub fn addr(&self) -> u64 {
+        self.iova
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The access flags it was registered with.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The PD it belongs to.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// The control plane's handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// Start address in this process (differs from [`Mr::addr`] only with a custom iova).
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// An SGE for `len` bytes at `offset`.
+    ///
+    /// # Panics
+    ///
+    /// If the range is not inside the region (a programming error, like slice indexing).
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        let end = offset.checked_add(len as usize);
+        assert!(
+            end.is_some_and(|e| e <= self.len),
+            "sge {offset}+{len} outside a {}-byte MR",
+            self.len
+        );
+        Sge {
+            addr: self.iova.wrapping_add(offset as u64),
+            length: len,
+            lkey: self.lkey,
+        }
+    }
+
+    /// What a peer needs to access the whole region.
+    pub fn remote(&self) -> RemoteMr {
+        RemoteMr {
+            addr: self.iova,
+            rkey: self.rkey,
+            len: self.len as u64,
+        }
+    }
+
+    fn do_dereg(&mut self) -> Result<()> {
+        if !self.registered {
+            return Ok(());
+        }
+        let req = Request::DeregMr(DeregMr {
+            mr_handle: self.handle,
+        });
+        self.pd.0.ctx.cmd("dereg_mr", &req, |_| Ok(()))?;
+        self.registered = false;
+        Ok(())
+    }
+
+    /// `ibv_dereg_mr`. On failure (e.g. `EBUSY` while the device still uses it) the MR is
+    /// handed back, still registered.
+    pub fn dereg(mut self) -> core::result::Result<(), (Error, Mr)> {
+        match self.do_dereg() {
+            Ok(()) => Ok(()),
+            Err(e) => Err((e, self)),
+        }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let _ = self.do_dereg();
+        // Whatever happened, never try again.
+        self.registered = false;
+    }
+}
+
+impl fmt::Debug for Mr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mr")
+            .field("handle", &self.handle)
+            .field("addr", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// A memory region that owns its memory: page-aligned, zeroed, freed only after the
+/// device let go of it (module docs). Dereferences to `[u8]`.
+pub struct MrBuf {
+    mr: Mr,
+    /// `None` only after `dereg` moved it out.
+    buf: Option<PageBuf>,
+}
+
+impl MrBuf {
+    /// The registration (keys, address, SGE helpers).
+    pub fn mr(&self) -> &Mr {
+        &self.mr
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey
+    }
+
+    /// I/O virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.mr.iova
+    }
+
+    /// An SGE for `len` bytes at `offset` (panics outside the region; see [`Mr::sge`]).
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        self.mr.sge(offset, len)
+    }
+
+    /// What a peer needs to access the whole region.
+    pub fn remote(&self) -> RemoteMr {
+        self.mr.remote()
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.as_ref().map_or(&[], |b| b.as_slice())
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.buf.as_mut().map_or(&mut [], |b| b.as_mut_slice())
+    }
+
+    /// `ibv_dereg_mr`, then free the memory. On failure the region is handed back, still
+    /// registered and still owning its memory.
+    pub fn dereg(mut self) -> core::result::Result<(), (Error, MrBuf)> {
+        match self.mr.do_dereg() {
+            Ok(()) => Ok(()),
+            Err(e) => Err((e, self)),
+        }
+    }
+}
+
+impl Drop for MrBuf {
+    fn drop(&mut self) {
+        if self.mr.do_dereg().is_err() {
+            // The device did not confirm it stopped using the memory: never free it.
+            self.mr.registered = false;
+            if let Some(b) = self.buf.take() {
+                b.leak();
+            }
+        }
+    }
+}
+
+impl Deref for MrBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl DerefMut for MrBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl fmt::Debug for MrBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("MrBuf").field(&self.mr).finish()
+    }
+}
+
+/// The GRH part of an address vector (`struct ibv_global_route`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GlobalRoute {
+    /// Destination GID (RoCEv2: the peer device's address).
+    pub dgid: Gid,
+    /// Flow label (20 bits; feeds the UDP source port).
+    pub flow_label: u32,
+    /// Source GID index (0 = the device's address).
+    pub sgid_index: u8,
+    /// Hop limit / IPv4 TTL.
+    pub hop_limit: u8,
+    /// Traffic class / DSCP+ECN.
+    pub traffic_class: u8,
+}
+
+/// An address vector (`struct ibv_ah_attr`), for UD address handles and connected QPs'
+/// primary path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AhAttr {
+    /// Global route (always used on RoCE).
+    pub grh: GlobalRoute,
+    /// Destination LID (0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// Whether `grh` is valid (RoCE requires it).
+    pub is_global: bool,
+    /// Port (1).
+    pub port_num: u8,
+}
+
+impl AhAttr {
+    /// A RoCEv2 address vector to `dgid` from source GID `sgid_index` on `port`
+    /// (hop limit 64, as rdma-core's examples use).
+    pub fn roce(dgid: Gid, sgid_index: u8, port: u8) -> AhAttr {
+        AhAttr {
+            grh: GlobalRoute {
+                dgid,
+                flow_label: 0,
+                sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+            },
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: true,
+            port_num: port,
+        }
+    }
+
+    pub(crate) fn to_abi(self) -> AbiAhAttr {
+        AbiAhAttr {
+            grh: AbiGlobalRoute {
+                dgid: self.grh.dgid.0,
+                flow_label: self.grh.flow_label,
+                sgid_index: self.grh.sgid_index,
+                hop_limit: self.grh.hop_limit,
+                traffic_class: self.grh.traffic_class,
+                reserved: 0,
+            },
+            dlid: self.dlid,
+            sl: self.sl,
+            src_path_bits: self.src_path_bits,
+            static_rate: self.static_rate,
+            is_global: u8::from(self.is_global),
+            port_num: self.port_num,
+            reserved: 0,
+        }
+    }
+}
+
+/// An address handle (`ibv_ah`), named by UD send WRs. Cheap to clone.
+#[derive(Clone)]
+pub struct Ah(pub(crate) Arc<AhInner>);
+
+pub(crate) struct AhInner {
+    pub(crate) pd: Pd,
+    pub(crate) handle: u32,
+    attr: AhAttr,
+}
+
+impl Ah {
+    /// The attributes it was created with.
+    pub fn attr(&self) -> &AhAttr {
+        &self.0.attr
+    }
+
+    /// The control plane's handle (what UD WQEs carry).
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+
+    /// The PD it belongs to.
+    pub fn pd(&self) -> &Pd {
+        &self.0.pd
+    }
+}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        let req = Request::DestroyAh(DestroyAh {
+            ah_handle: self.handle,
+        });
+        let _ = self.pd.0.ctx.cmd("destroy_ah", &req, |_| Ok(()));
+    }
+}
+
+impl fmt::Debug for Ah {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ah")
+            .field("handle", &self.0.handle)
+            .field("dgid", &self.0.attr.grh.dgid)
+            .finish()
+    }
+}
