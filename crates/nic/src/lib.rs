@@ -1,1 +1,64 @@
-//! placeholder
+//! The uroce software RoCEv2 NIC: the control plane that plays the kernel behind the
+//! uverbs command ABI, and the engine that plays the NIC (DESIGN.md §1–§5).
+//!
+//! # Use
+//!
+//! The `verbs` library reaches a device only through [`abi`]: [`EmbeddedProvider`]
+//! implements [`abi::provider::Provider`], so `open(spec)` starts the device `spec.name` on
+//! `spec.addr` (once per process) and returns the library's end of a fresh command channel.
+//! [`start_device`] starts one programmatically with a full [`DeviceConfig`];
+//! [`DeviceHandle::port_counters`] reads its counters.
+//!
+//! # Architecture
+//!
+//! * **Control plane** (`ctrl`, `cmds`): one thread per device serves all its command
+//!   connections (epoll); each connection is one context. It frames commands by the uverbs
+//!   header, decodes them with [`abi::decode_request`], validates every handle (it must
+//!   belong to the caller's context) and attribute, and answers once per command with a
+//!   response or an errno — never a panic. A connection closing destroys its context's
+//!   objects, as closing `/dev/infiniband/uverbsN` does.
+//! * **Engine** (`engine`): one thread serving every device of the process by default. It
+//!   finds rung doorbells through each context's doorbell bitmap, pulls WQEs from the SQ
+//!   rings into the `transport` state machines, executes their memory operations through
+//!   the MR table (`state::DmaView`: key, PD, bounds and access checks), writes CQEs into
+//!   the CQ rings (never overwriting: overflow raises IBV_EVENT_CQ_ERR and moves the QP to
+//!   ERR), loops same-device packets back internally and sends the rest as RoCEv2 over UDP
+//!   4791 with batched `sendmmsg`/`recvmmsg`. It busy-polls while there is work and parks
+//!   in `epoll_wait` when idle, so a doorbell costs a system call only then.
+//! * **Memory** (`dma`): every access to application memory — registered regions and the
+//!   library's ring and doorbell memory — goes through one small module, the only place
+//!   besides `sys` (system calls) with `unsafe`.
+//!
+//! # Reading of the ABI (documented choices)
+//!
+//! * SQ ring slots are freed (consumer index advanced) when the transport retires the WQE,
+//!   as rxe's completer frees them; RQ/SRQ slots when the responder takes the WQE.
+//! * `POST_SEND` / `POST_RECV` / `POST_SRQ_RECV` write exactly the WQEs the fast path would
+//!   into the same rings, starting at the producer index found in shared memory, then ring
+//!   the doorbell internally; `POLL_CQ` consumes from the CQ ring at the consumer index in
+//!   shared memory. A library that mixes them with its own ring access re-reads the index.
+//!   Posts are all-or-nothing: on error nothing was queued (`bad_wr` is then the first WR).
+//! * The fds in GET_CONTEXT (`async_fd`, `wake_fd`) and CREATE_COMP_CHANNEL replies belong
+//!   to the library from then on; the device keeps its own ends.
+//! * Completion channels and the async fd are `SOCK_SEQPACKET` sockets: each read returns
+//!   one [`abi::uverbs::CompEventDesc`] / [`abi::uverbs::AsyncEventDesc`].
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cmds;
+mod config;
+mod counters;
+mod ctrl;
+mod device;
+mod dma;
+mod engine;
+mod slab;
+mod state;
+mod sys;
+
+pub use config::{DeviceConfig, Limits};
+pub use counters::{EngineCounters, PortCounters};
+pub use device::{
+    device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider,
+};
+pub use state::event;

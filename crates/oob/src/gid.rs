@@ -24,7 +24,7 @@ pub fn gid_from_ipv4(ip: Ipv4Addr) -> Gid {
 pub fn is_v4_mapped(gid: &Gid) -> bool {
     let w = words32(gid);
     let mapped_tail = w[2] == 0x0000_ffff;
-    (w[0] == 0 && w[1] == 0 && mapped_tail) || (w[0] == 0xff0e_0000 && w[1] == 0 && mapped_tail)
+    mapped_tail && w[1] == 0 && (w[0] == 0 || w[0] == 0xff0e_0000)
 }
 
 /// rdma-core pingpong's "is global" test: the peer's GID has a non-zero interface ID (its
@@ -120,7 +120,9 @@ mod tests {
     use super::*;
 
     fn g(text: &str) -> Gid {
-        text.parse::<Ipv6Addr>().map(|a| a.octets()).unwrap_or([0xee; 16])
+        text.parse::<Ipv6Addr>()
+            .map(|a| a.octets())
+            .unwrap_or([0xee; 16])
     }
 
     #[test]
@@ -129,10 +131,21 @@ mod tests {
         assert_eq!(inet_ntop6(&[0; 16]), "::");
         assert_eq!(inet_ntop6(&g("::1")), "::1");
         assert_eq!(inet_ntop6(&g("::10.77.0.11")), "::10.77.0.11");
-        assert_eq!(inet_ntop6(&g("fe80::5054:ff:fe77:1")), "fe80::5054:ff:fe77:1");
+        assert_eq!(
+            inet_ntop6(&g("fe80::5054:ff:fe77:1")),
+            "fe80::5054:ff:fe77:1"
+        );
         assert_eq!(inet_ntop6(&g("1:0:0:2:0:0:0:3")), "1:0:0:2::3");
-        assert_eq!(inet_ntop6(&g("1:0:0:2:0:0:3:4")), "1::2:0:0:3:4", "first run wins a tie");
-        assert_eq!(inet_ntop6(&g("1:0:2:3:4:5:6:7")), "1:0:2:3:4:5:6:7", "no :: for one zero word");
+        assert_eq!(
+            inet_ntop6(&g("1:0:0:2:0:0:3:4")),
+            "1::2:0:0:3:4",
+            "first run wins a tie"
+        );
+        assert_eq!(
+            inet_ntop6(&g("1:0:2:3:4:5:6:7")),
+            "1:0:2:3:4:5:6:7",
+            "no :: for one zero word"
+        );
         assert_eq!(inet_ntop6(&g("1::")), "1::");
         assert_eq!(inet_ntop6(&g("2001:db8::ffff:1:2")), "2001:db8::ffff:1:2");
     }
@@ -146,7 +159,10 @@ mod tests {
         assert!(has_interface_id(&g("::ffff:10.77.0.12")));
         assert!(!has_interface_id(&[0; 16]));
         assert!(!has_interface_id(&g("fe80::")));
-        assert_eq!(gid_from_ipv4(Ipv4Addr::new(10, 77, 0, 12)), g("::ffff:10.77.0.12"));
+        assert_eq!(
+            gid_from_ipv4(Ipv4Addr::new(10, 77, 0, 12)),
+            g("::ffff:10.77.0.12")
+        );
         assert_eq!(parse_gid("10.77.0.1"), Some(g("::ffff:10.77.0.1")));
         assert_eq!(parse_gid("fe80::1"), Some(g("fe80::1")));
         assert_eq!(parse_gid("nope"), None);

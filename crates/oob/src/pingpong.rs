@@ -91,9 +91,8 @@ impl PpDest {
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         let text = bytes.get(..end).unwrap_or(&[]);
         let mut fields = text.splitn(4, |&b| b == b':');
-        let mut next = |name: &'static str| {
-            fields.next().ok_or(MsgError::MissingColon { field: name })
-        };
+        let mut next =
+            |name: &'static str| fields.next().ok_or(MsgError::MissingColon { field: name });
         let lid = hex_field(next("LID")?, "LID", 0xffff)?;
         let qpn = hex_field(next("QPN")?, "QPN", MAX_24)?;
         let psn = hex_field(next("PSN")?, "PSN", MAX_24)?;
@@ -288,10 +287,8 @@ where
     let raw = match variant {
         Variant::Rc | Variant::Ud => {
             let mut buf = vec![0u8; MSG_LEN];
-            read_message(s, &mut buf).map_err(|(got, _)| PingpongError::ServerRead {
-                got,
-                want: MSG_LEN,
-            })?;
+            read_message(s, &mut buf)
+                .map_err(|(got, _)| PingpongError::ServerRead { got, want: MSG_LEN })?;
             buf
         }
         Variant::Srq => read_srq_records(s)?,
@@ -403,7 +400,10 @@ mod tests {
         assert!(d.needs_grh());
         assert_eq!(&d.encode().expect("encodes"), RC_CLIENT);
         let zero = PpDest::default().encode().expect("encodes");
-        assert_eq!(&zero[..], &b"0000:000000:000000:00000000000000000000000000000000\0"[..]);
+        assert_eq!(
+            &zero[..],
+            &b"0000:000000:000000:00000000000000000000000000000000\0"[..]
+        );
         assert!(!PpDest::decode(&zero).expect("decodes").needs_grh());
     }
 

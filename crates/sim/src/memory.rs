@@ -129,7 +129,13 @@ impl SimMemory {
         }
     }
 
-    fn local(&mut self, lkey: Lkey, addr: u64, len: usize, need: u32) -> Result<(usize, usize), MemError> {
+    fn local(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        len: usize,
+        need: u32,
+    ) -> Result<(usize, usize), MemError> {
         let r = (|| {
             let idx = self.find_local(lkey).ok_or(MemError::InvalidKey)?;
             if self.regions[idx].access & need != need {
@@ -140,7 +146,13 @@ impl SimMemory {
         self.check(r)
     }
 
-    fn remote(&mut self, rkey: Rkey, va: u64, len: u64, need: u32) -> Result<(usize, usize), MemError> {
+    fn remote(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(usize, usize), MemError> {
         let r = (|| {
             let idx = self.find_remote(rkey).ok_or(MemError::InvalidKey)?;
             if self.regions[idx].access & need != need {
@@ -238,28 +250,66 @@ mod tests {
         let a = m.register(0x1000, 16, access::LOCAL_WRITE | access::REMOTE_WRITE);
         let (lk, rk) = (m.region(a).lkey, m.region(a).rkey);
         assert!(m.write_local(lk, 0x1000, &[1, 2, 3]).is_ok());
-        assert_eq!(m.write_local(lk, 0x100E, &[1, 2, 3]), Err(MemError::OutOfBounds));
+        assert_eq!(
+            m.write_local(lk, 0x100E, &[1, 2, 3]),
+            Err(MemError::OutOfBounds)
+        );
         assert_eq!(m.write_local(lk, 0x0FFF, &[1]), Err(MemError::OutOfBounds));
-        assert_eq!(m.write_local(Lkey(5), 0x1000, &[1]), Err(MemError::InvalidKey));
-        assert_eq!(m.read_remote(rk, 0x1000, &mut [0; 2]), Err(MemError::AccessDenied));
+        assert_eq!(
+            m.write_local(Lkey(5), 0x1000, &[1]),
+            Err(MemError::InvalidKey)
+        );
+        assert_eq!(
+            m.read_remote(rk, 0x1000, &mut [0; 2]),
+            Err(MemError::AccessDenied)
+        );
         assert!(m.write_remote(rk, 0x1004, &[9]).is_ok());
-        assert_eq!(m.atomic_remote(rk, 0x1004, AtomicOp::FetchAdd { add: 1 }), Err(MemError::Misaligned));
+        assert_eq!(
+            m.atomic_remote(rk, 0x1004, AtomicOp::FetchAdd { add: 1 }),
+            Err(MemError::Misaligned)
+        );
         assert_eq!(m.invalidate(rk), Err(MemError::InvalidateDenied));
         assert_eq!(m.region(a).bytes[..5], [1, 2, 3, 0, 9]);
         assert_eq!(m.stats.ok, 2);
         assert_eq!(m.stats.refused, 6);
-        assert_eq!(m.write_local(lk, u64::MAX, &[1, 2]), Err(MemError::OutOfBounds));
+        assert_eq!(
+            m.write_local(lk, u64::MAX, &[1, 2]),
+            Err(MemError::OutOfBounds)
+        );
     }
 
     #[test]
     fn atomics_and_invalidate() {
         let mut m = SimMemory::new();
-        let a = m.register(0x2000, 16, access::REMOTE_ATOMIC | access::REMOTE_INVALIDATE);
+        let a = m.register(
+            0x2000,
+            16,
+            access::REMOTE_ATOMIC | access::REMOTE_INVALIDATE,
+        );
         let rk = m.region(a).rkey;
-        assert_eq!(m.atomic_remote(rk, 0x2008, AtomicOp::FetchAdd { add: 5 }), Ok(0));
-        assert_eq!(m.atomic_remote(rk, 0x2008, AtomicOp::CompareSwap { compare: 5, swap: 7 }), Ok(5));
-        assert_eq!(m.atomic_remote(rk, 0x2008, AtomicOp::FetchAdd { add: 0 }), Ok(7));
+        assert_eq!(
+            m.atomic_remote(rk, 0x2008, AtomicOp::FetchAdd { add: 5 }),
+            Ok(0)
+        );
+        assert_eq!(
+            m.atomic_remote(
+                rk,
+                0x2008,
+                AtomicOp::CompareSwap {
+                    compare: 5,
+                    swap: 7
+                }
+            ),
+            Ok(5)
+        );
+        assert_eq!(
+            m.atomic_remote(rk, 0x2008, AtomicOp::FetchAdd { add: 0 }),
+            Ok(7)
+        );
         assert!(m.invalidate(rk).is_ok());
-        assert_eq!(m.atomic_remote(rk, 0x2008, AtomicOp::FetchAdd { add: 0 }), Err(MemError::InvalidKey));
+        assert_eq!(
+            m.atomic_remote(rk, 0x2008, AtomicOp::FetchAdd { add: 0 }),
+            Err(MemError::InvalidKey)
+        );
     }
 }

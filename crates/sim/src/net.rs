@@ -121,9 +121,19 @@ impl Endpoint {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     /// Deliver the frame in `frames[slot]` to endpoint `to`.
-    Deliver { to: u32, slot: u32, flipped: bool, covered: bool },
-    Timer { ep: u32, qp: u32 },
-    TxReady { ep: u32 },
+    Deliver {
+        to: u32,
+        slot: u32,
+        flipped: bool,
+        covered: bool,
+    },
+    Timer {
+        ep: u32,
+        qp: u32,
+    },
+    TxReady {
+        ep: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -251,7 +261,11 @@ impl Sim {
     /// Create a QP at endpoint `ep` whose peer lives at `peer_ep`; returns its index there.
     pub fn add_qp(&mut self, ep: usize, cfg: QpConfig, peer_ep: usize) -> usize {
         let e = &mut self.endpoints[ep];
-        e.qps.push(SimQp { qp: Qp::new(cfg), peer_ep, timer_at: None });
+        e.qps.push(SimQp {
+            qp: Qp::new(cfg),
+            peer_ep,
+            timer_at: None,
+        });
         e.qps.len() - 1
     }
 
@@ -274,7 +288,11 @@ impl Sim {
 
     fn push(&mut self, at: Time, kind: Kind) {
         self.seq += 1;
-        self.queue.push(Event { at, seq: self.seq, kind });
+        self.queue.push(Event {
+            at,
+            seq: self.seq,
+            kind,
+        });
     }
 
     /// After the application posted work at `ep`: transmit what can go and re-arm timers.
@@ -289,7 +307,12 @@ impl Sim {
         };
         self.now = self.now.max(ev.at);
         match ev.kind {
-            Kind::Deliver { to, slot, flipped, covered } => {
+            Kind::Deliver {
+                to,
+                slot,
+                flipped,
+                covered,
+            } => {
                 let frame = std::mem::take(&mut self.frames[slot as usize]);
                 self.deliver(to as usize, &frame, flipped, covered);
                 self.frames[slot as usize] = frame;
@@ -365,7 +388,9 @@ impl Sim {
         let meta = RxMeta { grh: Grh::V4(hdr) };
         self.stats.frames_delivered += 1;
         let srq = e.srq.as_mut().map(|s| s as &mut dyn RecvQueue);
-        e.qps[qi].qp.handle_packet(now, &parsed.packet, &meta, &mut e.mem, srq);
+        e.qps[qi]
+            .qp
+            .handle_packet(now, &parsed.packet, &meta, &mut e.mem, srq);
     }
 
     /// Transmit while the endpoint's egress queue has room (at most [`TX_HORIZON_NS`] of
@@ -409,7 +434,13 @@ impl Sim {
                 // the pending event fires.
                 if q.timer_at.is_none_or(|t| w < t) {
                     q.timer_at = Some(w);
-                    self.push(w, Kind::Timer { ep: ep as u32, qp: qi as u32 });
+                    self.push(
+                        w,
+                        Kind::Timer {
+                            ep: ep as u32,
+                            qp: qi as u32,
+                        },
+                    );
                 }
             }
         }
@@ -443,7 +474,11 @@ impl Sim {
         self.stats.frames_sent += 1;
         let now = self.now;
         // Egress serialisation (Ethernet header + FCS + preamble/IFG ≈ 38 bytes on the wire).
-        let ser_ns = if self.link.rate_gbps == 0 { 0 } else { ((n as u64 + 38) * 8).div_ceil(self.link.rate_gbps) };
+        let ser_ns = if self.link.rate_gbps == 0 {
+            0
+        } else {
+            ((n as u64 + 38) * 8).div_ceil(self.link.rate_gbps)
+        };
         let start = self.endpoints[src].tx_free_at.max(now);
         let done = start.add_nanos(ser_ns);
         self.endpoints[src].tx_free_at = done;
@@ -498,7 +533,8 @@ impl Sim {
                     covered |= !icrc_masked(off);
                 }
             }
-            let mut at = done.add_nanos(self.link.delay_ns + self.rng.below(self.link.jitter_ns + 1));
+            let mut at =
+                done.add_nanos(self.link.delay_ns + self.rng.below(self.link.jitter_ns + 1));
             if self.rng.chance(self.link.reorder) {
                 self.stats.reordered += 1;
                 let (lo, hi) = self.link.reorder_delay_ns;
@@ -515,7 +551,15 @@ impl Sim {
                 continue;
             }
             let to = dst as u32;
-            self.push(at, Kind::Deliver { to, slot: fslot, flipped, covered });
+            self.push(
+                at,
+                Kind::Deliver {
+                    to,
+                    slot: fslot,
+                    flipped,
+                    covered,
+                },
+            );
         }
     }
 }

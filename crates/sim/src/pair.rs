@@ -102,7 +102,10 @@ impl Pair {
             m.register(
                 BUF_VA,
                 BUF_LEN,
-                access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC,
+                access::LOCAL_WRITE
+                    | access::REMOTE_WRITE
+                    | access::REMOTE_READ
+                    | access::REMOTE_ATOMIC,
             );
             m
         });
@@ -121,7 +124,13 @@ impl Pair {
     /// An RC pair at MTU 1024 with every remote access granted, timeout 10 (4.2 ms),
     /// retry_cnt 7 (infinite, rxe), rnr_retry 7, both PSNs 0.
     pub fn rc() -> Pair {
-        Pair::new(QpType::Rc, Mtu::Mtu1024, &Pair::rc_attr(), [0, 0], |_, _| {})
+        Pair::new(
+            QpType::Rc,
+            Mtu::Mtu1024,
+            &Pair::rc_attr(),
+            [0, 0],
+            |_, _| {},
+        )
     }
 
     /// The attributes [`Pair::rc`] uses.
@@ -166,7 +175,9 @@ impl Pair {
     /// Let side `side` transmit everything it can now; returns how many packets.
     pub fn transmit(&mut self, side: usize) -> usize {
         let mut n = 0;
-        while let Some(t) = self.qps[side].poll_transmit(self.now, &mut self.mem[side], &mut self.buf) {
+        while let Some(t) =
+            self.qps[side].poll_transmit(self.now, &mut self.mem[side], &mut self.buf)
+        {
             self.pipe[1 - side].push_back(self.buf[..t.len].to_vec());
             n += 1;
             assert!(n < 100_000, "runaway transmitter");
@@ -177,7 +188,9 @@ impl Pair {
     /// Hand raw transport bytes to side `to`.
     pub fn deliver_bytes(&mut self, to: usize, bytes: &[u8]) {
         if let Ok(pkt) = RocePacketRepr::parse(bytes) {
-            let meta = RxMeta { grh: Grh::V4([0x45; 20]) };
+            let meta = RxMeta {
+                grh: Grh::V4([0x45; 20]),
+            };
             let srq = self.srq[to].as_mut().map(|s| s as &mut dyn RecvQueue);
             self.qps[to].handle_packet(self.now, &pkt, &meta, &mut self.mem[to], srq);
         }
@@ -186,7 +199,9 @@ impl Pair {
     /// Emit `pkt` and hand it to side `to` (for forged packets).
     pub fn inject(&mut self, to: usize, pkt: &RocePacketRepr<'_>) {
         let mut b = vec![0u8; pkt.buffer_len()];
-        let n = pkt.emit(&mut b).expect("forged packet must be consistent with its opcode");
+        let n = pkt
+            .emit(&mut b)
+            .expect("forged packet must be consistent with its opcode");
         b.truncate(n);
         self.deliver_bytes(to, &b);
     }
@@ -214,7 +229,11 @@ impl Pair {
                         }
                         Fate::Drop => {}
                     }
-                    self.log.push(Logged { from: 1 - to, bytes: b, fate });
+                    self.log.push(Logged {
+                        from: 1 - to,
+                        bytes: b,
+                        fate,
+                    });
                 }
             }
         }
@@ -271,6 +290,9 @@ impl Pair {
 
     /// Packets side `from` sent whose opcode is `op`.
     pub fn sent(&self, from: usize, op: transport::wire::Opcode) -> usize {
-        self.log.iter().filter(|l| l.from == from && l.repr().bth.opcode == op).count()
+        self.log
+            .iter()
+            .filter(|l| l.from == from && l.repr().bth.opcode == op)
+            .count()
     }
 }

@@ -24,8 +24,8 @@ use std::net::Ipv4Addr;
 
 use transport::wire::{Psn, Qpn};
 use transport::{
-    bring_up, AccessFlags, Completion, Counters, LocalData, Mtu, QpAttr, QpConfig, QpState,
-    QpType, RecvWr, SendFlags, SendWr, Sge, SgeList, Time, WcOpcode, WcStatus, WrOpcode,
+    bring_up, AccessFlags, Completion, Counters, LocalData, Mtu, QpAttr, QpConfig, QpState, QpType,
+    RecvWr, SendFlags, SendWr, Sge, SgeList, Time, WcOpcode, WcStatus, WrOpcode,
 };
 
 use crate::memory::access;
@@ -98,6 +98,9 @@ pub struct WorkloadConfig {
     pub stall_ns: u64,
     /// Run traffic in both directions (each QP is requester and responder at once).
     pub bidirectional: bool,
+    /// Test hook: flip one byte of every N-th delivered SEND before it is checked (0 = off),
+    /// to prove the checker catches corrupted delivery.
+    pub sabotage_every: u64,
     /// The requesters' unacknowledged-PSN window. Go-back-N resends up to this many packets
     /// after a timeout, so the default (32) stays near the simulated path's bandwidth-delay
     /// product; the NIC default is rxe's 128.
@@ -126,6 +129,7 @@ impl Default for WorkloadConfig {
             stall_ns: 10_000_000_000,
             bidirectional: true,
             max_unacked_psns: 16,
+            sabotage_every: 0,
         }
     }
 }
@@ -271,6 +275,8 @@ pub struct Workload {
     /// partition; "RNR retry counter exceeded" with a finite RNR retry count and late
     /// receive re-posting.
     allowed_error: Option<WcStatus>,
+    /// Sides whose completions must be drained after the current one is serviced.
+    service_later: Vec<usize>,
     /// A receive WQE was posted since the last kick (the responder may now answer an RNR).
     repost_kick: bool,
     partition: bool,
@@ -295,7 +301,10 @@ impl Workload {
         cfg.window = cfg.window.clamp(1, 1024);
         cfg.recv_depth = cfg.recv_depth.clamp(1, 4096);
         let partition = cfg.link.partition_at.is_some();
-        let retry_cnt = cfg.retry_cnt.unwrap_or(if partition { 3 } else { 7 }).min(7);
+        let retry_cnt = cfg
+            .retry_cnt
+            .unwrap_or(if partition { 3 } else { 7 })
+            .min(7);
         let mut sim = Sim::new(cfg.seed, cfg.link);
         let slot = u64::from(cfg.size_max.max(8)).div_ceil(8) * 8;
         let rsrc_len = slot * 4;
@@ -313,11 +322,22 @@ impl Workload {
                     (slot * u64::from(cfg.recv_depth)) as usize,
                     access::LOCAL_WRITE,
                 ),
-                wtarget: mem.register(base + 2 * VA_STRIDE, (slot * w) as usize, access::REMOTE_WRITE),
+                wtarget: mem.register(
+                    base + 2 * VA_STRIDE,
+                    (slot * w) as usize,
+                    access::REMOTE_WRITE,
+                ),
                 rsrc: mem.register(base + 3 * VA_STRIDE, rsrc_len as usize, access::REMOTE_READ),
-                atom: mem.register(base + 4 * VA_STRIDE, ATOMIC_WORDS * 8, access::REMOTE_ATOMIC),
+                atom: mem.register(
+                    base + 4 * VA_STRIDE,
+                    ATOMIC_WORDS * 8,
+                    access::REMOTE_ATOMIC,
+                ),
             };
-            fill_stream(rsrc_key ^ u64::from(side), &mut mem.region_mut(r.rsrc).bytes);
+            fill_stream(
+                rsrc_key ^ u64::from(side),
+                &mut mem.region_mut(r.rsrc).bytes,
+            );
             regions.push(r);
         }
         let qpns = [Qpn::new(0x11), Qpn::new(0x12)];
@@ -344,12 +364,23 @@ impl Workload {
             };
             // Both sides start at PSN 0xFFFFF0 so every run crosses the 24-bit wrap.
             let psn = Psn::new(0xFF_FFF0);
-            let r = bring_up(sim.qp_mut(side, 0), qpns[1 - side], psn, psn, cfg.mtu, &attr);
+            let r = bring_up(
+                sim.qp_mut(side, 0),
+                qpns[1 - side],
+                psn,
+                psn,
+                cfg.mtu,
+                &attr,
+            );
             debug_assert!(r.is_ok(), "bring-up: {r:?}");
         }
         let regions = [regions[0], regions[1]];
         let n = cfg.messages;
-        let (t0, t1) = if cfg.bidirectional { (n - n / 2, n / 2) } else { (n, 0) };
+        let (t0, t1) = if cfg.bidirectional {
+            (n - n / 2, n / 2)
+        } else {
+            (n, 0)
+        };
         let dirs = [(0usize, 1usize, t0), (1, 0, t1)]
             .into_iter()
             .enumerate()
@@ -374,7 +405,10 @@ impl Workload {
             None
         };
         let mut w = Workload {
-            report: Report { seed: cfg.seed, ..Report::default() },
+            report: Report {
+                seed: cfg.seed,
+                ..Report::default()
+            },
             cfg,
             sim,
             regions,
@@ -387,6 +421,7 @@ impl Workload {
             last_progress: Time::ZERO,
             allowed_error,
             repost_kick: false,
+            service_later: Vec::new(),
             partition,
         };
         for side in 0..2 {
@@ -414,7 +449,10 @@ impl Workload {
             length: self.slot as u32,
             lkey: reg.lkey,
         };
-        let wr = RecvWr { wr_id: u64::from(slot), sges: SgeList::single(sge) };
+        let wr = RecvWr {
+            wr_id: u64::from(slot),
+            sges: SgeList::single(sge),
+        };
         self.repost_kick = true;
         let qp = self.sim.qp_mut(side, 0);
         if qp.state() == QpState::Err {
@@ -474,8 +512,14 @@ impl Workload {
             dir.rng.range(u64::from(size_min), u64::from(size_max)) as u32
         };
         let last = !after_error && idx + 1 == dir.total;
-        let signaled =
-            matches!(op, Op::Read | Op::Atomic) || last || after_error || !dir.rng.chance(0.125);
+        // Some SEND/WRITEs are unsignaled; the WR that fills the window is always signaled
+        // (an application waiting for a slot needs a completion to come).
+        let fills_window = dir.outstanding.len() + 1 >= window as usize;
+        let signaled = matches!(op, Op::Read | Op::Atomic)
+            || last
+            || after_error
+            || fills_window
+            || !dir.rng.chance(0.125);
         let with_extra = dir.rng.chance(0.5);
         let (lreg_va, lkey) = {
             let reg = self.sim.endpoints[src].mem.region(lr.lsrc);
@@ -497,8 +541,16 @@ impl Workload {
             (Op::Atomic, true) => WrOpcode::AtomicCmpAndSwp,
         };
         let mut wr = SendWr::new(idx, opcode);
-        wr.flags = if signaled { SendFlags::SIGNALED } else { SendFlags::default() };
-        wr.local = LocalData::Sges(SgeList::single(Sge { addr: lreg_va + local_off, length: size, lkey }));
+        wr.flags = if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::default()
+        };
+        wr.local = LocalData::Sges(SgeList::single(Sge {
+            addr: lreg_va + local_off,
+            length: size,
+            lkey,
+        }));
         wr.imm_data = idx as u32;
         let mut posted = Posted {
             idx,
@@ -515,7 +567,10 @@ impl Workload {
         match op {
             Op::Send | Op::Write => {
                 let lbuf = &mut self.sim.endpoints[src].mem.region_mut(lr.lsrc).bytes;
-                fill_stream(key, &mut lbuf[local_off as usize..local_off as usize + size as usize]);
+                fill_stream(
+                    key,
+                    &mut lbuf[local_off as usize..local_off as usize + size as usize],
+                );
                 if op == Op::Write {
                     posted.remote_off = u64::from(slot) * slot_bytes;
                     wr.remote_addr = va_w + posted.remote_off;
@@ -528,7 +583,10 @@ impl Workload {
                 wr.rkey = rkey_r;
                 let lbuf = &mut self.sim.endpoints[src].mem.region_mut(lr.lsrc).bytes;
                 // Poison the destination so a READ that moved nothing cannot pass.
-                fill_stream(!key, &mut lbuf[local_off as usize..local_off as usize + size as usize]);
+                fill_stream(
+                    !key,
+                    &mut lbuf[local_off as usize..local_off as usize + size as usize],
+                );
             }
             Op::Atomic => {
                 atomic_word = dir.rng.below(ATOMIC_WORDS as u64) as usize;
@@ -547,7 +605,11 @@ impl Workload {
                     dir.atom_model[atomic_word] = orig.wrapping_add(wr.compare_add);
                 }
             } else {
-                wr.compare_add = if dir.rng.chance(0.5) { orig } else { dir.rng.next_u64() };
+                wr.compare_add = if dir.rng.chance(0.5) {
+                    orig
+                } else {
+                    dir.rng.next_u64()
+                };
                 wr.swap = dir.rng.next_u64();
                 if !after_error && wr.compare_add == orig {
                     dir.atom_model[atomic_word] = wr.swap;
@@ -555,11 +617,19 @@ impl Workload {
             }
             posted.expect_orig = orig;
         }
-        if !after_error && matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
+        if !after_error
+            && matches!(
+                opcode,
+                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+            )
         {
             dir.expects.push_back(Expect {
                 idx,
-                kind: if opcode == WrOpcode::RdmaWriteWithImm { RecvKind::WriteImm } else { RecvKind::Send },
+                kind: if opcode == WrOpcode::RdmaWriteWithImm {
+                    RecvKind::WriteImm
+                } else {
+                    RecvKind::Send
+                },
                 size,
                 key,
                 imm: opcode.has_imm().then_some(idx as u32),
@@ -626,7 +696,10 @@ impl Workload {
                 self.report.bytes_verified += size as u64;
             }
         } else {
-            self.violation(format!("dir {d}: wr {} ({:?}, {} bytes): data mismatch", p.idx, p.op, p.size));
+            self.violation(format!(
+                "dir {d}: wr {} ({:?}, {} bytes): data mismatch",
+                p.idx, p.op, p.size
+            ));
         }
         self.report.messages_completed += 1;
         self.last_progress = self.sim.now();
@@ -636,19 +709,20 @@ impl Workload {
         // Unsignaled WRs before this one completed successfully without a completion.
         loop {
             let Some(front) = self.dirs[d].outstanding.front().copied() else {
-                self.violation(format!("dir {d}: completion for wr {} with nothing outstanding", c.wr_id));
+                self.violation(format!(
+                    "dir {d}: completion for wr {} with nothing outstanding",
+                    c.wr_id
+                ));
                 return;
             };
             if front.idx == c.wr_id {
                 break;
             }
             if !front.signaled && front.idx < c.wr_id {
+                // No completion, and a later WR completed: it succeeded (a flushed or failed
+                // WR always reports, signaled or not — IBA 10.7.3.1).
                 self.dirs[d].outstanding.pop_front();
-                if self.dirs[d].error_seen {
-                    self.violation(format!("dir {d}: unsignaled wr {} vanished after an error", front.idx));
-                } else {
-                    self.verify_success(d, front);
-                }
+                self.verify_success(d, front);
                 continue;
             }
             self.violation(format!(
@@ -657,7 +731,11 @@ impl Workload {
             ));
             // Resynchronise if the WR is further back; otherwise drop the completion.
             if self.dirs[d].outstanding.iter().any(|p| p.idx == c.wr_id) {
-                while self.dirs[d].outstanding.front().is_some_and(|p| p.idx != c.wr_id) {
+                while self.dirs[d]
+                    .outstanding
+                    .front()
+                    .is_some_and(|p| p.idx != c.wr_id)
+                {
                     self.dirs[d].outstanding.pop_front();
                 }
                 continue;
@@ -671,13 +749,19 @@ impl Workload {
         self.last_progress = self.sim.now();
         let want_op = p.op.wc_opcode();
         if c.opcode != want_op {
-            self.violation(format!("dir {d}: wr {}: completion opcode {:?}, want {:?}", p.idx, c.opcode, want_op));
+            self.violation(format!(
+                "dir {d}: wr {}: completion opcode {:?}, want {:?}",
+                p.idx, c.opcode, want_op
+            ));
         }
         let dir_err = self.dirs[d].error_seen;
         match c.status {
             WcStatus::Success if !dir_err && !p.after_error => {
                 if c.byte_len != p.size {
-                    self.violation(format!("dir {d}: wr {}: byte_len {} want {}", p.idx, c.byte_len, p.size));
+                    self.violation(format!(
+                        "dir {d}: wr {}: byte_len {} want {}",
+                        p.idx, c.byte_len, p.size
+                    ));
                 }
                 self.verify_success(d, p);
             }
@@ -687,6 +771,9 @@ impl Workload {
                 if self.cfg.link.partition_at.is_some_and(|t| now < t) {
                     self.violation(format!("dir {d}: \"{s}\" before the partition"));
                 }
+                if s == WcStatus::RnrRetryExcErr {
+                    self.tear_down_peer(d);
+                }
             }
             WcStatus::WrFlushErr if dir_err => {}
             s => {
@@ -695,7 +782,11 @@ impl Workload {
                     p.idx,
                     p.op,
                     s,
-                    if dir_err { " after the first error" } else { "" }
+                    if dir_err {
+                        " after the first error"
+                    } else {
+                        ""
+                    }
                 ));
                 if s != WcStatus::Success {
                     self.dirs[d].error_seen = true;
@@ -704,19 +795,52 @@ impl Workload {
         }
     }
 
+    /// After an RNR retry exhaustion the connection is dead, as an application would see it:
+    /// the peer QP is moved to ERR too (otherwise its requester, which retries forever,
+    /// would keep resending to a QP that drops everything). Its work is then flushed.
+    fn tear_down_peer(&mut self, d: usize) {
+        let peer = self.dirs[d].dst;
+        let err = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        if self
+            .sim
+            .qp_mut(peer, 0)
+            .modify(&err, transport::AttrMask::STATE)
+            .is_err()
+        {
+            self.violation(format!("side {peer}: modify to ERR refused"));
+        }
+        for dir in &mut self.dirs {
+            if dir.src == peer {
+                dir.error_seen = true;
+            }
+        }
+        self.service_later.push(peer);
+    }
+
     fn on_recv_completion(&mut self, d: usize, c: Completion) {
         let side = self.dirs[d].dst;
         self.count_status(c.status);
         if c.status != WcStatus::Success {
             let state = self.sim.endpoints[side].qps[0].qp.state();
-            if !(c.status == WcStatus::WrFlushErr && state == QpState::Err && self.allowed_error.is_some()) {
-                self.violation(format!("side {side}: receive wr {} completed with \"{}\"", c.wr_id, c.status));
+            if !(c.status == WcStatus::WrFlushErr
+                && state == QpState::Err
+                && self.allowed_error.is_some())
+            {
+                self.violation(format!(
+                    "side {side}: receive wr {} completed with \"{}\"",
+                    c.wr_id, c.status
+                ));
             }
             return;
         }
         self.last_progress = self.sim.now();
         let Some(e) = self.dirs[d].expects.pop_front() else {
-            self.violation(format!("side {side}: receive completion with no message outstanding (duplicate delivery)"));
+            self.violation(format!(
+                "side {side}: receive completion with no message outstanding (duplicate delivery)"
+            ));
             return;
         };
         let want_op = match e.kind {
@@ -731,12 +855,28 @@ impl Workload {
         } else if e.kind == RecvKind::Send {
             let r = self.regions[side];
             let lo = (c.wr_id * self.slot) as usize;
+            let n = self.cfg.sabotage_every;
+            if n > 0 && e.idx % n == 0 && e.size > 0 {
+                if let Some(b) = self.sim.endpoints[side]
+                    .mem
+                    .region_mut(r.recv)
+                    .bytes
+                    .get_mut(lo)
+                {
+                    *b ^= 0x40;
+                }
+            }
             let b = &self.sim.endpoints[side].mem.region(r.recv).bytes;
-            let ok = b.get(lo..lo + e.size as usize).is_some_and(|s| check_stream(e.key, s));
+            let ok = b
+                .get(lo..lo + e.size as usize)
+                .is_some_and(|s| check_stream(e.key, s));
             if ok {
                 self.report.bytes_verified += u64::from(e.size);
             } else {
-                self.violation(format!("side {side}: message {}: received bytes differ", e.idx));
+                self.violation(format!(
+                    "side {side}: message {}: received bytes differ",
+                    e.idx
+                ));
             }
         }
         // Keep the receive queue stocked (possibly late, to exercise RNR).
@@ -746,7 +886,8 @@ impl Workload {
         } else {
             self.repost_seq += 1;
             let at = self.sim.now().add_nanos(self.cfg.recv_delay_ns);
-            self.reposts.push(Reverse((at, self.repost_seq, side, slot)));
+            self.reposts
+                .push(Reverse((at, self.repost_seq, side, slot)));
         }
     }
 
@@ -786,7 +927,9 @@ impl Workload {
     }
 
     fn outstanding_work(&self) -> bool {
-        self.dirs.iter().any(|d| !d.outstanding.is_empty() || d.next_msg < d.total)
+        self.dirs
+            .iter()
+            .any(|d| !d.outstanding.is_empty() || d.next_msg < d.total)
     }
 
     /// Run to the end and check everything.
@@ -807,14 +950,21 @@ impl Workload {
             }
             match self.sim.step() {
                 Step::Idle => break,
-                Step::Touched(side) => self.service(side),
+                Step::Touched(side) => {
+                    self.service(side);
+                    while let Some(other) = self.service_later.pop() {
+                        self.service(other);
+                    }
+                }
                 Step::Nothing => {}
             }
             if self.outstanding_work()
                 && self.sim.now().nanos_since(self.last_progress) > self.cfg.stall_ns
             {
                 let ms = self.cfg.stall_ns / 1_000_000;
-                self.violation(format!("stall: no completion for {ms} virtual ms with work outstanding"));
+                self.violation(format!(
+                    "stall: no completion for {ms} virtual ms with work outstanding"
+                ));
                 break;
             }
         }
@@ -827,6 +977,10 @@ impl Workload {
             let n_out = dir.outstanding.len();
             let unposted = dir.total - dir.next_msg;
             let state = self.sim.endpoints[dir.src].qps[0].qp.state();
+            if n_out > 0 && std::env::var_os("UROCE_SIM_DEBUG").is_some() {
+                eprintln!("{:#?}", self.sim.endpoints[dir.src].qps[0].qp);
+                eprintln!("{:#?}", self.sim.endpoints[dir.dst].qps[0].qp);
+            }
             if n_out > 0 {
                 self.violation(format!(
                     "hang: dir {d}: {n_out} work requests never completed (QP {state}, nothing scheduled)"
@@ -837,15 +991,22 @@ impl Workload {
             }
             let dir = &self.dirs[d];
             let (n_exp, first_exp) = (dir.expects.len(), dir.expects.front().map_or(0, |e| e.idx));
-            let (error_seen, after_posted, unfinished) =
-                (dir.error_seen, dir.after_error_posted, dir.next_msg < dir.total);
+            let (error_seen, after_posted, unfinished) = (
+                dir.error_seen,
+                dir.after_error_posted,
+                dir.next_msg < dir.total,
+            );
             if !error_seen && n_exp > 0 && (self.allowed_error.is_none() || state != QpState::Err) {
-                self.violation(format!("dir {d}: {n_exp} messages never delivered (first: {first_exp})"));
+                self.violation(format!(
+                    "dir {d}: {n_exp} messages never delivered (first: {first_exp})"
+                ));
             }
             if self.allowed_error.is_some() {
                 if error_seen {
                     if state != QpState::Err {
-                        self.violation(format!("dir {d}: QP in {state} after retry exceeded, want ERR"));
+                        self.violation(format!(
+                            "dir {d}: QP in {state} after retry exceeded, want ERR"
+                        ));
                     }
                     if after_posted < self.cfg.after_error_posts {
                         self.violation(format!("dir {d}: work after the error was not accepted"));

@@ -248,12 +248,7 @@ impl Qp {
         self.progress(now);
     }
 
-    fn atomic_ack<M: Memory + ?Sized>(
-        &mut self,
-        now: Time,
-        pkt: &RocePacketRepr<'_>,
-        mem: &mut M,
-    ) {
+    fn atomic_ack<M: Memory + ?Sized>(&mut self, now: Time, pkt: &RocePacketRepr<'_>, mem: &mut M) {
         let p = pkt.bth.psn;
         if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
             return;

@@ -163,14 +163,24 @@ mod tests {
 
     #[test]
     fn accumulate_and_iter_agree() {
-        let a = Counters { sent_pkts: 3, rcvd_cnp: 2, ..Counters::default() };
-        let mut b = Counters { sent_pkts: 1, ..Counters::default() };
+        let a = Counters {
+            sent_pkts: 3,
+            rcvd_cnp: 2,
+            ..Counters::default()
+        };
+        let mut b = Counters {
+            sent_pkts: 1,
+            ..Counters::default()
+        };
         b.accumulate(&a);
         b.accumulate(&a);
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
         assert_eq!(names.len(), 27);
-        assert_eq!(b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v), Some(4));
+        assert_eq!(
+            b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),
+            Some(4)
+        );
     }
 }

@@ -10,7 +10,7 @@
 //! * every packet the QPs emit parses back and matches its opcode's header set;
 //! * no QP ever emits more completions than work requests were posted.
 
-use wire::{Lkey, Psn, Qpn, RocePacketRepr, Rkey};
+use wire::{Lkey, Psn, Qpn, Rkey, RocePacketRepr};
 
 use crate::{
     bring_up, AccessFlags, AtomicOp, LocalData, MemError, Memory, Mtu, Qp, QpAttr, QpConfig,
@@ -38,7 +38,12 @@ pub struct RecordingMemory {
 
 impl Default for RecordingMemory {
     fn default() -> Self {
-        RecordingMemory { bytes: vec![0; LEN], refused_local: 0, refused_remote: 0, granted: 0 }
+        RecordingMemory {
+            bytes: vec![0; LEN],
+            refused_local: 0,
+            refused_remote: 0,
+            granted: 0,
+        }
     }
 }
 
@@ -87,7 +92,13 @@ impl Memory for RecordingMemory {
         self.bytes[o..o + src.len()].copy_from_slice(src);
         Ok(())
     }
-    fn check_remote(&mut self, rkey: Rkey, va: u64, len: u64, _: RemoteAccess) -> Result<(), MemError> {
+    fn check_remote(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        len: u64,
+        _: RemoteAccess,
+    ) -> Result<(), MemError> {
         let len = usize::try_from(len).map_err(|_| MemError::OutOfBounds)?;
         self.remote(rkey, va, len).map(|_| ())
     }
@@ -120,7 +131,11 @@ impl Memory for RecordingMemory {
 }
 
 fn sge(addr: u64, length: u32) -> SgeList {
-    SgeList::single(Sge { addr, length, lkey: LKEY })
+    SgeList::single(Sge {
+        addr,
+        length,
+        lkey: LKEY,
+    })
 }
 
 /// A QP under test with its memory and bookkeeping.
@@ -150,14 +165,29 @@ impl Subject {
             qkey: wire::Qkey(0x1111),
             ..QpAttr::default()
         };
-        let r = bring_up(&mut qp, Qpn::new(peer), Psn::new(0), Psn::new(0), mtu, &attr);
+        let r = bring_up(
+            &mut qp,
+            Qpn::new(peer),
+            Psn::new(0),
+            Psn::new(0),
+            mtu,
+            &attr,
+        );
         assert!(r.is_ok(), "bring-up failed: {r:?}");
-        Subject { qp, mem: RecordingMemory::default(), posted: 0, completed: 0 }
+        Subject {
+            qp,
+            mem: RecordingMemory::default(),
+            posted: 0,
+            completed: 0,
+        }
     }
 
     fn post_recvs(&mut self, n: u64) {
         for i in 0..n {
-            let wr = RecvWr { wr_id: i, sges: sge(VA + 0x2000 + (i % 4) * 0x800, 0x800) };
+            let wr = RecvWr {
+                wr_id: i,
+                sges: sge(VA + 0x2000 + (i % 4) * 0x800, 0x800),
+            };
             if self.qp.post_recv(wr).is_ok() {
                 self.posted += 1;
             }
@@ -189,7 +219,11 @@ impl Subject {
             wr.remote_addr = VA + 0x1000;
             wr.rkey = RKEY;
             if ty == QpType::Ud {
-                wr.ud = Some(crate::UdDest { ah: 0, remote_qpn: Qpn::new(0x12), remote_qkey: wire::Qkey(0x1111) });
+                wr.ud = Some(crate::UdDest {
+                    ah: 0,
+                    remote_qpn: Qpn::new(0x12),
+                    remote_qkey: wire::Qkey(0x1111),
+                });
             }
             if self.qp.post_send(wr).is_ok() {
                 self.posted += 1;
@@ -209,18 +243,29 @@ impl Subject {
         while self.qp.poll_completion().is_some() {
             self.completed += 1;
         }
-        assert!(self.completed <= self.posted, "more completions than work requests");
-        assert_eq!(self.mem.refused_local, 0, "a local access outside the WQE's SGEs");
+        assert!(
+            self.completed <= self.posted,
+            "more completions than work requests"
+        );
+        assert_eq!(
+            self.mem.refused_local, 0,
+            "a local access outside the WQE's SGEs"
+        );
         n
     }
 
     fn feed(&mut self, now: Time, pkt: &RocePacketRepr<'_>) {
         let before = self.mem.refused_remote;
-        self.qp.handle_packet(now, pkt, &RxMeta::default(), &mut self.mem, None);
+        self.qp
+            .handle_packet(now, pkt, &RxMeta::default(), &mut self.mem, None);
         // RC: a refused remote access is a NAK and ERR (class C/J). UC drops the message
         // silently and stays up (wire-facts §5.4).
         if self.mem.refused_remote > before && self.qp.qp_type() == QpType::Rc {
-            assert_eq!(self.qp.state(), QpState::Err, "a refused remote access must end in a NAK and ERR");
+            assert_eq!(
+                self.qp.state(),
+                QpState::Err,
+                "a refused remote access must end in a NAK and ERR"
+            );
         }
     }
 }
@@ -326,10 +371,16 @@ pub fn drive(data: &[u8]) -> DriveStats {
                 resp.post_recvs(2);
             }
             _ => {
-                let Ok(mut pkt) = RocePacketRepr::parse(chunk) else { continue };
+                let Ok(mut pkt) = RocePacketRepr::parse(chunk) else {
+                    continue;
+                };
                 // Aim most packets at the subjects (right QPN, PSN near the live window).
                 if ctl & 0x10 == 0 {
-                    pkt.bth.dest_qp = if ctl & 8 == 0 { Qpn::new(0x12) } else { Qpn::new(0x11) };
+                    pkt.bth.dest_qp = if ctl & 8 == 0 {
+                        Qpn::new(0x12)
+                    } else {
+                        Qpn::new(0x11)
+                    };
                 }
                 if ctl & 0x20 == 0 {
                     pkt.bth.psn = Psn::new(pkt.bth.psn.value() % 32);

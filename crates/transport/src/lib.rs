@@ -15,6 +15,18 @@
 //! * [`state`] — QP states, attribute masks, the legal-transition table.
 //!
 //! Facts cited as "wire-facts §N" are in the project's `reference/wire-facts.md`.
+//!
+//! Choices beyond the letter of rxe, each documented where it lives:
+//! * `retry_cnt == 7` means "retry forever" by default, as in rxe
+//!   ([`QpConfig::retry_cnt_7_infinite`]); IBTA reads it as seven retries.
+//! * After a local ACK timeout the requester resends with a window of one packet and doubles
+//!   it on every acknowledgement (slow start), instead of resending the whole window into a
+//!   path that just lost it; AckReq is also set on the packet that fills the window.
+//! * Sequence NAKs and implied NAKs after a retry and before any progress are stale and
+//!   ignored (rxe `started_retry`); the ACK timer covers a lost resend.
+//! * Responder-side receive-buffer overflow completes the receive WQE with `LOC_LEN_ERR`
+//!   (IBTA) while NAKing invalid request (rxe), wire-facts §10 item 3.
+//! * A response of the wrong kind for its WQE is `BAD_RESP_ERR` (rxe uses `FATAL_ERR`).
 #![forbid(unsafe_code)]
 
 mod completer;

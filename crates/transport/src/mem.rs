@@ -188,17 +188,43 @@ mod tests {
 
     #[test]
     fn atomic_apply() {
-        assert_eq!(AtomicOp::CompareSwap { compare: 5, swap: 9 }.apply(5), 9);
-        assert_eq!(AtomicOp::CompareSwap { compare: 5, swap: 9 }.apply(6), 6);
+        assert_eq!(
+            AtomicOp::CompareSwap {
+                compare: 5,
+                swap: 9
+            }
+            .apply(5),
+            9
+        );
+        assert_eq!(
+            AtomicOp::CompareSwap {
+                compare: 5,
+                swap: 9
+            }
+            .apply(6),
+            6
+        );
         assert_eq!(AtomicOp::FetchAdd { add: 2 }.apply(u64::MAX), 1);
     }
 
     #[test]
     fn pieces_span_sges() {
         let sges = [
-            Sge { addr: 1000, length: 4, lkey: Lkey(1) },
-            Sge { addr: 2000, length: 0, lkey: Lkey(2) },
-            Sge { addr: 3000, length: 6, lkey: Lkey(3) },
+            Sge {
+                addr: 1000,
+                length: 4,
+                lkey: Lkey(1),
+            },
+            Sge {
+                addr: 2000,
+                length: 0,
+                lkey: Lkey(2),
+            },
+            Sge {
+                addr: 3000,
+                length: 6,
+                lkey: Lkey(3),
+            },
         ];
         let mut got = Vec::new();
         let r: Result<(), Option<()>> = for_each_piece(&sges, 2, 5, |s, o, n, at| {

@@ -110,14 +110,21 @@ mod tests {
                     assert_eq!(info.position.is_last(), last, "{o}");
                     assert_eq!(info.headers.has_immdt(), op.has_imm() && last, "{o}");
                     assert_eq!(info.headers.has_reth(), op.is_write() && first, "{o}");
-                    let want = if ty == QpType::Rc { wire::Transport::Rc } else { wire::Transport::Uc };
+                    let want = if ty == QpType::Rc {
+                        wire::Transport::Rc
+                    } else {
+                        wire::Transport::Uc
+                    };
                     assert_eq!(info.transport, want);
                 }
             }
         }
         let inv = request_opcode(QpType::Rc, W::SendWithInv, false, true);
         assert!(inv.info().expect("known").headers.has_ieth());
-        assert_eq!(request_opcode(QpType::Ud, W::SendWithImm, true, true), Opcode::UD_SEND_ONLY_WITH_IMMEDIATE);
+        assert_eq!(
+            request_opcode(QpType::Ud, W::SendWithImm, true, true),
+            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+        );
     }
 
     #[test]
@@ -125,14 +132,24 @@ mod tests {
         let payload = [1u8, 2, 3, 4, 5];
         let mut bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(7), Psn::new(9));
         bth.ack_req = true;
-        let reth = Some(RethRepr { va: 0x1000, rkey: Rkey(5), len: 5 });
-        let full = RocePacketRepr { reth, ..RocePacketRepr::new(bth, &payload) };
+        let reth = Some(RethRepr {
+            va: 0x1000,
+            rkey: Rkey(5),
+            len: 5,
+        });
+        let full = RocePacketRepr {
+            reth,
+            ..RocePacketRepr::new(bth, &payload)
+        };
         let mut a = [0xAAu8; 64];
         let n = full.emit(&mut a).expect("emit");
         let mut b = [0xBBu8; 64];
         let hl = header_len(bth.opcode);
         b[hl..hl + 5].copy_from_slice(&payload);
-        let hdr = RocePacketRepr { reth, ..RocePacketRepr::new(bth, &[]) };
+        let hdr = RocePacketRepr {
+            reth,
+            ..RocePacketRepr::new(bth, &[])
+        };
         assert_eq!(finish_in_place(&hdr, 5, &mut b), Some(n));
         assert_eq!(&a[..n], &b[..n]);
         assert_eq!(finish_in_place(&hdr, 5, &mut b[..n - 1]), None);

@@ -15,13 +15,13 @@
 
 use std::collections::VecDeque;
 
-use wire::{Msn, Opcode, Psn, Qpn, RocePacketRepr, Rkey, Transport};
+use wire::{Msn, Opcode, Psn, Qpn, Rkey, RocePacketRepr, Transport};
 
 use crate::mem::Memory;
 use crate::state::{check_modify, AttrMask, Mtu, QpAttr, QpState, QpType};
 use crate::{
-    Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode,
-    WcStatus, WrOpcode,
+    Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode, WcStatus,
+    WrOpcode,
 };
 
 /// Largest RDMA message (IBTA: 2^31 bytes; wire-facts §1.6).
@@ -135,7 +135,9 @@ pub struct RxMeta {
 
 impl Default for RxMeta {
     fn default() -> RxMeta {
-        RxMeta { grh: Grh::V4([0; 20]) }
+        RxMeta {
+            grh: Grh::V4([0; 20]),
+        }
     }
 }
 
@@ -268,23 +270,51 @@ pub(crate) struct HeldRecv {
 /// A multi-packet request message in progress at the responder.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum InMsg {
-    Send { received: u32 },
-    Write { rkey: Rkey, va: u64, len: u32, received: u32 },
+    Send {
+        received: u32,
+    },
+    Write {
+        rkey: Rkey,
+        va: u64,
+        len: u32,
+        received: u32,
+    },
 }
 
 /// A saved READ/ATOMIC result for duplicate requests (responder resources).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Resource {
-    Read { first_psn: Psn, last_psn: Psn, va: u64, rkey: Rkey, len: u32 },
-    Atomic { psn: Psn, orig: u64 },
+    Read {
+        first_psn: Psn,
+        last_psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        len: u32,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
 }
 
 /// A response waiting to be transmitted, in PSN order.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Response {
-    Ack { psn: Psn, syndrome: wire::Syndrome },
-    Atomic { psn: Psn, orig: u64 },
-    Read { psn: Psn, va: u64, rkey: Rkey, remaining: u32, first: bool },
+    Ack {
+        psn: Psn,
+        syndrome: wire::Syndrome,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
+    Read {
+        psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        remaining: u32,
+        first: bool,
+    },
 }
 
 /// A queue pair.
@@ -441,10 +471,7 @@ impl Qp {
         use crate::ModifyError as E;
         let cur = self.attr.qp_state;
         let next = check_modify(cur, self.cfg.qp_type, attr, mask)?;
-        if cur == QpState::Sqd
-            && self.sq_busy()
-            && !matches!(next, QpState::Err | QpState::Reset)
-        {
+        if cur == QpState::Sqd && self.sq_busy() && !matches!(next, QpState::Err | QpState::Reset) {
             return Err(E::Busy);
         }
         // Value ranges (rxe_qp_chk_attr / ib_modify_qp).
@@ -463,8 +490,7 @@ impl Qp {
         if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > MAX_RD_ATOMIC {
             return Err(E::InvalidValue("max_rd_atomic too large"));
         }
-        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC
-        {
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC {
             return Err(E::InvalidValue("max_dest_rd_atomic too large"));
         }
         if mask.contains(AttrMask::PORT) && attr.port_num != 1 {
@@ -506,7 +532,8 @@ impl Qp {
         }
         if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
             a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-            self.resources.truncate(usize::from(attr.max_dest_rd_atomic));
+            self.resources
+                .truncate(usize::from(attr.max_dest_rd_atomic));
         }
         let a = &mut self.attr;
         if mask.contains(AttrMask::MIN_RNR_TIMER) {
@@ -731,7 +758,10 @@ impl Qp {
         }
         let state = self.attr.qp_state;
         if info.is_request {
-            if !matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            if !matches!(
+                state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            ) {
                 self.counters.dropped_pkts += 1;
                 return;
             }
@@ -813,7 +843,11 @@ impl Qp {
     }
 
     pub(crate) fn complete_recv(&mut self, held: HeldRecv, c: Completion) {
-        let slot = if held.from_srq { Slot::None } else { Slot::Recv };
+        let slot = if held.from_srq {
+            Slot::None
+        } else {
+            Slot::Recv
+        };
         if slot == Slot::Recv {
             self.recv_slots_pending += 1;
         }
@@ -942,7 +976,11 @@ pub fn bring_up(
                 | AttrMask::MIN_RNR_TIMER
         }
         QpType::Uc => {
-            AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN
         }
         QpType::Ud => AttrMask::STATE,
     };

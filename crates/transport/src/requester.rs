@@ -93,7 +93,10 @@ impl Qp {
         let ty = self.cfg.qp_type;
         let idx = self.cursor;
         let next_psn = self.next_psn;
-        let wqe = self.sq.get(idx).ok_or(BuildError::Wqe(WcStatus::GeneralErr))?;
+        let wqe = self
+            .sq
+            .get(idx)
+            .ok_or(BuildError::Wqe(WcStatus::GeneralErr))?;
         let (first_psn, last_psn) = if wqe.started {
             (wqe.first_psn, wqe.last_psn)
         } else {
@@ -115,7 +118,11 @@ impl Qp {
             (true, true, 0usize)
         } else {
             let rest = len.saturating_sub(offset);
-            (offset == 0, rest <= u64::from(mtu), rest.min(u64::from(mtu)) as usize)
+            (
+                offset == 0,
+                rest <= u64::from(mtu),
+                rest.min(u64::from(mtu)) as usize,
+            )
         };
         let opcode = request_opcode(ty, op, first, last);
         let hl = header_len(opcode);
@@ -136,7 +143,10 @@ impl Qp {
                 }
                 LocalData::Sges(sges) => {
                     for_each_piece(sges.as_slice(), offset, plen, |sge, off, n, at| {
-                        let addr = sge.addr.checked_add(off).ok_or(crate::MemError::OutOfBounds)?;
+                        let addr = sge
+                            .addr
+                            .checked_add(off)
+                            .ok_or(crate::MemError::OutOfBounds)?;
                         mem.read_local(sge.lkey, addr, &mut dst[at..at + n])
                     })
                     .map_err(|_| BuildError::Wqe(WcStatus::LocProtErr))?;
@@ -164,7 +174,11 @@ impl Qp {
         let w = &wqe.wr;
         match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm if first => {
-                hdr.reth = Some(RethRepr { va: w.remote_addr, rkey: w.rkey, len: wqe.len });
+                hdr.reth = Some(RethRepr {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    len: wqe.len,
+                });
             }
             WrOpcode::RdmaRead => {
                 // A retried READ asks only for what is still missing (wire-facts §5.2).
@@ -196,12 +210,21 @@ impl Qp {
             hdr.immdt = Some(ImmDt(w.imm_data));
         }
         if last && op == WrOpcode::SendWithInv {
-            hdr.ieth = Some(IethRepr { rkey: w.invalidate_rkey });
+            hdr.ieth = Some(IethRepr {
+                rkey: w.invalidate_rkey,
+            });
         }
         if let Some(ud) = w.ud {
             // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
-            let qkey = if ud.remote_qkey.0 & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
-            hdr.deth = Some(DethRepr { qkey, src_qp: self.cfg.qpn });
+            let qkey = if ud.remote_qkey.0 & 0x8000_0000 != 0 {
+                self.attr.qkey
+            } else {
+                ud.remote_qkey
+            };
+            hdr.deth = Some(DethRepr {
+                qkey,
+                src_qp: self.cfg.qpn,
+            });
         }
         let ah = w.ud.map(|u| u.ah);
         let total = finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?;
@@ -227,11 +250,19 @@ impl Qp {
         if next_psn.is_before(self.sent_high) {
             self.counters.retransmissions += 1;
         }
-        self.next_psn = if is_read { last_psn.next() } else { next_psn.next() };
+        self.next_psn = if is_read {
+            last_psn.next()
+        } else {
+            next_psn.next()
+        };
         if self.next_psn.is_after(self.sent_high) {
             self.sent_high = self.next_psn;
         }
-        self.pkts_since_ackreq = if ack_req { 0 } else { self.pkts_since_ackreq + 1 };
+        self.pkts_since_ackreq = if ack_req {
+            0
+        } else {
+            self.pkts_since_ackreq + 1
+        };
         if last {
             match ty {
                 QpType::Rc => self.cursor += 1,
@@ -246,7 +277,11 @@ impl Qp {
         if ty == QpType::Rc && self.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
-        Ok(Transmit { len: total, ah, dest_qpn })
+        Ok(Transmit {
+            len: total,
+            ah,
+            dest_qpn,
+        })
     }
 
     /// Packets the requester may have outstanding now.
@@ -270,7 +305,10 @@ impl Qp {
         self.retry_left = self.attr.retry_cnt;
         self.rnr_left = self.attr.rnr_retry;
         self.retried_since_progress = false;
-        self.cwnd = self.cwnd.saturating_mul(2).min(self.cfg.max_unacked_psns.max(1));
+        self.cwnd = self
+            .cwnd
+            .saturating_mul(2)
+            .min(self.cfg.max_unacked_psns.max(1));
         if self.next_psn.is_before(self.unacked) {
             self.next_psn = self.unacked;
         }

@@ -4,13 +4,15 @@
 //! UC and UD variants (wire-facts §5.3, §5.4).
 
 use wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Opcode, OpKind, OpcodeInfo, Position, Psn,
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, OpKind, Opcode, OpcodeInfo, Position, Psn,
     RocePacketRepr, Syndrome,
 };
 
 use crate::mem::{for_each_piece, AtomicOp, MemError, Memory, RemoteAccess};
 use crate::packet::{finish_in_place, header_len, read_response_opcode};
-use crate::qp::{HeldRecv, InMsg, Qp, RecvQueue, Resource, Response, RxMeta, Transmit, MAX_MSG_LEN};
+use crate::qp::{
+    HeldRecv, InMsg, Qp, RecvQueue, Resource, Response, RxMeta, Transmit, MAX_MSG_LEN,
+};
 use crate::state::{AccessFlags, QpState, QpType};
 use crate::time::Time;
 use crate::{WcFlags, WcOpcode, WcStatus};
@@ -53,7 +55,10 @@ impl Qp {
             Some(HeldRecv { wr, from_srq: true })
         } else {
             let wr = self.rq.pop_front()?;
-            Some(HeldRecv { wr, from_srq: false })
+            Some(HeldRecv {
+                wr,
+                from_srq: false,
+            })
         }
     }
 
@@ -68,7 +73,10 @@ impl Qp {
                 return;
             }
         }
-        self.responses.push_back(Response::Ack { psn, syndrome: PLAIN_ACK });
+        self.responses.push_back(Response::Ack {
+            psn,
+            syndrome: PLAIN_ACK,
+        });
     }
 
     /// A request was executed: advance ePSN, ACK if asked (otherwise the ACK is deferred and a
@@ -92,7 +100,10 @@ impl Qp {
             self.complete_recv(h, c);
         }
         self.enter_error(true);
-        self.last_gasp = Some(Response::Ack { psn: p, syndrome: Syndrome::nak(code) });
+        self.last_gasp = Some(Response::Ack {
+            psn: p,
+            syndrome: Syndrome::nak(code),
+        });
     }
 
     fn rnr(&mut self, p: Psn) {
@@ -100,8 +111,10 @@ impl Qp {
         // requester comes back at ePSN (no sequence NAK on top).
         self.counters.send_rnr_err += 1;
         self.nak_sent = true;
-        self.responses
-            .push_back(Response::Ack { psn: p, syndrome: Syndrome::rnr_nak(self.attr.min_rnr_timer) });
+        self.responses.push_back(Response::Ack {
+            psn: p,
+            syndrome: Syndrome::rnr_nak(self.attr.min_rnr_timer),
+        });
     }
 
     fn rc_request<M: Memory + ?Sized>(
@@ -159,8 +172,10 @@ impl Qp {
                 return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
             }
         }
-        if matches!(info.kind, OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd)
-            && self.attr.max_dest_rd_atomic == 0
+        if matches!(
+            info.kind,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
+        ) && self.attr.max_dest_rd_atomic == 0
         {
             return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
         }
@@ -229,10 +244,15 @@ impl Qp {
             }
             return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::LocLenErr);
         }
-        let r = for_each_piece(held.wr.sges.as_slice(), u64::from(received), plen, |sge, o, n, at| {
-            let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
-            mem.write_local(sge.lkey, addr, &pkt.payload[at..at + n])
-        });
+        let r = for_each_piece(
+            held.wr.sges.as_slice(),
+            u64::from(received),
+            plen,
+            |sge, o, n, at| {
+                let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
+                mem.write_local(sge.lkey, addr, &pkt.payload[at..at + n])
+            },
+        );
         if r.is_err() {
             if uc {
                 return self.uc_abandon_with(WcStatus::LocProtErr);
@@ -308,7 +328,9 @@ impl Qp {
             }};
         }
         if pos.is_first() {
-            let Some(reth) = pkt.reth else { fail!(NakCode::INVALID_REQUEST) };
+            let Some(reth) = pkt.reth else {
+                fail!(NakCode::INVALID_REQUEST)
+            };
             if u64::from(reth.len) > MAX_MSG_LEN
                 || (pos == Position::Only && plen != reth.len)
                 || (pos == Position::First && reth.len <= mtu)
@@ -324,14 +346,28 @@ impl Qp {
                 fail!(NakCode::REMOTE_ACCESS_ERROR);
             }
             self.counters.rdma_recvs += 1;
-            self.in_msg = Some(InMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.len, received: 0 });
+            self.in_msg = Some(InMsg::Write {
+                rkey: reth.rkey,
+                va: reth.va,
+                len: reth.len,
+                received: 0,
+            });
         }
-        let Some(InMsg::Write { rkey, va, len, received }) = self.in_msg else {
+        let Some(InMsg::Write {
+            rkey,
+            va,
+            len,
+            received,
+        }) = self.in_msg
+        else {
             return;
         };
         let after = u64::from(received) + u64::from(plen);
         let last = pos.is_last();
-        if after > u64::from(len) || (last && after != u64::from(len)) || (!last && after >= u64::from(len)) {
+        if after > u64::from(len)
+            || (last && after != u64::from(len))
+            || (!last && after >= u64::from(len))
+        {
             fail!(NakCode::INVALID_REQUEST);
         }
         // WRITE WITH IMMEDIATE consumes a receive WQE at the ImmDt packet, before any byte of
@@ -344,6 +380,10 @@ impl Qp {
                     if uc {
                         self.counters.rcv_no_wqe_drop += 1;
                         return self.uc_abandon_with(WcStatus::Success);
+                    }
+                    // Nothing may change: an ONLY packet leaves no message in progress.
+                    if pos.is_first() {
+                        self.in_msg = None;
                     }
                     return self.rnr(p);
                 }
@@ -370,7 +410,12 @@ impl Qp {
                 self.complete_recv(h, c);
             }
         } else {
-            self.in_msg = Some(InMsg::Write { rkey, va, len, received: after as u32 });
+            self.in_msg = Some(InMsg::Write {
+                rkey,
+                va,
+                len,
+                received: after as u32,
+            });
         }
         if uc {
             self.epsn = p.next();
@@ -443,7 +488,10 @@ impl Qp {
             return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
         }
         let op = if info.kind == OpKind::CompareSwap {
-            AtomicOp::CompareSwap { compare: a.compare, swap: a.swap_add }
+            AtomicOp::CompareSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
         } else {
             AtomicOp::FetchAdd { add: a.swap_add }
         };
@@ -477,9 +525,13 @@ impl Qp {
                 let Some(reth) = pkt.reth else { return };
                 let mtu = u64::from(self.mtu());
                 let found = self.resources.iter().rev().find_map(|r| match *r {
-                    Resource::Read { first_psn, last_psn, va, rkey, len }
-                        if !p.is_before(first_psn) && !p.is_after(last_psn) =>
-                    {
+                    Resource::Read {
+                        first_psn,
+                        last_psn,
+                        va,
+                        rkey,
+                        len,
+                    } if !p.is_before(first_psn) && !p.is_after(last_psn) => {
                         Some((first_psn, va, rkey, len))
                     }
                     _ => None,
@@ -572,8 +624,12 @@ impl Qp {
             Position::Only => plen <= mtu,
             Position::NotApplicable => false,
         };
-        if !len_ok || (info.kind == OpKind::RdmaWrite
-            && !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE))
+        if !len_ok
+            || (info.kind == OpKind::RdmaWrite
+                && !self
+                    .attr
+                    .qp_access_flags
+                    .contains(AccessFlags::REMOTE_WRITE))
         {
             self.epsn = p.next();
             return self.uc_abandon_with(WcStatus::Success);
@@ -673,7 +729,14 @@ impl Qp {
             return None;
         }
         let r = *self.responses.front()?;
-        let Response::Read { psn, va, rkey, remaining, first } = r else {
+        let Response::Read {
+            psn,
+            va,
+            rkey,
+            remaining,
+            first,
+        } = r
+        else {
             let t = self.emit_simple(r, buf)?;
             self.responses.pop_front();
             return Some(t);
@@ -691,26 +754,41 @@ impl Qp {
             // The MR went away between request and response: NAK remote access error.
             self.counters.send_nak += 1;
             self.enter_error(true);
-            let nak = Response::Ack { psn, syndrome: Syndrome::nak(NakCode::REMOTE_ACCESS_ERROR) };
+            let nak = Response::Ack {
+                psn,
+                syndrome: Syndrome::nak(NakCode::REMOTE_ACCESS_ERROR),
+            };
             return self.emit_simple(nak, buf);
         }
         let bth = self.response_bth(op, psn);
         let mut hdr = RocePacketRepr::new(bth, &[]);
         if op.info().is_some_and(|i| i.headers.has_aeth()) {
-            hdr.aeth = Some(AethRepr { syndrome: Syndrome::ack(self.credit_code()), msn: self.msn });
+            hdr.aeth = Some(AethRepr {
+                syndrome: Syndrome::ack(self.credit_code()),
+                msn: self.msn,
+            });
         }
         let len = finish_in_place(&hdr, plen, buf)?;
         if last {
             self.responses.pop_front();
-        } else if let Some(Response::Read { psn, va, remaining, first, .. }) =
-            self.responses.front_mut()
+        } else if let Some(Response::Read {
+            psn,
+            va,
+            remaining,
+            first,
+            ..
+        }) = self.responses.front_mut()
         {
             *psn = psn.next();
             *va = va.wrapping_add(plen as u64);
             *remaining -= plen as u32;
             *first = false;
         }
-        Some(Transmit { len, ah: None, dest_qpn: self.attr.dest_qp_num })
+        Some(Transmit {
+            len,
+            ah: None,
+            dest_qpn: self.attr.dest_qp_num,
+        })
     }
 
     fn response_bth(&self, op: Opcode, psn: Psn) -> BthRepr {
@@ -722,9 +800,15 @@ impl Qp {
     /// ACK/NAK or ATOMIC ACKNOWLEDGE.
     fn emit_simple(&mut self, r: Response, buf: &mut [u8]) -> Option<Transmit> {
         let aeth_for = |syndrome: Syndrome, this: &Qp| {
-            let syndrome =
-                if syndrome == PLAIN_ACK { Syndrome::ack(this.credit_code()) } else { syndrome };
-            AethRepr { syndrome, msn: this.msn }
+            let syndrome = if syndrome == PLAIN_ACK {
+                Syndrome::ack(this.credit_code())
+            } else {
+                syndrome
+            };
+            AethRepr {
+                syndrome,
+                msn: this.msn,
+            }
         };
         let hdr = match r {
             Response::Ack { psn, syndrome } => RocePacketRepr {
@@ -739,6 +823,10 @@ impl Qp {
             Response::Read { .. } => return None,
         };
         let len = finish_in_place(&hdr, 0, buf)?;
-        Some(Transmit { len, ah: None, dest_qpn: self.attr.dest_qp_num })
+        Some(Transmit {
+            len,
+            ah: None,
+            dest_qpn: self.attr.dest_qp_num,
+        })
     }
 }

@@ -475,7 +475,13 @@ pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<Transi
         },
         (Rtr, Rts) => match ty {
             Rc => t(
-                m(&[A::TIMEOUT, A::RETRY_CNT, A::RNR_RETRY, A::SQ_PSN, A::MAX_QP_RD_ATOMIC]),
+                m(&[
+                    A::TIMEOUT,
+                    A::RETRY_CNT,
+                    A::RNR_RETRY,
+                    A::SQ_PSN,
+                    A::MAX_QP_RD_ATOMIC,
+                ]),
                 m(&[
                     A::CUR_STATE,
                     A::ALT_PATH,
@@ -486,7 +492,12 @@ pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<Transi
             ),
             Uc => t(
                 A::SQ_PSN,
-                m(&[A::CUR_STATE, A::ALT_PATH, A::ACCESS_FLAGS, A::PATH_MIG_STATE]),
+                m(&[
+                    A::CUR_STATE,
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::PATH_MIG_STATE,
+                ]),
             ),
             Ud => t(A::SQ_PSN, m(&[A::CUR_STATE, A::QKEY])),
         },
@@ -503,7 +514,12 @@ pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<Transi
             ),
             Uc => t(
                 none,
-                m(&[A::CUR_STATE, A::ACCESS_FLAGS, A::ALT_PATH, A::PATH_MIG_STATE]),
+                m(&[
+                    A::CUR_STATE,
+                    A::ACCESS_FLAGS,
+                    A::ALT_PATH,
+                    A::PATH_MIG_STATE,
+                ]),
             ),
             Ud => t(none, m(&[A::CUR_STATE, A::QKEY])),
         },
@@ -528,7 +544,13 @@ pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<Transi
             ),
             Uc => t(
                 none,
-                m(&[A::AV, A::ALT_PATH, A::ACCESS_FLAGS, A::PKEY_INDEX, A::PATH_MIG_STATE]),
+                m(&[
+                    A::AV,
+                    A::ALT_PATH,
+                    A::ACCESS_FLAGS,
+                    A::PKEY_INDEX,
+                    A::PATH_MIG_STATE,
+                ]),
             ),
             Ud => t(none, m(&[A::PKEY_INDEX, A::QKEY])),
         },
@@ -552,14 +574,23 @@ pub fn check_modify(
     if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
         return Err(ModifyError::CurStateMismatch);
     }
-    let next = if mask.contains(AttrMask::STATE) { attr.qp_state } else { cur };
-    let masks = transition_masks(cur, next, ty)
-        .ok_or(ModifyError::IllegalTransition { from: cur, to: next })?;
+    let next = if mask.contains(AttrMask::STATE) {
+        attr.qp_state
+    } else {
+        cur
+    };
+    let masks = transition_masks(cur, next, ty).ok_or(ModifyError::IllegalTransition {
+        from: cur,
+        to: next,
+    })?;
     let missing = masks.required.minus(mask);
     if !missing.is_empty() {
         return Err(ModifyError::MissingAttr(missing));
     }
-    let extra = mask.minus(masks.required).minus(masks.optional).minus(AttrMask::STATE);
+    let extra = mask
+        .minus(masks.required)
+        .minus(masks.optional)
+        .minus(AttrMask::STATE);
     if !extra.is_empty() {
         return Err(ModifyError::UnexpectedAttr(extra));
     }
@@ -598,7 +629,10 @@ mod tests {
 
     #[test]
     fn rc_rtr_requires_its_six_bits() {
-        let attr = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
         let req = AttrMask::STATE
             | AttrMask::AV
             | AttrMask::PATH_MTU
@@ -606,7 +640,10 @@ mod tests {
             | AttrMask::RQ_PSN
             | AttrMask::MAX_DEST_RD_ATOMIC
             | AttrMask::MIN_RNR_TIMER;
-        assert_eq!(check_modify(QpState::Init, QpType::Rc, &attr, req), Ok(QpState::Rtr));
+        assert_eq!(
+            check_modify(QpState::Init, QpType::Rc, &attr, req),
+            Ok(QpState::Rtr)
+        );
         let short = AttrMask(req.0 & !AttrMask::MIN_RNR_TIMER.0);
         assert_eq!(
             check_modify(QpState::Init, QpType::Rc, &attr, short),
@@ -615,7 +652,9 @@ mod tests {
         // UC does not take MAX_DEST_RD_ATOMIC.
         assert_eq!(
             check_modify(QpState::Init, QpType::Uc, &attr, req),
-            Err(ModifyError::UnexpectedAttr(AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER))
+            Err(ModifyError::UnexpectedAttr(
+                AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER
+            ))
         );
     }
 
@@ -631,9 +670,19 @@ mod tests {
             check_modify(QpState::Init, QpType::Rc, &attr, mask),
             Err(ModifyError::UnexpectedAttr(_))
         ));
-        let attr = QpAttr { qp_state: QpState::Rts, cur_qp_state: QpState::Rts, ..attr };
-        assert_eq!(check_modify(QpState::Rts, QpType::Rc, &attr, mask), Ok(QpState::Rts));
-        let wrong = QpAttr { cur_qp_state: QpState::Sqd, ..attr };
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            cur_qp_state: QpState::Rts,
+            ..attr
+        };
+        assert_eq!(
+            check_modify(QpState::Rts, QpType::Rc, &attr, mask),
+            Ok(QpState::Rts)
+        );
+        let wrong = QpAttr {
+            cur_qp_state: QpState::Sqd,
+            ..attr
+        };
         assert_eq!(
             check_modify(QpState::Rts, QpType::Rc, &wrong, mask),
             Err(ModifyError::CurStateMismatch)
@@ -659,6 +708,9 @@ mod tests {
         assert_eq!(Mtu::Mtu4096.bytes(), 4096);
         assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
         assert_eq!(Mtu::from_bytes(1500), None);
-        assert_eq!(format!("{:?}", AttrMask::STATE | AttrMask(1 << 30)), "STATE|0x40000000");
+        assert_eq!(
+            format!("{:?}", AttrMask::STATE | AttrMask(1 << 30)),
+            "STATE|0x40000000"
+        );
     }
 }

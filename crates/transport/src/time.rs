@@ -65,46 +65,11 @@ pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     }
 }
 
-/// The RNR NAK timer table (wire-facts §4.3), in nanoseconds, indexed by the 5-bit code.
-/// Code 0 is the longest wait (655.36 ms), code 1 the shortest (10 µs).
-const RNR_TIMER_NS: [u64; 32] = [
-    655_360_000,
-    10_000,
-    20_000,
-    30_000,
-    40_000,
-    60_000,
-    80_000,
-    120_000,
-    160_000,
-    240_000,
-    320_000,
-    480_000,
-    640_000,
-    960_000,
-    1_280_000,
-    1_920_000,
-    2_560_000,
-    3_840_000,
-    5_120_000,
-    7_680_000,
-    10_240_000,
-    15_360_000,
-    20_480_000,
-    30_720_000,
-    40_960_000,
-    61_440_000,
-    81_920_000,
-    122_880_000,
-    163_840_000,
-    245_760_000,
-    327_680_000,
-    491_520_000,
-];
-
-/// How long a requester waits after an RNR NAK carrying timer `code` (low 5 bits used).
+/// How long a requester waits after an RNR NAK carrying timer `code` (low 5 bits used), in
+/// nanoseconds: the RNR timer table of wire-facts §4.3 (code 0 is the longest wait, 655.36 ms;
+/// code 1 the shortest, 10 µs), from `wire`'s one copy of it.
 pub fn rnr_timer_ns(code: u8) -> u64 {
-    RNR_TIMER_NS[usize::from(code & 0x1F)]
+    u64::from(wire::aeth::rnr_timer_us(code)) * 1_000
 }
 
 #[cfg(test)]

@@ -233,8 +233,14 @@ mod tests {
             assert_eq!(WcStatus::from_u32(i as u32), Some(*s));
         }
         assert_eq!(WcStatus::from_u32(24), None);
-        assert_eq!(WcStatus::RetryExcErr.as_str(), "transport retry counter exceeded");
-        assert_eq!(WcStatus::WrFlushErr.to_string(), "Work Request Flushed Error");
+        assert_eq!(
+            WcStatus::RetryExcErr.as_str(),
+            "transport retry counter exceeded"
+        );
+        assert_eq!(
+            WcStatus::WrFlushErr.to_string(),
+            "Work Request Flushed Error"
+        );
         assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
     }
 

@@ -44,7 +44,10 @@ impl WrOpcode {
 
     /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
     pub fn is_send(self) -> bool {
-        matches!(self, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv)
+        matches!(
+            self,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
+        )
     }
 
     /// RDMA WRITE (with or without immediate).
@@ -54,7 +57,10 @@ impl WrOpcode {
 
     /// Compare-and-swap or fetch-and-add.
     pub fn is_atomic(self) -> bool {
-        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
     }
 
     /// READ or atomic: counts against `max_rd_atomic` and expects a data-bearing response.
@@ -135,12 +141,20 @@ pub struct SgeList {
     spill: Vec<Sge>,
 }
 
-const NO_SGE: Sge = Sge { addr: 0, length: 0, lkey: Lkey(0) };
+const NO_SGE: Sge = Sge {
+    addr: 0,
+    length: 0,
+    lkey: Lkey(0),
+};
 
 impl SgeList {
     /// No SGEs.
     pub const fn new() -> SgeList {
-        SgeList { inline: [NO_SGE; SGE_INLINE], inline_len: 0, spill: Vec::new() }
+        SgeList {
+            inline: [NO_SGE; SGE_INLINE],
+            inline_len: 0,
+            spill: Vec::new(),
+        }
     }
 
     /// One SGE.
@@ -159,7 +173,11 @@ impl SgeList {
             }
             l
         } else {
-            SgeList { inline: [NO_SGE; SGE_INLINE], inline_len: 0, spill: sges.to_vec() }
+            SgeList {
+                inline: [NO_SGE; SGE_INLINE],
+                inline_len: 0,
+                spill: sges.to_vec(),
+            }
         }
     }
 
@@ -170,7 +188,8 @@ impl SgeList {
             self.inline_len += 1;
         } else {
             if self.spill.is_empty() {
-                self.spill.extend_from_slice(&self.inline[..usize::from(self.inline_len)]);
+                self.spill
+                    .extend_from_slice(&self.inline[..usize::from(self.inline_len)]);
                 self.inline_len = 0;
             }
             self.spill.push(sge);
@@ -353,7 +372,11 @@ mod tests {
     use super::*;
 
     fn sge(i: u32) -> Sge {
-        Sge { addr: u64::from(i) * 100, length: i, lkey: Lkey(i) }
+        Sge {
+            addr: u64::from(i) * 100,
+            length: i,
+            lkey: Lkey(i),
+        }
     }
 
     #[test]

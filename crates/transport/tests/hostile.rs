@@ -9,11 +9,14 @@ use proptest::prelude::*;
 use transport::fuzzing::{ctl, drive, sample_requests, script};
 use transport::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, Msn, Opcode,
-    Psn, Qkey, Qpn, RethRepr, RocePacketRepr, Rkey, Syndrome,
+    Psn, Qkey, Qpn, RethRepr, Rkey, RocePacketRepr, Syndrome,
 };
 
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 128, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: 128,
+        ..ProptestConfig::default()
+    }
 }
 
 /// An arbitrary packet whose headers agree with its opcode (so it can be emitted); field
@@ -30,40 +33,57 @@ fn arb_packet() -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(any::<u8>(), 0..1100),
         any::<(u64, u64, bool, bool)>(),
     )
-        .prop_map(|(op, psn, rkey, va, len, syn, payload, (a, b, ackreq, se))| {
-            let info = op.info().expect("known");
-            let h = info.headers;
-            let mut bth = BthRepr::new(op, Qpn::new(0x12), Psn::new(psn));
-            bth.ack_req = ackreq;
-            bth.solicited = se;
-            let payload: &[u8] = if info.has_payload { &payload } else { &[] };
-            let mut r = RocePacketRepr::new(bth, payload);
-            if h.has_deth() {
-                r.deth = Some(DethRepr { qkey: Qkey(if se { 0x1111 } else { rkey }), src_qp: Qpn::new(psn) });
-            }
-            if h.has_reth() {
-                r.reth = Some(RethRepr { va, rkey: Rkey(rkey), len });
-            }
-            if h.has_atomic_eth() {
-                r.atomic_eth = Some(AtomicEthRepr { va, rkey: Rkey(rkey), swap_add: a, compare: b });
-            }
-            if h.has_aeth() {
-                r.aeth = Some(AethRepr { syndrome: Syndrome(syn), msn: Msn::new(len) });
-            }
-            if h.has_atomic_ack_eth() {
-                r.atomic_ack = Some(AtomicAckEthRepr { orig: a });
-            }
-            if h.has_immdt() {
-                r.immdt = Some(ImmDt(psn));
-            }
-            if h.has_ieth() {
-                r.ieth = Some(IethRepr { rkey: Rkey(rkey) });
-            }
-            let mut buf = vec![0u8; r.buffer_len()];
-            let n = r.emit(&mut buf).expect("consistent repr emits");
-            buf.truncate(n);
-            buf
-        })
+        .prop_map(
+            |(op, psn, rkey, va, len, syn, payload, (a, b, ackreq, se))| {
+                let info = op.info().expect("known");
+                let h = info.headers;
+                let mut bth = BthRepr::new(op, Qpn::new(0x12), Psn::new(psn));
+                bth.ack_req = ackreq;
+                bth.solicited = se;
+                let payload: &[u8] = if info.has_payload { &payload } else { &[] };
+                let mut r = RocePacketRepr::new(bth, payload);
+                if h.has_deth() {
+                    r.deth = Some(DethRepr {
+                        qkey: Qkey(if se { 0x1111 } else { rkey }),
+                        src_qp: Qpn::new(psn),
+                    });
+                }
+                if h.has_reth() {
+                    r.reth = Some(RethRepr {
+                        va,
+                        rkey: Rkey(rkey),
+                        len,
+                    });
+                }
+                if h.has_atomic_eth() {
+                    r.atomic_eth = Some(AtomicEthRepr {
+                        va,
+                        rkey: Rkey(rkey),
+                        swap_add: a,
+                        compare: b,
+                    });
+                }
+                if h.has_aeth() {
+                    r.aeth = Some(AethRepr {
+                        syndrome: Syndrome(syn),
+                        msn: Msn::new(len),
+                    });
+                }
+                if h.has_atomic_ack_eth() {
+                    r.atomic_ack = Some(AtomicAckEthRepr { orig: a });
+                }
+                if h.has_immdt() {
+                    r.immdt = Some(ImmDt(psn));
+                }
+                if h.has_ieth() {
+                    r.ieth = Some(IethRepr { rkey: Rkey(rkey) });
+                }
+                let mut buf = vec![0u8; r.buffer_len()];
+                let n = r.emit(&mut buf).expect("consistent repr emits");
+                buf.truncate(n);
+                buf
+            },
+        )
 }
 
 fn arb_ctl() -> impl Strategy<Value = u8> {
@@ -133,7 +153,10 @@ fn sample_requests_are_the_standard_mix() {
     assert!(ops.contains(&Opcode::RC_SEND_LAST_WITH_IMMEDIATE));
     // Feeding them, in order, to the responder executes them (no refusal, no error): two
     // receive completions (SEND, SEND WITH IMM), responses for everything.
-    let steps: Vec<(u8, &[u8])> = rc.iter().map(|p| (ctl::TO_RESPONDER | ctl::RAW_PSN, &p[..])).collect();
+    let steps: Vec<(u8, &[u8])> = rc
+        .iter()
+        .map(|p| (ctl::TO_RESPONDER | ctl::RAW_PSN, &p[..]))
+        .collect();
     let st = drive(&script(5, &steps));
     assert_eq!(st.responder_refused, 0);
     assert_eq!(st.responder_completions, 2);
@@ -143,7 +166,10 @@ fn sample_requests_are_the_standard_mix() {
     // The same for UC and UD.
     for kind in [6, 7] {
         let reqs = sample_requests(kind);
-        let steps: Vec<(u8, &[u8])> = reqs.iter().map(|p| (ctl::TO_RESPONDER | ctl::RAW_PSN, &p[..])).collect();
+        let steps: Vec<(u8, &[u8])> = reqs
+            .iter()
+            .map(|p| (ctl::TO_RESPONDER | ctl::RAW_PSN, &p[..]))
+            .collect();
         let st = drive(&script(kind, &steps));
         assert_eq!(st.responder_completions, 2, "kind {kind}: {st:?}");
     }
@@ -156,7 +182,11 @@ fn out_of_range_write_is_refused_and_naked() {
     let mut bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0x12), Psn::new(0));
     bth.ack_req = true;
     let r = RocePacketRepr {
-        reth: Some(RethRepr { va: 0x1_3FFC, rkey: Rkey(0x181), len: 8 }),
+        reth: Some(RethRepr {
+            va: 0x1_3FFC,
+            rkey: Rkey(0x181),
+            len: 8,
+        }),
         ..RocePacketRepr::new(bth, &[1; 8])
     };
     let mut b = vec![0u8; r.buffer_len()];

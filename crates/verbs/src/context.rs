@@ -34,7 +34,7 @@ use abi::uverbs::{
     UroceGetContext, UroceGetContextResp, UROCE_ABI_VERSION,
 };
 use abi::{AtomicCap, Errno, GidType, LinkLayer, Mtu, PortState};
-use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -202,6 +202,9 @@ impl Context {
         // From here on the control plane may touch the doorbell page, so failing must go
         // through CtxInner's teardown (which waits for the control plane to let go).
         let async_fd = sys::adopt_fd(core.async_fd);
+        // The wake fd is ours too (a duplicate of the engine's eventfd), closed with the
+        // context; −1 means the engine never parks.
+        let wake_fd = sys::adopt_fd(drv.wake_fd as u32);
         let inner = CtxInner {
             device,
             chan: Mutex::new(chan),
@@ -209,7 +212,7 @@ impl Context {
             async_partial: Mutex::new(Vec::new()),
             doorbells,
             doorbell_mem: mem,
-            wake: sys::EventFdWake { fd: drv.wake_fd },
+            wake: sys::EventFdWake::new(wake_fd),
             max_inline: drv.max_inline_data.min(abi::fastpath::MAX_INLINE_DATA),
             num_comp_vectors: core.num_comp_vectors.max(1),
         };
@@ -263,6 +266,11 @@ impl Context {
 
     pub(crate) fn same(&self, other: &Context) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Identity of this context (handles are only meaningful within one context).
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
     }
 
     /// `ibv_query_device`.

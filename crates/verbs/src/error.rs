@@ -47,8 +47,9 @@ impl Error {
         }
     }
 
-    /// A local (library-side) refusal.
-    pub(crate) fn local(op: &'static str, errno: Errno, detail: impl Into<String>) -> Error {
+    /// A local refusal before anything reached the device — for layers built on this
+    /// crate (the C library, the facade) to report bad arguments the same way.
+    pub fn local(op: &'static str, errno: Errno, detail: impl Into<String>) -> Error {
         Error {
             op,
             kind: ErrorKind::Local,

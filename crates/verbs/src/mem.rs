@@ -35,6 +35,7 @@ impl PageBuf {
         self.ptr.as_ptr()
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

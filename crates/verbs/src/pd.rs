@@ -65,10 +65,6 @@ impl Pd {
         self.0.handle
     }
 
-    pub(crate) fn same(&self, other: &Pd) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
     /// `ibv_reg_mr` over caller memory: register `len` bytes at `ptr` with `access`
     /// (I/O virtual address = `ptr`).
     ///
@@ -80,6 +76,7 @@ impl Pd {
     /// it (receives, READ responses, remote WRITEs and atomics) at any time an operation
     /// targeting it runs, concurrently with the caller — exactly as a NIC's DMA would. The
     /// caller must not hold Rust references to bytes the engine may write while it does.
+    #[allow(unsafe_code)]
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: AccessFlags) -> Result<Mr> {
         // SAFETY: forwarded contract.
         unsafe { self.reg_mr_iova(ptr, len, ptr as usize as u64, access) }
@@ -91,6 +88,7 @@ impl Pd {
     /// # Safety
     ///
     /// As for [`Pd::reg_mr_raw`].
+    #[allow(unsafe_code)]
     pub unsafe fn reg_mr_iova(
         &self,
         ptr: *mut u8,
@@ -371,6 +369,7 @@ impl MrBuf {
 
     /// `ibv_dereg_mr`, then free the memory. On failure the region is handed back, still
     /// registered and still owning its memory.
+    #[allow(clippy::result_large_err)] // a rare slow-path call; handing the region back matters more
     pub fn dereg(mut self) -> core::result::Result<(), (Error, MrBuf)> {
         match self.mr.do_dereg() {
             Ok(()) => Ok(()),
@@ -466,6 +465,19 @@ impl AhAttr {
         }
     }
 
+    /// `ibv_init_ah_from_wc`: the address vector that answers a UD receive, from the
+    /// 40-byte GRH area at the start of its buffer (`grh`) — the sender's address becomes
+    /// the destination. `None` if the completion has no GRH or the area holds neither an
+    /// IPv4 header (RoCEv2 over IPv4: bytes 20..40, IBA's "reserved + IPv4 header" layout)
+    /// nor an IPv6 header.
+    pub fn from_grh(wc: &crate::Wc, grh: &[u8], sgid_index: u8, port: u8) -> Option<AhAttr> {
+        if !wc.has_grh() {
+            return None;
+        }
+        let (src, _dst) = grh_addresses(grh)?;
+        Some(AhAttr::roce(Gid::from(src), sgid_index, port))
+    }
+
     pub(crate) fn to_abi(self) -> AbiAhAttr {
         AbiAhAttr {
             grh: AbiGlobalRoute {
@@ -529,5 +541,54 @@ impl fmt::Debug for Ah {
             .field("handle", &self.0.handle)
             .field("dgid", &self.0.attr.grh.dgid)
             .finish()
+    }
+}
+
+/// The (source, destination) addresses in a UD receive's 40-byte GRH area: an IPv6 header
+/// (version 6 in the first nibble) or, for RoCEv2 over IPv4, an IPv4 header in bytes 20..40
+/// (version 4, IHL 5), as rdma-core's `get_grh_header_version` tells them apart.
+pub fn grh_addresses(grh: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let grh = grh.get(..crate::GRH_BYTES)?;
+    let v4 = grh.get(20..40)?;
+    if v4.first() == Some(&0x45) {
+        let src: [u8; 4] = v4.get(12..16)?.try_into().ok()?;
+        let dst: [u8; 4] = v4.get(16..20)?.try_into().ok()?;
+        return Some((IpAddr::V4(Ipv4Addr::from(src)), IpAddr::V4(Ipv4Addr::from(dst))));
+    }
+    if grh.first().map(|b| b >> 4) == Some(6) {
+        let src: [u8; 16] = grh.get(8..24)?.try_into().ok()?;
+        let dst: [u8; 16] = grh.get(24..40)?.try_into().ok()?;
+        return Some((IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst))));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grh_addresses_for_ipv4_and_ipv6() {
+        let mut g = [0u8; 40];
+        g[20] = 0x45;
+        g[32..36].copy_from_slice(&[127, 0, 0, 2]);
+        g[36..40].copy_from_slice(&[127, 0, 0, 1]);
+        let (s, d) = grh_addresses(&g).unwrap();
+        assert_eq!(s, "127.0.0.2".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!(d, "127.0.0.1".parse::<std::net::IpAddr>().unwrap());
+        let mut g6 = [0u8; 40];
+        g6[0] = 0x60;
+        g6[23] = 1;
+        g6[39] = 2;
+        let (s, d) = grh_addresses(&g6).unwrap();
+        assert_eq!(s, "::1".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!(d, "::2".parse::<std::net::IpAddr>().unwrap());
+        assert!(grh_addresses(&[0u8; 40]).is_none());
+        assert!(grh_addresses(&[0x45u8; 10]).is_none());
+        let wc = crate::Wc { wc_flags: abi::WcFlags::GRH, ..Default::default() };
+        let ah = AhAttr::from_grh(&wc, &g, 0, 1).unwrap();
+        assert_eq!(ah.grh.dgid.to_ip(), "127.0.0.2".parse::<std::net::IpAddr>().unwrap());
+        assert!(AhAttr::from_grh(&crate::Wc::default(), &g, 0, 1).is_none());
     }
 }

@@ -117,17 +117,23 @@ pub(crate) fn eventfd_signal(fd: RawFd) {
 }
 
 /// The engine wake-up of [`abi::doorbell::Wake`]: one `write` to the `wake_fd` from
-/// GET_CONTEXT (an eventfd owned by the engine, which lives as long as the process).
+/// GET_CONTEXT (an eventfd the control plane duplicated for this context; ours to close).
 #[derive(Debug)]
 pub(crate) struct EventFdWake {
-    /// −1 when the engine never parks.
-    pub(crate) fd: RawFd,
+    /// `None` when the engine never parks.
+    fd: Option<OwnedFd>,
+}
+
+impl EventFdWake {
+    pub(crate) fn new(fd: Option<OwnedFd>) -> EventFdWake {
+        EventFdWake { fd }
+    }
 }
 
 impl abi::doorbell::Wake for EventFdWake {
     fn wake(&self) {
-        if self.fd >= 0 {
-            eventfd_signal(self.fd);
+        if let Some(fd) = &self.fd {
+            eventfd_signal(fd.as_raw_fd());
         }
     }
 }

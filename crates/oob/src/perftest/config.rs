@@ -292,7 +292,10 @@ mod tests {
         assert_eq!(c.sweep_sizes(Mtu::MTU_1024, 65536), vec![65536]);
         c.run_all = true;
         let s = c.sweep_sizes(Mtu::MTU_1024, 65536);
-        assert_eq!((s.len(), s.first(), s.last()), (23, Some(&2), Some(&8_388_608)));
+        assert_eq!(
+            (s.len(), s.first(), s.last()),
+            (23, Some(&2), Some(&8_388_608))
+        );
         let mut ud = BenchConfig::new(Verb::Send, TestKind::Bw);
         ud.connection = Connection::Ud;
         ud.run_all = true;
@@ -307,7 +310,10 @@ mod tests {
         assert!(BenchConfig::new(Verb::Write, TestKind::Bw).pauses_after_connect());
         assert!(!BenchConfig::new(Verb::Write, TestKind::Lat).pauses_after_connect());
         assert!(!BenchConfig::new(Verb::Read, TestKind::Bw).pauses_after_connect());
-        assert_eq!(BenchConfig::new(Verb::Atomic, TestKind::Lat).tool_name(), "ib_atomic_lat");
+        assert_eq!(
+            BenchConfig::new(Verb::Atomic, TestKind::Lat).tool_name(),
+            "ib_atomic_lat"
+        );
     }
 
     #[test]
@@ -331,7 +337,10 @@ mod tests {
         assert_eq!(e.check(), Err(OptionError::EventsOnWrite));
         assert_eq!(
             e.check().map_err(|e| e.to_string()),
-            Err(" Events feature not available on WRITE verb\n Parser function exited with Error".to_string())
+            Err(
+                " Events feature not available on WRITE verb\n Parser function exited with Error"
+                    .to_string()
+            )
         );
         let lat = OptionCheck {
             kind: TestKind::Lat,
@@ -354,7 +363,10 @@ mod tests {
             post_list: 2,
             ..ok.clone()
         };
-        assert_eq!(pl.check(), Err(OptionError::IterationsNotMultipleOfPostList));
+        assert_eq!(
+            pl.check(),
+            Err(OptionError::IterationsNotMultipleOfPostList)
+        );
         let at = OptionCheck {
             verb: Verb::Atomic,
             size_explicit: true,

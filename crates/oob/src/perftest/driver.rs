@@ -177,7 +177,10 @@ pub fn connect(host: &str, port: u16) -> Result<TcpStream, ConnectError> {
 /// perftest's server socket: bound to `0.0.0.0:port` (or the `--source_ip` address),
 /// IPv4 only. Port 0 picks a free port (tests).
 pub fn listen(bind: Option<Ipv4Addr>, port: u16) -> io::Result<TcpListener> {
-    TcpListener::bind(SocketAddrV4::new(bind.unwrap_or(Ipv4Addr::UNSPECIFIED), port))
+    TcpListener::bind(SocketAddrV4::new(
+        bind.unwrap_or(Ipv4Addr::UNSPECIFIED),
+        port,
+    ))
 }
 
 /// Accepts exactly one connection and closes the listener, as perftest does.

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use super::config::{BenchConfig, Connection, LocalSystem, Role, TestKind, Verb};
 use super::error::{
-    Context, MsgClass, PerftestError, CACHE, CLOSE, CLOSE_SEND_BW, CLOSE_SEND_LAT, PAGE, SYNC,
-    X, X_SP,
+    Context, MsgClass, PerftestError, CACHE, CLOSE, CLOSE_SEND_BW, CLOSE_SEND_LAT, PAGE, SYNC, X,
+    X_SP,
 };
 use super::msg::{
     decode_i32, decode_mtu, decode_version, encode_i32, encode_mtu, encode_version, BwReport,
@@ -182,9 +182,9 @@ enum Op {
     SysData,
     MtuExchange,
     Negotiated,
-    /// One pair per QP (`all_qps`) or QP0 only (INIT and the SYNCs).
+    /// KEY messages: one pair per QP for a K round, QP0's only for INIT, SYNC, CLOSE.
     Keys {
-        all_qps: bool,
+        label: KeyLabel,
         context: Context,
     },
     GidCheck,
@@ -199,6 +199,19 @@ enum Op {
         context: Context,
     },
     Finish,
+}
+
+/// What a KEY exchange is for (reference §4 "Exchange names").
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum KeyLabel {
+    /// A K round: every QP's KEY, interleaved with the peer's.
+    Round,
+    /// INIT (latency tests): QP0's KEY before the K rounds.
+    Init,
+    /// SYNC-RTR, SYNC-PRE, SYNC-POST, SYNC-END: QP0's KEY.
+    Sync,
+    /// CLOSE: QP0's KEY, then DONE.
+    Close,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -323,10 +336,14 @@ impl Perftest {
     /// `config().qps()` of them; QPN and PSN must fit 24 bits).
     pub fn set_local_keys(&mut self, keys: Vec<KeyMessage>) -> Result<(), PerftestError> {
         if self.wait != Wait::LocalKeys {
-            return Err(PerftestError::Misuse("set_local_keys without Event::Negotiated"));
+            return Err(PerftestError::Misuse(
+                "set_local_keys without Event::Negotiated",
+            ));
         }
         if keys.len() != self.cfg.qps() {
-            return Err(PerftestError::Misuse("set_local_keys: one KEY per QP required"));
+            return Err(PerftestError::Misuse(
+                "set_local_keys: one KEY per QP required",
+            ));
         }
         for k in &keys {
             if k.encode().is_err() {
@@ -382,7 +399,9 @@ impl Perftest {
         match self.wait {
             Wait::Read(n) => return Ok(Action::Read(n)),
             Wait::LocalKeys => {
-                return Err(PerftestError::Misuse("set_local_keys must answer Negotiated"))
+                return Err(PerftestError::Misuse(
+                    "set_local_keys must answer Negotiated",
+                ))
             }
             Wait::RunResult => return Err(PerftestError::Misuse("run_complete must answer Run")),
             Wait::Done => return Ok(Action::Finished),
@@ -466,7 +485,9 @@ impl Perftest {
                     };
                     return Err(self.fail(e));
                 }
-                let mine = encode_version(VERSION).map(|b| b.to_vec()).unwrap_or_default();
+                let mine = encode_version(VERSION)
+                    .map(|b| b.to_vec())
+                    .unwrap_or_default();
                 self.push_pair(mine, VERSION_LEN, Target::Version, X_SP);
                 self.after = Some(After::VersionCheck);
             }
@@ -536,8 +557,12 @@ impl Perftest {
                     notice,
                 }))));
             }
-            Op::Keys { all_qps, context } => {
-                let n = if all_qps { self.cfg.qps() } else { 1 };
+            Op::Keys { label, context } => {
+                let n = if label == KeyLabel::Round {
+                    self.cfg.qps()
+                } else {
+                    1
+                };
                 for qp in 0..n {
                     let mine = self.key_bytes(qp);
                     self.push_pair(mine, self.key_len(), Target::Key(qp), context);
@@ -650,7 +675,9 @@ impl Perftest {
             return Err(PerftestError::Misuse("received without Action::Read"));
         };
         if bytes.len() != n {
-            return Err(PerftestError::Misuse("received: length differs from Action::Read"));
+            return Err(PerftestError::Misuse(
+                "received: length differs from Action::Read",
+            ));
         }
         let Some(pair) = self.pairs.front() else {
             return Err(self.fail(PerftestError::Misuse("received with no exchange pending")));
@@ -758,11 +785,19 @@ impl Perftest {
         let sizes = cfg.sweep_sizes(self.mtu, self.size);
         let mut plan: Vec<Op> = Vec::new();
         let keys = |context| Op::Keys {
-            all_qps: true,
+            label: KeyLabel::Round,
             context,
         };
         let sync = |context| Op::Keys {
-            all_qps: false,
+            label: KeyLabel::Sync,
+            context,
+        };
+        let init = |context| Op::Keys {
+            label: KeyLabel::Init,
+            context,
+        };
+        let close = |context| Op::Keys {
+            label: KeyLabel::Close,
             context,
         };
         match (cfg.kind, cfg.verb) {
@@ -783,7 +818,7 @@ impl Perftest {
                         Op::Report {
                             event: ReportEvent::PeerOnly,
                         },
-                        sync(CLOSE),
+                        close(CLOSE),
                         Op::Done { context: CLOSE },
                         Op::Finish,
                     ]);
@@ -812,7 +847,7 @@ impl Perftest {
                             },
                         ]);
                     }
-                    plan.extend([sync(CLOSE), Op::Done { context: CLOSE }, Op::Finish]);
+                    plan.extend([close(CLOSE), Op::Done { context: CLOSE }, Op::Finish]);
                 }
             }
             (TestKind::Bw, Verb::Send) => {
@@ -836,7 +871,7 @@ impl Perftest {
                     }
                 }
                 plan.extend([
-                    sync(CLOSE_SEND_BW),
+                    close(CLOSE_SEND_BW),
                     Op::Done {
                         context: CLOSE_SEND_BW,
                     },
@@ -845,7 +880,7 @@ impl Perftest {
             }
             (TestKind::Lat, Verb::Write) => {
                 plan.extend([
-                    sync(X), // INIT
+                    init(X), // INIT
                     keys(X),
                     Op::GidCheck,
                     Op::Connect,
@@ -861,7 +896,7 @@ impl Perftest {
             }
             (TestKind::Lat, Verb::Read | Verb::Atomic) => {
                 plan.extend([
-                    sync(X), // INIT
+                    init(X), // INIT
                     keys(X),
                     Op::GidCheck,
                     Op::Connect,
@@ -874,7 +909,7 @@ impl Perftest {
                         plan.extend([Op::Prepare(size), Op::Run(size)]);
                     }
                 }
-                plan.extend([sync(CLOSE), Op::Done { context: CLOSE }, Op::Finish]);
+                plan.extend([close(CLOSE), Op::Done { context: CLOSE }, Op::Finish]);
             }
             (TestKind::Lat, Verb::Send) => {
                 plan.extend([
@@ -889,7 +924,7 @@ impl Perftest {
                     plan.extend([Op::Prepare(size), sync(X), Op::Run(size)]); // SYNC-PRE
                 }
                 plan.extend([
-                    sync(CLOSE_SEND_LAT),
+                    close(CLOSE_SEND_LAT),
                     Op::Done {
                         context: CLOSE_SEND_LAT,
                     },
@@ -918,26 +953,15 @@ pub fn describe_plan(cfg: &BenchConfig, role: Role, mtu: Mtu) -> Vec<String> {
     p.build_plan();
     let n = cfg.qps();
     let mut out = Vec::new();
-    let mut keys_seen = 0;
     for op in &p.ops {
         match op {
-            Op::Keys { all_qps: true, .. } => {
-                keys_seen += 1;
-                out.push(if n > 1 { format!("K×{n}") } else { "K".to_string() });
-            }
-            Op::Keys {
-                all_qps: false,
-                context,
-            } => {
-                let name = if keys_seen == 0 {
-                    "INIT"
-                } else if context.text.contains("close connection") {
-                    "CLOSE"
-                } else {
-                    "SYNC"
-                };
-                out.push(name.to_string());
-            }
+            Op::Keys { label, .. } => out.push(match label {
+                KeyLabel::Round if n > 1 => format!("K×{n}"),
+                KeyLabel::Round => "K".to_string(),
+                KeyLabel::Init => "INIT".to_string(),
+                KeyLabel::Sync => "SYNC".to_string(),
+                KeyLabel::Close => "CLOSE".to_string(),
+            }),
             Op::Run(size) => out.push(format!("run({size})")),
             Op::Report { .. } => out.push("REPORT".to_string()),
             Op::Done { .. } => out.push("DONE".to_string()),
@@ -945,4 +969,194 @@ pub fn describe_plan(cfg: &BenchConfig, role: Role, mtu: Mtu) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes one side writes, from the plan (reference §4.1 "Byte totals").
+    fn bytes(cfg: &BenchConfig, role: Role) -> usize {
+        let n = cfg.qps();
+        26 + describe_plan(cfg, role, Mtu::MTU_1024)
+            .iter()
+            .map(|s| match s.as_str() {
+                "INIT" | "SYNC" | "CLOSE" | "K" => 108,
+                s if s.starts_with("K×") => 108 * n,
+                "REPORT" => 40,
+                "DONE" => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
+    }
+
+    fn cfg(verb: Verb, kind: TestKind, f: impl FnOnce(&mut BenchConfig)) -> BenchConfig {
+        let mut c = BenchConfig::new(verb, kind);
+        f(&mut c);
+        c
+    }
+
+    #[test]
+    fn byte_totals_of_the_reference() {
+        use TestKind::{Bw, Lat};
+        use Verb::{Atomic, Read, Send, Write};
+        let cases = [
+            (cfg(Write, Bw, |_| {}), 611),
+            (cfg(Write, Bw, |c| c.num_qps = 2), 827),
+            (cfg(Write, Bw, |c| c.bidirectional = true), 611),
+            (cfg(Write, Bw, |c| c.run_all = true), 611),
+            (cfg(Read, Bw, |_| {}), 611),
+            (cfg(Atomic, Bw, |_| {}), 611),
+            (cfg(Send, Bw, |_| {}), 571),
+            (cfg(Send, Bw, |c| c.connection = Connection::Ud), 571),
+            (cfg(Send, Bw, |c| c.bidirectional = true), 611),
+            (
+                cfg(Send, Bw, |c| {
+                    c.connection = Connection::Ud;
+                    c.run_all = true;
+                }),
+                2623,
+            ),
+            (cfg(Write, Lat, |_| {}), 458),
+            (cfg(Read, Lat, |_| {}), 571),
+            (cfg(Send, Lat, |_| {}), 571),
+        ];
+        for (c, total) in &cases {
+            for role in [Role::Client, Role::Server] {
+                assert_eq!(bytes(c, role), *total, "{} {role}", c.tool_name());
+            }
+        }
+    }
+
+    #[test]
+    fn plans_read_like_the_reference() {
+        let plan = |c: &BenchConfig, r| describe_plan(c, r, Mtu::MTU_1024).join(" ");
+        let w = cfg(Verb::Write, TestKind::Bw, |_| {});
+        assert_eq!(
+            plan(&w, Role::Client),
+            "K K SYNC run(65536) SYNC REPORT CLOSE DONE"
+        );
+        assert_eq!(plan(&w, Role::Server), "K K SYNC SYNC REPORT CLOSE DONE");
+        let wb = cfg(Verb::Write, TestKind::Bw, |c| {
+            c.bidirectional = true;
+            c.num_qps = 2;
+        });
+        assert_eq!(
+            plan(&wb, Role::Server),
+            "K×2 K×2 SYNC SYNC run(65536) REPORT CLOSE DONE"
+        );
+        let wab = cfg(Verb::Write, TestKind::Bw, |c| {
+            c.bidirectional = true;
+            c.run_all = true;
+        });
+        assert!(plan(&wab, Role::Client)
+            .starts_with("K K SYNC SYNC run(2) SYNC REPORT SYNC run(4) SYNC REPORT"));
+        let s = cfg(Verb::Send, TestKind::Bw, |_| {});
+        assert_eq!(
+            plan(&s, Role::Server),
+            "K SYNC K SYNC run(65536) CLOSE DONE"
+        );
+        let sd = cfg(Verb::Send, TestKind::Bw, |c| {
+            c.bidirectional = true;
+            c.duration = true;
+        });
+        assert_eq!(
+            plan(&sd, Role::Client),
+            "K SYNC K SYNC run(65536) CLOSE DONE"
+        );
+        let wl = cfg(Verb::Write, TestKind::Lat, |_| {});
+        assert_eq!(plan(&wl, Role::Client), "INIT K K SYNC run(2)");
+        let rl = cfg(Verb::Read, TestKind::Lat, |_| {});
+        assert_eq!(plan(&rl, Role::Server), "INIT K K SYNC CLOSE DONE");
+        assert_eq!(plan(&rl, Role::Client), "INIT K K SYNC run(2) CLOSE DONE");
+        let al = cfg(Verb::Atomic, TestKind::Lat, |c| c.run_all = true);
+        assert_eq!(plan(&al, Role::Client), "INIT K K SYNC run(8) CLOSE DONE");
+        let sl = cfg(Verb::Send, TestKind::Lat, |c| c.run_all = true);
+        assert!(plan(&sl, Role::Client).starts_with("K SYNC K SYNC run(2) SYNC run(4)"));
+        assert!(plan(&sl, Role::Client).ends_with("SYNC run(8388608) CLOSE DONE"));
+    }
+
+    #[test]
+    fn misuse_is_an_error_not_a_panic() {
+        let mut p = Perftest::new(
+            BenchConfig::new(Verb::Send, TestKind::Lat),
+            Role::Client,
+            LocalSystem::default(),
+        );
+        assert!(matches!(
+            p.received(&[0; 16]),
+            Err(PerftestError::Misuse(_))
+        ));
+        assert!(matches!(
+            p.set_local_keys(vec![]),
+            Err(PerftestError::Misuse(_))
+        ));
+        assert!(matches!(
+            p.run_complete(None),
+            Err(PerftestError::Misuse(_))
+        ));
+        let first = p.poll().expect("first action");
+        assert!(
+            matches!(&first, Action::Write(b) if b.as_slice() == b"6.06\0\0\0\0\0\0\0\0\0\0\0\0")
+        );
+        assert_eq!(p.poll().expect("read"), Action::Read(16));
+        assert_eq!(p.poll().expect("still read"), Action::Read(16));
+        assert!(matches!(
+            p.received(&[0; 15]),
+            Err(PerftestError::Misuse(_))
+        ));
+        // A peer version of NaN passes the 5.70 check (as in C) and then skips M2–M4.
+        p.received(b"nan\0\0\0\0\0\0\0\0\0\0\0\0\0")
+            .expect("accepted");
+        let next = p.poll().expect("negotiated");
+        let Action::Event(Event::Negotiated(n)) = next else {
+            panic!("expected Negotiated, got {next:?}");
+        };
+        assert!(n.peer_version.value.is_nan());
+        assert_eq!((n.peer_cycle_buffer, n.peer_mtu), (None, None));
+        assert!(matches!(p.poll(), Err(PerftestError::Misuse(_))));
+        let too_wide = KeyMessage {
+            qpn: 1 << 24,
+            ..KeyMessage::default()
+        };
+        assert!(p.set_local_keys(vec![too_wide]).is_err());
+        p.set_local_keys(vec![KeyMessage::default()])
+            .expect("one key");
+        assert!(matches!(p.poll(), Ok(Action::Write(b)) if b.len() == KEY_LEN));
+    }
+
+    #[test]
+    fn ud_size_above_mtu() {
+        let mut c = BenchConfig::new(Verb::Send, TestKind::Bw);
+        c.connection = Connection::Ud;
+        c.size = 4096;
+        c.size_explicit = true;
+        let mut peer = b"6.06\0\0\0\0\0\0\0\0\0\0\0\0".to_vec();
+        peer.extend([0, 0, 16, 0, 0, 0, 0, 64, b'3', 0]);
+        let mut stream = crate::fuzzing::MemStream::new(&peer, 3);
+        let mut hooks = crate::fuzzing::FixedHooks { qps: 1, runs: 0 };
+        let mut p = Perftest::new(c.clone(), Role::Server, LocalSystem::default());
+        let e = super::super::run_exchange(&mut stream, &mut p, &mut hooks)
+            .expect_err("4096 > 1024 with an explicit -s");
+        assert_eq!(stream.writes, 4, "M1–M4 were exchanged first");
+        assert!(matches!(e, PerftestError::UdSizeAboveMtu { mtu: 1024 }));
+        assert_eq!(
+            e.to_string(),
+            " Max message size in UD cannot be greater than MTU \n Couldn't get context for the device"
+        );
+        // Without an explicit size (or with -a) the size is clamped instead.
+        c.size_explicit = false;
+        let mut stream = crate::fuzzing::MemStream::new(&peer, 3);
+        let mut p = Perftest::new(c, Role::Server, LocalSystem::default());
+        let e = super::super::run_exchange(&mut stream, &mut p, &mut hooks)
+            .expect_err("then the peer has nothing more to say");
+        assert!(matches!(
+            e,
+            PerftestError::Read {
+                class: MsgClass::Keys,
+                got: 0,
+                ..
+            }
+        ));
+    }
 }

@@ -350,11 +350,7 @@ impl KeyMessage {
         let out_reads = hex_field(take_field(&mut rest, "OUT_READS")?, "OUT_READS", 0xffff)?;
         let qpn = hex_field(take_field(&mut rest, "QPN")?, "QPN", MAX_24)?;
         let psn = hex_field(take_field(&mut rest, "PSN")?, "PSN", MAX_24)?;
-        let rkey = hex_field(
-            take_field(&mut rest, "RKEY")?,
-            "RKEY",
-            u64::from(u32::MAX),
-        )?;
+        let rkey = hex_field(take_field(&mut rest, "RKEY")?, "RKEY", u64::from(u32::MAX))?;
         let vaddr = hex_field(take_field(&mut rest, "VADDR")?, "VADDR", u64::MAX)?;
         let mut gid = [0u8; 16];
         for (i, slot) in gid.iter_mut().enumerate() {
@@ -367,11 +363,7 @@ impl KeyMessage {
             let v = hex_field(field, GID_FIELDS.get(i).copied().unwrap_or("GID"), 0xff)?;
             *slot = u8::try_from(v).unwrap_or(0);
         }
-        let srqn = hex_field(
-            take_field(&mut rest, "SRQN")?,
-            "SRQN",
-            u64::from(u32::MAX),
-        )?;
+        let srqn = hex_field(take_field(&mut rest, "SRQN")?, "SRQN", u64::from(u32::MAX))?;
         Ok(KeyMessage {
             lid: u16::try_from(lid).unwrap_or(0),
             out_reads: u16::try_from(out_reads).unwrap_or(0),
@@ -720,10 +712,14 @@ mod tests {
 
     #[test]
     fn key_decode_is_tolerant_of_widths_but_not_garbage() {
-        let mut narrow = b"0:1:11:308158:27a:7f23fc61f000:0:0:0:0:0:0:0:0:0:0:ff:ff:a:4d:0:0c:0:".to_vec();
+        let mut narrow =
+            b"0:1:11:308158:27a:7f23fc61f000:0:0:0:0:0:0:0:0:0:0:ff:ff:a:4d:0:0c:0:".to_vec();
         narrow.resize(KEY_LEN, 0);
         let k = KeyMessage::decode(&narrow).expect("narrow fields decode");
-        assert_eq!((k.qpn, k.rkey, k.gid[12], k.gid[15]), (0x11, 0x27a, 0x0a, 0x0c));
+        assert_eq!(
+            (k.qpn, k.rkey, k.gid[12], k.gid[15]),
+            (0x11, 0x27a, 0x0a, 0x0c)
+        );
 
         let mut bad = WRITE_BW_CLIENT_KEY.to_vec();
         bad[10] = b'g';
@@ -731,12 +727,15 @@ mod tests {
             KeyMessage::decode(&bad),
             Err(MsgError::NotHex { field: "QPN", .. })
         ));
-        let mut wide =
-            b"0:1:1000000:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:00:0:".to_vec();
+        let mut wide = b"0:1:1000000:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:00:0:".to_vec();
         wide.resize(KEY_LEN, 0);
         assert!(matches!(
             KeyMessage::decode(&wide),
-            Err(MsgError::TooWide { field: "QPN", value: 0x100_0000, .. })
+            Err(MsgError::TooWide {
+                field: "QPN",
+                value: 0x100_0000,
+                ..
+            })
         ));
         let mut no_trailing = WRITE_BW_CLIENT_KEY.to_vec();
         no_trailing[106] = 0;
@@ -744,7 +743,8 @@ mod tests {
             KeyMessage::decode(&no_trailing),
             Err(MsgError::MissingColon { field: "SRQN" })
         );
-        let mut one_char = b"0:1:11:308158:27a:7f23fc61f000:0:0:0:0:0:0:0:0:0:0:ff:ff:a:4d:0:c:0:".to_vec();
+        let mut one_char =
+            b"0:1:11:308158:27a:7f23fc61f000:0:0:0:0:0:0:0:0:0:0:ff:ff:a:4d:0:c:0:".to_vec();
         one_char.resize(KEY_LEN, 0);
         assert!(matches!(
             KeyMessage::decode(&one_char),
@@ -758,7 +758,10 @@ mod tests {
             qpn: 0x100_0000,
             ..KeyMessage::default()
         };
-        assert!(matches!(big_qpn.encode(), Err(MsgError::TooWide { field: "QPN", .. })));
+        assert!(matches!(
+            big_qpn.encode(),
+            Err(MsgError::TooWide { field: "QPN", .. })
+        ));
     }
 
     #[test]

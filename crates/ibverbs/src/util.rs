@@ -1,0 +1,88 @@
+//! Small helpers shared by the exported functions: errno, panic containment, C strings.
+
+use core::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Sets the calling thread's `errno`, as the C API reports most failures.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot, valid for writes
+    // for the whole life of the thread.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// The calling thread's `errno`.
+#[cfg(test)]
+pub(crate) fn errno() -> c_int {
+    // SAFETY: as in `set_errno`, the slot is valid for reads.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Runs a slow-path entry point so that a bug surfaces as an error return (`on_panic`, errno
+/// EIO) rather than unwinding into C, which would abort the application. The fast path does
+/// not use this: it is written not to panic.
+pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+/// Copies `s` into a fixed-size C `char` array, truncating, always NUL-terminated, and
+/// zero-filling the rest (so no stale bytes leak into a struct the application can read).
+pub(crate) fn fill_cstr(dst: &mut [c_char], s: &str) {
+    dst.fill(0);
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+}
+
+/// Reads a C string argument; `None` for NULL or non-UTF-8 text.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays valid for `'a`.
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated per this function's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().ok()
+}
+
+/// The text of a fixed-size C `char` array up to its first NUL.
+pub(crate) fn array_str(a: &[c_char]) -> &str {
+    // SAFETY: `c_char` and `u8` have the same size and alignment; the slice covers exactly
+    // the same memory, borrowed for the same lifetime.
+    let bytes = unsafe { core::slice::from_raw_parts(a.as_ptr().cast::<u8>(), a.len()) };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    core::str::from_utf8(bytes.get(..end).unwrap_or(&[])).unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_cstr_truncates_and_terminates() {
+        let mut a = [1 as c_char; 4];
+        fill_cstr(&mut a, "abcdef");
+        assert_eq!(a, [b'a' as c_char, b'b' as c_char, b'c' as c_char, 0]);
+        fill_cstr(&mut a, "x");
+        assert_eq!(a, [b'x' as c_char, 0, 0, 0]);
+        assert_eq!(array_str(&a), "x");
+    }
+
+    #[test]
+    fn guard_turns_panic_into_error_value() {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = guard(-1, || -> i32 { panic!("boom") });
+        std::panic::set_hook(prev);
+        assert_eq!(r, -1);
+        assert_eq!(errno(), libc::EIO);
+        assert_eq!(guard(-1, || 7), 7);
+    }
+}

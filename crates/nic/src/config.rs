@@ -1,0 +1,150 @@
+//! Device configuration: name, address, MTU and resource limits.
+//!
+//! The limits default to Linux rxe's (`rxe_param.h`, reference/wire-facts.md §8.5) where the
+//! layouts of this project allow them, and are what QUERY_DEVICE reports.
+
+use std::net::IpAddr;
+
+use abi::provider::DeviceSpec;
+
+/// Resource limits of one device (what QUERY_DEVICE reports and the control plane enforces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Queue pairs (device-wide).
+    pub max_qp: u32,
+    /// Work requests per send or receive queue (ring slots).
+    pub max_qp_wr: u32,
+    /// SGEs per work request (≤ [`abi::fastpath::MAX_SGE`]).
+    pub max_sge: u32,
+    /// Inline bytes per send WQE (≤ [`abi::fastpath::MAX_INLINE_DATA`]).
+    pub max_inline_data: u32,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per CQ (ring slots; a power of two).
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Shared receive queues.
+    pub max_srq: u32,
+    /// Work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ work request.
+    pub max_srq_sge: u32,
+    /// Outstanding RDMA READ / atomic per QP (both directions; rxe: 128).
+    pub max_qp_rd_atom: u32,
+    /// Completion channels per context.
+    pub max_comp_channels: u32,
+    /// Open contexts (command connections) per device.
+    pub max_contexts: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_qp: 0x1_0000,
+            max_qp_wr: 0x4000,
+            max_sge: abi::fastpath::MAX_SGE,
+            max_inline_data: abi::fastpath::MAX_INLINE_DATA,
+            max_cq: 0x4000,
+            max_cqe: 1 << 15,
+            max_mr: 0x4000,
+            max_pd: 0x7ffc,
+            max_ah: 0x3ffe,
+            max_srq: 0x3ff,
+            max_srq_wr: 0x4000,
+            max_srq_sge: abi::fastpath::MAX_SGE,
+            max_qp_rd_atom: u32::from(transport::MAX_RD_ATOMIC),
+            max_comp_channels: 64,
+            max_contexts: 256,
+        }
+    }
+}
+
+/// Everything needed to start a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Device name (`ibv_get_device_name`).
+    pub name: String,
+    /// The address the device sends and receives RoCEv2 on (UDP 4791); its GID index 0.
+    pub addr: IpAddr,
+    /// Port active MTU in bytes: 256, 512, 1024 (default), 2048 or 4096.
+    pub active_mtu: u32,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Run this device on its own engine thread instead of the process-wide shared one
+    /// (DESIGN.md §4: on a 2-core machine, more spinning threads than cores hurt).
+    pub dedicated_engine: bool,
+    /// How long the engine keeps polling without progress before it parks, in µs.
+    pub spin_us: u32,
+}
+
+impl DeviceConfig {
+    /// Defaults for a device `name` bound to `addr`.
+    pub fn new(name: impl Into<String>, addr: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            name: name.into(),
+            addr,
+            active_mtu: 1024,
+            limits: Limits::default(),
+            dedicated_engine: false,
+            spin_us: 30,
+        }
+    }
+
+    /// Defaults for a device from a `UROCE_DEVICES` entry.
+    pub fn from_spec(spec: &DeviceSpec) -> DeviceConfig {
+        DeviceConfig::new(spec.name.clone(), spec.addr)
+    }
+
+    /// The active MTU as the transport's enum, if the configured value is legal.
+    pub fn mtu(&self) -> Option<transport::Mtu> {
+        transport::Mtu::from_bytes(self.active_mtu)
+    }
+
+    /// Check the configuration; the error says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() || self.name.len() > 63 {
+            return Err(format!("bad device name `{}`", self.name));
+        }
+        if self.mtu().is_none() {
+            return Err(format!(
+                "active MTU {} is not 256, 512, 1024, 2048 or 4096",
+                self.active_mtu
+            ));
+        }
+        let l = &self.limits;
+        if l.max_sge > abi::fastpath::MAX_SGE
+            || l.max_srq_sge > abi::fastpath::MAX_SGE
+            || l.max_inline_data > abi::fastpath::MAX_INLINE_DATA
+            || l.max_qp_wr > abi::ring::MAX_RING_SLOTS
+            || l.max_srq_wr > abi::ring::MAX_RING_SLOTS
+            || l.max_cqe > abi::ring::MAX_RING_SLOTS
+            || l.max_qp_rd_atom > u32::from(transport::MAX_RD_ATOMIC)
+            || l.max_qp > (1 << 24) - 16
+        {
+            return Err("limits exceed what the ABI layouts or the transport allow".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_mtu_does_not() {
+        let mut c = DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap());
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.mtu(), Some(transport::Mtu::Mtu1024));
+        c.active_mtu = 1500;
+        assert!(c.validate().is_err());
+        c.active_mtu = 4096;
+        c.limits.max_sge = 33;
+        assert!(c.validate().is_err());
+    }
+}

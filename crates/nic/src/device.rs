@@ -1,0 +1,251 @@
+//! Devices, the process-wide registry, and the embedded provider.
+//!
+//! A device is started once per name in a process ([`start_device`], or on first
+//! [`abi::provider::Provider::open`] through [`EmbeddedProvider`]): its UDP socket is bound
+//! to `addr:4791`, its control-plane thread starts, and it joins an engine (the shared
+//! one unless [`DeviceConfig::dedicated_engine`]). Devices then live as long as the process.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use abi::provider::{DeviceSpec, Provider};
+use transport::wire::ROCE_V2_PORT;
+
+use crate::config::DeviceConfig;
+use crate::counters::PortCounters;
+use crate::ctrl::{self, CtrlShared};
+use crate::engine::EngineShared;
+use crate::state::DevState;
+use crate::sys;
+
+/// One software RoCE device.
+#[derive(Debug)]
+pub(crate) struct Device {
+    /// Process-unique id (the engine's epoll token for its socket).
+    pub(crate) id: u64,
+    pub(crate) cfg: DeviceConfig,
+    state: Mutex<DevState>,
+    /// Control-plane threads waiting for the lock: the engine lets them in between passes.
+    cp_waiting: AtomicU32,
+    pub(crate) sock: UdpSocket,
+    pub(crate) engine: Arc<EngineShared>,
+    pub(crate) ctrl: CtrlShared,
+    pub(crate) next_ctx: AtomicU64,
+}
+
+impl Device {
+    /// The state, for the control plane (announces itself so the engine yields).
+    pub(crate) fn lock_cp(&self) -> MutexGuard<'_, DevState> {
+        self.cp_waiting.fetch_add(1, Ordering::SeqCst);
+        let g = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.cp_waiting.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
+    /// The state, for the engine: a spinning engine re-locks constantly, so it steps aside
+    /// (briefly, bounded) while a control-plane thread is waiting — the slow path must not
+    /// starve behind the fast path.
+    pub(crate) fn lock_engine(&self) -> MutexGuard<'_, DevState> {
+        let mut n = 0;
+        while self.cp_waiting.load(Ordering::SeqCst) > 0 && n < 1000 {
+            std::thread::yield_now();
+            n += 1;
+        }
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+static REGISTRY: Mutex<Vec<Arc<Device>>> = Mutex::new(Vec::new());
+static SHARED_ENGINE: Mutex<Option<Arc<EngineShared>>> = Mutex::new(None);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn registry() -> MutexGuard<'static, Vec<Arc<Device>>> {
+    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A started device.
+#[derive(Debug, Clone)]
+pub struct DeviceHandle(Arc<Device>);
+
+impl DeviceHandle {
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.0.cfg.name
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.0.cfg
+    }
+
+    /// Open a command channel (a new context): the library's end of a fresh socketpair
+    /// whose other end the device's control plane serves. Closing it destroys everything
+    /// the context created; the control plane closes its end once that is done.
+    pub fn open_context(&self) -> io::Result<UnixStream> {
+        let (lib, ours) = UnixStream::pair()?;
+        self.0.ctrl.add(ours);
+        Ok(lib)
+    }
+
+    /// Port counters: every QP's transport counters (live and destroyed) plus the engine's.
+    pub fn port_counters(&self) -> PortCounters {
+        let st = self.0.lock_cp();
+        let mut t = st.retired;
+        for (_, q) in st.qps.iter() {
+            t.accumulate(q.qp.counters());
+        }
+        PortCounters {
+            transport: t,
+            engine: st.res.counters,
+        }
+    }
+
+    /// One QP's transport counters, by QPN.
+    pub fn qp_counters(&self, qpn: u32) -> Option<transport::Counters> {
+        let st = self.0.lock_cp();
+        st.qps.get(qpn).map(|q| *q.qp.counters())
+    }
+
+    /// Live objects, for tests and `uroce` diagnostics.
+    pub fn stats(&self) -> DeviceStats {
+        let st = self.0.lock_cp();
+        DeviceStats {
+            contexts: st.res.ctxs.len(),
+            pds: st.res.pds.len(),
+            mrs: st.res.mrs.len(),
+            cqs: st.res.cqs.len(),
+            qps: st.qps.len(),
+            srqs: st.res.srqs.len(),
+            ahs: st.res.ahs.len(),
+            comp_channels: st.res.chans.len(),
+        }
+    }
+}
+
+/// Counts of live objects on a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Open contexts (after GET_CONTEXT).
+    pub contexts: usize,
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Address handles.
+    pub ahs: usize,
+    /// Completion channels.
+    pub comp_channels: usize,
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// Start a device (or return the running one of that name, if its address matches).
+pub fn start_device(cfg: DeviceConfig) -> io::Result<DeviceHandle> {
+    cfg.validate().map_err(invalid)?;
+    let mut reg = registry();
+    if let Some(d) = reg.iter().find(|d| d.cfg.name == cfg.name) {
+        if d.cfg.addr != cfg.addr {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "device {} already runs on {}, not {}",
+                    cfg.name, d.cfg.addr, cfg.addr
+                ),
+            ));
+        }
+        return Ok(DeviceHandle(d.clone()));
+    }
+    if let Some(d) = reg.iter().find(|d| d.cfg.addr == cfg.addr) {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("address {} is already device {}", cfg.addr, d.cfg.name),
+        ));
+    }
+    let sock = sys::bind_roce_udp(SocketAddr::new(cfg.addr, ROCE_V2_PORT))?;
+    let engine = if cfg.dedicated_engine {
+        EngineShared::start(&cfg.name)?
+    } else {
+        let mut e = SHARED_ENGINE.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*e {
+            Some(e) => e.clone(),
+            None => {
+                let s = EngineShared::start("shared")?;
+                *e = Some(s.clone());
+                s
+            }
+        }
+    };
+    let dev = Arc::new(Device {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        state: Mutex::new(DevState::new(cfg.clone(), engine.clone())),
+        cfg,
+        cp_waiting: AtomicU32::new(0),
+        sock,
+        engine: engine.clone(),
+        ctrl: CtrlShared::new()?,
+        next_ctx: AtomicU64::new(1),
+    });
+    ctrl::start(dev.clone())?;
+    engine.add_device(dev.clone())?;
+    reg.push(dev.clone());
+    Ok(DeviceHandle(dev))
+}
+
+/// The running device called `name`, if any.
+pub fn device(name: &str) -> Option<DeviceHandle> {
+    registry()
+        .iter()
+        .find(|d| d.cfg.name == name)
+        .map(|d| DeviceHandle(d.clone()))
+}
+
+/// Names of the running devices.
+pub fn device_names() -> Vec<String> {
+    registry().iter().map(|d| d.cfg.name.clone()).collect()
+}
+
+/// The embedded-mode provider: devices run inside this process, started on first open.
+///
+/// Devices named in [`EmbeddedProvider::with_config`] use that configuration; others get
+/// [`DeviceConfig::from_spec`] defaults.
+#[derive(Debug, Default)]
+pub struct EmbeddedProvider {
+    configs: Vec<DeviceConfig>,
+}
+
+impl EmbeddedProvider {
+    /// A provider with default device configurations.
+    pub fn new() -> EmbeddedProvider {
+        EmbeddedProvider::default()
+    }
+
+    /// Use `cfg` when the device of that name is started through this provider.
+    pub fn with_config(mut self, cfg: DeviceConfig) -> EmbeddedProvider {
+        self.configs.retain(|c| c.name != cfg.name);
+        self.configs.push(cfg);
+        self
+    }
+}
+
+impl Provider for EmbeddedProvider {
+    fn open(&self, spec: &DeviceSpec) -> io::Result<UnixStream> {
+        let cfg = self
+            .configs
+            .iter()
+            .find(|c| c.name == spec.name && c.addr == spec.addr)
+            .cloned()
+            .unwrap_or_else(|| DeviceConfig::from_spec(spec));
+        start_device(cfg)?.open_context()
+    }
+}

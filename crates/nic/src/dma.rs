@@ -1,0 +1,197 @@
+//! The engine's only door to application memory — registered memory regions and the
+//! library's ring and doorbell memory — the IOMMU/MTT of a real NIC (DESIGN.md §4).
+//!
+//! In embedded mode both live in this process at the addresses the library names. The
+//! control plane validates every range once, when it is registered or attached: it must be
+//! mapped (and writable if it will be written), as the kernel's `ib_umem_get` pins pages.
+//! After that the engine reaches it only through [`UserRange`] (bounds-checked copies and
+//! 8-byte atomics at offsets into the validated range) and [`abi::shm::SharedMem`] (the
+//! ring and doorbell protocol: atomic words only).
+//!
+//! # The embedded-mode contract
+//!
+//! As with DMA by real hardware, soundness rests on the application keeping the memory
+//! mapped while it is registered (until DEREG_MR / DESTROY_* has been answered, or the
+//! command connection has been closed and the control plane's end has closed in turn),
+//! and not touching a buffer while an operation on it is outstanding. Daemon mode will swap
+//! this module for memfd mappings owned by the daemon, which removes the first condition.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use abi::shm::SharedMem;
+use abi::Errno;
+use transport::AtomicOp;
+
+/// A validated range of application memory.
+#[derive(Debug)]
+pub(crate) struct UserRange {
+    base: usize,
+    len: usize,
+}
+
+impl UserRange {
+    /// Host address of `n` bytes at `off`, if inside the range.
+    fn span(&self, off: u64, n: usize) -> Option<usize> {
+        let off = usize::try_from(off).ok()?;
+        let end = off.checked_add(n)?;
+        if end > self.len {
+            return None;
+        }
+        self.base.checked_add(off)
+    }
+
+    /// Copy `dst.len()` bytes at `off` out of the range; `false` if outside it.
+    pub(crate) fn read(&self, off: u64, dst: &mut [u8]) -> bool {
+        let Some(p) = self.span(off, dst.len()) else {
+            return false;
+        };
+        if !dst.is_empty() {
+            // SAFETY: `p..p+len` lies inside a range validated as mapped and readable when it
+            // was registered, which the application keeps mapped while registered (module
+            // docs). `dst` is our own buffer, so the two cannot overlap.
+            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, dst.as_mut_ptr(), dst.len()) };
+        }
+        true
+    }
+
+    /// Copy `src` into the range at `off`; `false` if outside it.
+    pub(crate) fn write(&self, off: u64, src: &[u8]) -> bool {
+        let Some(p) = self.span(off, src.len()) else {
+            return false;
+        };
+        if !src.is_empty() {
+            // SAFETY: as in `read`, and the range was validated writable (callers only write
+            // to ranges registered with a write access flag, which requires it).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p as *mut u8, src.len()) };
+        }
+        true
+    }
+
+    /// Execute an atomic on the 8-byte word at `off` (which must be 8-aligned in host
+    /// memory); returns the original value.
+    pub(crate) fn atomic(&self, off: u64, op: AtomicOp) -> Option<u64> {
+        let p = self.span(off, 8)?;
+        if p % 8 != 0 {
+            return None;
+        }
+        // SAFETY: `p` is 8-aligned and the word lies inside a mapped, writable range (as in
+        // `write`). Atomic RMW on application memory is what a NIC's atomic unit does; the
+        // application accesses remote-atomic targets only atomically (verbs contract).
+        let word = unsafe { AtomicU64::from_ptr(p as *mut u64) };
+        Some(match op {
+            AtomicOp::FetchAdd { add } => word.fetch_add(add, Ordering::SeqCst),
+            AtomicOp::CompareSwap { compare, swap } => {
+                match word.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        })
+    }
+}
+
+/// Validate `len` bytes of application memory at `addr` (mapped, and writable if `write`).
+/// EINVAL for an empty or wrapping range, EFAULT if not mapped so.
+pub(crate) fn user_range(addr: u64, len: u64, write: bool) -> Result<UserRange, Errno> {
+    let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
+    if len == 0 || addr == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (base, len) = match (usize::try_from(addr), usize::try_from(len)) {
+        (Ok(b), Ok(l)) => (b, l),
+        _ => return Err(Errno::EFAULT),
+    };
+    check_mapped(addr, end, write)?;
+    Ok(UserRange { base, len })
+}
+
+/// Attach `len` bytes of library memory at `addr` (ring or doorbell page) as a
+/// [`SharedMem`]: checked mapped and writable, 64-byte aligned, `len` a multiple of 8.
+pub(crate) fn shared_region(addr: u64, len: usize) -> Result<Arc<SharedMem>, Errno> {
+    let end = addr.checked_add(len as u64).ok_or(Errno::EINVAL)?;
+    if addr == 0 || usize::try_from(addr).is_err() {
+        return Err(Errno::EFAULT);
+    }
+    check_mapped(addr, end, true)?;
+    // SAFETY: the range is mapped read-write (checked above). The library allocated it for
+    // the ring/doorbell protocol and accesses it only through atomic words (abi::shm), and
+    // keeps it alive until the object using it is destroyed (module docs). `from_raw_parts`
+    // itself checks alignment, null and length.
+    let mem = unsafe { SharedMem::from_raw_parts(addr as usize as *mut u8, len) }
+        .map_err(|e| e.errno())?;
+    Ok(Arc::new(mem))
+}
+
+/// Check that `[start, end)` is covered by consecutive mappings of this process that are
+/// readable (and writable if `write`), from `/proc/self/maps`.
+fn check_mapped(start: u64, end: u64, write: bool) -> Result<(), Errno> {
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|_| Errno::EFAULT)?;
+    let mut cur = start;
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if b <= cur || a > cur {
+            continue;
+        }
+        let p = perms.as_bytes();
+        let readable = p.first() == Some(&b'r');
+        let writable = p.get(1) == Some(&b'w');
+        if !readable || (write && !writable) {
+            return Err(Errno::EFAULT);
+        }
+        cur = b;
+        if cur >= end {
+            return Ok(());
+        }
+    }
+    Err(Errno::EFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validates_heap_and_rejects_garbage() {
+        let buf = vec![7u8; 100_000];
+        let r = user_range(buf.as_ptr() as u64, buf.len() as u64, true).unwrap();
+        let mut out = [0u8; 4];
+        assert!(r.read(99_996, &mut out));
+        assert_eq!(out, [7; 4]);
+        assert!(!r.read(99_997, &mut out));
+        assert!(!r.read(u64::MAX, &mut out));
+        assert!(r.write(0, &[1, 2]));
+        assert_eq!(buf[..3], [1, 2, 7]);
+        assert_eq!(user_range(16, 4096, false).unwrap_err(), Errno::EFAULT);
+        assert_eq!(user_range(0, 4096, false).unwrap_err(), Errno::EINVAL);
+        assert_eq!(user_range(u64::MAX - 1, 4, false).unwrap_err(), Errno::EINVAL);
+        assert_eq!(
+            user_range(buf.as_ptr() as u64, 0, false).unwrap_err(),
+            Errno::EINVAL
+        );
+        drop(buf);
+    }
+
+    #[test]
+    fn atomics_need_alignment() {
+        let words = vec![5u64; 4];
+        let r = user_range(words.as_ptr() as u64, 32, true).unwrap();
+        assert_eq!(r.atomic(8, AtomicOp::FetchAdd { add: 2 }), Some(5));
+        assert_eq!(
+            r.atomic(8, AtomicOp::CompareSwap { compare: 7, swap: 1 }),
+            Some(7)
+        );
+        assert_eq!(r.atomic(4, AtomicOp::FetchAdd { add: 1 }), None);
+        assert_eq!(r.atomic(32, AtomicOp::FetchAdd { add: 1 }), None);
+        assert_eq!(words[1], 1);
+    }
+}

@@ -1,0 +1,876 @@
+//! The engine: the NIC's doorbell, DMA and transport processing, one thread for every
+//! device of the process by default (DESIGN.md §4).
+//!
+//! # A pass (per device, under the device lock)
+//!
+//! 1. **Doorbells**: drain each context's doorbell bitmap; each set bit names one SQ, whose
+//!    QP joins the ready queue. The cost is the bitmap's words, never the number of QPs.
+//! 2. **Receive**: `recvmmsg` a batch from the device's UDP socket (only while some QP can
+//!    talk to another device, or after epoll reported the socket readable), verify ICRCs
+//!    (the unseen-IPv4-ID check), demultiplex by destination QPN, feed the transport.
+//! 3. **Timers**: fire the transport deadlines that are due (`poll_timeout`).
+//! 4. **Work**: deliver internal-loopback packets; for each ready QP, pull WQEs from its SQ
+//!    ring into the transport, let it transmit (bounded), write its completions into the CQ
+//!    rings, post its async events, free SQ slots it retired.
+//! 5. **Transmit**: `sendmmsg` the batch of UDP datagrams (ICRC computed for the IPv4 ID 0 +
+//!    DF header the socket will produce).
+//!
+//! # Parking
+//!
+//! While passes make progress the engine loops; after `spin_us` without progress it parks:
+//! it announces `parked` on every doorbell page (abi::doorbell protocol) and in its own
+//! flag for control-plane kicks, re-checks, then blocks in `epoll_wait` on the wake eventfd
+//! and the UDP sockets with the next transport deadline as the timeout. A doorbell costs
+//! the library a system call only in that state. An idle device costs no CPU.
+
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use abi::fastpath::{SendPayload, SendWqe, WqeLimits, SEND_WQE_HDR_BYTES};
+use abi::uverbs::Wc;
+use transport::wire::icrc::{self, ICRC_LEN};
+use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
+use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
+use transport::{
+    AttrMask, Grh, LocalData, PostError, QpAttr, QpEvent, QpState, QpType, RxMeta, SendFlags,
+    SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
+};
+
+use crate::device::Device;
+use crate::state::*;
+use crate::sys::{self, Epoll, MsgBatch, EPOLLIN};
+
+/// Packet buffer: the largest path MTU, the longest header, the ICRC.
+const PKT_BUF: usize = 4096 + transport::MAX_HEADER_LEN + ICRC_LEN + 16;
+/// Datagrams per `recvmmsg` / `sendmmsg`.
+const BATCH: usize = 32;
+/// Packets one QP may build per service before others get a turn.
+const TX_BUDGET: usize = 64;
+/// UDP datagrams queued before QPs stop transmitting (socket back-pressure).
+const TXQ_MAX: usize = 1024;
+/// Loopback packets delivered per round.
+const LOOP_BUDGET: usize = 512;
+/// Rounds of (loopback, ready QPs) per pass.
+const ROUNDS: usize = 8;
+/// Largest send WQE the engine reads: header + 32 SGEs.
+const SEND_WQE_MAX: usize = SEND_WQE_HDR_BYTES + 32 * 16;
+
+/// What the engine shares with the control planes and the library (through the wake fd).
+#[derive(Debug)]
+pub(crate) struct EngineShared {
+    wake: OwnedFd,
+    epoll: Epoll,
+    parked: AtomicBool,
+    kicked: AtomicBool,
+    devices: Mutex<Vec<Arc<Device>>>,
+    generation: AtomicU64,
+}
+
+impl EngineShared {
+    /// Create an engine and start its thread.
+    pub(crate) fn start(name: &str) -> io::Result<Arc<EngineShared>> {
+        let wake = sys::eventfd()?;
+        let epoll = Epoll::new()?;
+        epoll.add(wake.as_raw_fd(), 0, EPOLLIN)?;
+        let shared = Arc::new(EngineShared {
+            wake,
+            epoll,
+            parked: AtomicBool::new(false),
+            kicked: AtomicBool::new(false),
+            devices: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("uroce-engine-{name}"))
+            .spawn(move || run(s))?;
+        Ok(shared)
+    }
+
+    /// The eventfd that un-parks the engine (handed to libraries as `wake_fd`, dup'ed).
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    /// Tell the engine there is new work (a command changed state); costs a system call
+    /// only if the engine is parked. Dekker with the engine's park: either it sees
+    /// `kicked`, or we see `parked`.
+    pub(crate) fn kick(&self) {
+        self.kicked.store(true, SeqCst);
+        if self.parked.load(SeqCst) {
+            sys::eventfd_signal(self.wake.as_fd());
+        }
+    }
+
+    pub(crate) fn add_device(&self, dev: Arc<Device>) -> io::Result<()> {
+        self.epoll.add(dev.sock.as_raw_fd(), dev.id, EPOLLIN)?;
+        lock(&self.devices).push(dev);
+        self.generation.fetch_add(1, SeqCst);
+        self.kick();
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Engine-private per-device I/O state (not behind the device lock).
+#[derive(Debug)]
+pub(crate) struct DevIo {
+    pool: Vec<Vec<u8>>,
+    loopq: VecDeque<(Vec<u8>, usize)>,
+    txq: VecDeque<(Vec<u8>, usize, SocketAddr)>,
+    rx_bufs: Vec<Vec<u8>>,
+    rx: MsgBatch,
+    tx: MsgBatch,
+    force_rx: bool,
+}
+
+impl DevIo {
+    fn new() -> DevIo {
+        DevIo {
+            pool: Vec::new(),
+            loopq: VecDeque::new(),
+            txq: VecDeque::new(),
+            rx_bufs: vec![vec![0u8; PKT_BUF]; BATCH],
+            rx: MsgBatch::new(BATCH),
+            tx: MsgBatch::new(BATCH),
+            force_rx: true,
+        }
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_else(|| vec![0u8; PKT_BUF])
+    }
+
+    fn put_buf(&mut self, b: Vec<u8>) {
+        self.pool.push(b);
+    }
+
+    fn backlogged(&self) -> bool {
+        self.txq.len() >= TXQ_MAX
+    }
+}
+
+struct EngineDev {
+    dev: Arc<Device>,
+    io: DevIo,
+}
+
+fn now_of(epoch: Instant) -> Time {
+    Time(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn run(shared: Arc<EngineShared>) {
+    let epoch = Instant::now();
+    let mut devs: Vec<EngineDev> = Vec::new();
+    let mut gen = u64::MAX;
+    let mut last_progress = Instant::now();
+    let mut events = Vec::new();
+    loop {
+        let g = shared.generation.load(SeqCst);
+        if g != gen {
+            gen = g;
+            for d in lock(&shared.devices).iter() {
+                if !devs.iter().any(|e| Arc::ptr_eq(&e.dev, d)) {
+                    devs.push(EngineDev {
+                        dev: d.clone(),
+                        io: DevIo::new(),
+                    });
+                }
+            }
+        }
+        shared.kicked.store(false, SeqCst);
+        let mut progress = false;
+        for d in devs.iter_mut() {
+            progress |= pass(&d.dev, &mut d.io, now_of(epoch));
+        }
+        if progress {
+            last_progress = Instant::now();
+            continue;
+        }
+        let spin = devs.iter().map(|d| d.dev.cfg.spin_us).max().unwrap_or(30);
+        if last_progress.elapsed() < Duration::from_micros(u64::from(spin)) {
+            std::hint::spin_loop();
+            continue;
+        }
+        if park(&shared, &mut devs, epoch, &mut events) {
+            last_progress = Instant::now();
+        }
+    }
+}
+
+/// Try to sleep; returns whether the engine actually blocked.
+fn park(
+    shared: &EngineShared,
+    devs: &mut [EngineDev],
+    epoch: Instant,
+    events: &mut Vec<(u64, u32)>,
+) -> bool {
+    let unpark_all = |devs: &mut [EngineDev]| {
+        for d in devs.iter() {
+            let st = d.dev.lock_engine();
+            for cx in st.res.ctxs.values() {
+                let _ = cx.doorbells.finish_park();
+            }
+        }
+    };
+    // 1. Announce `parked` on every doorbell page, re-checking the bitmaps.
+    let mut may_sleep = true;
+    let mut next: Option<Time> = None;
+    for d in devs.iter() {
+        let st = d.dev.lock_engine();
+        for cx in st.res.ctxs.values() {
+            if !cx.doorbells.prepare_park().unwrap_or(false) {
+                may_sleep = false;
+            }
+        }
+        if let Some(Reverse((t, _))) = st.timers.peek() {
+            next = Some(next.map_or(*t, |n| n.min(*t)));
+        }
+        if !st.ready.is_empty() || d.io.force_rx || !d.io.loopq.is_empty() {
+            may_sleep = false;
+        }
+        if !may_sleep {
+            break;
+        }
+    }
+    // 2. The same for control-plane kicks.
+    shared.parked.store(true, SeqCst);
+    if !may_sleep || shared.kicked.load(SeqCst) {
+        shared.parked.store(false, SeqCst);
+        unpark_all(devs);
+        return false;
+    }
+    // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under 1 ms are
+    //    met by spinning (epoll's resolution); longer ones wake up to 1 ms early and spin.
+    let timeout_ms = match next {
+        None => -1,
+        Some(t) => {
+            let dt = t.nanos_since(now_of(epoch));
+            if dt < 1_000_000 {
+                shared.parked.store(false, SeqCst);
+                unpark_all(devs);
+                return false;
+            }
+            i32::try_from(dt / 1_000_000).unwrap_or(i32::MAX)
+        }
+    };
+    let _ = shared.epoll.wait(events, timeout_ms);
+    shared.parked.store(false, SeqCst);
+    sys::eventfd_drain(shared.wake.as_fd());
+    for (token, _) in events.iter() {
+        if let Some(d) = devs.iter_mut().find(|d| d.dev.id == *token) {
+            d.io.force_rx = true;
+        }
+    }
+    unpark_all(devs);
+    true
+}
+
+/// One pass over one device; returns whether anything happened.
+fn pass(dev: &Device, io: &mut DevIo, now: Time) -> bool {
+    let mut st = dev.lock_engine();
+    let st = &mut *st;
+    let mut progress = drain_doorbells(st);
+    if io.force_rx || st.remote_qps > 0 {
+        io.force_rx = false;
+        progress |= receive(dev, st, io, now);
+    }
+    progress |= fire_timers(st, now);
+    for _ in 0..ROUNDS {
+        let mut did = false;
+        for _ in 0..LOOP_BUDGET {
+            let Some((buf, len)) = io.loopq.pop_front() else {
+                break;
+            };
+            if let Some(bytes) = buf.get(..len) {
+                deliver_loopback(st, bytes, now);
+            }
+            io.put_buf(buf);
+            did = true;
+        }
+        let n = st.ready.len();
+        for _ in 0..n {
+            let Some(idx) = st.ready.pop_front() else {
+                break;
+            };
+            match st.qps.get_mut(idx) {
+                Some(q) => q.in_ready = false,
+                None => continue,
+            }
+            did |= service_qp(st, io, idx, now);
+        }
+        if !did {
+            break;
+        }
+        progress = true;
+    }
+    progress |= flush_tx(dev, st, io);
+    progress
+}
+
+fn drain_doorbells(st: &mut DevState) -> bool {
+    let DevState {
+        res, qps, ready, ..
+    } = st;
+    let mut rung = 0u32;
+    for cx in res.ctxs.values() {
+        let r = cx.doorbells.drain(|slot| {
+            if let Some(Some(q)) = cx.db_slots.get(slot as usize) {
+                make_ready(qps, ready, *q);
+            }
+        });
+        rung += r.unwrap_or(0);
+    }
+    rung > 0
+}
+
+fn fire_timers(st: &mut DevState, now: Time) -> bool {
+    let mut fired = false;
+    while let Some(Reverse((t, idx))) = st.timers.peek().copied() {
+        if t > now {
+            break;
+        }
+        st.timers.pop();
+        if let Some(q) = st.qps.get_mut(idx) {
+            if q.timer == Some(t) {
+                q.timer = None;
+                q.qp.handle_timeout(now);
+                st.make_ready(idx);
+                fired = true;
+            }
+        }
+    }
+    fired
+}
+
+// ---------------------------------------------------------------------------------------
+// Send side
+
+/// A send WQE from the SQ ring as a transport work request, or the completion status it
+/// fails with (LOC_QP_OP_ERR for anything malformed, rxe `req_error`).
+fn wqe_to_wr(
+    hdr: &SendWqe,
+    payload: &SendPayload<'_>,
+    q: &QpObj,
+    res: &Resources,
+) -> Result<SendWr, WcStatus> {
+    let op = WrOpcode::from_u32(hdr.opcode).ok_or(WcStatus::LocQpOpErr)?;
+    let mut wr = SendWr::new(hdr.wr_id, op);
+    wr.flags = SendFlags(hdr.send_flags & 0xf);
+    wr.local = match payload {
+        SendPayload::Inline(b) => LocalData::Inline(b.to_vec()),
+        SendPayload::Sges(_) => {
+            let mut l = SgeList::new();
+            for s in payload.sges() {
+                l.push(transport::Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: transport::wire::Lkey(s.lkey),
+                });
+            }
+            LocalData::Sges(l)
+        }
+    };
+    wr.imm_data = hdr.imm_data();
+    wr.invalidate_rkey = Rkey(hdr.ex);
+    wr.remote_addr = hdr.remote_addr;
+    wr.rkey = Rkey(hdr.rkey);
+    wr.compare_add = hdr.compare_add;
+    wr.swap = hdr.swap;
+    if q.ty == QpType::Ud {
+        // The AH must exist in the QP's context and PD (IBA: same PD).
+        match res.ahs.get(hdr.ah) {
+            Some(a) if a.ctx == q.ctx && a.pd == q.pd => {}
+            _ => return Err(WcStatus::LocQpOpErr),
+        }
+        if hdr.remote_qpn > 0xff_ffff {
+            return Err(WcStatus::LocQpOpErr);
+        }
+        wr.ud = Some(UdDest {
+            ah: hdr.ah,
+            remote_qpn: Qpn::new(hdr.remote_qpn),
+            remote_qkey: Qkey(hdr.remote_qkey),
+        });
+    }
+    Ok(wr)
+}
+
+/// Move WQEs from the SQ ring into the transport while it accepts them. WQEs posted while
+/// the QP is below RTS stay in the ring until it gets there (rxe's requester waits too).
+fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
+    if matches!(
+        q.qp.state(),
+        QpState::Reset | QpState::Init | QpState::Rtr
+    ) {
+        return false;
+    }
+    let limits = WqeLimits {
+        max_sge: q.caps.max_send_sge,
+        max_inline: q.caps.max_inline,
+    };
+    let read_len = (q.sq_layout.elem_size() as usize).min(SEND_WQE_MAX);
+    let mut buf = [0u8; SEND_WQE_MAX];
+    let mut progress = false;
+    loop {
+        let avail = match q.sq.available() {
+            Ok(n) => n,
+            Err(_) => {
+                res.counters.ring_corrupt += 1;
+                return progress;
+            }
+        };
+        if q.sq_taken >= avail {
+            return progress;
+        }
+        let Some(slot) = buf.get_mut(..read_len) else {
+            return progress;
+        };
+        if q.sq.read(q.sq_taken, 0, slot).is_err() {
+            return progress;
+        }
+        let parsed = SendWqe::parse(slot, limits);
+        let (wr_id, opcode) = match &parsed {
+            Ok((h, _)) => (h.wr_id, h.opcode),
+            Err(_) => (
+                slot.get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_ne_bytes),
+                u32::MAX,
+            ),
+        };
+        let wr = match &parsed {
+            Ok((h, p)) => wqe_to_wr(h, p, q, res),
+            Err(_) => Err(WcStatus::LocQpOpErr),
+        };
+        progress = true;
+        match wr.map(|wr| q.qp.post_send(wr)) {
+            Ok(Ok(())) => q.sq_taken += 1,
+            Ok(Err(PostError::QueueFull)) | Ok(Err(PostError::InvalidState)) => return true,
+            Ok(Err(PostError::BadLength)) => fail_wqe(q, res, wr_id, opcode, WcStatus::LocLenErr),
+            Ok(Err(_)) => fail_wqe(q, res, wr_id, opcode, WcStatus::LocQpOpErr),
+            Err(status) => fail_wqe(q, res, wr_id, opcode, status),
+        }
+    }
+}
+
+/// A send WQE the transport cannot take: move the QP to ERR (flushing earlier WQEs in
+/// order), then complete this one with `status` (always, even if unsignaled: IBA 10.7.3.1)
+/// and raise IBV_EVENT_QP_FATAL.
+fn fail_wqe(q: &mut QpObj, res: &mut Resources, wr_id: u64, opcode: u32, status: WcStatus) {
+    res.counters.bad_wqe += 1;
+    if q.qp.state() != QpState::Err {
+        let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
+        q.events_reported = q.events_reported.wrapping_add(1);
+        res.post_async(q.ctx, q.user_handle, event::QP_FATAL);
+    }
+    drain_completions(q, res);
+    let wc = Wc {
+        wr_id,
+        status: status as u32,
+        opcode: abi::WrOpcode(opcode).wc_opcode().map_or(0, |o| o.0),
+        qp_num: q.qp.qpn().value(),
+        port_num: 1,
+        ..Wc::default()
+    };
+    let _ = res.push_cqe(q.send_cq, &wc, true);
+    q.sq_taken += 1;
+}
+
+fn err_attr() -> QpAttr {
+    QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    }
+}
+
+/// Write the transport's completions into the CQ rings and its events into the async fd.
+/// A CQ overflow moves the QP to ERR (its flushes then overflow too; nothing is
+/// overwritten).
+fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
+    let mut any = false;
+    loop {
+        let mut overflow = false;
+        while let Some(c) = q.qp.poll_completion() {
+            any = true;
+            let cq = if c.is_recv() { q.recv_cq } else { q.send_cq };
+            if res.push_cqe(cq, &to_wc(&c), fires_solicited(&c)).is_err() {
+                overflow = true;
+            }
+        }
+        while let Some(ev) = q.qp.poll_event() {
+            any = true;
+            let ty = match ev {
+                QpEvent::Fatal => event::QP_FATAL,
+                QpEvent::SqDrained => event::SQ_DRAINED,
+                // Every QP uses the transport's SRQ path; only real SRQ users get this.
+                QpEvent::LastWqeReached if q.srq.is_some() => event::QP_LAST_WQE_REACHED,
+                QpEvent::LastWqeReached => continue,
+            };
+            q.events_reported = q.events_reported.wrapping_add(1);
+            res.post_async(q.ctx, q.user_handle, ty);
+        }
+        if overflow && !matches!(q.qp.state(), QpState::Err | QpState::Reset) {
+            let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
+            q.events_reported = q.events_reported.wrapping_add(1);
+            res.post_async(q.ctx, q.user_handle, event::QP_FATAL);
+            continue;
+        }
+        return any;
+    }
+}
+
+fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
+    let dev_ip = st.cfg.addr;
+    let DevState {
+        res,
+        qps,
+        ready,
+        timers,
+        ..
+    } = st;
+    let Some(q) = qps.get_mut(idx) else {
+        return false;
+    };
+    let mut progress = pull_sq(q, res);
+    let mut more = false;
+    let mut sent = 0;
+    while sent < TX_BUDGET {
+        if io.backlogged() {
+            more = true;
+            break;
+        }
+        let mut buf = io.take_buf();
+        let mut mem = DmaView {
+            mrs: &res.mrs,
+            pd: q.pd,
+        };
+        let Some(t) = q.qp.poll_transmit(now, &mut mem, &mut buf) else {
+            io.put_buf(buf);
+            break;
+        };
+        sent += 1;
+        route(dev_ip, q, res, io, buf, t);
+    }
+    if sent == TX_BUDGET {
+        more = true;
+    }
+    progress |= sent > 0;
+    progress |= drain_completions(q, res);
+    // The transport retires send WQEs in order: the oldest taken entries no longer in its
+    // queue are done, and their ring slots go back to the library.
+    let inflight = u32::try_from(q.qp.send_queue_len()).unwrap_or(u32::MAX);
+    let done = q.sq_taken.saturating_sub(inflight);
+    if done > 0 && q.sq.release(done).is_ok() {
+        q.sq_taken -= done;
+        progress = true;
+    }
+    if q.qp.state() == QpState::Err {
+        let (qpn, rcq) = (q.qp.qpn().value(), q.recv_cq);
+        if let Some(rq) = q.rq.as_mut() {
+            progress |= flush_rq_ring(res, rq, qpn, rcq) > 0;
+        }
+    }
+    let t = q.qp.poll_timeout();
+    if t != q.timer {
+        q.timer = t;
+        if let Some(t) = t {
+            timers.push(Reverse((t, idx)));
+        }
+    }
+    if more {
+        make_ready(qps, ready, idx);
+    }
+    progress
+}
+
+/// Send a packet the transport built: to the internal loopback when the destination is
+/// this device, else as a UDP datagram with its ICRC.
+fn route(dev_ip: IpAddr, q: &QpObj, res: &mut Resources, io: &mut DevIo, mut buf: Vec<u8>, t: Transmit) {
+    let dest = match t.ah {
+        Some(ah) => res
+            .ahs
+            .get(ah)
+            .filter(|a| a.ctx == q.ctx)
+            .map(|a| a.dest),
+        None => q.av,
+    };
+    let Some(dest) = dest else {
+        res.counters.xmit_no_route += 1;
+        io.put_buf(buf);
+        return;
+    };
+    let c = &mut res.counters;
+    c.port_xmit_packets += 1;
+    c.port_xmit_data += ((t.len + ICRC_LEN) / 4) as u64;
+    if dest.ip == dev_ip {
+        c.loopback_pkts += 1;
+        io.loopq.push_back((buf, t.len));
+        return;
+    }
+    let ip = match (dev_ip, dest.ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            IpRepr::v4_socket(s, d, dest.traffic_class, dest.hop_limit)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6 {
+            src: s,
+            dst: d,
+            traffic_class: dest.traffic_class,
+            flow_label: dest.flow_label,
+            hop_limit: dest.hop_limit,
+        },
+        _ => {
+            c.xmit_no_route += 1;
+            io.put_buf(buf);
+            return;
+        }
+    };
+    let udp = UdpRepr::roce(ROCE_V2_PORT);
+    let crc = match buf.get(..t.len).map(|p| icrc::compute_for(&ip, &udp, p)) {
+        Some(Ok(crc)) => crc,
+        _ => {
+            c.xmit_discards += 1;
+            io.put_buf(buf);
+            return;
+        }
+    };
+    match buf.get_mut(t.len..t.len + ICRC_LEN) {
+        Some(tail) => tail.copy_from_slice(&icrc::icrc_wire_bytes(crc)),
+        None => {
+            c.xmit_discards += 1;
+            io.put_buf(buf);
+            return;
+        }
+    }
+    io.txq
+        .push_back((buf, t.len + ICRC_LEN, SocketAddr::new(dest.ip, ROCE_V2_PORT)));
+}
+
+fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
+    let mut progress = false;
+    while !io.txq.is_empty() {
+        let n = io.txq.len().min(BATCH);
+        let txq = &io.txq;
+        let r = io.tx.send(&dev.sock, n, |i| match txq.get(i) {
+            Some((b, len, dst)) => (b.get(..*len).unwrap_or(&[]), *dst),
+            None => (&[][..], SocketAddr::new(dev.cfg.addr, ROCE_V2_PORT)),
+        });
+        match r {
+            Ok(0) => break, // socket buffer full: retry on the next pass
+            Ok(k) => {
+                for _ in 0..k {
+                    if let Some((b, _, _)) = io.txq.pop_front() {
+                        io.pool.push(b);
+                    }
+                }
+                progress = true;
+            }
+            Err(_) => {
+                // The first datagram was refused (e.g. EMSGSIZE with DF): drop it.
+                if let Some((b, _, _)) = io.txq.pop_front() {
+                    io.pool.push(b);
+                }
+                st.res.counters.xmit_discards += 1;
+                progress = true;
+            }
+        }
+    }
+    progress
+}
+
+// ---------------------------------------------------------------------------------------
+// Receive side
+
+fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
+    let mut any = false;
+    for _ in 0..4 {
+        let n = io.rx.recv(&dev.sock, &mut io.rx_bufs).unwrap_or(0);
+        for i in 0..n {
+            let Some((len, from, truncated)) = io.rx.received(i) else {
+                continue;
+            };
+            let c = &mut st.res.counters;
+            if truncated {
+                c.port_rcv_errors += 1;
+                continue;
+            }
+            if let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..len)) {
+                handle_datagram(st, data, from, now);
+            }
+        }
+        any |= n > 0;
+        if n < BATCH {
+            break;
+        }
+    }
+    any
+}
+
+/// One datagram from the socket: parse, verify the ICRC as far as a UDP socket allows
+/// (IPv4: the ID and DF the socket hides are solved for; wire::icrc docs), deliver.
+fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, now: Time) {
+    let dev_ip = st.cfg.addr;
+    let c = &mut st.res.counters;
+    let Ok((pkt, crc)) = transport::wire::roce::parse_datagram(data) else {
+        c.port_rcv_errors += 1;
+        return;
+    };
+    let transport_bytes = data.get(..data.len() - ICRC_LEN).unwrap_or(&[]);
+    let udp = UdpRepr {
+        src_port: from.port(),
+        dst_port: ROCE_V2_PORT,
+        checksum: 0,
+    };
+    let udp_len = 8 + data.len();
+    let grh = match (from.ip(), dev_ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc) {
+                Some(u) => v4_grh(s, d, u.ident, u.dont_frag, udp_len),
+                None => {
+                    c.rcvd_icrc_err += 1;
+                    c.port_rcv_errors += 1;
+                    return;
+                }
+            }
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = IpRepr::V6 {
+                src: s,
+                dst: d,
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            };
+            if !icrc::verify_udp(&ip, &udp, transport_bytes, crc) {
+                c.rcvd_icrc_err += 1;
+                c.port_rcv_errors += 1;
+                return;
+            }
+            let mut h = [0u8; IPV6_HEADER_LEN];
+            let _ = ip.emit(&mut h, udp_len);
+            Grh::V6(h)
+        }
+        _ => {
+            c.port_rcv_errors += 1;
+            return;
+        }
+    };
+    c.port_rcv_packets += 1;
+    c.port_rcv_data += (data.len() / 4) as u64;
+    deliver(st, &pkt, from.ip(), &RxMeta { grh }, now);
+}
+
+fn v4_grh(
+    src: std::net::Ipv4Addr,
+    dst: std::net::Ipv4Addr,
+    ident: u16,
+    dont_frag: bool,
+    udp_len: usize,
+) -> Grh {
+    let ip = IpRepr::V4 {
+        src,
+        dst,
+        dscp_ecn: 0,
+        ttl: 64,
+        ident,
+        dont_frag,
+    };
+    let mut h = [0u8; IPV4_HEADER_LEN];
+    let _ = ip.emit(&mut h, udp_len);
+    Grh::V4(h)
+}
+
+fn deliver_loopback(st: &mut DevState, bytes: &[u8], now: Time) {
+    let ip = st.cfg.addr;
+    let Ok(pkt) = RocePacketRepr::parse(bytes) else {
+        st.res.counters.port_rcv_errors += 1;
+        return;
+    };
+    st.res.counters.port_rcv_packets += 1;
+    st.res.counters.port_rcv_data += ((bytes.len() + ICRC_LEN) / 4) as u64;
+    let udp_len = 8 + bytes.len() + ICRC_LEN;
+    let grh = match ip {
+        IpAddr::V4(v4) => v4_grh(v4, v4, 0, true, udp_len),
+        IpAddr::V6(v6) => {
+            let mut h = [0u8; IPV6_HEADER_LEN];
+            let r = IpRepr::V6 {
+                src: v6,
+                dst: v6,
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            };
+            let _ = r.emit(&mut h, udp_len);
+            Grh::V6(h)
+        }
+    };
+    deliver(st, &pkt, ip, &RxMeta { grh }, now);
+}
+
+/// Hand a packet to its QP (demultiplexed by BTH destination QPN). RC/UC packets must come
+/// from the QP's destination address (rxe `check_addr`).
+fn deliver(st: &mut DevState, pkt: &RocePacketRepr<'_>, src: IpAddr, meta: &RxMeta, now: Time) {
+    let qpn = pkt.bth.dest_qp.value();
+    let DevState {
+        res, qps, ready, ..
+    } = st;
+    let Some(q) = qps.get_mut(qpn) else {
+        res.counters.rcvd_unknown_qp += 1;
+        return;
+    };
+    if q.ty != QpType::Ud && q.av.map(|d| d.ip) != Some(src) {
+        res.counters.rcvd_addr_mismatch += 1;
+        return;
+    }
+    let mut mem = DmaView {
+        mrs: &res.mrs,
+        pd: q.pd,
+    };
+    let mut limit_event = None;
+    let mut corrupt = false;
+    match q.srq {
+        Some(s) => match res.srqs.get_mut(s) {
+            Some(srq) => {
+                let mut rq = RingRecvQueue {
+                    rq: &mut srq.rq,
+                    corrupt: false,
+                };
+                q.qp.handle_packet(now, pkt, meta, &mut mem, Some(&mut rq));
+                corrupt = rq.corrupt;
+                // SRQ limit event (armed by MODIFY_SRQ): fires once, then disarms.
+                if srq.limit > 0 && srq.rq.ring.cached_available() < srq.limit {
+                    srq.limit = 0;
+                    srq.events = srq.events.wrapping_add(1);
+                    limit_event = Some((srq.ctx, srq.user_handle));
+                }
+            }
+            None => q.qp.handle_packet(now, pkt, meta, &mut mem, None),
+        },
+        None => match q.rq.as_mut() {
+            Some(own) => {
+                let mut rq = RingRecvQueue {
+                    rq: own,
+                    corrupt: false,
+                };
+                q.qp.handle_packet(now, pkt, meta, &mut mem, Some(&mut rq));
+                corrupt = rq.corrupt;
+            }
+            None => q.qp.handle_packet(now, pkt, meta, &mut mem, None),
+        },
+    }
+    if corrupt {
+        res.counters.ring_corrupt += 1;
+    }
+    if let Some((ctx, h)) = limit_event {
+        res.post_async(ctx, h, event::SRQ_LIMIT_REACHED);
+    }
+    make_ready(qps, ready, qpn);
+}

@@ -1,0 +1,110 @@
+//! A small slab: objects addressed by dense `u32` indices (the control plane's handles and
+//! the MR/QP key indices), with freed indices reused lowest-first like the kernel's IDR.
+
+use std::collections::BTreeSet;
+
+/// Dense storage with reusable indices.
+#[derive(Debug)]
+pub(crate) struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: BTreeSet<u32>,
+    len: usize,
+    /// Indices below this are never handed out (rxe starts QP and MR indices above 0).
+    first: u32,
+}
+
+impl<T> Slab<T> {
+    pub(crate) fn new(first: u32) -> Slab<T> {
+        Slab {
+            items: Vec::new(),
+            free: BTreeSet::new(),
+            len: 0,
+            first,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Insert, returning the index; `None` if `limit` entries are already present.
+    pub(crate) fn insert(&mut self, value: T, limit: u32) -> Option<u32> {
+        if self.len >= limit as usize {
+            return None;
+        }
+        let idx = match self.free.pop_first() {
+            Some(i) => i,
+            None => {
+                let i = u32::try_from(self.items.len()).ok()?.max(self.first);
+                self.items.resize_with(i as usize + 1, || None);
+                i
+            }
+        };
+        let slot = self.items.get_mut(idx as usize)?;
+        *slot = Some(value);
+        self.len += 1;
+        Some(idx)
+    }
+
+    pub(crate) fn get(&self, idx: u32) -> Option<&T> {
+        self.items.get(idx as usize)?.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, idx: u32) -> Option<&mut T> {
+        self.items.get_mut(idx as usize)?.as_mut()
+    }
+
+    pub(crate) fn remove(&mut self, idx: u32) -> Option<T> {
+        let v = self.items.get_mut(idx as usize)?.take()?;
+        self.free.insert(idx);
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Indices of the entries for which `f` holds.
+    pub(crate) fn indices_where(&self, mut f: impl FnMut(&T) -> bool) -> Vec<u32> {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v {
+                Some(v) if f(v) => u32::try_from(i).ok(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(crate) fn iter_mut_all(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
+        self.items
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, v)| Some((u32::try_from(i).ok()?, v.as_mut()?)))
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((u32::try_from(i).ok()?, v.as_ref()?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuses_lowest_and_respects_limit_and_first() {
+        let mut s: Slab<&str> = Slab::new(16);
+        assert_eq!(s.insert("a", 3), Some(16));
+        assert_eq!(s.insert("b", 3), Some(17));
+        assert_eq!(s.insert("c", 3), Some(18));
+        assert_eq!(s.insert("d", 3), None);
+        assert_eq!(s.remove(17), Some("b"));
+        assert_eq!(s.get(17), None);
+        assert_eq!(s.get(3), None);
+        assert_eq!(s.insert("e", 3), Some(17));
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.indices_where(|v| *v != "a"), vec![17, 18]);
+        assert_eq!(s.remove(99), None);
+    }
+}

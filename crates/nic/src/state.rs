@@ -1,0 +1,656 @@
+//! A device's resource tables and the operations the control plane and the engine share:
+//! writing CQEs (with overflow handling and completion events), async events, receive
+//! queues over rings, and registered-memory access for the transport.
+//!
+//! One `DevState` per device lives behind the device's mutex. The control plane takes it
+//! for each command; the engine takes it for each pass. Objects are stored in device-wide
+//! slabs; a handle is the slab index and belongs to the context recorded in the object, so
+//! every lookup on behalf of a command checks the caller's context (`*_of`).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::IpAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use abi::doorbell::DoorbellReceiver;
+use abi::fastpath::{Cqe, RecvWqe, RECV_WQE_HDR_BYTES};
+use abi::ring::{Consumer, Producer, RingLayout};
+use abi::shm::SharedMem;
+use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
+use abi::Errno;
+use transport::wire::{Lkey, Rkey};
+use transport::{
+    AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr,
+    RemoteAccess, SgeList, Time, WcStatus,
+};
+use zerocopy::IntoBytes;
+
+use crate::config::DeviceConfig;
+use crate::counters::EngineCounters;
+use crate::dma::UserRange;
+use crate::engine::EngineShared;
+use crate::slab::Slab;
+use crate::sys;
+
+/// A context (one command connection), numbered device-wide.
+pub(crate) type CtxId = u64;
+
+/// `enum ib_event_type` values (include/rdma/ib_verbs.h), the `event_type` of
+/// [`AsyncEventDesc`].
+pub mod event {
+    /// CQ overflow.
+    pub const CQ_ERR: u32 = 0;
+    /// The QP entered ERR because of an error the application did not request.
+    pub const QP_FATAL: u32 = 1;
+    /// SQD reached and drained.
+    pub const SQ_DRAINED: u32 = 5;
+    /// SRQ: fewer WQEs than the armed limit.
+    pub const SRQ_LIMIT_REACHED: u32 = 15;
+    /// A QP on an SRQ entered ERR: it will produce no more receive completions.
+    pub const QP_LAST_WQE_REACHED: u32 = 16;
+}
+
+/// Where packets for an address go: the device's own address (internal loopback) or UDP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dest {
+    pub(crate) ip: IpAddr,
+    pub(crate) flow_label: u32,
+    pub(crate) traffic_class: u8,
+    pub(crate) hop_limit: u8,
+}
+
+/// The IP address a RoCE v2 GID stands for (IPv4-mapped or IPv6).
+pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(gid);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// The RoCE v2 GID of an address (wire-facts §1.1).
+pub(crate) fn ip_to_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// One open context.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) doorbells: DoorbellReceiver,
+    /// Doorbell slot → QP index.
+    pub(crate) db_slots: Vec<Option<u32>>,
+    /// Our end of the async event socket (the library holds the other, `async_fd`).
+    pub(crate) async_tx: OwnedFd,
+    pub(crate) channels: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Pd {
+    pub(crate) ctx: CtxId,
+    /// MRs, QPs, SRQs and AHs using it (DEALLOC_PD is EBUSY while nonzero).
+    pub(crate) users: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Mr {
+    pub(crate) ctx: CtxId,
+    pub(crate) pd: u32,
+    pub(crate) key: u32,
+    pub(crate) iova: u64,
+    pub(crate) length: u64,
+    pub(crate) access: u32,
+    pub(crate) range: UserRange,
+}
+
+#[derive(Debug)]
+pub(crate) struct Chan {
+    pub(crate) ctx: CtxId,
+    /// Our end; the library reads [`CompEventDesc`]s from the other.
+    pub(crate) tx: OwnedFd,
+    /// The fd number the library was given (−1 once known stale).
+    pub(crate) lib_fd: i32,
+    pub(crate) users: u32,
+}
+
+/// CQ arming state (REQ_NOTIFY_CQ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arm {
+    Off,
+    Next,
+    Solicited,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cq {
+    pub(crate) ctx: CtxId,
+    pub(crate) user_handle: u64,
+    pub(crate) mem: Arc<SharedMem>,
+    pub(crate) layout: RingLayout,
+    pub(crate) ring: Producer,
+    pub(crate) chan: Option<u32>,
+    pub(crate) arm: Arm,
+    pub(crate) users: u32,
+    pub(crate) comp_events: u32,
+    pub(crate) async_events: u32,
+    /// An overflow was reported and the ring has not had room since.
+    pub(crate) overflowed: bool,
+}
+
+/// A library-produced queue of receive WQEs (RQ or SRQ ring).
+#[derive(Debug)]
+pub(crate) struct RecvRing {
+    pub(crate) mem: Arc<SharedMem>,
+    pub(crate) layout: RingLayout,
+    pub(crate) ring: Consumer,
+    pub(crate) max_sge: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub(crate) ctx: CtxId,
+    pub(crate) pd: u32,
+    pub(crate) user_handle: u64,
+    pub(crate) rq: RecvRing,
+    /// Armed limit (0 = not armed).
+    pub(crate) limit: u32,
+    pub(crate) users: u32,
+    pub(crate) events: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ah {
+    pub(crate) ctx: CtxId,
+    pub(crate) pd: u32,
+    pub(crate) dest: Dest,
+}
+
+/// Granted QP capabilities (CREATE_QP response, QUERY_QP).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Caps {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_recv_sge: u32,
+    pub(crate) max_inline: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct QpObj {
+    pub(crate) ctx: CtxId,
+    pub(crate) pd: u32,
+    pub(crate) send_cq: u32,
+    pub(crate) recv_cq: u32,
+    pub(crate) srq: Option<u32>,
+    pub(crate) user_handle: u64,
+    pub(crate) qp: Qp,
+    pub(crate) ty: QpType,
+    pub(crate) sq_mem: Arc<SharedMem>,
+    pub(crate) sq_layout: RingLayout,
+    pub(crate) sq: Consumer,
+    /// SQ entries past the consumer index that the engine has taken (into the transport,
+    /// or completed with an error itself). Released once complete, as rxe frees an SQ slot
+    /// when the completer retires the WQE.
+    pub(crate) sq_taken: u32,
+    /// The QP's own receive queue; `None` with an SRQ.
+    pub(crate) rq: Option<RecvRing>,
+    pub(crate) caps: Caps,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) db_slot: u32,
+    pub(crate) av: Option<Dest>,
+    pub(crate) dest_raw: QpDest,
+    pub(crate) alt_raw: QpDest,
+    pub(crate) alt_pkey_index: u16,
+    pub(crate) alt_port: u8,
+    pub(crate) alt_timeout: u8,
+    pub(crate) events_reported: u32,
+    pub(crate) in_ready: bool,
+    pub(crate) timer: Option<Time>,
+}
+
+impl QpObj {
+    /// Whether packets of this QP may leave through the socket.
+    pub(crate) fn remote_capable(&self, dev_ip: IpAddr) -> bool {
+        self.ty == QpType::Ud || self.av.is_some_and(|d| d.ip != dev_ip)
+    }
+}
+
+/// Everything but the QPs, so a QP and the tables it uses can be borrowed together.
+#[derive(Debug)]
+pub(crate) struct Resources {
+    pub(crate) ctxs: HashMap<CtxId, Context>,
+    pub(crate) pds: Slab<Pd>,
+    pub(crate) mrs: Slab<Mr>,
+    pub(crate) cqs: Slab<Cq>,
+    pub(crate) srqs: Slab<Srq>,
+    pub(crate) ahs: Slab<Ah>,
+    pub(crate) chans: Slab<Chan>,
+    pub(crate) counters: EngineCounters,
+}
+
+/// A device's state (behind its mutex).
+#[derive(Debug)]
+pub(crate) struct DevState {
+    pub(crate) cfg: DeviceConfig,
+    pub(crate) engine: Arc<EngineShared>,
+    pub(crate) res: Resources,
+    pub(crate) qps: Slab<QpObj>,
+    /// QPs the engine must look at (each at most once: `QpObj::in_ready`).
+    pub(crate) ready: VecDeque<u32>,
+    /// Transport deadlines: (time, QP index); stale entries are skipped.
+    pub(crate) timers: BinaryHeap<Reverse<(Time, u32)>>,
+    /// Counters of destroyed QPs, kept for the port totals.
+    pub(crate) retired: transport::Counters,
+    /// QPs that may send or receive through the socket (UD, or a remote AV).
+    pub(crate) remote_qps: usize,
+    pub(crate) next_mr_key: u8,
+}
+
+impl DevState {
+    pub(crate) fn new(cfg: DeviceConfig, engine: Arc<EngineShared>) -> DevState {
+        DevState {
+            cfg,
+            engine,
+            res: Resources {
+                ctxs: HashMap::new(),
+                pds: Slab::new(1),
+                mrs: Slab::new(1),
+                cqs: Slab::new(1),
+                srqs: Slab::new(1),
+                ahs: Slab::new(1),
+                chans: Slab::new(1),
+                counters: EngineCounters::default(),
+            },
+            qps: Slab::new(16),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            retired: transport::Counters::default(),
+            remote_qps: 0,
+            next_mr_key: 0,
+        }
+    }
+
+    pub(crate) fn dev_ip(&self) -> IpAddr {
+        self.cfg.addr
+    }
+
+    /// Queue QP `idx` for the engine.
+    pub(crate) fn make_ready(&mut self, idx: u32) {
+        make_ready(&mut self.qps, &mut self.ready, idx);
+    }
+
+    pub(crate) fn recount_remote(&mut self) {
+        let ip = self.cfg.addr;
+        self.remote_qps = self.qps.iter().filter(|(_, q)| q.remote_capable(ip)).count();
+    }
+}
+
+pub(crate) fn make_ready(qps: &mut Slab<QpObj>, ready: &mut VecDeque<u32>, idx: u32) {
+    if let Some(q) = qps.get_mut(idx) {
+        if !q.in_ready {
+            q.in_ready = true;
+            ready.push_back(idx);
+        }
+    }
+}
+
+/// A transport completion as the CQE's `ibv_wc` (wire-facts §7.5; flags in libibverbs values).
+pub(crate) fn to_wc(c: &Completion) -> Wc {
+    let mut wc = Wc {
+        wr_id: c.wr_id,
+        status: c.status as u32,
+        opcode: c.opcode as u32,
+        vendor_err: c.vendor_err,
+        byte_len: c.byte_len,
+        ex: 0,
+        qp_num: c.qp_num.value(),
+        src_qp: c.src_qp.value(),
+        wc_flags: c.wc_flags.0,
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+        port_num: 1,
+        reserved: 0,
+    };
+    if let Some(imm) = c.imm_data {
+        wc.set_imm_data(imm);
+    } else if let Some(rkey) = c.invalidated_rkey {
+        wc.ex = rkey.0;
+    }
+    wc
+}
+
+/// Why a CQE could not be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Overflow;
+
+impl Resources {
+    /// Post an async event on a context's async fd.
+    pub(crate) fn post_async(&mut self, ctx: CtxId, element: u64, event_type: u32) {
+        let Some(c) = self.ctxs.get(&ctx) else {
+            return;
+        };
+        let ev = AsyncEventDesc {
+            element,
+            event_type,
+            reserved: 0,
+        };
+        if sys::send_message(c.async_tx.as_fd(), ev.as_bytes()).is_err() {
+            self.counters.event_drops += 1;
+        }
+    }
+
+    /// Write one completion into CQ `cq` and raise its completion event if armed
+    /// (`solicited` says whether a solicited-only arming fires). On a full ring the CQE is
+    /// dropped — never overwriting one the library has not consumed — and the CQ reports
+    /// IBV_EVENT_CQ_ERR (once per overflow episode); the caller moves the QP to ERR.
+    pub(crate) fn push_cqe(&mut self, cq_idx: u32, wc: &Wc, solicited: bool) -> Result<(), Overflow> {
+        let Some(cq) = self.cqs.get_mut(cq_idx) else {
+            return Err(Overflow);
+        };
+        let cqe = Cqe {
+            wc: *wc,
+            reserved: [0; 2],
+        };
+        match cq.ring.stage_struct(&cqe) {
+            Ok(()) => {
+                let _ = cq.ring.publish();
+                cq.overflowed = false;
+            }
+            Err(e) => {
+                self.counters.cq_overflow += 1;
+                if matches!(e, abi::AbiError::RingCorrupt { .. }) {
+                    self.counters.ring_corrupt += 1;
+                }
+                if !cq.overflowed {
+                    cq.overflowed = true;
+                    cq.async_events = cq.async_events.wrapping_add(1);
+                    let (ctx, h) = (cq.ctx, cq.user_handle);
+                    self.post_async(ctx, h, event::CQ_ERR);
+                }
+                return Err(Overflow);
+            }
+        }
+        let fire = match cq.arm {
+            Arm::Off => false,
+            Arm::Next => true,
+            Arm::Solicited => solicited,
+        };
+        if fire {
+            cq.arm = Arm::Off;
+            cq.comp_events = cq.comp_events.wrapping_add(1);
+            let desc = CompEventDesc {
+                cq_handle: cq.user_handle,
+            };
+            if let Some(ch) = cq.chan.and_then(|c| self.chans.get(c)) {
+                if sys::send_message(ch.tx.as_fd(), desc.as_bytes()).is_err() {
+                    self.counters.event_drops += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a completion fires a solicited-only arming. The transport's completions do not
+/// carry the SE bit of the received message, so every receive completion counts (and every
+/// error, as IBA requires): an over-approximation, never a lost wake-up.
+pub(crate) fn fires_solicited(c: &Completion) -> bool {
+    c.is_recv() || c.status != WcStatus::Success
+}
+
+/// A receive queue over a ring the library fills, handed to the transport when a request
+/// needs a receive WQE (rxe: the responder reads the RQ ring directly).
+pub(crate) struct RingRecvQueue<'a> {
+    pub(crate) rq: &'a mut RecvRing,
+    pub(crate) corrupt: bool,
+}
+
+impl std::fmt::Debug for RingRecvQueue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingRecvQueue").finish_non_exhaustive()
+    }
+}
+
+/// Largest receive WQE the engine reads (header + [`abi::fastpath::MAX_SGE`] SGEs).
+pub(crate) const RECV_WQE_MAX: usize = RECV_WQE_HDR_BYTES + 32 * AbiSge::SIZE;
+
+impl RecvRing {
+    /// Bytes of a slot worth reading.
+    fn read_len(&self) -> usize {
+        (RECV_WQE_HDR_BYTES + self.max_sge as usize * AbiSge::SIZE)
+            .min(self.layout.elem_size() as usize)
+            .min(RECV_WQE_MAX)
+    }
+
+    /// Refresh the producer index; `Err` if the library broke the ring protocol.
+    pub(crate) fn refresh(&mut self) -> Result<u32, abi::AbiError> {
+        self.ring.available()
+    }
+
+    /// Parse entry `i` (0 = oldest) into a transport receive WR. A malformed WQE becomes a
+    /// WR whose single SGE has an invalid key, so it completes with a protection error
+    /// instead of vanishing.
+    pub(crate) fn peek(&self, i: u32) -> Option<RecvWr> {
+        let mut buf = [0u8; RECV_WQE_MAX];
+        let n = self.read_len();
+        let slot = buf.get_mut(..n)?;
+        self.ring.read(i, 0, slot).ok()?;
+        match RecvWqe::parse(slot, self.max_sge) {
+            Ok((hdr, sges)) => {
+                let mut list = SgeList::new();
+                for s in sges.chunks_exact(AbiSge::SIZE) {
+                    let addr = u64::from_ne_bytes(s[0..8].try_into().ok()?);
+                    let length = u32::from_ne_bytes(s[8..12].try_into().ok()?);
+                    let lkey = u32::from_ne_bytes(s[12..16].try_into().ok()?);
+                    list.push(transport::Sge {
+                        addr,
+                        length,
+                        lkey: Lkey(lkey),
+                    });
+                }
+                Some(RecvWr {
+                    wr_id: hdr.wr_id,
+                    sges: list,
+                })
+            }
+            Err(_) => {
+                let wr_id = u64::from_ne_bytes(slot.get(0..8)?.try_into().ok()?);
+                Some(RecvWr {
+                    wr_id,
+                    sges: SgeList::single(transport::Sge {
+                        addr: 0,
+                        length: u32::MAX,
+                        lkey: Lkey(0),
+                    }),
+                })
+            }
+        }
+    }
+
+    /// Take the oldest entry.
+    pub(crate) fn pop(&mut self) -> Option<RecvWr> {
+        if self.ring.cached_available() == 0 {
+            match self.ring.available() {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+        let wr = self.peek(0);
+        let _ = self.ring.release(1);
+        wr
+    }
+
+    /// Drop every posted entry without completions (RESET).
+    pub(crate) fn discard_all(&mut self) {
+        if let Ok(n) = self.ring.available() {
+            let _ = self.ring.release(n);
+        }
+    }
+}
+
+impl RecvQueue for RingRecvQueue<'_> {
+    fn pop(&mut self) -> Option<RecvWr> {
+        if self.rq.ring.cached_available() == 0 && self.rq.refresh().is_err() {
+            self.corrupt = true;
+        }
+        self.rq.pop()
+    }
+
+    fn len(&self) -> usize {
+        self.rq.ring.cached_available() as usize
+    }
+}
+
+/// Registered memory as one QP sees it: keys resolve in the device's MR table, and the MR
+/// must belong to the QP's PD (DESIGN.md §4, the NIC's MTT). Every failure is an error the
+/// transport turns into the prescribed completion status or NAK.
+pub(crate) struct DmaView<'a> {
+    pub(crate) mrs: &'a Slab<Mr>,
+    pub(crate) pd: u32,
+}
+
+impl std::fmt::Debug for DmaView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaView").field("pd", &self.pd).finish()
+    }
+}
+
+impl DmaView<'_> {
+    fn lookup(&self, key: u32, addr: u64, len: u64) -> Result<(&Mr, u64), MemError> {
+        let mr = self
+            .mrs
+            .get(key >> 8)
+            .filter(|m| m.key == key && m.pd == self.pd)
+            .ok_or(MemError::InvalidKey)?;
+        let off = addr.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
+        let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
+        if end > mr.length {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok((mr, off))
+    }
+
+    fn remote(
+        &self,
+        rkey: Rkey,
+        va: u64,
+        len: u64,
+        access: RemoteAccess,
+    ) -> Result<(&Mr, u64), MemError> {
+        use abi::AccessFlags as A;
+        let (mr, off) = self.lookup(rkey.0, va, len)?;
+        let need = match access {
+            RemoteAccess::Read => A::REMOTE_READ,
+            RemoteAccess::Write => A::REMOTE_WRITE,
+            RemoteAccess::Atomic => A::REMOTE_ATOMIC,
+        };
+        if mr.access & need.0 == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        Ok((mr, off))
+    }
+}
+
+impl Memory for DmaView<'_> {
+    fn read_local(&mut self, lkey: Lkey, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let (mr, off) = self.lookup(lkey.0, addr, dst.len() as u64)?;
+        mr.range
+            .read(off, dst)
+            .then_some(())
+            .ok_or(MemError::OutOfBounds)
+    }
+
+    fn write_local(&mut self, lkey: Lkey, addr: u64, src: &[u8]) -> Result<(), MemError> {
+        let (mr, off) = self.lookup(lkey.0, addr, src.len() as u64)?;
+        if mr.access & abi::AccessFlags::LOCAL_WRITE.0 == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        mr.range
+            .write(off, src)
+            .then_some(())
+            .ok_or(MemError::OutOfBounds)
+    }
+
+    fn check_remote(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        len: u64,
+        access: RemoteAccess,
+    ) -> Result<(), MemError> {
+        self.remote(rkey, va, len, access).map(|_| ())
+    }
+
+    fn read_remote(&mut self, rkey: Rkey, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        let (mr, off) = self.remote(rkey, va, dst.len() as u64, RemoteAccess::Read)?;
+        mr.range
+            .read(off, dst)
+            .then_some(())
+            .ok_or(MemError::OutOfBounds)
+    }
+
+    fn write_remote(&mut self, rkey: Rkey, va: u64, src: &[u8]) -> Result<(), MemError> {
+        let (mr, off) = self.remote(rkey, va, src.len() as u64, RemoteAccess::Write)?;
+        mr.range
+            .write(off, src)
+            .then_some(())
+            .ok_or(MemError::OutOfBounds)
+    }
+
+    fn atomic_remote(&mut self, rkey: Rkey, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        if va % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        let (mr, off) = self.remote(rkey, va, 8, RemoteAccess::Atomic)?;
+        mr.range.atomic(off, op).ok_or(MemError::Misaligned)
+    }
+
+    fn invalidate(&mut self, _rkey: Rkey) -> Result<(), MemError> {
+        // User MRs cannot be invalidated remotely (only FRMRs and memory windows, which
+        // this device does not offer).
+        Err(MemError::InvalidateDenied)
+    }
+}
+
+/// Flush every receive WQE still in a QP's own RQ ring with WR_FLUSH_ERR (the QP is in
+/// ERR: wire-facts §6.3 rule 3). Returns how many.
+pub(crate) fn flush_rq_ring(
+    res: &mut Resources,
+    rq: &mut RecvRing,
+    qpn: u32,
+    recv_cq: u32,
+) -> u32 {
+    let mut n = 0;
+    if rq.refresh().is_err() {
+        res.counters.ring_corrupt += 1;
+        return 0;
+    }
+    while let Some(wr) = rq.pop() {
+        let wc = Wc {
+            wr_id: wr.wr_id,
+            status: WcStatus::WrFlushErr as u32,
+            opcode: transport::WcOpcode::Recv as u32,
+            qp_num: qpn,
+            port_num: 1,
+            ..Wc::default()
+        };
+        let _ = res.push_cqe(recv_cq, &wc, true);
+        n += 1;
+    }
+    n
+}
+
+/// Whether the QP is in a state whose posted receives flush at once.
+pub(crate) fn flushes_receives(s: QpState) -> bool {
+    s == QpState::Err
+}
+
+/// Errno for a failed ring attach or access.
+pub(crate) fn ring_errno(e: abi::AbiError) -> Errno {
+    e.errno()
+}

@@ -1,0 +1,112 @@
+//! Shared helpers for uroce's integration tests: the two topologies, connected pairs,
+//! polling with a deadline.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use uroce::pair::{connect, End, PairOpts, ALL_ACCESS};
+use uroce::*;
+
+/// Same device (internal loopback) or two devices on 127.0.0.1 / 127.0.0.2 (UDP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topo {
+    SameDevice,
+    TwoDevices,
+}
+
+pub fn devices(t: Topo) -> (Device, Device) {
+    let a = uroce::device("uroce0", "127.0.0.1".parse().unwrap());
+    match t {
+        Topo::SameDevice => (a.clone(), a),
+        Topo::TwoDevices => (a, uroce::device("uroce1", "127.0.0.2".parse().unwrap())),
+    }
+}
+
+pub fn pair(t: Topo, o: &PairOpts) -> (End, End) {
+    let (a, b) = devices(t);
+    connect(&a, &b, o).expect("connect pair")
+}
+
+pub fn rc(t: Topo) -> (End, End) {
+    pair(t, &PairOpts::default())
+}
+
+pub fn buf(e: &End, len: usize) -> MrBuf {
+    e.pd.alloc_mr(len, ALL_ACCESS).expect("alloc_mr")
+}
+
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Poll `cq` until `n` completions arrived (panics after [`TIMEOUT`], saying what came).
+pub fn wait(cq: &Cq, n: usize) -> Vec<Wc> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut out = Vec::new();
+    let mut wc = [Wc::default(); 16];
+    while out.len() < n {
+        let k = cq.poll(&mut wc).expect("poll");
+        out.extend_from_slice(&wc[..k]);
+        if Instant::now() > deadline {
+            panic!("waited for {n} completions, got {}: {out:#?}", out.len());
+        }
+        if k == 0 {
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+/// One completion.
+pub fn wait1(cq: &Cq) -> Wc {
+    wait(cq, 1)[0]
+}
+
+/// Assert that no completion arrives on `cq` for `d`.
+pub fn quiet(cq: &Cq, d: Duration) {
+    let deadline = Instant::now() + d;
+    let mut wc = [Wc::default(); 4];
+    while Instant::now() < deadline {
+        let k = cq.poll(&mut wc).unwrap();
+        assert_eq!(k, 0, "unexpected completion {:?}", &wc[..k]);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A recognisable byte pattern.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(seed) * 7) as u8)
+        .collect()
+}
+
+/// Wait until the QP's state (queried from the control plane) is `s`.
+pub fn wait_state(qp: &Qp, s: QpState) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let now = qp.query(QpAttrMask::STATE).unwrap().qp_state;
+        if now == s {
+            return;
+        }
+        assert!(Instant::now() < deadline, "QP {} stuck in {now}, want {s}", qp.qp_num());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Generate one test per topology: `topo_tests!(name, |t| body)`.
+#[macro_export]
+macro_rules! topo_tests {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn same_device() {
+                let f: fn(Topo) = $body;
+                f(Topo::SameDevice);
+            }
+            #[test]
+            fn two_devices() {
+                let f: fn(Topo) = $body;
+                f(Topo::TwoDevices);
+            }
+        }
+    };
+}

@@ -1,0 +1,839 @@
+//! Queue pairs (`ibv_qp`): create/modify/query/destroy through commands, and posting
+//! through the rings.
+//!
+//! # Posting (fast path)
+//!
+//! [`Qp::post_send`] writes one send WQE per WR into the SQ ring (abi
+//! [`abi::fastpath::SendWqe`]), publishes the whole post list with one Release store of the
+//! producer index, then rings the QP's doorbell once: a bit in the context's doorbell page,
+//! plus a wake-up system call only if the engine announced it is parked (abi
+//! [`abi::doorbell`]). [`Qp::post_recv`] writes receive WQEs into the RQ ring (no doorbell:
+//! the engine looks at the RQ when a request arrives). The SQ and the RQ each have their own
+//! lock — a QP's queues are single-producer rings — so no lock is shared between QPs.
+//!
+//! Like rxe (wire-facts §6.2 "Post rules"), posting sends needs RTS or a later state (SQD,
+//! SQE, ERR — in ERR the engine flushes them) and posting receives needs INIT or later;
+//! otherwise `EINVAL`. The library knows the state it last set or queried; the engine may
+//! have moved the QP to ERR since, which only makes further WRs flush.
+//!
+//! # Slow path
+//!
+//! [`Qp::post_send_cmd`] / [`Qp::post_recv_cmd`] send the same WRs as POST_SEND /
+//! POST_RECV commands (rxe's doorbell is a `write()`): one system-call round trip per post
+//! list, for comparison with the fast path.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use abi::fastpath::{recv_wqe_size, send_caps_for_elem, send_wqe_size, RECV_WQE_HDR_BYTES};
+use abi::ring::{Producer, RingLayout};
+use abi::shm::SharedMem;
+use abi::uverbs::{
+    CreateQp, CreateQpResp, DestroyQp, ModifyQp, PostRecv, PostResp, PostSend, QpDest, QueryQp,
+    QueryQpResp, Request, RingDesc, Sge, UroceCreateQp, UroceCreateQpResp, WrList,
+};
+use abi::{AccessFlags, Errno, Mtu, QpAttrMask, QpState, QpType};
+
+use crate::context::{next_user_handle, take, Context, Gid};
+use crate::cq::{alloc_ring, leak, Cq};
+use crate::error::{Error, ErrorKind, PostError, Result};
+use crate::pd::{AhAttr, GlobalRoute, Pd};
+use crate::srq::Srq;
+use crate::wr::{
+    bad_wr_result, encode_recv_cmd, encode_send_cmd, stage_recvs, stage_sends, RecvWr, SendLimits,
+    SendWr,
+};
+
+/// Queue capacities (`struct ibv_qp_cap`): requested at creation, granted in return.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCap {
+    /// Outstanding send WRs.
+    pub max_send_wr: u32,
+    /// Outstanding receive WRs.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+}
+
+/// What to create (`struct ibv_qp_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr<'a> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: &'a Cq,
+    /// CQ for receive completions.
+    pub recv_cq: &'a Cq,
+    /// Take receive WQEs from this SRQ instead of an RQ.
+    pub srq: Option<&'a Srq>,
+    /// Requested capacities.
+    pub cap: QpCap,
+    /// Signal every send WR (otherwise only those with `SIGNALED`).
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// A QP of `qp_type` with one CQ for both directions and `cap`.
+    pub fn new(qp_type: QpType, cq: &'a Cq, cap: QpCap) -> QpInitAttr<'a> {
+        QpInitAttr {
+            qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// QP attributes (`struct ibv_qp_attr`), for [`Qp::modify`] with a [`QpAttrMask`] saying
+/// which fields count, and from [`Qp::query`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Target / current state.
+    pub qp_state: QpState,
+    /// Current state the caller assumes (with `CUR_STATE`).
+    pub cur_qp_state: QpState,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Path migration state.
+    pub path_mig_state: u8,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Expected PSN of the first incoming request.
+    pub rq_psn: u32,
+    /// PSN of the first outgoing request.
+    pub sq_psn: u32,
+    /// Remote QP number (connected QPs).
+    pub dest_qp_num: u32,
+    /// Remote access allowed (REMOTE_WRITE / READ / ATOMIC).
+    pub qp_access_flags: AccessFlags,
+    /// Capacities (query only).
+    pub cap: QpCap,
+    /// Primary path.
+    pub ah_attr: AhAttr,
+    /// Alternate path.
+    pub alt_ah_attr: AhAttr,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Alternate P_Key index.
+    pub alt_pkey_index: u16,
+    /// Raise SQ_DRAINED when SQD is reached.
+    pub en_sqd_async_notify: bool,
+    /// SQ draining (query only).
+    pub sq_draining: bool,
+    /// Outstanding READs/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding READs/atomics as responder.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code the responder advertises.
+    pub min_rnr_timer: u8,
+    /// Port.
+    pub port_num: u8,
+    /// Local ACK timeout code (4.096 µs × 2^timeout; 0 = infinite).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// Alternate port.
+    pub alt_port_num: u8,
+    /// Alternate timeout.
+    pub alt_timeout: u8,
+    /// Signal all send WRs (query only).
+    pub sq_sig_all: bool,
+}
+
+fn dest_from(a: &AhAttr) -> QpDest {
+    QpDest {
+        dgid: a.grh.dgid.0,
+        flow_label: a.grh.flow_label,
+        dlid: a.dlid,
+        reserved: 0,
+        sgid_index: a.grh.sgid_index,
+        hop_limit: a.grh.hop_limit,
+        traffic_class: a.grh.traffic_class,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: u8::from(a.is_global),
+        port_num: a.port_num,
+    }
+}
+
+fn ah_from(d: &QpDest) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid(d.dgid),
+            flow_label: d.flow_label,
+            sgid_index: d.sgid_index,
+            hop_limit: d.hop_limit,
+            traffic_class: d.traffic_class,
+        },
+        dlid: d.dlid,
+        sl: d.sl,
+        src_path_bits: d.src_path_bits,
+        static_rate: d.static_rate,
+        is_global: d.is_global != 0,
+        port_num: d.port_num,
+    }
+}
+
+/// The far end of a connection: what ibv_rc_pingpong exchanges out of band.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpEndpoint {
+    /// Remote QP number.
+    pub qpn: u32,
+    /// The PSN the remote QP starts sending with (our `rq_psn`).
+    pub psn: u32,
+    /// The remote device's GID.
+    pub gid: Gid,
+}
+
+/// Options for [`Qp::connect`], with ibv_rc_pingpong-like defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectOpts {
+    /// Port (1).
+    pub port: u8,
+    /// Source GID index (0: the device's address).
+    pub sgid_index: u8,
+    /// Remote access granted to the peer.
+    pub access: AccessFlags,
+    /// Path MTU (1024).
+    pub path_mtu: Mtu,
+    /// Our first send PSN.
+    pub sq_psn: u32,
+    /// Local ACK timeout code (14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries (7).
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code we advertise (12 ≈ 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// Outstanding READs/atomics we issue.
+    pub max_rd_atomic: u8,
+    /// Outstanding READs/atomics we serve.
+    pub max_dest_rd_atomic: u8,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> ConnectOpts {
+        ConnectOpts {
+            port: 1,
+            sgid_index: 0,
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            path_mtu: Mtu::MTU_1024,
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+        }
+    }
+}
+
+/// A queue pair. Cheap to clone (handles share one QP); destroyed when the last handle is
+/// dropped, or explicitly with [`Qp::destroy`].
+#[derive(Clone)]
+pub struct Qp(Arc<QpInner>);
+
+struct QpInner {
+    pd: Pd,
+    send_cq: Cq,
+    recv_cq: Cq,
+    srq: Option<Srq>,
+    handle: u32,
+    qpn: u32,
+    user_handle: u64,
+    qp_type: QpType,
+    sq_sig_all: bool,
+    cap: QpCap,
+    state: AtomicU32,
+    sq: Mutex<SendQueue>,
+    rq: Option<Mutex<RecvQueue>>,
+    sq_doorbell: u32,
+    destroyed: bool,
+}
+
+struct SendQueue {
+    prod: Producer,
+    mem: Arc<SharedMem>,
+    layout: RingLayout,
+    limits: SendLimits,
+}
+
+struct RecvQueue {
+    prod: Producer,
+    mem: Arc<SharedMem>,
+    layout: RingLayout,
+    max_sge: u32,
+}
+
+impl Pd {
+    /// `ibv_create_qp`. The granted capacities are in [`Qp::cap`].
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create(self, attr)
+    }
+}
+
+impl Qp {
+    fn create(pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        const OP: &str = "create_qp";
+        let ctx = pd.context();
+        let inval = |d: &str| Error::local(OP, Errno::EINVAL, d);
+        if !attr.send_cq.context().same(ctx) || !attr.recv_cq.context().same(ctx) {
+            return Err(inval("CQ of another context"));
+        }
+        if let Some(srq) = attr.srq {
+            if !srq.pd().context().same(ctx) {
+                return Err(inval("SRQ of another context"));
+            }
+        }
+        if !matches!(attr.qp_type, QpType::RC | QpType::UC | QpType::UD) {
+            return Err(Error::local(OP, Errno::EOPNOTSUPP, format!("QP type {}", attr.qp_type)));
+        }
+        let cap = attr.cap;
+        let sq_elem = send_wqe_size(cap.max_send_sge, cap.max_inline_data)
+            .ok_or_else(|| inval("max_send_sge or max_inline_data beyond the WQE layout"))?;
+        let (sq_mem, sq_layout) = alloc_ring(OP, cap.max_send_wr, sq_elem)?;
+        let rq = match attr.srq {
+            Some(_) => None,
+            None => {
+                let elem = recv_wqe_size(cap.max_recv_sge)
+                    .ok_or_else(|| inval("max_recv_sge beyond the WQE layout"))?;
+                Some(alloc_ring(OP, cap.max_recv_wr, elem)?)
+            }
+        };
+        let user_handle = next_user_handle();
+        let req = Request::CreateQp(
+            CreateQp {
+                response: 0,
+                user_handle,
+                pd_handle: pd.handle(),
+                send_cq_handle: attr.send_cq.handle(),
+                recv_cq_handle: attr.recv_cq.handle(),
+                srq_handle: attr.srq.map_or(0, |s| s.handle()),
+                max_send_wr: cap.max_send_wr,
+                max_recv_wr: cap.max_recv_wr,
+                max_send_sge: cap.max_send_sge,
+                max_recv_sge: cap.max_recv_sge,
+                max_inline_data: cap.max_inline_data,
+                sq_sig_all: u8::from(attr.sq_sig_all),
+                qp_type: attr.qp_type.0 as u8,
+                is_srq: u8::from(attr.srq.is_some()),
+                reserved: 0,
+            },
+            UroceCreateQp {
+                sq: sq_layout.desc(sq_mem.addr()),
+                rq: rq
+                    .as_ref()
+                    .map_or(RingDesc::default(), |(m, l)| l.desc(m.addr())),
+            },
+        );
+        let resp = ctx.cmd(OP, &req, |mut r| {
+            let core: CreateQpResp = take(&mut r);
+            let drv: UroceCreateQpResp = take(&mut r);
+            Ok((core, drv))
+        });
+        let (core, drv) = match resp {
+            Ok(v) => v,
+            Err(e) => {
+                if e.kind() != ErrorKind::ControlPlane {
+                    leak(&sq_mem);
+                    if let Some((m, _)) = &rq {
+                        leak(m);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        // Granted caps, never beyond what our slots hold (the rings are ours).
+        let (slot_sge, slot_inline) = send_caps_for_elem(sq_layout.elem_size());
+        let granted = QpCap {
+            max_send_wr: core.max_send_wr.min(sq_layout.slots()),
+            max_recv_wr: rq.as_ref().map_or(0, |(_, l)| core.max_recv_wr.min(l.slots())),
+            max_send_sge: core.max_send_sge.min(slot_sge),
+            max_recv_sge: rq.as_ref().map_or(0, |(_, l)| {
+                let room = (l.elem_size() as usize - RECV_WQE_HDR_BYTES) / Sge::SIZE;
+                core.max_recv_sge.min(room as u32)
+            }),
+            max_inline_data: core.max_inline_data.min(slot_inline).min(ctx.max_inline_data()),
+        };
+        let sq_prod = Producer::attach(sq_mem.clone(), 0, sq_layout).map_err(|e| Error::abi(OP, &e))?;
+        let rq = match rq {
+            Some((mem, layout)) => Some(Mutex::new(RecvQueue {
+                prod: Producer::attach(mem.clone(), 0, layout).map_err(|e| Error::abi(OP, &e))?,
+                mem,
+                layout,
+                max_sge: granted.max_recv_sge,
+            })),
+            None => None,
+        };
+        let inner = QpInner {
+            pd: pd.clone(),
+            send_cq: attr.send_cq.clone(),
+            recv_cq: attr.recv_cq.clone(),
+            srq: attr.srq.cloned(),
+            handle: core.qp_handle,
+            qpn: core.qpn,
+            user_handle,
+            qp_type: attr.qp_type,
+            sq_sig_all: attr.sq_sig_all,
+            cap: granted,
+            state: AtomicU32::new(QpState::RESET.0),
+            sq: Mutex::new(SendQueue {
+                prod: sq_prod,
+                mem: sq_mem,
+                layout: sq_layout,
+                limits: SendLimits {
+                    max_sge: granted.max_send_sge,
+                    max_inline: granted.max_inline_data,
+                    qp_type: attr.qp_type,
+                    ctx_id: ctx.id(),
+                },
+            }),
+            rq,
+            sq_doorbell: drv.sq_doorbell,
+            destroyed: false,
+        };
+        let qp = Qp(Arc::new(inner));
+        if drv.sq_doorbell >= ctx.0.doorbells.layout().slots() {
+            // Dropping `qp` destroys it through the control plane.
+            return Err(Error::protocol(
+                OP,
+                format!("SQ doorbell slot {} outside the page", drv.sq_doorbell),
+            ));
+        }
+        Ok(qp)
+    }
+
+    fn ctx(&self) -> &Context {
+        self.0.pd.context()
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.0.qpn
+    }
+
+    /// RC, UC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.0.qp_type
+    }
+
+    /// The granted capacities.
+    pub fn cap(&self) -> QpCap {
+        self.0.cap
+    }
+
+    /// Whether every send WR is signaled.
+    pub fn sq_sig_all(&self) -> bool {
+        self.0.sq_sig_all
+    }
+
+    /// The state last set by [`Qp::modify`] or seen by [`Qp::query`].
+    pub fn state(&self) -> QpState {
+        QpState(self.0.state.load(Ordering::Acquire))
+    }
+
+    /// The `user_handle` async events carry for this QP.
+    pub fn user_handle(&self) -> u64 {
+        self.0.user_handle
+    }
+
+    /// The control plane's handle.
+    pub fn handle(&self) -> u32 {
+        self.0.handle
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Pd {
+        &self.0.pd
+    }
+
+    /// The send CQ.
+    pub fn send_cq(&self) -> &Cq {
+        &self.0.send_cq
+    }
+
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &Cq {
+        &self.0.recv_cq
+    }
+
+    /// The SRQ, if receives come from one.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.0.srq.as_ref()
+    }
+
+    /// `ibv_modify_qp`: apply the fields of `attr` selected by `mask`.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let req = Request::ModifyQp(ModifyQp {
+            dest: dest_from(&attr.ah_attr),
+            alt_dest: dest_from(&attr.alt_ah_attr),
+            qp_handle: self.0.handle,
+            attr_mask: mask.bits(),
+            qkey: attr.qkey,
+            rq_psn: attr.rq_psn,
+            sq_psn: attr.sq_psn,
+            dest_qp_num: attr.dest_qp_num,
+            qp_access_flags: attr.qp_access_flags.bits(),
+            pkey_index: attr.pkey_index,
+            alt_pkey_index: attr.alt_pkey_index,
+            qp_state: attr.qp_state.0 as u8,
+            cur_qp_state: attr.cur_qp_state.0 as u8,
+            path_mtu: attr.path_mtu.0 as u8,
+            path_mig_state: attr.path_mig_state,
+            en_sqd_async_notify: u8::from(attr.en_sqd_async_notify),
+            max_rd_atomic: attr.max_rd_atomic,
+            max_dest_rd_atomic: attr.max_dest_rd_atomic,
+            min_rnr_timer: attr.min_rnr_timer,
+            port_num: attr.port_num,
+            timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            alt_port_num: attr.alt_port_num,
+            alt_timeout: attr.alt_timeout,
+            reserved: [0; 2],
+        });
+        self.ctx().cmd("modify_qp", &req, |_| Ok(()))?;
+        if mask.contains(QpAttrMask::STATE) {
+            self.0.state.store(attr.qp_state.0, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the attributes selected by `mask` (the control plane may fill more).
+    /// Also refreshes [`Qp::state`].
+    pub fn query(&self, mask: QpAttrMask) -> Result<QpAttr> {
+        let req = Request::QueryQp(QueryQp {
+            response: 0,
+            qp_handle: self.0.handle,
+            attr_mask: mask.bits(),
+        });
+        let r: QueryQpResp = self.ctx().cmd("query_qp", &req, |mut r| Ok(take(&mut r)))?;
+        let attr = QpAttr {
+            qp_state: QpState(u32::from(r.qp_state)),
+            cur_qp_state: QpState(u32::from(r.cur_qp_state)),
+            path_mtu: Mtu(u32::from(r.path_mtu)),
+            path_mig_state: r.path_mig_state,
+            qkey: r.qkey,
+            rq_psn: r.rq_psn,
+            sq_psn: r.sq_psn,
+            dest_qp_num: r.dest_qp_num,
+            qp_access_flags: AccessFlags(r.qp_access_flags),
+            cap: QpCap {
+                max_send_wr: r.max_send_wr,
+                max_recv_wr: r.max_recv_wr,
+                max_send_sge: r.max_send_sge,
+                max_recv_sge: r.max_recv_sge,
+                max_inline_data: r.max_inline_data,
+            },
+            ah_attr: ah_from(&r.dest),
+            alt_ah_attr: ah_from(&r.alt_dest),
+            pkey_index: r.pkey_index,
+            alt_pkey_index: r.alt_pkey_index,
+            en_sqd_async_notify: false,
+            sq_draining: r.sq_draining != 0,
+            max_rd_atomic: r.max_rd_atomic,
+            max_dest_rd_atomic: r.max_dest_rd_atomic,
+            min_rnr_timer: r.min_rnr_timer,
+            port_num: r.port_num,
+            timeout: r.timeout,
+            retry_cnt: r.retry_cnt,
+            rnr_retry: r.rnr_retry,
+            alt_port_num: r.alt_port_num,
+            alt_timeout: r.alt_timeout,
+            sq_sig_all: r.sq_sig_all != 0,
+        };
+        self.0.state.store(attr.qp_state.0, Ordering::Release);
+        Ok(attr)
+    }
+
+    /// This QP as a peer sees it ([`Qp::connect`]'s argument on the other side).
+    pub fn endpoint(&self, psn: u32, gid: Gid) -> QpEndpoint {
+        QpEndpoint {
+            qpn: self.0.qpn,
+            psn,
+            gid,
+        }
+    }
+
+    /// RESET → INIT → RTR → RTS for an RC or UC QP talking to `remote`, as
+    /// ibv_rc_pingpong does (UC ignores the READ/atomic and retry fields).
+    pub fn connect(&self, remote: &QpEndpoint, o: &ConnectOpts) -> Result<()> {
+        let uc = self.0.qp_type == QpType::UC;
+        let mut a = QpAttr {
+            qp_state: QpState::INIT,
+            port_num: o.port,
+            qp_access_flags: if uc {
+                o.access & (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            } else {
+                o.access
+            },
+            ..QpAttr::default()
+        };
+        self.modify(
+            &a,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+        )?;
+        a.qp_state = QpState::RTR;
+        a.path_mtu = o.path_mtu;
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn;
+        a.max_dest_rd_atomic = o.max_dest_rd_atomic;
+        a.min_rnr_timer = o.min_rnr_timer;
+        a.ah_attr = AhAttr::roce(remote.gid, o.sgid_index, o.port);
+        let mut m = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN;
+        if !uc {
+            m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        }
+        self.modify(&a, m)?;
+        a.qp_state = QpState::RTS;
+        a.sq_psn = o.sq_psn;
+        a.timeout = o.timeout;
+        a.retry_cnt = o.retry_cnt;
+        a.rnr_retry = o.rnr_retry;
+        a.max_rd_atomic = o.max_rd_atomic;
+        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        if !uc {
+            m |= QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&a, m)
+    }
+
+    /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey` (ibv_ud_pingpong).
+    pub fn ready_ud(&self, port: u8, qkey: u32, sq_psn: u32) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: QpState::INIT,
+            port_num: port,
+            qkey,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &a,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        )?;
+        a.qp_state = QpState::RTR;
+        self.modify(&a, QpAttrMask::STATE)?;
+        a.qp_state = QpState::RTS;
+        a.sq_psn = sq_psn;
+        self.modify(&a, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
+    }
+
+    /// Move to `state` with no other attribute (e.g. ERR, or RESET to reuse the QP).
+    pub fn set_state(&self, state: QpState) -> Result<()> {
+        let a = QpAttr {
+            qp_state: state,
+            ..QpAttr::default()
+        };
+        self.modify(&a, QpAttrMask::STATE)
+    }
+
+    fn sq(&self) -> MutexGuard<'_, SendQueue> {
+        self.0.sq.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_send_state(&self, op: &'static str) -> Result<(), PostError> {
+        let s = self.state();
+        if s.0 < QpState::RTS.0 {
+            return Err(PostError {
+                index: 0,
+                error: Error::local(op, Errno::EINVAL, format!("QP {} is in {s}, not RTS", self.0.qpn)),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_recv_state(&self, op: &'static str) -> Result<(), PostError> {
+        let s = self.state();
+        if s == QpState::RESET {
+            return Err(PostError {
+                index: 0,
+                error: Error::local(op, Errno::EINVAL, format!("QP {} is in RESET", self.0.qpn)),
+            });
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_send`: write `wrs` into the SQ ring and ring the doorbell once (module
+    /// docs). No system call unless the engine is parked. On error, WRs before
+    /// [`PostError::index`] were posted.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.check_send_state("post_send")?;
+        let mut sq = self.sq();
+        let SendQueue { prod, limits, .. } = &mut *sq;
+        let (posted, err) = stage_sends(prod, limits, wrs);
+        if posted > 0 {
+            let ctx = self.ctx();
+            // The slot was checked at creation, so ringing cannot fail; if it somehow did,
+            // the WRs are published and the next doorbell makes the engine find them.
+            let _ = ctx.0.doorbells.ring(self.0.sq_doorbell, &ctx.0.wake);
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// `ibv_post_recv`: write `wrs` into the RQ ring. No system call.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        const OP: &str = "post_recv";
+        self.check_recv_state(OP)?;
+        let rq = self.0.rq.as_ref().ok_or_else(|| PostError {
+            index: 0,
+            error: Error::local(OP, Errno::EINVAL, "QP receives from an SRQ"),
+        })?;
+        let mut rq = rq.lock().unwrap_or_else(|p| p.into_inner());
+        let max_sge = rq.max_sge;
+        stage_recvs(OP, &mut rq.prod, max_sge, wrs)
+    }
+
+    /// Slow-path post_send: the WRs as one POST_SEND command (no inline data).
+    pub fn post_send_cmd(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        const OP: &str = "post_send_cmd";
+        self.check_send_state(OP)?;
+        let mut sq = self.sq();
+        let (mut wr_bytes, mut sge_bytes) = (Vec::new(), Vec::new());
+        encode_send_cmd(wrs, &sq.limits, &mut wr_bytes, &mut sge_bytes)?;
+        let req = Request::PostSend(
+            PostSend {
+                response: 0,
+                qp_handle: self.0.handle,
+                wr_count: wrs.len() as u32,
+                sge_count: (sge_bytes.len() / Sge::SIZE) as u32,
+                wqe_size: abi::uverbs::SendWr::SIZE as u32,
+            },
+            WrList {
+                wrs: &wr_bytes,
+                sges: &sge_bytes,
+                wqe_size: abi::uverbs::SendWr::SIZE,
+            },
+        );
+        let res = self.ctx().cmd(OP, &req, |mut r| Ok(take::<PostResp>(&mut r).bad_wr));
+        // The control plane may have produced into our SQ ring: resume from its index.
+        let (mem, layout) = (sq.mem.clone(), sq.layout);
+        if let Ok(p) = Producer::attach(mem, 0, layout) {
+            sq.prod = p;
+        }
+        match res {
+            Ok(bad) => bad_wr_result(OP, bad, wrs.len()),
+            Err(error) => Err(PostError { index: 0, error }),
+        }
+    }
+
+    /// Slow-path post_recv: the WRs as one POST_RECV command.
+    pub fn post_recv_cmd(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        const OP: &str = "post_recv_cmd";
+        self.check_recv_state(OP)?;
+        let rq = self.0.rq.as_ref().ok_or_else(|| PostError {
+            index: 0,
+            error: Error::local(OP, Errno::EINVAL, "QP receives from an SRQ"),
+        })?;
+        let mut rq = rq.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut wr_bytes, mut sge_bytes) = (Vec::new(), Vec::new());
+        encode_recv_cmd(OP, wrs, rq.max_sge, &mut wr_bytes, &mut sge_bytes)?;
+        let req = Request::PostRecv(
+            PostRecv {
+                response: 0,
+                qp_handle: self.0.handle,
+                wr_count: wrs.len() as u32,
+                sge_count: (sge_bytes.len() / Sge::SIZE) as u32,
+                wqe_size: abi::uverbs::RecvWr::SIZE as u32,
+            },
+            WrList {
+                wrs: &wr_bytes,
+                sges: &sge_bytes,
+                wqe_size: abi::uverbs::RecvWr::SIZE,
+            },
+        );
+        let res = self.ctx().cmd(OP, &req, |mut r| Ok(take::<PostResp>(&mut r).bad_wr));
+        let (mem, layout) = (rq.mem.clone(), rq.layout);
+        if let Ok(p) = Producer::attach(mem, 0, layout) {
+            rq.prod = p;
+        }
+        match res {
+            Ok(bad) => bad_wr_result(OP, bad, wrs.len()),
+            Err(error) => Err(PostError { index: 0, error }),
+        }
+    }
+
+    /// `ibv_destroy_qp`. Outstanding WRs are abandoned without completions (IBA: a
+    /// destroyed QP generates none). `EBUSY` (QP handed back) while other handles exist.
+    pub fn destroy(self) -> core::result::Result<(), (Error, Qp)> {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => match inner.destroy() {
+                Ok(()) => Ok(()),
+                Err(e) => Err((e, Qp(Arc::new(inner)))),
+            },
+            Err(arc) => Err((
+                Error::local("destroy_qp", Errno::EBUSY, "other handles to this QP exist"),
+                Qp(arc),
+            )),
+        }
+    }
+
+    /// The address of the peer this QP's primary path points at, if the control plane
+    /// reports one (handy in examples and logs).
+    pub fn remote_addr(&self) -> Result<IpAddr> {
+        Ok(self.query(QpAttrMask::AV)?.ah_attr.grh.dgid.to_ip())
+    }
+}
+
+impl QpInner {
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
+        let req = Request::DestroyQp(DestroyQp {
+            response: 0,
+            qp_handle: self.handle,
+            reserved: 0,
+        });
+        self.pd.context().cmd("destroy_qp", &req, |_| Ok(()))?;
+        self.destroyed = true;
+        Ok(())
+    }
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        if self.destroy().is_err() {
+            // The engine may still read the rings: never free them.
+            leak(&self.sq.get_mut().unwrap_or_else(|p| p.into_inner()).mem);
+            if let Some(rq) = &mut self.rq {
+                leak(&rq.get_mut().unwrap_or_else(|p| p.into_inner()).mem);
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.0.qpn)
+            .field("type", &self.0.qp_type)
+            .field("state", &self.state())
+            .field("cap", &self.0.cap)
+            .finish()
+    }
+}

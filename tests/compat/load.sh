@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Drop-in library test: the stock Debian 12 rdma-core 44 / perftest 4.5 binaries load
+# against uroce's libraries in target/compat and see uroce's devices.
+#
+#   tests/compat/load.sh              # builds (scripts/build-compat.sh), then tests
+#   tests/compat/load.sh --no-build   # tests what is already in target/compat
+#   tests/compat/load.sh --debug      # builds the dev profile
+#
+# Needs the Debian packages ibverbs-utils, perftest and rdmacm-utils; as root it installs them,
+# otherwise it skips with a message. gcc (for the small C ABI programs) and readelf/ldd are
+# expected on the machine. Checks, with reference sections of ibverbs-abi.md:
+#   1. our four libraries carry the right SONAMEs and version nodes (§1);
+#   2. every versioned symbol each tool imports from libibverbs/librdmacm/libmlx5/libefa is
+#      exported by ours with the same version (§2) — checked statically with readelf;
+#   3. the loader agrees: `ldd -r` resolves every tool's libraries from target/compat with no
+#      missing symbol or version, and each tool starts without a loader error (§0: -z now);
+#   4. `ibv_devices` lists exactly the devices of UROCE_DEVICES;
+#   5. the device-free functions give byte-identical results to the system libraries, and
+#      the device list / GUID / sysfs emulation behave (tests/compat/*.c);
+#   6. `ibv_devinfo -v` describes the device (once the library is wired to the device).
+# Ends with a "N passed, M failed" line; exit status 1 if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+
+build=1
+build_args=()
+for arg in "$@"; do
+    case "$arg" in
+        --no-build) build=0 ;;
+        --debug) build_args+=(--debug) ;;
+        *) echo "load.sh: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
+
+pass=0
+fail=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+
+tools=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong
+       ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat
+       ib_atomic_bw ib_atomic_lat rping ucmatose)
+
+missing=()
+for t in "${tools[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "load.sh: installing ibverbs-utils perftest rdmacm-utils (missing: ${missing[*]})"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null 2>&1 || true
+        if ! apt-get install -y -qq ibverbs-utils perftest rdmacm-utils >/dev/null 2>&1; then
+            echo "SKIP: could not install ibverbs-utils perftest rdmacm-utils"
+            exit 0
+        fi
+    else
+        echo "SKIP: the Debian packages ibverbs-utils, perftest and rdmacm-utils are not" \
+             "installed (missing: ${missing[*]}) and this is not root; install them and rerun"
+        exit 0
+    fi
+fi
+for need in gcc readelf ldd; do
+    command -v "$need" >/dev/null 2>&1 || { echo "SKIP: $need not found"; exit 0; }
+done
+
+if [ "$build" = 1 ]; then
+    scripts/build-compat.sh "${build_args[@]}" || { echo "FAIL build"; echo "0 passed, 1 failed"; exit 1; }
+fi
+lib="$repo/target/compat"
+export LD_LIBRARY_PATH="$lib"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# ---- 1. SONAMEs and version nodes ----
+declare -A nodes=(
+    [libibverbs.so.1]="IBVERBS_1.0 IBVERBS_1.1 IBVERBS_1.5 IBVERBS_1.6 IBVERBS_1.7 IBVERBS_1.8 IBVERBS_1.9 IBVERBS_1.10 IBVERBS_1.11 IBVERBS_1.12 IBVERBS_1.13 IBVERBS_1.14 IBVERBS_PRIVATE_34"
+    [librdmacm.so.1]="RDMACM_1.0 RDMACM_1.1 RDMACM_1.2 RDMACM_1.3"
+    [libmlx5.so.1]="MLX5_1.3 MLX5_1.7 MLX5_1.10 MLX5_1.21"
+    [libefa.so.1]="EFA_1.1"
+)
+for so in "${!nodes[@]}"; do
+    f="$lib/$so"
+    if [ ! -f "$f" ]; then bad "$so missing from target/compat"; continue; fi
+    soname=$(readelf -d "$f" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+    [ "$soname" = "$so" ] && ok "$so SONAME" || bad "$so SONAME is '$soname'"
+    defs=$(readelf -W -V "$f" | sed -n '/Version definition/,/Version needs/p')
+    miss=""
+    for n in ${nodes[$so]}; do grep -q "Name: $n\$" <<<"$defs" || miss+=" $n"; done
+    [ -z "$miss" ] && ok "$so defines its version nodes" || bad "$so lacks version nodes:$miss"
+    # Every exported symbol carries a version (no accidental unversioned exports).
+    unversioned=$(readelf -W --dyn-syms "$f" | awk '$7!="UND" && $5=="GLOBAL" && $8 !~ /@/ {print $8}')
+    [ -z "$unversioned" ] && ok "$so exports only versioned symbols" \
+        || bad "$so exports unversioned symbols: $(echo $unversioned | head -c 300)"
+done
+
+# The full rdma-core 44 default-version set is exported (strategy A as well as B, §6.3).
+nexp=$(readelf -W --dyn-syms "$lib/libibverbs.so.1" | awk '$7!="UND" && $8 ~ /@@/' | wc -l)
+[ "$nexp" = 146 ] && ok "libibverbs.so.1 exports 146 versioned symbols" \
+    || bad "libibverbs.so.1 exports $nexp versioned symbols, expected 146"
+dynsyms=$(readelf -W --dyn-syms "$lib/libibverbs.so.1")
+grep -qE ' 1 OBJECT +GLOBAL DEFAULT .* verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34' <<<"$dynsyms" \
+    && ok "verbs_allow_disassociate_destroy is a 1-byte object" \
+    || bad "verbs_allow_disassociate_destroy data symbol"
+
+# ---- 2. every import of every tool is exported with its version ----
+exports="$work/exports"
+for so in libibverbs.so.1 librdmacm.so.1 libmlx5.so.1 libefa.so.1; do
+    readelf -W --dyn-syms "$lib/$so" | awk '$7!="UND" && $8 ~ /@@/ {sub("@@","@",$8); print $8}'
+done | sort -u >"$exports"
+for t in "${tools[@]}"; do
+    path=$(command -v "$t")
+    imports=$(readelf -W --dyn-syms "$path" | awk '$7=="UND" {print $8}' \
+        | grep -E '@(IBVERBS|RDMACM|MLX5|EFA)_' | sed 's/ (.*//' | sort -u)
+    n=$(wc -w <<<"$imports")
+    absent=$(comm -23 <(tr ' ' '\n' <<<"$imports" | sed '/^$/d') "$exports" | tr '\n' ' ')
+    [ -z "$absent" ] && ok "$t: all $n versioned imports exported" \
+        || bad "$t imports symbols we do not export: $absent"
+done
+
+# ---- 3. the dynamic loader agrees ----
+for t in "${tools[@]}"; do
+    path=$(command -v "$t")
+    out=$(ldd -r "$path" 2>&1)
+    if grep -qE 'not found|undefined symbol|version .* not found' <<<"$out"; then
+        bad "$t: ldd -r: $(grep -E 'not found|undefined symbol' <<<"$out" | head -3 | tr '\n' ' ')"
+        continue
+    fi
+    wrong=""
+    for so in libibverbs.so.1 librdmacm.so.1 libmlx5.so.1 libefa.so.1; do
+        line=$(grep "$so =>" <<<"$out") || continue
+        grep -q "=> $lib/$so " <<<"$line" || wrong+=" $line"
+    done
+    [ -z "$wrong" ] && ok "$t: ldd -r clean, libraries from target/compat" \
+        || bad "$t resolves outside target/compat:$wrong"
+    # Start it (usage output only): with -z now every symbol binds before main.
+    run=$(timeout 10 "$path" --help 2>&1 </dev/null)
+    if grep -qE 'symbol lookup error|version .* not found|error while loading shared libraries' <<<"$run"; then
+        bad "$t does not start: $(head -2 <<<"$run" | tr '\n' ' ')"
+    else
+        ok "$t starts"
+    fi
+done
+
+# Strategy A (§6.3): our libibverbs alone, with the *system* libmlx5/libefa/librdmacm, which
+# import the provider interface (IBVERBS_PRIVATE_34) and more IBVERBS_1.x symbols.
+mkdir -p "$work/only-ibverbs"
+cp "$lib/libibverbs.so.1" "$work/only-ibverbs/"
+for t in ib_write_bw ib_send_lat rping; do
+    out=$(LD_LIBRARY_PATH="$work/only-ibverbs" ldd -r "$(command -v "$t")" 2>&1)
+    if grep -qE 'not found|undefined symbol' <<<"$out"; then
+        bad "$t with the system providers: $(grep -E 'not found|undefined symbol' <<<"$out" | head -3 | tr '\n' ' ')"
+    else
+        ok "$t loads with only our libibverbs (system libmlx5/libefa/librdmacm)"
+    fi
+done
+
+# ---- 4. ibv_devices lists the configured devices ----
+out=$(UROCE_DEVICES=uroce0=127.0.0.1,uroce1=127.0.0.2 ibv_devices 2>&1)
+if grep -qE '^\s+uroce0\s+02007ffffe000001$' <<<"$out" && grep -qE '^\s+uroce1\s+02007ffffe000002$' <<<"$out"; then
+    ok "ibv_devices lists uroce0 and uroce1 with their GUIDs"
+else
+    bad "ibv_devices output: $out"
+fi
+out=$(env -u UROCE_DEVICES ibv_devices 2>&1)
+[ "$(grep -c uroce <<<"$out")" = 1 ] && grep -q 'uroce0' <<<"$out" \
+    && ok "ibv_devices defaults to uroce0" || bad "ibv_devices default: $out"
+out=$(UROCE_DEVICES='uroce0' ibv_devices 2>&1)
+grep -q 'UROCE_DEVICES' <<<"$out" && ok "a malformed UROCE_DEVICES is reported" \
+    || bad "malformed UROCE_DEVICES not reported: $out"
+
+# ---- 5. C ABI programs ----
+if gcc -O1 -Wall -Wextra -Werror -o "$work/pure_api" tests/compat/pure_api.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1 /usr/lib/x86_64-linux-gnu/librdmacm.so.1 \
+    && gcc -O1 -Wall -Wextra -Werror -o "$work/devlist" tests/compat/devlist.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    env -u LD_LIBRARY_PATH "$work/pure_api" >"$work/sys.out" 2>&1
+    "$work/pure_api" >"$work/ours.out" 2>&1
+    if [ -s "$work/sys.out" ] && cmp -s "$work/sys.out" "$work/ours.out"; then
+        ok "pure functions match rdma-core 44 ($(wc -l <"$work/sys.out") results)"
+    else
+        bad "pure functions differ from rdma-core 44: $(diff "$work/sys.out" "$work/ours.out" | head -5 | tr '\n' ' ')"
+    fi
+    UROCE_DEVICES=uroce0=127.0.0.1,uroce1=127.0.0.2 "$work/devlist" uroce0 uroce1 >"$work/devlist.out" 2>&1 \
+        && ok "device list, GUID, index, sysfs emulation" \
+        || bad "devlist: $(cat "$work/devlist.out")"
+    UROCE_DEVICES=nonsense "$work/devlist" >"$work/devlist.out" 2>&1 \
+        && ok "bad device list fails with EINVAL" || bad "devlist bad env: $(cat "$work/devlist.out")"
+else
+    bad "compiling the C ABI programs"
+fi
+
+# ---- 6. ibv_devinfo ----
+out=$(UROCE_DEVICES=uroce0=127.0.0.1 ibv_devinfo -v 2>&1)
+if grep -q 'Failed to open device' <<<"$out"; then
+    echo "skip ibv_devinfo -v: libibverbs not wired to the device yet (ibv_open_device: ENOSYS)"
+elif grep -qE 'hca_id:\s+uroce0' <<<"$out" && grep -qE 'link_layer:\s+Ethernet' <<<"$out" \
+    && grep -qE 'state:\s+PORT_ACTIVE' <<<"$out" && grep -q '::ffff:127.0.0.1, RoCE v2' <<<"$out"; then
+    ok "ibv_devinfo -v describes uroce0"
+else
+    bad "ibv_devinfo -v: $(head -20 <<<"$out")"
+fi
+
+echo "compat: $pass passed, $fail failed"
+[ "$fail" = 0 ]
