@@ -156,7 +156,7 @@ done
 
 # ---- 4. ibv_devices lists the configured devices ----
 out=$(UROCE_DEVICES=uroce0=127.0.0.1,uroce1=127.0.0.2 ibv_devices 2>&1)
-if grep -qE '^\s+uroce0\s+02007ffffe000001$' <<<"$out" && grep -qE '^\s+uroce1\s+02007ffffe000002$' <<<"$out"; then
+if grep -qE '^\s+uroce0\s+00007ffffe000001$' <<<"$out" && grep -qE '^\s+uroce1\s+00007ffffe000002$' <<<"$out"; then
     ok "ibv_devices lists uroce0 and uroce1 with their GUIDs"
 else
     bad "ibv_devices output: $out"

@@ -42,27 +42,34 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<&'static UDevice>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The node GUID uroce gives a device bound to `addr`.
-///
-/// uroce has no MAC address to derive an EUI-64 from as rxe does, so the address itself is
-/// used: IPv4 `a.b.c.d` → `02:00:a:ff:fe:b:c:d`-style bytes (a locally administered EUI-64 of
-/// the pseudo-MAC `02:00:a:b:c:d`), IPv6 → its interface identifier with the
-/// locally-administered bit set. Distinct addresses give distinct GUIDs.
+/// The node GUID of a device bound to `addr`, without opening it (`ibv_get_device_guid`,
+/// `ibv_devices`). It must equal what the device reports in QUERY_DEVICE, so this follows
+/// the NIC's derivation (crate `nic`, `cmds::node_guid`, which is crate-private): as rxe
+/// derives the GUID from its netdev's MAC, the EUI-64 of a locally administered pseudo-MAC —
+/// `02:00:a:b:c:d` for IPv4 `a.b.c.d`, the low 48 bits of an IPv6 address (with the
+/// local bit set and the multicast bit cleared) — with the universal/local bit flipped.
+/// `tests/compat/load.sh` checks that `ibv_devices` and `ibv_devinfo` agree.
 pub fn guid_for(addr: IpAddr) -> u64 {
-    let bytes: [u8; 8] = match addr {
+    let mac: [u8; 6] = match addr {
         IpAddr::V4(v4) => {
             let [a, b, c, d] = v4.octets();
-            [0x02, 0x00, a, 0xff, 0xfe, b, c, d]
+            [0x02, 0x00, a, b, c, d]
         }
         IpAddr::V6(v6) => {
             let o = v6.octets();
-            let mut id = [0u8; 8];
-            id.copy_from_slice(&o[8..]);
-            id[0] |= 0x02;
-            id
+            [(o[10] | 0x02) & !0x01, o[11], o[12], o[13], o[14], o[15]]
         }
     };
-    u64::from_be_bytes(bytes)
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
 }
 
 /// GID index 0 of a device bound to `addr`: the IPv4-mapped or IPv6 address (RoCEv2).
@@ -376,14 +383,14 @@ mod tests {
     #[test]
     fn guid_and_gid_follow_the_address() {
         let a = guid_for("127.0.0.1".parse().unwrap());
-        assert_eq!(a.to_be_bytes(), [0x02, 0, 127, 0xff, 0xfe, 0, 0, 1]);
+        assert_eq!(a.to_be_bytes(), [0x00, 0, 127, 0xff, 0xfe, 0, 0, 1]);
         assert_ne!(a, guid_for("127.0.0.2".parse().unwrap()));
-        let v6 = guid_for("fe80::1234:5678:9abc:def0".parse().unwrap());
-        assert_eq!(v6.to_be_bytes(), [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0]);
+        let v6 = guid_for("fe80::1234:5678:9abc:def1".parse().unwrap());
+        assert_eq!(v6.to_be_bytes(), [0x54, 0x78, 0x9a, 0xff, 0xfe, 0xbc, 0xde, 0xf1]);
         let gid = gid_for("10.1.2.3".parse().unwrap());
         assert_eq!(gid[10..], [0xff, 0xff, 10, 1, 2, 3]);
         assert_eq!(gid_text(gid), "0000:0000:0000:0000:0000:ffff:0a01:0203");
-        assert_eq!(guid_text(a), "0200:7fff:fe00:0001");
+        assert_eq!(guid_text(a), "0000:7fff:fe00:0001");
     }
 
     #[test]
@@ -396,7 +403,7 @@ mod tests {
         assert_eq!(sysfs_attr(&d, "board_id").as_deref(), Some("UROCE\n"));
         assert_eq!(
             sysfs_attr(&d, "node_guid").as_deref(),
-            Some("0200:7fff:fe00:0007\n")
+            Some("0000:7fff:fe00:0007\n")
         );
         assert_eq!(sysfs_attr(&d, "ports/1/link_layer").as_deref(), Some("Ethernet\n"));
         assert!(sysfs_attr(&d, "nonexistent").is_none());

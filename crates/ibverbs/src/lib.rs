@@ -60,8 +60,11 @@
 //! (slow path). Entry points on the slow path run under [`util::guard`], so a bug returns
 //! an error instead of unwinding into C.
 
+pub mod context;
+pub mod cq;
 pub mod device;
-pub mod pending;
+pub mod objects;
+pub mod qp;
 pub mod strings;
 pub mod stubs;
 pub mod types;
@@ -70,8 +73,11 @@ mod util;
 // The exported C names, each an entry point that jumps to the Rust function of the same
 // name re-exported here (compat-symver). Not in unit-test builds: an executable has no
 // version script defining the nodes.
+pub use context::*;
+pub use cq::*;
 pub use device::*;
-pub use pending::*;
+pub use objects::*;
+pub use qp::*;
 pub use strings::*;
 pub use stubs::*;
 

@@ -12,8 +12,8 @@ use std::os::fd::IntoRawFd;
 use abi::cmd::{encode_reply, Frame};
 use abi::doorbell::{DoorbellLayout, DoorbellReceiver};
 use abi::fastpath::{
-    recv_wqe_size, send_caps_for_elem, Cqe, RecvWqe, SendWqe, CQE_BYTES, MAX_INLINE_DATA,
-    MAX_SGE, RECV_WQE_HDR_BYTES,
+    recv_wqe_size, send_caps_for_elem, Cqe, RecvWqe, SendWqe, CQE_BYTES, MAX_INLINE_DATA, MAX_SGE,
+    RECV_WQE_HDR_BYTES,
 };
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::uverbs::*;
@@ -40,12 +40,10 @@ fn own<T: Owned>(slab: &crate::slab::Slab<T>, ctx: CtxId, h: u32) -> Result<&T, 
     slab.get(h).filter(|o| o.ctx() == ctx).ok_or(Errno::EINVAL)
 }
 
-fn own_mut<T: Owned>(
-    slab: &mut crate::slab::Slab<T>,
-    ctx: CtxId,
-    h: u32,
-) -> Result<&mut T, Errno> {
-    slab.get_mut(h).filter(|o| o.ctx() == ctx).ok_or(Errno::EINVAL)
+fn own_mut<T: Owned>(slab: &mut crate::slab::Slab<T>, ctx: CtxId, h: u32) -> Result<&mut T, Errno> {
+    slab.get_mut(h)
+        .filter(|o| o.ctx() == ctx)
+        .ok_or(Errno::EINVAL)
 }
 
 fn push<T: IntoBytes + zerocopy::Immutable>(resp: &mut Vec<u8>, v: &T) {
@@ -105,6 +103,11 @@ fn dest_from(
     }
     let ip = gid_to_ip(dgid);
     if ip.is_ipv4() != dev_ip.is_ipv4() || ip.is_unspecified() || ip.is_multicast() {
+        return Err(Errno::EINVAL);
+    }
+    // No route between loopback and other addresses (the kernel refuses such a datagram
+    // too: a loopback source never leaves the host).
+    if ip.is_loopback() != dev_ip.is_loopback() {
         return Err(Errno::EINVAL);
     }
     Ok(Dest {
@@ -632,12 +635,7 @@ impl DevState {
         if let Some(c) = self.res.ctxs.get_mut(&ctx) {
             c.channels += 1;
         }
-        push(
-            resp,
-            &CreateCompChannelResp {
-                fd: lib_fd as u32,
-            },
-        );
+        push(resp, &CreateCompChannelResp { fd: lib_fd as u32 });
         Ok(())
     }
 
@@ -892,6 +890,7 @@ impl DevState {
             events_reported: 0,
             in_ready: false,
             timer: None,
+            in_err_list: false,
         };
         let qpn = self.qps.insert(qpo, l.max_qp).ok_or(Errno::ENOMEM)?;
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
@@ -1133,7 +1132,8 @@ impl DevState {
             self.make_ready(c.qp_handle);
             return Ok(());
         }
-        let mut prod = Producer::attach(qpo.sq_mem.clone(), 0, qpo.sq_layout).map_err(ring_errno)?;
+        let mut prod =
+            Producer::attach(qpo.sq_mem.clone(), 0, qpo.sq_layout).map_err(ring_errno)?;
         if (prod.free().map_err(ring_errno)? as usize) < list.len() {
             return Err(Errno::ENOMEM);
         }
@@ -1161,10 +1161,13 @@ impl DevState {
         let op = transport::WrOpcode::from_u32(wr.opcode).ok_or(Errno::EINVAL)?;
         let ok = match qpo.ty {
             QpType::Rc => true,
-            QpType::Uc => op.is_write() || matches!(
-                op,
-                transport::WrOpcode::Send | transport::WrOpcode::SendWithImm
-            ),
+            QpType::Uc => {
+                op.is_write()
+                    || matches!(
+                        op,
+                        transport::WrOpcode::Send | transport::WrOpcode::SendWithImm
+                    )
+            }
             QpType::Ud => matches!(
                 op,
                 transport::WrOpcode::Send | transport::WrOpcode::SendWithImm
@@ -1205,7 +1208,12 @@ impl DevState {
             hdr.remote_qpn = u.remote_qpn;
             hdr.remote_qkey = u.remote_qkey;
         }
-        let payload = if wr.send_flags & SendFlags::INLINE.0 != 0 && !op.is_read_or_atomic() {
+        let inline = wr.send_flags & SendFlags::INLINE.0 != 0;
+        if inline && op.is_read_or_atomic() {
+            // READ and atomic results need a registered destination.
+            return Err(Errno::EINVAL);
+        }
+        let payload = if inline {
             // Inline: the device copies the bytes now, with no lkey check (IBV_SEND_INLINE).
             let mut data = Vec::new();
             for s in sges.iter() {
@@ -1225,7 +1233,6 @@ impl DevState {
             hdr.inline_len = data.len() as u16;
             data
         } else {
-            hdr.send_flags &= !SendFlags::INLINE.0;
             if sges.len() > qpo.caps.max_send_sge as usize {
                 return Err(Errno::EINVAL);
             }
@@ -1274,10 +1281,10 @@ impl DevState {
             return Err(Errno::EINVAL);
         }
         let (mem, layout) = attach_ring(&d.ring)?;
-        let max_sge = (((layout.elem_size() as usize - RECV_WQE_HDR_BYTES)
-            / abi::uverbs::Sge::SIZE) as u32)
-            .min(MAX_SGE)
-            .min(l.max_srq_sge);
+        let max_sge =
+            (((layout.elem_size() as usize - RECV_WQE_HDR_BYTES) / abi::uverbs::Sge::SIZE) as u32)
+                .min(MAX_SGE)
+                .min(l.max_srq_sge);
         if layout.slots() < c.max_wr
             || layout.slots() > l.max_srq_wr.next_power_of_two()
             || max_sge < c.max_sge
@@ -1372,4 +1379,3 @@ fn post_recv_ring(rq: &RecvRing, list: &WrList<'_>) -> Result<(), Errno> {
     prod.publish().map_err(ring_errno)?;
     Ok(())
 }
-

@@ -80,6 +80,11 @@ pub struct DeviceConfig {
     pub dedicated_engine: bool,
     /// How long the engine keeps polling without progress before it parks, in µs.
     pub spin_us: u32,
+    /// While spinning idle, yield the core after a few µs (`sched_yield`). Helps when
+    /// threads outnumber cores (the application may be waiting for the engine's core),
+    /// at the price of system calls while idle-spinning; off by default so a busy
+    /// application thread with its own core sees no engine system calls at all.
+    pub yield_when_idle: bool,
 }
 
 impl DeviceConfig {
@@ -91,7 +96,8 @@ impl DeviceConfig {
             active_mtu: 1024,
             limits: Limits::default(),
             dedicated_engine: false,
-            spin_us: 30,
+            spin_us: 50,
+            yield_when_idle: false,
         }
     }
 

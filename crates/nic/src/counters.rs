@@ -41,6 +41,9 @@ pub struct EngineCounters {
     pub ring_corrupt: u64,
     /// Completion or async events dropped because the event socket was full or closed.
     pub event_drops: u64,
+    /// Internal errors caught in the engine or the control plane (a bug; the device
+    /// keeps running).
+    pub engine_panics: u64,
 }
 
 impl EngineCounters {
@@ -62,6 +65,7 @@ impl EngineCounters {
             ("bad_wqe", self.bad_wqe),
             ("ring_corrupt", self.ring_corrupt),
             ("event_drops", self.event_drops),
+            ("engine_panics", self.engine_panics),
         ]
         .into_iter()
     }

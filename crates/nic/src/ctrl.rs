@@ -196,7 +196,20 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                 let kick = {
                     let mut st = dev.lock_cp();
                     let bytes = conn.inbuf.get(..total).unwrap_or(&[]);
-                    st.execute(conn.ctx, bytes, &mut conn.out)
+                    let (ctx, out) = (conn.ctx, &mut conn.out);
+                    // A bug must cost one command (EIO), not the device's control plane.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        st.execute(ctx, bytes, out)
+                    }))
+                    .unwrap_or_else(|_| {
+                        st.res.counters.engine_panics += 1;
+                        let word = bytes
+                            .get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, u32::from_ne_bytes);
+                        abi::cmd::encode_reply(word, Err(abi::Errno::EIO), 0, out);
+                        false
+                    })
                 };
                 if kick {
                     dev.engine.kick();

@@ -162,8 +162,8 @@ mod tests {
 
     #[test]
     fn validates_heap_and_rejects_garbage() {
-        let buf = vec![7u8; 100_000];
-        let r = user_range(buf.as_ptr() as u64, buf.len() as u64, true).unwrap();
+        let mut buf = vec![7u8; 100_000];
+        let r = user_range(buf.as_mut_ptr() as u64, buf.len() as u64, true).unwrap();
         let mut out = [0u8; 4];
         assert!(r.read(99_996, &mut out));
         assert_eq!(out, [7; 4]);
@@ -173,7 +173,10 @@ mod tests {
         assert_eq!(buf[..3], [1, 2, 7]);
         assert_eq!(user_range(16, 4096, false).unwrap_err(), Errno::EFAULT);
         assert_eq!(user_range(0, 4096, false).unwrap_err(), Errno::EINVAL);
-        assert_eq!(user_range(u64::MAX - 1, 4, false).unwrap_err(), Errno::EINVAL);
+        assert_eq!(
+            user_range(u64::MAX - 1, 4, false).unwrap_err(),
+            Errno::EINVAL
+        );
         assert_eq!(
             user_range(buf.as_ptr() as u64, 0, false).unwrap_err(),
             Errno::EINVAL
@@ -183,11 +186,17 @@ mod tests {
 
     #[test]
     fn atomics_need_alignment() {
-        let words = vec![5u64; 4];
-        let r = user_range(words.as_ptr() as u64, 32, true).unwrap();
+        let mut words = [5u64; 4];
+        let r = user_range(words.as_mut_ptr() as u64, 32, true).unwrap();
         assert_eq!(r.atomic(8, AtomicOp::FetchAdd { add: 2 }), Some(5));
         assert_eq!(
-            r.atomic(8, AtomicOp::CompareSwap { compare: 7, swap: 1 }),
+            r.atomic(
+                8,
+                AtomicOp::CompareSwap {
+                    compare: 7,
+                    swap: 1
+                }
+            ),
             Some(7)
         );
         assert_eq!(r.atomic(4, AtomicOp::FetchAdd { add: 1 }), None);

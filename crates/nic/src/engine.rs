@@ -58,6 +58,9 @@ const TXQ_MAX: usize = 1024;
 const LOOP_BUDGET: usize = 512;
 /// Rounds of (loopback, ready QPs) per pass.
 const ROUNDS: usize = 8;
+/// With [`crate::DeviceConfig::yield_when_idle`], idle spinning longer than this yields the
+/// core between polls.
+const YIELD_AFTER: Duration = Duration::from_micros(5);
 /// Largest send WQE the engine reads: header + 32 SGEs.
 const SEND_WQE_MAX: usize = SEND_WQE_HDR_BYTES + 32 * 16;
 
@@ -190,15 +193,30 @@ fn run(shared: Arc<EngineShared>) {
         shared.kicked.store(false, SeqCst);
         let mut progress = false;
         for d in devs.iter_mut() {
-            progress |= pass(&d.dev, &mut d.io, now_of(epoch));
+            // A bug must not take every device of the process down with this thread: the
+            // state stays usable (the lock ignores poisoning) and the pass is retried.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pass(&d.dev, &mut d.io, now_of(epoch))
+            }));
+            match r {
+                Ok(p) => progress |= p,
+                Err(_) => d.dev.lock_engine().res.counters.engine_panics += 1,
+            }
         }
         if progress {
             last_progress = Instant::now();
             continue;
         }
-        let spin = devs.iter().map(|d| d.dev.cfg.spin_us).max().unwrap_or(30);
-        if last_progress.elapsed() < Duration::from_micros(u64::from(spin)) {
-            std::hint::spin_loop();
+        let spin = devs.iter().map(|d| d.dev.cfg.spin_us).max().unwrap_or(50);
+        let idle = last_progress.elapsed();
+        if idle < Duration::from_micros(u64::from(spin)) {
+            if idle > YIELD_AFTER && devs.iter().any(|d| d.dev.cfg.yield_when_idle) {
+                // The application may be waiting for this very core (more runnable threads
+                // than cores): let it run rather than burn the rest of the spin window.
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         if park(&shared, &mut devs, epoch, &mut events) {
@@ -285,6 +303,7 @@ fn pass(dev: &Device, io: &mut DevIo, now: Time) -> bool {
         progress |= receive(dev, st, io, now);
     }
     progress |= fire_timers(st, now);
+    check_err_rqs(st);
     for _ in 0..ROUNDS {
         let mut did = false;
         for _ in 0..LOOP_BUDGET {
@@ -333,6 +352,37 @@ fn drain_doorbells(st: &mut DevState) -> bool {
     rung > 0
 }
 
+/// Receives posted to a QP in ERR flush; look for new ones (no doorbell announces them).
+fn check_err_rqs(st: &mut DevState) {
+    if st.err_rqs.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    while let Some(&idx) = st.err_rqs.get(i) {
+        let keep = match st.qps.get_mut(idx) {
+            Some(q) if q.in_err_list && q.qp.state() == QpState::Err => {
+                let pending =
+                    q.rq.as_mut()
+                        .is_some_and(|rq| rq.refresh().unwrap_or(0) > 0);
+                if pending {
+                    st.make_ready(idx);
+                }
+                true
+            }
+            Some(q) => {
+                q.in_err_list = false;
+                false
+            }
+            None => false,
+        };
+        if keep {
+            i += 1;
+        } else {
+            st.err_rqs.swap_remove(i);
+        }
+    }
+}
+
 fn fire_timers(st: &mut DevState, now: Time) -> bool {
     let mut fired = false;
     while let Some(Reverse((t, idx))) = st.timers.peek().copied() {
@@ -340,13 +390,25 @@ fn fire_timers(st: &mut DevState, now: Time) -> bool {
             break;
         }
         st.timers.pop();
-        if let Some(q) = st.qps.get_mut(idx) {
-            if q.timer == Some(t) {
-                q.timer = None;
+        let Some(q) = st.qps.get_mut(idx) else {
+            continue;
+        };
+        if q.timer != Some(t) {
+            continue; // stale: the QP re-armed earlier, or is another QP now
+        }
+        q.timer = None;
+        match q.qp.poll_timeout() {
+            Some(d) if d <= now => {
                 q.qp.handle_timeout(now);
                 st.make_ready(idx);
                 fired = true;
             }
+            // The deadline moved later since this entry was queued: wait for it.
+            Some(d) => {
+                q.timer = Some(d);
+                st.timers.push(Reverse((d, idx)));
+            }
+            None => {}
         }
     }
     fired
@@ -407,10 +469,7 @@ fn wqe_to_wr(
 /// Move WQEs from the SQ ring into the transport while it accepts them. WQEs posted while
 /// the QP is below RTS stay in the ring until it gets there (rxe's requester waits too).
 fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
-    if matches!(
-        q.qp.state(),
-        QpState::Reset | QpState::Init | QpState::Rtr
-    ) {
+    if matches!(q.qp.state(), QpState::Reset | QpState::Init | QpState::Rtr) {
         return false;
     }
     let limits = WqeLimits {
@@ -535,6 +594,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         qps,
         ready,
         timers,
+        err_rqs,
         ..
     } = st;
     let Some(q) = qps.get_mut(idx) else {
@@ -577,12 +637,18 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         let (qpn, rcq) = (q.qp.qpn().value(), q.recv_cq);
         if let Some(rq) = q.rq.as_mut() {
             progress |= flush_rq_ring(res, rq, qpn, rcq) > 0;
+            if !q.in_err_list {
+                q.in_err_list = true;
+                err_rqs.push(idx);
+            }
         }
     }
-    let t = q.qp.poll_timeout();
-    if t != q.timer {
-        q.timer = t;
-        if let Some(t) = t {
+    // At most one heap entry per QP: only a deadline earlier than the armed one is queued;
+    // a later one is picked up when the armed entry fires (see `fire_timers`), so steady
+    // traffic that keeps pushing the ACK timer out does not grow the heap.
+    if let Some(t) = q.qp.poll_timeout() {
+        if q.timer.is_none_or(|armed| t < armed) {
+            q.timer = Some(t);
             timers.push(Reverse((t, idx)));
         }
     }
@@ -594,13 +660,16 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
 
 /// Send a packet the transport built: to the internal loopback when the destination is
 /// this device, else as a UDP datagram with its ICRC.
-fn route(dev_ip: IpAddr, q: &QpObj, res: &mut Resources, io: &mut DevIo, mut buf: Vec<u8>, t: Transmit) {
+fn route(
+    dev_ip: IpAddr,
+    q: &QpObj,
+    res: &mut Resources,
+    io: &mut DevIo,
+    mut buf: Vec<u8>,
+    t: Transmit,
+) {
     let dest = match t.ah {
-        Some(ah) => res
-            .ahs
-            .get(ah)
-            .filter(|a| a.ctx == q.ctx)
-            .map(|a| a.dest),
+        Some(ah) => res.ahs.get(ah).filter(|a| a.ctx == q.ctx).map(|a| a.dest),
         None => q.av,
     };
     let Some(dest) = dest else {
@@ -650,8 +719,11 @@ fn route(dev_ip: IpAddr, q: &QpObj, res: &mut Resources, io: &mut DevIo, mut buf
             return;
         }
     }
-    io.txq
-        .push_back((buf, t.len + ICRC_LEN, SocketAddr::new(dest.ip, ROCE_V2_PORT)));
+    io.txq.push_back((
+        buf,
+        t.len + ICRC_LEN,
+        SocketAddr::new(dest.ip, ROCE_V2_PORT),
+    ));
 }
 
 fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
@@ -723,7 +795,9 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, now: Time) 
         c.port_rcv_errors += 1;
         return;
     };
-    let transport_bytes = data.get(..data.len() - ICRC_LEN).unwrap_or(&[]);
+    let transport_bytes = data
+        .get(..data.len().saturating_sub(ICRC_LEN))
+        .unwrap_or(&[]);
     let udp = UdpRepr {
         src_port: from.port(),
         dst_port: ROCE_V2_PORT,
@@ -732,12 +806,19 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, now: Time) 
     let udp_len = 8 + data.len();
     let grh = match (from.ip(), dev_ip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc) {
-                Some(u) => v4_grh(s, d, u.ident, u.dont_frag, udp_len),
-                None => {
-                    c.rcvd_icrc_err += 1;
-                    c.port_rcv_errors += 1;
-                    return;
+            // Fast path: what this NIC and Linux senders with PMTU discovery send (ID 0,
+            // DF) is one plain CRC; otherwise solve for the ID/DF bits the socket hides.
+            let likely = IpRepr::v4_socket(s, d, 0, 64);
+            if icrc::compute_for(&likely, &udp, transport_bytes) == Ok(crc) {
+                v4_grh(s, d, 0, true, udp_len)
+            } else {
+                match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc) {
+                    Some(u) => v4_grh(s, d, u.ident, u.dont_frag, udp_len),
+                    None => {
+                        c.rcvd_icrc_err += 1;
+                        c.port_rcv_errors += 1;
+                        return;
+                    }
                 }
             }
         }

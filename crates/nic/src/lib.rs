@@ -23,8 +23,13 @@
 //!   the MR table (`state::DmaView`: key, PD, bounds and access checks), writes CQEs into
 //!   the CQ rings (never overwriting: overflow raises IBV_EVENT_CQ_ERR and moves the QP to
 //!   ERR), loops same-device packets back internally and sends the rest as RoCEv2 over UDP
-//!   4791 with batched `sendmmsg`/`recvmmsg`. It busy-polls while there is work and parks
-//!   in `epoll_wait` when idle, so a doorbell costs a system call only then.
+//!   4791 with batched `sendmmsg`/`recvmmsg` (32 datagrams per call). It busy-polls while
+//!   there is work (and for [`DeviceConfig::spin_us`] after it, 50 µs by default), then
+//!   parks in `epoll_wait` on its wake eventfd and the UDP sockets with the next transport
+//!   deadline as the timeout, so a doorbell costs a system call only then and an idle
+//!   device costs no CPU. The socket is polled while busy only if some QP of the device
+//!   can talk to another device (UD, or a remote address vector): same-device traffic
+//!   makes no system call at all in steady state.
 //! * **Memory** (`dma`): every access to application memory — registered regions and the
 //!   library's ring and doorbell memory — goes through one small module, the only place
 //!   besides `sys` (system calls) with `unsafe`.
@@ -58,7 +63,5 @@ mod sys;
 
 pub use config::{DeviceConfig, Limits};
 pub use counters::{EngineCounters, PortCounters};
-pub use device::{
-    device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider,
-};
+pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};
 pub use state::event;

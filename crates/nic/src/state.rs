@@ -21,8 +21,8 @@ use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
 use abi::Errno;
 use transport::wire::{Lkey, Rkey};
 use transport::{
-    AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr,
-    RemoteAccess, SgeList, Time, WcStatus,
+    AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr, RemoteAccess,
+    SgeList, Time, WcStatus,
 };
 use zerocopy::IntoBytes;
 
@@ -209,6 +209,8 @@ pub(crate) struct QpObj {
     pub(crate) events_reported: u32,
     pub(crate) in_ready: bool,
     pub(crate) timer: Option<Time>,
+    /// Listed in `DevState::err_rqs`.
+    pub(crate) in_err_list: bool,
 }
 
 impl QpObj {
@@ -246,6 +248,9 @@ pub(crate) struct DevState {
     pub(crate) retired: transport::Counters,
     /// QPs that may send or receive through the socket (UD, or a remote AV).
     pub(crate) remote_qps: usize,
+    /// QPs in ERR with their own RQ: receives the library posts to the ring now flush
+    /// (wire-facts §6.3), and no doorbell announces them, so each awake pass looks.
+    pub(crate) err_rqs: Vec<u32>,
     pub(crate) next_mr_key: u8,
 }
 
@@ -269,6 +274,7 @@ impl DevState {
             timers: BinaryHeap::new(),
             retired: transport::Counters::default(),
             remote_qps: 0,
+            err_rqs: Vec::new(),
             next_mr_key: 0,
         }
     }
@@ -284,7 +290,11 @@ impl DevState {
 
     pub(crate) fn recount_remote(&mut self) {
         let ip = self.cfg.addr;
-        self.remote_qps = self.qps.iter().filter(|(_, q)| q.remote_capable(ip)).count();
+        self.remote_qps = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.remote_capable(ip))
+            .count();
     }
 }
 
@@ -348,7 +358,12 @@ impl Resources {
     /// (`solicited` says whether a solicited-only arming fires). On a full ring the CQE is
     /// dropped — never overwriting one the library has not consumed — and the CQ reports
     /// IBV_EVENT_CQ_ERR (once per overflow episode); the caller moves the QP to ERR.
-    pub(crate) fn push_cqe(&mut self, cq_idx: u32, wc: &Wc, solicited: bool) -> Result<(), Overflow> {
+    pub(crate) fn push_cqe(
+        &mut self,
+        cq_idx: u32,
+        wc: &Wc,
+        solicited: bool,
+    ) -> Result<(), Overflow> {
         let Some(cq) = self.cqs.get_mut(cq_idx) else {
             return Err(Overflow);
         };
@@ -619,12 +634,7 @@ impl Memory for DmaView<'_> {
 
 /// Flush every receive WQE still in a QP's own RQ ring with WR_FLUSH_ERR (the QP is in
 /// ERR: wire-facts §6.3 rule 3). Returns how many.
-pub(crate) fn flush_rq_ring(
-    res: &mut Resources,
-    rq: &mut RecvRing,
-    qpn: u32,
-    recv_cq: u32,
-) -> u32 {
+pub(crate) fn flush_rq_ring(res: &mut Resources, rq: &mut RecvRing, qpn: u32, recv_cq: u32) -> u32 {
     let mut n = 0;
     if rq.refresh().is_err() {
         res.counters.ring_corrupt += 1;

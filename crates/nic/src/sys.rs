@@ -23,7 +23,10 @@ fn cvt(r: c_int) -> io::Result<c_int> {
 }
 
 fn is_would_block(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 /// A non-blocking, close-on-exec eventfd (counter semantics: wake-ups are tokens, never lost).
@@ -101,10 +104,9 @@ impl Epoll {
     pub(crate) fn new() -> io::Result<Epoll> {
         // SAFETY: no pointers.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-        // SAFETY: fresh descriptor.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        // SAFETY: `fd` was just created by the kernel and belongs to no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     fn ctl(&self, op: c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
@@ -132,7 +134,12 @@ impl Epoll {
         let mut evs: [libc::epoll_event; N] = unsafe { zeroed() };
         // SAFETY: `evs` has room for N events.
         let r = unsafe {
-            libc::epoll_wait(self.fd.as_raw_fd(), evs.as_mut_ptr(), N as c_int, timeout_ms)
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                evs.as_mut_ptr(),
+                N as c_int,
+                timeout_ms,
+            )
         };
         out.clear();
         if r < 0 {
@@ -154,7 +161,11 @@ pub(crate) fn bind_roce_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind(addr)?;
     let fd = sock.as_raw_fd();
     let (level, name, val) = match addr {
-        SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO),
+        SocketAddr::V4(_) => (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        ),
         SocketAddr::V6(_) => (
             libc::IPPROTO_IPV6,
             libc::IPV6_MTU_DISCOVER,
@@ -192,7 +203,9 @@ pub(crate) struct MsgBatch {
 
 impl std::fmt::Debug for MsgBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MsgBatch").field("cap", &self.hdrs.len()).finish()
+        f.debug_struct("MsgBatch")
+            .field("cap", &self.hdrs.len())
+            .finish()
     }
 }
 
@@ -371,7 +384,10 @@ fn from_storage(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
                 std::ptr::read((st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>())
             };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: as above, for sockaddr_in6.

@@ -75,7 +75,9 @@ fn next_wc(end: &End, events: bool) -> Result<Wc> {
                     cq.ack_events(1);
                 }
             }
-            _ => std::hint::spin_loop(),
+            // Busy-poll, but give the core away between polls: both ends and the engine
+            // may share fewer cores than they are threads.
+            _ => std::thread::yield_now(),
         }
     }
 }

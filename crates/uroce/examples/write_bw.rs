@@ -122,8 +122,16 @@ fn bench(a: &Args) -> Result<()> {
                 }
                 list.push(wr);
             }
-            ea.qp.post_send(&list)?;
-            posted += n;
+            match ea.qp.post_send(&list) {
+                Ok(()) => posted += n,
+                // Queue full (the device has not returned every retired slot yet): the WRs
+                // before `index` went out; retry the rest after polling.
+                Err(e) if e.error.errno() == Errno::ENOMEM => {
+                    posted += e.index as u64;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let k = ea.cq.poll(&mut wc)?;
         for w in &wc[..k] {

@@ -200,6 +200,25 @@ impl CompChannel {
         }
     }
 
+    /// `ibv_destroy_comp_channel`: `EBUSY` (channel handed back) while CQs or other
+    /// handles use it; otherwise its fd is closed.
+    pub fn destroy(self) -> core::result::Result<(), (Error, CompChannel)> {
+        match Arc::try_unwrap(self.0) {
+            Ok(inner) => {
+                drop(inner);
+                Ok(())
+            }
+            Err(arc) => Err((
+                Error::local(
+                    "destroy_comp_channel",
+                    Errno::EBUSY,
+                    "CQs or other handles still use the channel",
+                ),
+                CompChannel(arc),
+            )),
+        }
+    }
+
     /// A future that resolves when the channel's fd is readable.
     pub fn readable(&self) -> Readable<'_> {
         Readable::new(self.0.fd.as_fd())

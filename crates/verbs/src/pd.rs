@@ -40,6 +40,7 @@ pub struct Pd(pub(crate) Arc<PdInner>);
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,
     pub(crate) handle: u32,
+    destroyed: bool,
 }
 
 impl Pd {
@@ -52,6 +53,7 @@ impl Pd {
         Ok(Pd(Arc::new(PdInner {
             ctx: ctx.clone(),
             handle,
+            destroyed: false,
         })))
     }
 
@@ -149,18 +151,47 @@ impl Pd {
             pd: self.clone(),
             handle: r.ah_handle,
             attr: *attr,
+            destroyed: false,
         })))
+    }
+}
+
+impl Pd {
+    /// `ibv_dealloc_pd`. `EBUSY` (PD handed back) while MRs, QPs, SRQs, AHs or other
+    /// handles use it; dropping the last handle deallocates it too.
+    pub fn dealloc(self) -> core::result::Result<(), (Error, Pd)> {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => match inner.dealloc() {
+                Ok(()) => Ok(()),
+                Err(e) => Err((e, Pd(Arc::new(inner)))),
+            },
+            Err(arc) => Err((
+                Error::local("dealloc_pd", Errno::EBUSY, "PD still used by objects or handles"),
+                Pd(arc),
+            )),
+        }
+    }
+}
+
+impl PdInner {
+    fn dealloc(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
+        let req = Request::DeallocPd(DeallocPd {
+            pd_handle: self.handle,
+        });
+        self.ctx.cmd("dealloc_pd", &req, |_| Ok(()))?;
+        self.destroyed = true;
+        Ok(())
     }
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let req = Request::DeallocPd(DeallocPd {
-            pd_handle: self.handle,
-        });
         // Nothing refers to the PD any more (every child holds a clone), so a failure here
         // can only be a dead channel; the control plane then reclaims it with the context.
-        let _ = self.ctx.cmd("dealloc_pd", &req, |_| Ok(()));
+        let _ = self.dealloc();
     }
 }
 
@@ -507,6 +538,7 @@ pub(crate) struct AhInner {
     pub(crate) pd: Pd,
     pub(crate) handle: u32,
     attr: AhAttr,
+    destroyed: bool,
 }
 
 impl Ah {
@@ -526,12 +558,40 @@ impl Ah {
     }
 }
 
-impl Drop for AhInner {
-    fn drop(&mut self) {
+impl Ah {
+    /// `ibv_destroy_ah`. `EBUSY` (AH handed back) while other handles exist. A UD WR
+    /// already posted with it and not yet sent then fails with an error completion.
+    pub fn destroy(self) -> core::result::Result<(), (Error, Ah)> {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => match inner.destroy() {
+                Ok(()) => Ok(()),
+                Err(e) => Err((e, Ah(Arc::new(inner)))),
+            },
+            Err(arc) => Err((
+                Error::local("destroy_ah", Errno::EBUSY, "other handles to this AH exist"),
+                Ah(arc),
+            )),
+        }
+    }
+}
+
+impl AhInner {
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
         let req = Request::DestroyAh(DestroyAh {
             ah_handle: self.handle,
         });
-        let _ = self.pd.0.ctx.cmd("destroy_ah", &req, |_| Ok(()));
+        self.pd.0.ctx.cmd("destroy_ah", &req, |_| Ok(()))?;
+        self.destroyed = true;
+        Ok(())
+    }
+}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        let _ = self.destroy();
     }
 }
 

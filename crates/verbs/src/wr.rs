@@ -402,7 +402,6 @@ pub(crate) fn encode_send_cmd(
     wr_bytes: &mut Vec<u8>,
     sge_bytes: &mut Vec<u8>,
 ) -> Result<(), PostError> {
-    const OP: &str = "post_send_cmd";
     for (i, wr) in wrs.iter().enumerate() {
         let fail = |error| PostError { index: i, error };
         // Reuse the fast path's checks (limits, UD destination) for identical semantics.

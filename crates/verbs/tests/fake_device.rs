@@ -425,7 +425,16 @@ fn cq_in_use_is_ebusy_and_teardown_order_is_children_first() {
     drop(other);
     qp.destroy().unwrap();
     cq.destroy().unwrap();
-    drop((mr, pd));
+    let (e, pd) = pd.dealloc().unwrap_err();
+    assert_eq!(e.errno(), Errno::EBUSY, "the MR still uses the PD");
+    drop(mr);
+    pd.dealloc().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(4, Some(&ch), 0).unwrap();
+    let (e, ch) = ch.destroy().unwrap_err();
+    assert_eq!(e.errno(), Errno::EBUSY, "a CQ still uses the channel");
+    drop(cq);
+    ch.destroy().unwrap();
     drop(ctx);
     let cmds = p.with(|sh| sh.commands.clone());
     let pos = |c| cmds.iter().position(|x| *x == c).unwrap();

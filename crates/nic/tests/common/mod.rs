@@ -74,6 +74,19 @@ pub struct QpH {
     pub rq: Option<Producer>,
     pub db_slot: u32,
     pub resp: CreateQpResp,
+    sq_mem: Arc<SharedMem>,
+    rq_mem: Option<Arc<SharedMem>>,
+}
+
+impl QpH {
+    /// Re-read the producer indices from shared memory after slow-path posts (POST_SEND /
+    /// POST_RECV commands advance them on our behalf).
+    pub fn resync(&mut self) {
+        self.sq = Producer::attach(self.sq_mem.clone(), 0, self.sq.layout()).unwrap();
+        if let (Some(rq), Some(m)) = (self.rq.as_mut(), self.rq_mem.as_ref()) {
+            *rq = Producer::attach(m.clone(), 0, rq.layout()).unwrap();
+        }
+    }
 }
 
 pub struct SrqH {
@@ -252,6 +265,7 @@ impl Client {
         let (c, rest): (CreateQpResp, _) = read_prefix(&r, "qp").unwrap();
         let (d, _): (UroceCreateQpResp, _) = read_prefix(rest, "qpd").unwrap();
         self.keep.push(sq_mem.clone());
+        let rq_keep = rq_mem.as_ref().map(|(m, _)| m.clone());
         let rq = rq_mem.map(|(m, l)| {
             self.keep.push(m.clone());
             Producer::attach(m, 0, l).unwrap()
@@ -259,10 +273,12 @@ impl Client {
         Ok(QpH {
             handle: c.qp_handle,
             qpn: c.qpn,
-            sq: Producer::attach(sq_mem, 0, sq_layout).unwrap(),
+            sq: Producer::attach(sq_mem.clone(), 0, sq_layout).unwrap(),
             rq,
             db_slot: d.sq_doorbell,
             resp: c,
+            sq_mem,
+            rq_mem: rq_keep,
         })
     }
 
@@ -369,7 +385,15 @@ impl Client {
             m.dest.is_global = 1;
             m.dest.hop_limit = 64;
             m.dest.port_num = 1;
-            self.modify(&m).unwrap_or_else(|e| panic!("modify to {state}: {e}"));
+            self.modify(&m)
+                .unwrap_or_else(|e| panic!("modify to {state}: {e}"));
+        }
+    }
+
+    /// Ring a doorbell (after publishing).
+    pub fn ring(&mut self, slot: u32) {
+        if self.db.ring(slot, &self.waker).unwrap() {
+            self.wakes += 1;
         }
     }
 
@@ -509,7 +533,10 @@ pub fn poll(cq: &mut Cq) -> Wc {
         if cq.cons.pop_into(&mut out).unwrap() {
             return Cqe::read_from_bytes(&out).unwrap().wc;
         }
-        assert!(Instant::now() < deadline, "no completion within {TIMEOUT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no completion within {TIMEOUT:?}"
+        );
         std::thread::yield_now();
     }
 }

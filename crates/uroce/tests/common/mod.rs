@@ -14,7 +14,7 @@ pub enum Topo {
     TwoDevices,
 }
 
-pub fn devices(t: Topo) -> (Device, Device) {
+pub fn topo_devices(t: Topo) -> (Device, Device) {
     let a = uroce::device("uroce0", "127.0.0.1".parse().unwrap());
     match t {
         Topo::SameDevice => (a.clone(), a),
@@ -23,7 +23,7 @@ pub fn devices(t: Topo) -> (Device, Device) {
 }
 
 pub fn pair(t: Topo, o: &PairOpts) -> (End, End) {
-    let (a, b) = devices(t);
+    let (a, b) = topo_devices(t);
     connect(&a, &b, o).expect("connect pair")
 }
 
@@ -37,13 +37,15 @@ pub fn buf(e: &End, len: usize) -> MrBuf {
 
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Poll `cq` until `n` completions arrived (panics after [`TIMEOUT`], saying what came).
+/// Take exactly `n` completions from `cq` (panics after [`TIMEOUT`], saying what came).
 pub fn wait(cq: &Cq, n: usize) -> Vec<Wc> {
     let deadline = Instant::now() + TIMEOUT;
     let mut out = Vec::new();
     let mut wc = [Wc::default(); 16];
     while out.len() < n {
-        let k = cq.poll(&mut wc).expect("poll");
+        // Never take more than asked: the rest stay in the CQ for the next wait.
+        let want = (n - out.len()).min(wc.len());
+        let k = cq.poll(&mut wc[..want]).expect("poll");
         out.extend_from_slice(&wc[..k]);
         if Instant::now() > deadline {
             panic!("waited for {n} completions, got {}: {out:#?}", out.len());

@@ -1,0 +1,398 @@
+//! Completion channels and CQs: `ibv_create_comp_channel`, `ibv_create_cq`,
+//! `ibv_get_cq_event`, `ibv_ack_cq_events`, and the `poll_cq` / `req_notify_cq` ops the
+//! inline `ibv_poll_cq` / `ibv_req_notify_cq` call.
+//!
+//! `poll_cq` is the fast path: it copies CQEs straight from the CQ ring into the caller's
+//! `ibv_wc` array (the first 48 bytes of a uroce CQE *are* an `ibv_wc`, abi `fastpath`), under
+//! the CQ's own lock only — no system call, no allocation.
+//!
+//! Event accounting follows rdma-core: `ibv_get_cq_event` counts an event as reported on the
+//! CQ, `ibv_ack_cq_events` adds to `comp_events_completed` under `cq->mutex` and signals
+//! `cq->cond`, and `ibv_destroy_cq` waits until every reported event is acknowledged.
+
+use core::ffi::{c_int, c_uint, c_void};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use abi::uverbs;
+
+use crate::context::{errno_of, uctx, ObjKind, UContext};
+use crate::types::*;
+use crate::util::{guard, set_errno};
+
+// The poll path reinterprets the caller's `ibv_wc` array as the ABI's `Wc` (CQE prefix).
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<uverbs::Wc>() == size_of::<ibv_wc>());
+    assert!(align_of::<uverbs::Wc>() <= align_of::<ibv_wc>());
+    assert!(offset_of!(uverbs::Wc, status) == offset_of!(ibv_wc, status));
+    assert!(offset_of!(uverbs::Wc, opcode) == offset_of!(ibv_wc, opcode));
+    assert!(offset_of!(uverbs::Wc, vendor_err) == offset_of!(ibv_wc, vendor_err));
+    assert!(offset_of!(uverbs::Wc, byte_len) == offset_of!(ibv_wc, byte_len));
+    assert!(offset_of!(uverbs::Wc, ex) == offset_of!(ibv_wc, imm_data));
+    assert!(offset_of!(uverbs::Wc, qp_num) == offset_of!(ibv_wc, qp_num));
+    assert!(offset_of!(uverbs::Wc, src_qp) == offset_of!(ibv_wc, src_qp));
+    assert!(offset_of!(uverbs::Wc, wc_flags) == offset_of!(ibv_wc, wc_flags));
+    assert!(offset_of!(uverbs::Wc, pkey_index) == offset_of!(ibv_wc, pkey_index));
+    assert!(offset_of!(uverbs::Wc, slid) == offset_of!(ibv_wc, slid));
+    assert!(offset_of!(uverbs::Wc, sl) == offset_of!(ibv_wc, sl));
+    assert!(offset_of!(uverbs::Wc, dlid_path_bits) == offset_of!(ibv_wc, dlid_path_bits));
+};
+
+/// A completion channel.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UChannel {
+    ibv: ibv_comp_channel,
+    ch: uroce::CompChannel,
+    /// CQs reporting here: verbs `user_handle` → `UCq` address.
+    cqs: Mutex<HashMap<u64, usize>>,
+}
+
+/// A completion queue.
+#[repr(C)]
+pub struct UCq {
+    pub(crate) ibv: ibv_cq,
+    pub(crate) cq: Option<uroce::Cq>,
+    /// Events handed out by `ibv_get_cq_event` (compared with `comp_events_completed`).
+    reported: AtomicU32,
+}
+
+impl std::fmt::Debug for UCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UCq").field("cq", &self.cq).finish()
+    }
+}
+
+/// # Safety
+/// `cq` is NULL or a live CQ from [`ibv_create_cq`].
+pub(crate) unsafe fn ucq<'a>(cq: *mut ibv_cq) -> Option<&'a UCq> {
+    // SAFETY: a non-NULL CQ pointer is the first field of a live boxed UCq.
+    unsafe { cq.cast::<UCq>().as_ref() }
+}
+
+/// `struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *)`: its `fd` is a
+/// real descriptor that becomes readable when an armed CQ completes.
+///
+/// # Safety
+/// `context` is a live context.
+pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { uctx(context) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        match u.ctx.create_comp_channel() {
+            Ok(ch) => {
+                let b = Box::new(UChannel {
+                    ibv: ibv_comp_channel {
+                        context,
+                        fd: ch.as_raw_fd(),
+                        refcnt: 0,
+                    },
+                    ch,
+                    cqs: Mutex::new(HashMap::new()),
+                });
+                Box::into_raw(b).cast::<ibv_comp_channel>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `int ibv_destroy_comp_channel(struct ibv_comp_channel *)`: EBUSY while CQs use it.
+///
+/// # Safety
+/// `channel` came from [`ibv_create_comp_channel`]; after success it is not used again.
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        if channel.is_null() {
+            return libc::EINVAL;
+        }
+        let c = channel.cast::<UChannel>();
+        // SAFETY: a live boxed UChannel per the contract.
+        let Some(u) = (unsafe { uctx((*c).ibv.context) }) else {
+            return libc::EINVAL;
+        };
+        let _g = u.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: refcnt is only changed under the context lock we hold.
+        if unsafe { (*c).ibv.refcnt } != 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: the leaked Box<UChannel>, reclaimed once; no CQ refers to it any more.
+        drop(unsafe { Box::from_raw(c) });
+        0
+    })
+}
+
+/// `struct ibv_cq *ibv_create_cq(ctx, int cqe, void *cq_context, struct ibv_comp_channel *,
+/// int comp_vector)`. `cq->cqe` is the size actually granted.
+///
+/// # Safety
+/// `context` is a live context; `channel` is NULL or a live channel of that context.
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { uctx(context) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let (Ok(cqe), Ok(vector)) = (u32::try_from(cqe), u32::try_from(comp_vector)) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let chan = channel.cast::<UChannel>();
+        // SAFETY: NULL or a live channel per the contract.
+        let ch = unsafe { chan.as_ref() };
+        let cq = match u.ctx.create_cq(cqe, ch.map(|c| &c.ch), vector) {
+            Ok(cq) => cq,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return core::ptr::null_mut();
+            }
+        };
+        let b = Box::new(UCq {
+            ibv: ibv_cq {
+                context,
+                channel,
+                cq_context,
+                handle: cq.handle(),
+                cqe: c_int::try_from(cq.cqe()).unwrap_or(c_int::MAX),
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                comp_events_completed: 0,
+                async_events_completed: 0,
+            },
+            reported: AtomicU32::new(0),
+            cq: Some(cq),
+        });
+        let user_handle = b.cq.as_ref().map_or(0, uroce::Cq::user_handle);
+        let ptr = Box::into_raw(b);
+        if let Some(c) = ch {
+            let _g = u.lock.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: refcnt is only changed under the context lock we hold; the channel is
+            // live per the contract.
+            unsafe { (*chan).ibv.refcnt += 1 };
+            c.cqs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(user_handle, ptr as usize);
+        }
+        u.register(user_handle, ObjKind::Cq, ptr as usize);
+        ptr.cast::<ibv_cq>()
+    })
+}
+
+/// `int ibv_resize_cq(struct ibv_cq *, int cqe)`: `cq->cqe` becomes the new size.
+///
+/// # Safety
+/// `cq` is a live CQ.
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        let c = cq.cast::<UCq>();
+        // SAFETY: per the contract.
+        let Some(inner) = (unsafe { c.as_ref() }).and_then(|c| c.cq.as_ref()) else {
+            return libc::EINVAL;
+        };
+        let Ok(cqe) = u32::try_from(cqe) else {
+            return libc::EINVAL;
+        };
+        match inner.resize(cqe) {
+            Ok(n) => {
+                // SAFETY: live CQ; `cqe` is written only by create and resize.
+                unsafe { (*c).ibv.cqe = c_int::try_from(n).unwrap_or(c_int::MAX) };
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// `int ibv_destroy_cq(struct ibv_cq *)`: waits until every event handed out for it has
+/// been acknowledged, then destroys it; EBUSY (CQ intact) while QPs still use it.
+///
+/// # Safety
+/// `cq` came from [`ibv_create_cq`]; after success it is not used again.
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        let c = cq.cast::<UCq>();
+        // SAFETY: NULL or a live boxed UCq per the contract.
+        let Some(uc) = (unsafe { c.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        let Some(user_handle) = uc.cq.as_ref().map(uroce::Cq::user_handle) else {
+            return libc::EINVAL;
+        };
+        let (context, channel) = (uc.ibv.context, uc.ibv.channel);
+        // SAFETY: a CQ's context and channel outlive it (C API contract; the channel's
+        // refcnt keeps ibv_destroy_comp_channel from freeing it).
+        let (u, ch): (Option<&UContext>, Option<&UChannel>) =
+            unsafe { (uctx(context), channel.cast::<UChannel>().as_ref()) };
+        // Stop handing out new events for this CQ (an event found before this point was
+        // counted as reported under the same lock, so the wait below covers it).
+        if let Some(ch) = ch {
+            ch.cqs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&user_handle);
+        }
+        // SAFETY: the box stays alive until the end of this function; events are counted
+        // under its mutex, as upstream.
+        unsafe {
+            libc::pthread_mutex_lock(&mut (*c).ibv.mutex);
+            while (*c).ibv.comp_events_completed != (*c).reported.load(Ordering::Acquire) {
+                libc::pthread_cond_wait(&mut (*c).ibv.cond, &mut (*c).ibv.mutex);
+            }
+            libc::pthread_mutex_unlock(&mut (*c).ibv.mutex);
+        }
+        // SAFETY: only this call touches the UCq's verbs object now.
+        let Some(inner) = (unsafe { (*c).cq.take() }) else {
+            return libc::EINVAL;
+        };
+        if let Err((e, back)) = inner.destroy() {
+            // SAFETY: as above; the CQ stays alive and owned by its box.
+            unsafe { (*c).cq = Some(back) };
+            if let Some(ch) = ch {
+                ch.cqs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(user_handle, c as usize);
+            }
+            return errno_of(&e);
+        }
+        if let Some(u) = u {
+            u.unregister(user_handle);
+            if ch.is_some() {
+                let _g = u.lock.lock().unwrap_or_else(|p| p.into_inner());
+                // SAFETY: refcnt is only changed under the context lock we hold.
+                unsafe { (*channel).refcnt -= 1 };
+            }
+        }
+        // SAFETY: the leaked Box<UCq>, reclaimed once.
+        drop(unsafe { Box::from_raw(c) });
+        0
+    })
+}
+
+/// `int ibv_get_cq_event(struct ibv_comp_channel *, struct ibv_cq **, void **cq_context)`:
+/// blocks until an armed CQ of this channel completes. 0 or −1 with errno.
+///
+/// # Safety
+/// `channel` is a live channel; `cq` and `cq_context` are valid for writes.
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(ch) = (unsafe { channel.cast::<UChannel>().as_ref() }) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if cq.is_null() || cq_context.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        loop {
+            let got = match ch.ch.get_event(None) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    set_errno(errno_of(&e));
+                    return -1;
+                }
+            };
+            let c = {
+                let map = ch.cqs.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(&ptr) = map.get(&got.user_handle()) else {
+                    continue;
+                };
+                let c = ptr as *mut UCq;
+                // SAFETY: a CQ in the map is live; ibv_destroy_cq removes it under this lock
+                // before waiting for the events reported so far, this one included.
+                unsafe { (*c).reported.fetch_add(1, Ordering::AcqRel) };
+                c
+            };
+            // SAFETY: the CQ cannot be freed before the application acknowledges this
+            // event (see above); the out-parameters are valid per the contract.
+            unsafe {
+                cq.write(c.cast::<ibv_cq>());
+                cq_context.write((*c).ibv.cq_context);
+            }
+            return 0;
+        }
+    })
+}
+
+/// `void ibv_ack_cq_events(struct ibv_cq *, unsigned int nevents)`.
+///
+/// # Safety
+/// `cq` is a live CQ.
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    let c = cq.cast::<UCq>();
+    if c.is_null() {
+        return;
+    }
+    // SAFETY: a live CQ per the contract; the counter is updated under its mutex.
+    unsafe {
+        if let Some(inner) = &(*c).cq {
+            inner.ack_events(nevents);
+        }
+        libc::pthread_mutex_lock(&mut (*c).ibv.mutex);
+        (*c).ibv.comp_events_completed = (*c).ibv.comp_events_completed.wrapping_add(nevents);
+        libc::pthread_cond_signal(&mut (*c).ibv.cond);
+        libc::pthread_mutex_unlock(&mut (*c).ibv.mutex);
+    }
+}
+
+/// The `poll_cq` op: up to `num_entries` completions into `wc`; returns how many, or a
+/// negative value on error (a broken ring).
+///
+/// # Safety
+/// Called by the inline `ibv_poll_cq` with a live CQ and room for `num_entries` `ibv_wc`s.
+pub(crate) unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: per the contract.
+    let Some(inner) = (unsafe { ucq(cq) }).and_then(|c| c.cq.as_ref()) else {
+        return -1;
+    };
+    let n = usize::try_from(num_entries).unwrap_or(0);
+    if n == 0 || wc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's array holds `n` ibv_wc, and uverbs::Wc has the same size,
+    // field offsets and no stricter alignment (asserted above); any bytes are a valid Wc.
+    let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<uverbs::Wc>(), n) };
+    match inner.poll_raw(out) {
+        Ok(got) => c_int::try_from(got).unwrap_or(c_int::MAX),
+        Err(_) => -1,
+    }
+}
+
+/// The `req_notify_cq` op: arm the CQ (`solicited_only` non-zero: only solicited and error
+/// completions raise the event). 0 or an errno.
+///
+/// # Safety
+/// Called by the inline `ibv_req_notify_cq` with a live CQ.
+pub(crate) unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: per the contract.
+    let Some(inner) = (unsafe { ucq(cq) }).and_then(|c| c.cq.as_ref()) else {
+        return libc::EINVAL;
+    };
+    match inner.req_notify(solicited_only != 0) {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
+}

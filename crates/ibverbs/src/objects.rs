@@ -1,0 +1,391 @@
+//! Protection domains, memory regions and address handles (`ibv_alloc_pd`, `ibv_reg_mr*`,
+//! `ibv_create_ah*`, …).
+//!
+//! Every C object is a box whose first field is the public struct the application reads
+//! (`ibv_pd`, `ibv_mr`, `ibv_ah`), filled as rdma-core fills it (ibverbs-abi.md §4), followed
+//! by the `verbs` object that owns the resource. A pointer the application holds is thus a
+//! pointer to the box.
+
+use core::ffi::{c_int, c_uint, c_void};
+
+use uroce::{AccessFlags, AhAttr, Gid, GlobalRoute, Wc, WcFlags};
+
+use crate::context::{errno_of, uctx};
+use crate::types::*;
+use crate::util::{guard, set_errno};
+
+/// A protection domain.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UPd {
+    pub(crate) ibv: ibv_pd,
+    pub(crate) pd: uroce::Pd,
+}
+
+/// A memory region over application memory.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UMr {
+    ibv: ibv_mr,
+    mr: Option<uroce::Mr>,
+}
+
+/// An address handle.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UAh {
+    ibv: ibv_ah,
+    pub(crate) ah: uroce::Ah,
+}
+
+/// # Safety
+/// `pd` is NULL or a PD from [`ibv_alloc_pd`] not yet deallocated.
+pub(crate) unsafe fn upd<'a>(pd: *mut ibv_pd) -> Option<&'a UPd> {
+    // SAFETY: a non-NULL PD pointer is the first field of a live boxed UPd.
+    unsafe { pd.cast::<UPd>().as_ref() }
+}
+
+/// # Safety
+/// `ah` is a non-NULL AH from [`ibv_create_ah`] not yet destroyed (the fast path trusts
+/// the application here, as rdma-core's providers do).
+pub(crate) unsafe fn uah<'a>(ah: *mut ibv_ah) -> Option<&'a UAh> {
+    // SAFETY: a non-NULL AH pointer is the first field of a live boxed UAh.
+    unsafe { ah.cast::<UAh>().as_ref() }
+}
+
+/// `struct ibv_pd *ibv_alloc_pd(struct ibv_context *)`.
+///
+/// # Safety
+/// `context` is a live context.
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { uctx(context) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        match u.ctx.alloc_pd() {
+            Ok(pd) => {
+                let b = Box::new(UPd {
+                    ibv: ibv_pd {
+                        context,
+                        handle: pd.handle(),
+                    },
+                    pd,
+                });
+                Box::into_raw(b).cast::<ibv_pd>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `int ibv_dealloc_pd(struct ibv_pd *)`. The verbs PD is released when its last child
+/// (MR, QP, SRQ, AH) is gone; until then its handle stays valid on the device.
+///
+/// # Safety
+/// `pd` came from [`ibv_alloc_pd`] and is not used after this call.
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        if pd.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: per the contract, the pointer is a leaked Box<UPd>, reclaimed once.
+        drop(unsafe { Box::from_raw(pd.cast::<UPd>()) });
+        0
+    })
+}
+
+/// Registers `[addr, addr+length)` with I/O virtual address `iova`.
+///
+/// # Safety
+/// `pd` is a live PD; the memory stays mapped while registered (C API contract).
+unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(p) = (unsafe { upd(pd) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        // Optional access bits (relaxed ordering, …) are dropped by verbs, as rdma-core does
+        // for a device that does not report them (§9).
+        let access = AccessFlags(access);
+        // SAFETY: the C API contract is reg_mr_iova's: the application keeps the memory
+        // mapped until ibv_dereg_mr, and the device may access it concurrently.
+        let res = unsafe { p.pd.reg_mr_iova(addr.cast::<u8>(), length, iova, access) };
+        match res {
+            Ok(mr) => {
+                let b = Box::new(UMr {
+                    ibv: ibv_mr {
+                        context: p.ibv.context,
+                        pd,
+                        addr,
+                        length,
+                        handle: mr.handle(),
+                        lkey: mr.lkey(),
+                        rkey: mr.rkey(),
+                    },
+                    mr: Some(mr),
+                });
+                Box::into_raw(b).cast::<ibv_mr>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `struct ibv_mr *ibv_reg_mr(struct ibv_pd *, void *addr, size_t length, int access)`.
+///
+/// # Safety
+/// `pd` is a live PD and the memory stays mapped until [`ibv_dereg_mr`].
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    unsafe { reg(pd, addr, length, addr as usize as u64, access as c_uint) }
+}
+
+/// `struct ibv_mr *ibv_reg_mr_iova(pd, addr, length, uint64_t iova, int access)`.
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    unsafe { reg(pd, addr, length, iova, access as c_uint) }
+}
+
+/// `struct ibv_mr *ibv_reg_mr_iova2(pd, addr, length, uint64_t iova, unsigned int access)`:
+/// what perftest's `ibv_reg_mr` macro calls (§3).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    unsafe { reg(pd, addr, length, iova, access) }
+}
+
+/// `int ibv_dereg_mr(struct ibv_mr *)`: 0, or an errno with the MR still registered.
+///
+/// # Safety
+/// `mr` came from an `ibv_reg_mr*` call; after success it is not used again.
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        if mr.is_null() {
+            return libc::EINVAL;
+        }
+        let m = mr.cast::<UMr>();
+        // SAFETY: a live boxed UMr per the contract; only this call touches it now.
+        let Some(inner) = (unsafe { (*m).mr.take() }) else {
+            return libc::EINVAL;
+        };
+        match inner.dereg() {
+            Ok(()) => {
+                // SAFETY: the leaked Box<UMr>, reclaimed once, after its MR is gone.
+                drop(unsafe { Box::from_raw(m) });
+                0
+            }
+            Err((e, back)) => {
+                // SAFETY: as above; the MR stays registered and owned by the box.
+                unsafe { (*m).mr = Some(back) };
+                errno_of(&e)
+            }
+        }
+    })
+}
+
+pub(crate) fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid(a.grh.dgid.raw),
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global != 0,
+        port_num: a.port_num,
+    }
+}
+
+pub(crate) fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid { raw: a.grh.dgid.0 },
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: u8::from(a.is_global),
+        port_num: a.port_num,
+    }
+}
+
+/// `struct ibv_ah *ibv_create_ah(struct ibv_pd *, struct ibv_ah_attr *)`.
+///
+/// # Safety
+/// `pd` is a live PD; `attr` is a valid `ibv_ah_attr`.
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let (Some(p), Some(a)) = (unsafe { upd(pd) }, unsafe { attr.as_ref() }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        match p.pd.create_ah(&ah_attr_from_c(a)) {
+            Ok(ah) => {
+                let b = Box::new(UAh {
+                    ibv: ibv_ah {
+                        context: p.ibv.context,
+                        pd,
+                        handle: ah.handle(),
+                    },
+                    ah,
+                });
+                Box::into_raw(b).cast::<ibv_ah>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `int ibv_destroy_ah(struct ibv_ah *)`.
+///
+/// # Safety
+/// `ah` came from [`ibv_create_ah`] and no posted WR still refers to it.
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard(libc::EIO, || {
+        if ah.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the leaked Box<UAh>, reclaimed once.
+        drop(unsafe { Box::from_raw(ah.cast::<UAh>()) });
+        0
+    })
+}
+
+/// `int ibv_init_ah_from_wc(ctx, port_num, struct ibv_wc *, struct ibv_grh *, struct
+/// ibv_ah_attr *)`: the address vector answering a UD receive, from the GRH area at the start
+/// of its buffer (RoCEv2: an IPv4 or IPv6 header inside those 40 bytes). 0 or −1 with errno.
+///
+/// # Safety
+/// `wc` and `grh` are valid (`grh` 40 bytes); `ah_attr` is valid for a write.
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let ok = unsafe { uctx(context) }.is_some();
+        if !ok || wc.is_null() || grh.is_null() || ah_attr.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: valid per the contract.
+        let c = unsafe { wc.read() };
+        let w = Wc {
+            wr_id: c.wr_id,
+            wc_flags: WcFlags(c.wc_flags),
+            qp_num: c.qp_num,
+            src_qp: c.src_qp,
+            ..Wc::default()
+        };
+        // SAFETY: `grh` points to the 40-byte GRH area (contract).
+        let bytes = unsafe { core::slice::from_raw_parts(grh.cast::<u8>(), core::mem::size_of::<ibv_grh>()) };
+        match AhAttr::from_grh(&w, bytes, 0, port) {
+            Some(a) => {
+                // SAFETY: valid for a write per the contract.
+                unsafe { ah_attr.write(ah_attr_to_c(&a)) };
+                0
+            }
+            None => {
+                set_errno(libc::EINVAL);
+                -1
+            }
+        }
+    })
+}
+
+/// `struct ibv_ah *ibv_create_ah_from_wc(pd, wc, grh, port_num)`.
+///
+/// # Safety
+/// As [`ibv_init_ah_from_wc`] and [`ibv_create_ah`].
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port: u8,
+) -> *mut ibv_ah {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { upd(pd) }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    let mut attr = ibv_ah_attr::default();
+    // SAFETY: forwarded contract; `attr` is a local.
+    if unsafe { ibv_init_ah_from_wc(p.ibv.context, port, wc, grh, &mut attr) } != 0 {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: forwarded contract.
+    unsafe { ibv_create_ah(pd, &mut attr) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ah_attr_round_trips() {
+        let c = ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: ibv_gid { raw: [7; 16] },
+                flow_label: 0x12345,
+                sgid_index: 1,
+                hop_limit: 64,
+                traffic_class: 3,
+            },
+            dlid: 0,
+            sl: 2,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: 1,
+        };
+        assert_eq!(ah_attr_to_c(&ah_attr_from_c(&c)), c);
+    }
+}
