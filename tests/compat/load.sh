@@ -17,7 +17,7 @@
 #   4. `ibv_devices` lists exactly the devices of UROCE_DEVICES;
 #   5. the device-free functions give byte-identical results to the system libraries, and
 #      the device list / GUID / sysfs emulation behave (tests/compat/*.c);
-#   6. `ibv_devinfo -v` describes the device (once the library is wired to the device).
+#   6. `ibv_devinfo -v` opens the device and describes it; its GUID matches ibv_devices'.
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -189,16 +189,25 @@ else
     bad "compiling the C ABI programs"
 fi
 
-# ---- 6. ibv_devinfo ----
-out=$(UROCE_DEVICES=uroce0=127.0.0.1 ibv_devinfo -v 2>&1)
-if grep -q 'Failed to open device' <<<"$out"; then
-    echo "skip ibv_devinfo -v: libibverbs not wired to the device yet (ibv_open_device: ENOSYS)"
-elif grep -qE 'hca_id:\s+uroce0' <<<"$out" && grep -qE 'link_layer:\s+Ethernet' <<<"$out" \
-    && grep -qE 'state:\s+PORT_ACTIVE' <<<"$out" && grep -q '::ffff:127.0.0.1, RoCE v2' <<<"$out"; then
-    ok "ibv_devinfo -v describes uroce0"
-else
-    bad "ibv_devinfo -v: $(head -20 <<<"$out")"
-fi
+# ---- 6. ibv_devinfo -v opens the device and describes it ----
+# The device binds UDP 4791 on its address; COMPAT_ADDR_A picks another loopback address
+# if 127.0.0.1:4791 is taken on this machine.
+A=${COMPAT_ADDR_A:-127.0.0.1}
+out=$(UROCE_DEVICES="uroce0=$A" timeout 30 ibv_devinfo -v 2>&1)
+miss=""
+for want in 'hca_id:\s+uroce0' 'transport:\s+InfiniBand \(0\)' 'vendor_id:\s+0xffffff' \
+            'vendor_part_id:\s+0$' 'board_id:\s+UROCE' 'phys_port_cnt:\s+1' \
+            'state:\s+PORT_ACTIVE \(4\)' 'link_layer:\s+Ethernet' \
+            "GID\\[ *0\\]:\\s+::ffff:$A, RoCE v2"; do
+    grep -qE "$want" <<<"$out" || miss+=" [$want]"
+done
+[ -z "$miss" ] && ok "ibv_devinfo -v describes uroce0 (port active, Ethernet, RoCE v2 GID)" \
+    || bad "ibv_devinfo -v lacks$miss: $(head -12 <<<"$out" | tr '\n' ' ')"
+# ibv_devices computes the GUID without opening the device; it must match QUERY_DEVICE's.
+g_info=$(sed -n 's/^\s*node_guid:\s*\([0-9a-f:]*\)$/\1/p' <<<"$out" | tr -d ':')
+g_list=$(UROCE_DEVICES="uroce0=$A" ibv_devices 2>&1 | awk '$1=="uroce0"{print $2}')
+[ -n "$g_info" ] && [ "$g_info" = "$g_list" ] && ok "ibv_devices GUID matches ibv_devinfo ($g_list)" \
+    || bad "GUID mismatch: ibv_devices '$g_list', ibv_devinfo '$g_info'"
 
 echo "compat: $pass passed, $fail failed"
 [ "$fail" = 0 ]

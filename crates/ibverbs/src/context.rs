@@ -12,6 +12,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use core::mem::offset_of;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use uroce::{Context, DeviceSpec, Errno, EventType};
@@ -48,11 +49,16 @@ pub struct UContext {
     pub(crate) objects: Mutex<HashMap<u64, ObjRef>>,
     /// Serialises completion-channel reference counts (`context->mutex` upstream).
     pub(crate) lock: Mutex<()>,
+    /// Objects created on this context and not destroyed yet (PDs, MRs, AHs, channels,
+    /// CQs, QPs, SRQs): their C structs point at this context, so it must outlive them.
+    live: AtomicUsize,
 }
 
 impl std::fmt::Debug for UContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UContext").field("dev", &self.dev.spec).finish()
+        f.debug_struct("UContext")
+            .field("dev", &self.dev.spec)
+            .finish()
     }
 }
 
@@ -67,6 +73,16 @@ impl UContext {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(user_handle, ObjRef { kind, ptr });
+    }
+
+    /// Counts an object created on this context.
+    pub(crate) fn retain(&self) {
+        self.live.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts an object destroyed.
+    pub(crate) fn release(&self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
     }
 
     pub(crate) fn unregister(&self, user_handle: u64) {
@@ -89,6 +105,28 @@ pub(crate) unsafe fn uctx<'a>(ctx: *mut ibv_context) -> Option<&'a UContext> {
     // offset 0 of a live, boxed `UContext`; stepping back CTX_OFFSET bytes stays inside that
     // allocation and yields its start.
     unsafe { ctx.cast::<u8>().sub(CTX_OFFSET).cast::<UContext>().as_ref() }
+}
+
+/// [`UContext::retain`] through an object's `context` pointer.
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+pub(crate) unsafe fn retain(ctx: *mut ibv_context) {
+    // SAFETY: forwarded contract.
+    if let Some(u) = unsafe { uctx(ctx) } {
+        u.retain();
+    }
+}
+
+/// [`UContext::release`] through an object's `context` pointer.
+///
+/// # Safety
+/// `ctx` is NULL or a live context.
+pub(crate) unsafe fn release(ctx: *mut ibv_context) {
+    // SAFETY: forwarded contract.
+    if let Some(u) = unsafe { uctx(ctx) } {
+        u.release();
+    }
 }
 
 /// Converts a verbs error into the positive errno the C API returns.
@@ -128,6 +166,7 @@ fn open(dev: &'static UDevice) -> Result<Box<UContext>, c_int> {
         ctx,
         objects: Mutex::new(HashMap::new()),
         lock: Mutex::new(()),
+        live: AtomicUsize::new(0),
     }))
 }
 
@@ -152,8 +191,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     })
 }
 
-/// `int ibv_close_device(struct ibv_context *)`. Objects still open keep the device
-/// channel alive (verbs objects hold their context) and stay usable until destroyed.
+/// `int ibv_close_device(struct ibv_context *)`. Closing a context whose objects are not all
+/// destroyed is an application error upstream (the kernel then reclaims them); here those
+/// objects keep the device channel alive (verbs objects hold their context) and their C
+/// structs keep pointing at the context, so its memory is then deliberately not freed —
+/// the objects stay usable and destroyable, at the cost of one small leak.
 ///
 /// # Safety
 /// `context` came from [`ibv_open_device`] and is not used after this call.
@@ -165,7 +207,11 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         // SAFETY: per the contract this is the `context` field of a leaked Box<UContext>;
         // stepping back CTX_OFFSET gives the Box's pointer, owned again here exactly once.
         let b = unsafe { Box::from_raw(context.cast::<u8>().sub(CTX_OFFSET).cast::<UContext>()) };
-        drop(b);
+        if b.live.load(Ordering::Acquire) != 0 {
+            Box::leak(b);
+        } else {
+            drop(b);
+        }
         0
     })
 }
@@ -368,7 +414,9 @@ unsafe extern "C" fn op_query_port(
     len: usize,
 ) -> c_int {
     // SAFETY: the inline passes a buffer of `len` bytes.
-    guard(libc::EIO, || unsafe { query_port_into(context, port, attr, len) })
+    guard(libc::EIO, || unsafe {
+        query_port_into(context, port, attr, len)
+    })
 }
 
 /// `int ibv_query_port(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *)`:
@@ -428,7 +476,10 @@ pub unsafe extern "C" fn ibv_query_gid(
 }
 
 fn gid_entry(u: &UContext, port: u8, index: u32) -> Result<ibv_gid_entry, c_int> {
-    let e = u.ctx.query_gid_entry(port, index).map_err(|e| errno_of(&e))?;
+    let e = u
+        .ctx
+        .query_gid_entry(port, index)
+        .map_err(|e| errno_of(&e))?;
     Ok(ibv_gid_entry {
         gid: ibv_gid { raw: e.gid.0 },
         gid_index: index,
@@ -765,7 +816,10 @@ mod tests {
     fn async_event_kinds() {
         assert_eq!(element_kind(EventType::CQ_ERR), Some(ObjKind::Cq));
         assert_eq!(element_kind(EventType::COMM_EST), Some(ObjKind::Qp));
-        assert_eq!(element_kind(EventType::SRQ_LIMIT_REACHED), Some(ObjKind::Srq));
+        assert_eq!(
+            element_kind(EventType::SRQ_LIMIT_REACHED),
+            Some(ObjKind::Srq)
+        );
         assert_eq!(element_kind(EventType::PORT_ACTIVE), None);
     }
 
@@ -779,7 +833,10 @@ mod tests {
             ..Default::default()
         };
         let c = port_attr(&p);
-        assert_eq!((c.state, c.active_mtu, c.gid_tbl_len, c.link_layer), (4, 3, 2, 2));
+        assert_eq!(
+            (c.state, c.active_mtu, c.gid_tbl_len, c.link_layer),
+            (4, 3, 2, 2)
+        );
         assert_eq!(c.port_cap_flags2, 0);
     }
 }

@@ -78,7 +78,9 @@ pub(crate) unsafe fn ucq<'a>(cq: *mut ibv_cq) -> Option<&'a UCq> {
 ///
 /// # Safety
 /// `context` is a live context.
-pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
     guard(core::ptr::null_mut(), || {
         // SAFETY: per the contract.
         let Some(u) = (unsafe { uctx(context) }) else {
@@ -96,6 +98,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
                     ch,
                     cqs: Mutex::new(HashMap::new()),
                 });
+                u.retain();
                 Box::into_raw(b).cast::<ibv_comp_channel>()
             }
             Err(e) => {
@@ -127,6 +130,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         }
         // SAFETY: the leaked Box<UChannel>, reclaimed once; no CQ refers to it any more.
         drop(unsafe { Box::from_raw(c) });
+        u.release();
         0
     })
 }
@@ -191,6 +195,7 @@ pub unsafe extern "C" fn ibv_create_cq(
                 .insert(user_handle, ptr as usize);
         }
         u.register(user_handle, ObjKind::Cq, ptr as usize);
+        u.retain();
         ptr.cast::<ibv_cq>()
     })
 }
@@ -274,6 +279,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         if let Some(u) = u {
             u.unregister(user_handle);
+            u.release();
             if ch.is_some() {
                 let _g = u.lock.lock().unwrap_or_else(|p| p.into_inner());
                 // SAFETY: refcnt is only changed under the context lock we hold.
@@ -363,7 +369,11 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
 ///
 /// # Safety
 /// Called by the inline `ibv_poll_cq` with a live CQ and room for `num_entries` `ibv_wc`s.
-pub(crate) unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+pub(crate) unsafe extern "C" fn op_poll_cq(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
     // SAFETY: per the contract.
     let Some(inner) = (unsafe { ucq(cq) }).and_then(|c| c.cq.as_ref()) else {
         return -1;

@@ -386,7 +386,10 @@ mod tests {
         assert_eq!(a.to_be_bytes(), [0x00, 0, 127, 0xff, 0xfe, 0, 0, 1]);
         assert_ne!(a, guid_for("127.0.0.2".parse().unwrap()));
         let v6 = guid_for("fe80::1234:5678:9abc:def1".parse().unwrap());
-        assert_eq!(v6.to_be_bytes(), [0x54, 0x78, 0x9a, 0xff, 0xfe, 0xbc, 0xde, 0xf1]);
+        assert_eq!(
+            v6.to_be_bytes(),
+            [0x54, 0x78, 0x9a, 0xff, 0xfe, 0xbc, 0xde, 0xf1]
+        );
         let gid = gid_for("10.1.2.3".parse().unwrap());
         assert_eq!(gid[10..], [0xff, 0xff, 10, 1, 2, 3]);
         assert_eq!(gid_text(gid), "0000:0000:0000:0000:0000:ffff:0a01:0203");
@@ -405,7 +408,10 @@ mod tests {
             sysfs_attr(&d, "node_guid").as_deref(),
             Some("0000:7fff:fe00:0007\n")
         );
-        assert_eq!(sysfs_attr(&d, "ports/1/link_layer").as_deref(), Some("Ethernet\n"));
+        assert_eq!(
+            sysfs_attr(&d, "ports/1/link_layer").as_deref(),
+            Some("Ethernet\n")
+        );
         assert!(sysfs_attr(&d, "nonexistent").is_none());
     }
 

@@ -10,7 +10,7 @@ use core::ffi::{c_int, c_uint, c_void};
 
 use uroce::{AccessFlags, AhAttr, Gid, GlobalRoute, Wc, WcFlags};
 
-use crate::context::{errno_of, uctx};
+use crate::context::{errno_of, release, retain, uctx};
 use crate::types::*;
 use crate::util::{guard, set_errno};
 
@@ -73,6 +73,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
                     },
                     pd,
                 });
+                u.retain();
                 Box::into_raw(b).cast::<ibv_pd>()
             }
             Err(e) => {
@@ -93,8 +94,12 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         if pd.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: per the contract, the pointer is a leaked Box<UPd>, reclaimed once.
-        drop(unsafe { Box::from_raw(pd.cast::<UPd>()) });
+        // SAFETY: per the contract, the pointer is a leaked Box<UPd>, reclaimed once; its
+        // context is live.
+        unsafe {
+            let b = Box::from_raw(pd.cast::<UPd>());
+            release(b.ibv.context);
+        }
         0
     })
 }
@@ -103,7 +108,13 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 ///
 /// # Safety
 /// `pd` is a live PD; the memory stays mapped while registered (C API contract).
-unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
+unsafe fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
     guard(core::ptr::null_mut(), || {
         // SAFETY: per the contract.
         let Some(p) = (unsafe { upd(pd) }) else {
@@ -130,6 +141,8 @@ unsafe fn reg(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, acce
                     },
                     mr: Some(mr),
                 });
+                // SAFETY: the PD's context is live (contract).
+                unsafe { retain(p.ibv.context) };
                 Box::into_raw(b).cast::<ibv_mr>()
             }
             Err(e) => {
@@ -201,8 +214,12 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         };
         match inner.dereg() {
             Ok(()) => {
-                // SAFETY: the leaked Box<UMr>, reclaimed once, after its MR is gone.
-                drop(unsafe { Box::from_raw(m) });
+                // SAFETY: the leaked Box<UMr>, reclaimed once, after its MR is gone; its
+                // context is live.
+                unsafe {
+                    let b = Box::from_raw(m);
+                    release(b.ibv.context);
+                }
                 0
             }
             Err((e, back)) => {
@@ -271,6 +288,8 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
                     },
                     ah,
                 });
+                // SAFETY: the PD's context is live (contract).
+                unsafe { retain(p.ibv.context) };
                 Box::into_raw(b).cast::<ibv_ah>()
             }
             Err(e) => {
@@ -290,8 +309,11 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         if ah.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: the leaked Box<UAh>, reclaimed once.
-        drop(unsafe { Box::from_raw(ah.cast::<UAh>()) });
+        // SAFETY: the leaked Box<UAh>, reclaimed once; its context is live.
+        unsafe {
+            let b = Box::from_raw(ah.cast::<UAh>());
+            release(b.ibv.context);
+        }
         0
     })
 }
@@ -326,7 +348,9 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
             ..Wc::default()
         };
         // SAFETY: `grh` points to the 40-byte GRH area (contract).
-        let bytes = unsafe { core::slice::from_raw_parts(grh.cast::<u8>(), core::mem::size_of::<ibv_grh>()) };
+        let bytes = unsafe {
+            core::slice::from_raw_parts(grh.cast::<u8>(), core::mem::size_of::<ibv_grh>())
+        };
         match AhAttr::from_grh(&w, bytes, 0, port) {
             Some(a) => {
                 // SAFETY: valid for a write per the contract.

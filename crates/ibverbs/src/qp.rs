@@ -441,7 +441,10 @@ fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
 ///
 /// # Safety
 /// `pd` is a live PD; `init_attr` is valid, with live CQs (and SRQ) of the same context.
-pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
     guard(core::ptr::null_mut(), || {
         let inval = || {
             set_errno(libc::EINVAL);
@@ -507,6 +510,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init_attr: *mut ibv_qp_i
         // SAFETY: the PD's context is live (contract).
         if let Some(u) = unsafe { uctx(p.ibv.context) } {
             u.register(user_handle, ObjKind::Qp, ptr as usize);
+            u.retain();
         }
         ptr.cast::<ibv_qp>()
     })
@@ -579,14 +583,17 @@ fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
 ///
 /// # Safety
 /// `qp` is a live QP; `attr` is valid.
-pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
     guard(libc::EIO, || {
         let uq = qp.cast::<UQp>();
         // SAFETY: per the contract.
-        let (Some(q), Some(a)) = (
-            unsafe { uq.as_ref() }.and_then(|q| q.qp.as_ref()),
-            unsafe { attr.as_ref() },
-        ) else {
+        let (Some(q), Some(a)) = (unsafe { uq.as_ref() }.and_then(|q| q.qp.as_ref()), unsafe {
+            attr.as_ref()
+        }) else {
             return libc::EINVAL;
         };
         let mask = QpAttrMask(mask as u32);
@@ -670,6 +677,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: the QP's context outlives it (contract).
         if let Some(u) = unsafe { uctx((*uq).ibv.context) } {
             u.unregister(user_handle);
+            u.release();
         }
         // SAFETY: the leaked Box<UQp>, reclaimed once.
         drop(unsafe { Box::from_raw(uq) });
@@ -682,7 +690,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 ///
 /// # Safety
 /// `pd` is a live PD; `init_attr` is valid.
-pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
     guard(core::ptr::null_mut(), || {
         // SAFETY: per the contract.
         let (Some(p), Some(a)) = (unsafe { upd(pd) }, unsafe { init_attr.as_mut() }) else {
@@ -721,6 +732,7 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init_attr: *mut ibv_srq
         // SAFETY: the PD's context is live (contract).
         if let Some(u) = unsafe { uctx(p.ibv.context) } {
             u.register(user_handle, ObjKind::Srq, ptr as usize);
+            u.retain();
         }
         ptr.cast::<ibv_srq>()
     })
@@ -730,7 +742,11 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init_attr: *mut ibv_srq
 ///
 /// # Safety
 /// `srq` is a live SRQ; `attr` is valid.
-pub unsafe extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: per the contract.
         let (Some(s), Some(a)) = (
@@ -804,6 +820,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         // SAFETY: the SRQ's context outlives it (contract).
         if let Some(u) = unsafe { uctx((*us).ibv.context) } {
             u.unregister(user_handle);
+            u.release();
         }
         // SAFETY: the leaked Box<USrq>, reclaimed once.
         drop(unsafe { Box::from_raw(us) });
@@ -854,7 +871,13 @@ mod tests {
             }
             Payload::Inline(_) => panic!("not inline"),
         }
-        assert!(matches!(s.remote, Remote::Rdma { addr: 0xdead_0000, rkey: 99 }));
+        assert!(matches!(
+            s.remote,
+            Remote::Rdma {
+                addr: 0xdead_0000,
+                rkey: 99
+            }
+        ));
     }
 
     #[test]

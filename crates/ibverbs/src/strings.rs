@@ -146,10 +146,7 @@ const IBV_RATE_MAX: c_int = 0;
 /// `ibv_rate_to_mult(enum ibv_rate)`: the rate as a multiple of 2.5 Gb/s (rounded as
 /// rdma-core does for the newer rates), −1 for the FDR/EDR encodings it has no multiple for.
 pub extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
-    RATES
-        .iter()
-        .find(|r| r.0 == rate)
-        .map_or(-1, |r| r.1)
+    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
 }
 
 /// `mult_to_ibv_rate(int mult)`: `IBV_RATE_MAX` (0) when no rate matches.
@@ -162,10 +159,7 @@ pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
 
 /// `ibv_rate_to_mbps(enum ibv_rate)`: −1 for unknown rates.
 pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
-    RATES
-        .iter()
-        .find(|r| r.0 == rate)
-        .map_or(-1, |r| r.2)
+    RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
 }
 
 /// `mbps_to_ibv_rate(int mbps)`: `IBV_RATE_MAX` (0) when no rate matches.
@@ -199,7 +193,10 @@ mod tests {
     #[test]
     fn port_state_matches_abi_table() {
         for code in 0..10u32 {
-            assert_eq!(s(ibv_port_state_str(code as c_int)), PortState(code).as_str());
+            assert_eq!(
+                s(ibv_port_state_str(code as c_int)),
+                PortState(code).as_str()
+            );
         }
     }
 

@@ -125,7 +125,8 @@ pub struct ibv_context {
 }
 
 /// `verbs_context.query_port`: called by the inline `ibv_query_port` with `port_attr_len` 52.
-pub type QueryPortFn = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub type QueryPortFn =
+    unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
 /// `verbs_context.query_device_ex`: called by the inline `ibv_query_device_ex` with 400.
 pub type QueryDeviceExFn = unsafe extern "C" fn(
     *mut ibv_context,

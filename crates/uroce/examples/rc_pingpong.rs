@@ -33,7 +33,10 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut val = || it.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{arg} needs a value")))
+        };
         match arg.as_str() {
             "-s" | "--size" => a.size = val().parse().unwrap_or_else(|_| usage("bad --size")),
             "-n" | "--iters" => a.iters = val().parse().unwrap_or_else(|_| usage("bad --iters")),
@@ -93,7 +96,8 @@ fn run(end: End, size: usize, iters: u64, first: bool, events: bool) -> Result<D
     for i in 0..iters {
         if first {
             send[..8].copy_from_slice(&i.to_ne_bytes());
-            end.qp.post_send(&[SendWr::send(i, &[send.sge(0, size as u32)]).signaled()])?;
+            end.qp
+                .post_send(&[SendWr::send(i, &[send.sge(0, size as u32)]).signaled()])?;
             expect(next_wc(&end, events)?, WcOpcode::SEND)?;
             let w = expect(next_wc(&end, events)?, WcOpcode::RECV)?;
             check(&recv, w, i, size)?;
@@ -103,7 +107,8 @@ fn run(end: End, size: usize, iters: u64, first: bool, events: bool) -> Result<D
             check(&recv, w, i, size)?;
             end.qp.post_recv(&[RecvWr::new(i + 1, &rsge)])?;
             send[..8].copy_from_slice(&i.to_ne_bytes());
-            end.qp.post_send(&[SendWr::send(i, &[send.sge(0, size as u32)]).signaled()])?;
+            end.qp
+                .post_send(&[SendWr::send(i, &[send.sge(0, size as u32)]).signaled()])?;
             expect(next_wc(&end, events)?, WcOpcode::SEND)?;
         }
     }

@@ -33,10 +33,16 @@ fn main() {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "-s" | "--size" => {
-                size = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage("bad -s"))
+                size = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage("bad -s"))
             }
             "-n" | "--count" => {
-                count = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage("bad -n"))
+                count = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage("bad -n"))
             }
             "--pair" => pair = Some(it.next().unwrap_or_else(|| usage("--pair needs a value"))),
             "-h" | "--help" => usage(""),
@@ -58,7 +64,11 @@ fn wait_wc(end: &End, deadline: Instant) -> Result<Wc> {
     loop {
         if end.cq.poll(&mut wc)? == 1 {
             if wc[0].status != WcStatus::SUCCESS {
-                return Err(fail(format!("completion {:?}: {}", wc[0], wc[0].status.as_str())));
+                return Err(fail(format!(
+                    "completion {:?}: {}",
+                    wc[0],
+                    wc[0].status.as_str()
+                )));
             }
             return Ok(wc[0]);
         }
@@ -86,7 +96,9 @@ fn post_server_receives(end: &End, size: usize) -> Result<MrBuf> {
 /// The server: echo `count` datagrams back to their senders.
 fn serve(end: End, bufs: MrBuf, size: usize, count: u64) -> Result<()> {
     let slot = GRH_BYTES + size;
-    let sges: Vec<[Sge; 1]> = (0..DEPTH).map(|i| [bufs.sge(i * slot, slot as u32)]).collect();
+    let sges: Vec<[Sge; 1]> = (0..DEPTH)
+        .map(|i| [bufs.sge(i * slot, slot as u32)])
+        .collect();
     let mut ahs: HashMap<Gid, Ah> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     for _ in 0..count {
@@ -129,9 +141,16 @@ fn echo(size: usize, count: u64, pair: Option<&str>) -> Result<()> {
         ..PairOpts::default()
     };
     let (client, server) = connect(&da, &db, &opts)?;
-    let mtu = client.ctx.query_port(PORT)?.active_mtu.bytes().unwrap_or(1024) as usize;
+    let mtu = client
+        .ctx
+        .query_port(PORT)?
+        .active_mtu
+        .bytes()
+        .unwrap_or(1024) as usize;
     if size > mtu {
-        return Err(fail(format!("UD messages must fit the {mtu}-byte path MTU")));
+        return Err(fail(format!(
+            "UD messages must fit the {mtu}-byte path MTU"
+        )));
     }
     println!(
         "UD echo: client QPN {:#x} on {} ({}), server QPN {:#x} on {} ({}), {size} bytes x {count}",
@@ -148,7 +167,9 @@ fn echo(size: usize, count: u64, pair: Option<&str>) -> Result<()> {
     let t = std::thread::spawn(move || serve(server, bufs, size, count));
     let ah = client.pd.create_ah(&AhAttr::roce(server_gid, 0, PORT))?;
     let mut out = client.pd.alloc_mr(size, AccessFlags::LOCAL_WRITE)?;
-    let back = client.pd.alloc_mr(GRH_BYTES + size, AccessFlags::LOCAL_WRITE)?;
+    let back = client
+        .pd
+        .alloc_mr(GRH_BYTES + size, AccessFlags::LOCAL_WRITE)?;
     let rsge = [back.sge(0, (GRH_BYTES + size) as u32)];
     let ssge = [out.sge(0, size as u32)];
     let deadline = Instant::now() + Duration::from_secs(60);

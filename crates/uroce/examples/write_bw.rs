@@ -163,7 +163,11 @@ fn bench(a: &Args) -> Result<()> {
     );
     if a.verify {
         if dst[..] != src[..] {
-            return Err(Error::local("write_bw", Errno::EIO, "verify: destination differs"));
+            return Err(Error::local(
+                "write_bw",
+                Errno::EIO,
+                "verify: destination differs",
+            ));
         }
         println!(" verify: destination matches");
     }

@@ -104,7 +104,10 @@ pub fn connect(a: &Device, b: &Device, o: &PairOpts) -> Result<(End, End)> {
     };
     let ea = end(&ctx_a, o)?;
     let eb = end(&ctx_b, o)?;
-    let (psn_a, psn_b) = (o.connect.sq_psn, o.connect.sq_psn.wrapping_add(1000) & 0xff_ffff);
+    let (psn_a, psn_b) = (
+        o.connect.sq_psn,
+        o.connect.sq_psn.wrapping_add(1000) & 0xff_ffff,
+    );
     match o.qp_type {
         QpType::UD => {
             ea.qp.ready_ud(o.connect.port, o.qkey, psn_a)?;

@@ -28,16 +28,19 @@ fn wait_async(ctx: &Context, what: &str, pred: impl Fn(&AsyncEvent) -> bool) -> 
 topo_tests!(wrong_lkey_is_loc_prot_err, |t| {
     let (a, b) = rc(t);
     let dst = buf(&b, 64);
-    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])])
+        .unwrap();
     let src = buf(&a, 64);
     let mut sge = src.sge(0, 16);
     sge.lkey ^= 0x00ab_cd00;
-    a.qp.post_send(&[SendWr::send(7, &[sge]).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(7, &[sge]).signaled()])
+        .unwrap();
     let w = wait1(&a.cq);
     assert_eq!((w.wr_id, w.status), (7, WcStatus::LOC_PROT_ERR));
     // The requester's QP is in ERR now: later WRs flush.
     wait_state(&a.qp, QpState::ERR);
-    a.qp.post_send(&[SendWr::send(8, &[src.sge(0, 8)]).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(8, &[src.sge(0, 8)]).signaled()])
+        .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::WR_FLUSH_ERR);
     quiet(&b.cq, Duration::from_millis(50));
 });
@@ -48,8 +51,9 @@ topo_tests!(wrong_rkey_is_rem_access_err_and_writes_nothing, |t| {
     src.fill(0x5a);
     let dst = buf(&b, 4096);
     let rm = dst.remote();
-    a.qp.post_send(&[SendWr::write(1, &[src.sge(0, 4096)], rm.addr, rm.rkey ^ 0x0101_0000)
-        .signaled()])
+    a.qp.post_send(&[
+        SendWr::write(1, &[src.sge(0, 4096)], rm.addr, rm.rkey ^ 0x0101_0000).signaled(),
+    ])
     .unwrap();
     let w = wait1(&a.cq);
     assert_eq!((w.wr_id, w.status), (1, WcStatus::REM_ACCESS_ERR));
@@ -58,8 +62,9 @@ topo_tests!(wrong_rkey_is_rem_access_err_and_writes_nothing, |t| {
     let (a, b) = rc(t);
     let src = buf(&a, 4096);
     let dst = buf(&b, 4096);
-    a.qp.post_send(&[SendWr::write(2, &[src.sge(0, 4096)], dst.remote().at(1), dst.rkey())
-        .signaled()])
+    a.qp.post_send(&[
+        SendWr::write(2, &[src.sge(0, 4096)], dst.remote().at(1), dst.rkey()).signaled(),
+    ])
     .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
     assert!(dst.iter().all(|&x| x == 0));
@@ -70,31 +75,33 @@ topo_tests!(missing_remote_access_flag_is_rem_access_err, |t| {
     let mut src = buf(&a, 256);
     src.fill(0x77);
     // Registered for local writes and remote reads only.
-    let mut dst = b
-        .pd
-        .alloc_mr(256, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
-        .unwrap();
+    let mut dst =
+        b.pd.alloc_mr(256, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
     dst.fill(0x11);
     let rm = dst.remote();
     a.qp.post_send(&[SendWr::write(1, &[src.sge(0, 256)], rm.addr, rm.rkey).signaled()])
         .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
-    assert!(dst.iter().all(|&x| x == 0x11), "written without REMOTE_WRITE");
+    assert!(
+        dst.iter().all(|&x| x == 0x11),
+        "written without REMOTE_WRITE"
+    );
     // And a READ of memory registered without REMOTE_READ.
     let (a, b) = rc(t);
     let local = buf(&a, 64);
     let hidden = b.pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
-    a.qp.post_send(&[SendWr::read(2, &[local.sge(0, 64)], hidden.addr(), hidden.rkey())
-        .signaled()])
+    a.qp.post_send(&[
+        SendWr::read(2, &[local.sge(0, 64)], hidden.addr(), hidden.rkey()).signaled(),
+    ])
     .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
     // Atomics need REMOTE_ATOMIC.
     let (a, b) = rc(t);
     let out = buf(&a, 8);
-    let no_atomic = b
-        .pd
-        .alloc_mr(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
+    let no_atomic =
+        b.pd.alloc_mr(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
     let o = out.sge(0, 8);
     a.qp.post_send(&[SendWr::fetch_add(3, &o, no_atomic.addr(), no_atomic.rkey(), 1).signaled()])
         .unwrap();
@@ -105,15 +112,20 @@ topo_tests!(missing_remote_access_flag_is_rem_access_err, |t| {
 topo_tests!(receive_buffer_too_small, |t| {
     let (a, b) = rc(t);
     let dst = buf(&b, 64);
-    b.qp.post_recv(&[RecvWr::new(3, &[dst.sge(0, 16)])]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(3, &[dst.sge(0, 16)])])
+        .unwrap();
     let mut src = buf(&a, 100);
     src.fill(9);
-    a.qp.post_send(&[SendWr::send(4, &[src.sge(0, 100)]).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(4, &[src.sge(0, 100)]).signaled()])
+        .unwrap();
     let r = wait1(&b.cq);
     assert_eq!((r.wr_id, r.status), (3, WcStatus::LOC_LEN_ERR));
     let s = wait1(&a.cq);
     assert_eq!((s.wr_id, s.status), (4, WcStatus::REM_INV_REQ_ERR));
-    assert!(dst[16..].iter().all(|&x| x == 0), "wrote past the receive buffer");
+    assert!(
+        dst[16..].iter().all(|&x| x == 0),
+        "wrote past the receive buffer"
+    );
 });
 
 topo_tests!(mr_of_another_pd, |t| {
@@ -122,16 +134,19 @@ topo_tests!(mr_of_another_pd, |t| {
     let other_pd = a.ctx.alloc_pd().unwrap();
     let foreign = other_pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let dst = buf(&b, 64);
-    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])]).unwrap();
-    a.qp.post_send(&[SendWr::send(2, &[foreign.sge(0, 8)]).signaled()]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])])
+        .unwrap();
+    a.qp.post_send(&[SendWr::send(2, &[foreign.sge(0, 8)]).signaled()])
+        .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::LOC_PROT_ERR);
     // Remote side: an rkey of an MR in another PD of the responder.
     let (a, b) = rc(t);
     let other_pd = b.ctx.alloc_pd().unwrap();
     let foreign = other_pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let src = buf(&a, 64);
-    a.qp.post_send(&[SendWr::write(3, &[src.sge(0, 64)], foreign.addr(), foreign.rkey())
-        .signaled()])
+    a.qp.post_send(&[
+        SendWr::write(3, &[src.sge(0, 64)], foreign.addr(), foreign.rkey()).signaled(),
+    ])
     .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
     assert!(foreign.iter().all(|&x| x == 0));
@@ -150,7 +165,9 @@ fn posting_in_the_wrong_qp_state() {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let qp = pd.create_qp(&QpInitAttr::new(QpType::RC, &cq, cap)).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .unwrap();
     let mr = pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let sge = [mr.sge(0, 8)];
     // RESET: neither sends nor receives; fast path and command path agree.
@@ -176,14 +193,26 @@ fn posting_in_the_wrong_qp_state() {
     .unwrap();
     qp.post_recv(&[RecvWr::new(2, &sge)]).unwrap();
     qp.post_recv_cmd(&[RecvWr::new(3, &sge)]).unwrap();
-    assert_eq!(qp.post_send(&[SendWr::send(4, &sge)]).unwrap_err().error.errno(), Errno::EINVAL);
     assert_eq!(
-        qp.post_send_cmd(&[SendWr::send(4, &sge)]).unwrap_err().error.errno(),
+        qp.post_send(&[SendWr::send(4, &sge)])
+            .unwrap_err()
+            .error
+            .errno(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        qp.post_send_cmd(&[SendWr::send(4, &sge)])
+            .unwrap_err()
+            .error
+            .errno(),
         Errno::EINVAL
     );
     // An illegal transition (INIT → RTS) is refused by the control plane.
     let e = qp.set_state(QpState::RTS).unwrap_err();
-    assert_eq!((e.errno(), e.kind()), (Errno::EINVAL, ErrorKind::ControlPlane));
+    assert_eq!(
+        (e.errno(), e.kind()),
+        (Errno::EINVAL, ErrorKind::ControlPlane)
+    );
     // ERR: posting is allowed and everything flushes (wire-facts §6.3).
     qp.set_state(QpState::ERR).unwrap();
     qp.post_send(&[SendWr::send(5, &sge).signaled()]).unwrap();
@@ -191,7 +220,10 @@ fn posting_in_the_wrong_qp_state() {
     let mut ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
     ids.sort();
     assert_eq!(ids, vec![2, 3, 5]);
-    assert!(w.iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR), "{w:?}");
+    assert!(
+        w.iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR),
+        "{w:?}"
+    );
 }
 
 topo_tests!(rnr_with_rnr_retry_zero, |t| {
@@ -201,22 +233,27 @@ topo_tests!(rnr_with_rnr_retry_zero, |t| {
     let (a, b) = pair(t, &o);
     let src = buf(&a, 64);
     // No receive posted at B.
-    a.qp.post_send(&[SendWr::send(1, &[src.sge(0, 8)]).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(1, &[src.sge(0, 8)]).signaled()])
+        .unwrap();
     let w = wait1(&a.cq);
     assert_eq!((w.wr_id, w.status), (1, WcStatus::RNR_RETRY_EXC_ERR));
     quiet(&b.cq, Duration::from_millis(20));
 });
 
 topo_tests!(cq_overflow_raises_async_error_and_stops_the_qp, |t| {
-    let mut o = PairOpts::default();
-    o.cqe = 4;
+    let o = PairOpts {
+        cqe: 4,
+        ..PairOpts::default()
+    };
     let (a, b) = pair(t, &o);
     assert_eq!(b.cq.cqe(), 4);
     // Receive buffers with canaries between them.
     let mut rbuf = buf(&b, 4096);
     rbuf.fill(0xaa);
     let rsges: Vec<[Sge; 1]> = (0..8).map(|i| [rbuf.sge(64 * i + 16, 32)]).collect();
-    let rwrs: Vec<RecvWr<'_>> = (0..8).map(|i| RecvWr::new(100 + i as u64, &rsges[i])).collect();
+    let rwrs: Vec<RecvWr<'_>> = (0..8)
+        .map(|i| RecvWr::new(100 + i as u64, &rsges[i]))
+        .collect();
     b.qp.post_recv(&rwrs).unwrap();
     let mut src = buf(&a, 32);
     src.fill(0x33);
@@ -240,8 +277,14 @@ topo_tests!(cq_overflow_raises_async_error_and_stops_the_qp, |t| {
     }
     for i in 0..8 {
         let base = 64 * i;
-        assert!(rbuf[base..base + 16].iter().all(|&x| x == 0xaa), "canary {i} hit");
-        assert!(rbuf[base + 48..base + 64].iter().all(|&x| x == 0xaa), "canary {i} hit");
+        assert!(
+            rbuf[base..base + 16].iter().all(|&x| x == 0xaa),
+            "canary {i} hit"
+        );
+        assert!(
+            rbuf[base + 48..base + 64].iter().all(|&x| x == 0xaa),
+            "canary {i} hit"
+        );
         let body = &rbuf[base + 16..base + 48];
         assert!(body.iter().all(|&x| x == 0x33) || body.iter().all(|&x| x == 0xaa));
     }
@@ -259,7 +302,8 @@ topo_tests!(destroy_qp_with_work_outstanding, |t| {
         .map(|i| SendWr::write(i, &sges, rm.at(i * len as u64), rm.rkey).signaled())
         .collect();
     let rsge = [dst.sge(0, 64)];
-    b.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &rsge), RecvWr::new(2, &rsge)])
+        .unwrap();
     a.qp.post_send(&wrs).unwrap();
     let (qa, qb) = (a.qp.clone(), b.qp.clone());
     let (a_cq, b_cq) = (a.cq.clone(), b.cq.clone());
@@ -274,7 +318,8 @@ topo_tests!(destroy_qp_with_work_outstanding, |t| {
     let d2 = buf(&b, 8);
     let s2 = buf(&a, 8);
     b.qp.post_recv(&[RecvWr::new(9, &[d2.sge(0, 8)])]).unwrap();
-    a.qp.post_send(&[SendWr::send(9, &[s2.sge(0, 8)]).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(9, &[s2.sge(0, 8)]).signaled()])
+        .unwrap();
     assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
 });
 
@@ -287,7 +332,10 @@ topo_tests!(dereg_of_an_mr_in_use, |t| {
     // Caller memory, so the test can look at it after deregistration.
     let mut target = vec![0u8; chunk * n];
     // SAFETY: `target` outlives the registration (deregistered below, dropped after).
-    let mr = unsafe { b.pd.reg_mr_raw(target.as_mut_ptr(), target.len(), ALL_ACCESS) }.unwrap();
+    let mr = unsafe {
+        b.pd.reg_mr_raw(target.as_mut_ptr(), target.len(), ALL_ACCESS)
+    }
+    .unwrap();
     let rm = mr.remote();
     let sges = [src.sge(0, chunk as u32)];
     let wrs: Vec<SendWr<'_>> = (0..n)
@@ -305,7 +353,10 @@ topo_tests!(dereg_of_an_mr_in_use, |t| {
             // (and the rest flush).
             let snapshot = target.clone();
             let w = wait(&a.cq, n - 1);
-            eprintln!("  statuses: {:?}", w.iter().map(|w| w.status).collect::<Vec<_>>());
+            eprintln!(
+                "  statuses: {:?}",
+                w.iter().map(|w| w.status).collect::<Vec<_>>()
+            );
             for w in &w {
                 assert!(
                     matches!(

@@ -17,24 +17,35 @@ topo_tests!(send_gather_scatter, |t| {
     let rsges = [dst.sge(0, 1500), dst.sge(4096, 2000)];
     b.qp.post_recv(&[RecvWr::new(77, &rsges)]).unwrap();
     let sges = [src.sge(0, 600), src.sge(600, 400), src.sge(4096, 2000)];
-    a.qp.post_send(&[SendWr::send(5, &sges).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::send(5, &sges).signaled()])
+        .unwrap();
     let s = wait1(&a.cq);
-    assert_eq!((s.wr_id, s.status, s.opcode), (5, WcStatus::SUCCESS, WcOpcode::SEND));
+    assert_eq!(
+        (s.wr_id, s.status, s.opcode),
+        (5, WcStatus::SUCCESS, WcOpcode::SEND)
+    );
     let r = wait1(&b.cq);
-    assert_eq!((r.wr_id, r.status, r.opcode), (77, WcStatus::SUCCESS, WcOpcode::RECV));
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode),
+        (77, WcStatus::SUCCESS, WcOpcode::RECV)
+    );
     assert_eq!(r.byte_len, 3000);
     assert_eq!(r.qp_num, b.qp.qp_num());
     assert_eq!(r.imm_data(), None);
     assert_eq!(&dst[..1500], &data[..1500]);
     assert_eq!(&dst[4096..5596], &data[1500..]);
-    assert!(dst[1500..4096].iter().all(|&x| x == 0), "scatter wrote outside its SGEs");
+    assert!(
+        dst[1500..4096].iter().all(|&x| x == 0),
+        "scatter wrote outside its SGEs"
+    );
 });
 
 topo_tests!(send_with_imm_and_inline, |t| {
     let (a, b) = rc(t);
     let dst = buf(&b, 256);
     let r = [dst.sge(0, 128), dst.sge(128, 128)];
-    b.qp.post_recv(&[RecvWr::new(1, &r[..1]), RecvWr::new(2, &r[1..])]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &r[..1]), RecvWr::new(2, &r[1..])])
+        .unwrap();
     let src = buf(&a, 64);
     let s = [src.sge(0, 0)];
     a.qp.post_send(&[
@@ -66,13 +77,16 @@ topo_tests!(rdma_write_large_and_with_imm, |t| {
     a.qp.post_send(&[SendWr::write(1, &[src.sge(0, len as u32)], rm.addr, rm.rkey).signaled()])
         .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status, w.opcode), (1, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE));
+    assert_eq!(
+        (w.wr_id, w.status, w.opcode),
+        (1, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+    );
     assert!(dst[..] == data[..], "WRITE data differs");
     quiet(&b.cq, std::time::Duration::from_millis(20));
     a.qp.post_send(&[SendWr::write(2, &[src.sge(0, 100)], rm.at(1000), rm.rkey)
         .with_imm(42)
         .signaled()])
-    .unwrap();
+        .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
     let r = wait1(&b.cq);
     assert_eq!((r.wr_id, r.opcode), (9, WcOpcode::RECV_RDMA_WITH_IMM));
@@ -89,9 +103,13 @@ topo_tests!(rdma_read, |t| {
     remote.copy_from_slice(&data);
     let rm = remote.remote();
     let sges = [local.sge(0, 4000), local.sge(4000, 6000)];
-    a.qp.post_send(&[SendWr::read(3, &sges, rm.addr, rm.rkey).signaled()]).unwrap();
+    a.qp.post_send(&[SendWr::read(3, &sges, rm.addr, rm.rkey).signaled()])
+        .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status, w.opcode), (3, WcStatus::SUCCESS, WcOpcode::RDMA_READ));
+    assert_eq!(
+        (w.wr_id, w.status, w.opcode),
+        (3, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
+    );
     assert_eq!(w.byte_len, len as u32);
     assert!(local[..] == data[..]);
 });
@@ -130,7 +148,8 @@ topo_tests!(atomics, |t| {
 topo_tests!(send_with_invalidate_is_refused_for_user_mrs, |t| {
     let (a, b) = rc(t);
     let dst = buf(&b, 64);
-    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])])
+        .unwrap();
     let src = buf(&a, 64);
     a.qp.post_send(&[SendWr::send_with_inv(2, &[src.sge(0, 8)], dst.rkey()).signaled()])
         .unwrap();
@@ -168,7 +187,8 @@ topo_tests!(slow_path_commands, |t| {
     let dst = buf(&b, 4096);
     let data = pattern(9, 4096);
     src.copy_from_slice(&data);
-    b.qp.post_recv_cmd(&[RecvWr::new(5, &[dst.sge(0, 2048)])]).unwrap();
+    b.qp.post_recv_cmd(&[RecvWr::new(5, &[dst.sge(0, 2048)])])
+        .unwrap();
     a.qp.post_send_cmd(&[
         SendWr::send(1, &[src.sge(0, 2048)]).signaled(),
         SendWr::write(2, &[src.sge(2048, 2048)], dst.remote().at(2048), dst.rkey()).signaled(),
@@ -244,12 +264,18 @@ fn a_polled_completion_frees_its_send_queue_slots() {
             let wrs: Vec<SendWr<'_>> = (posted..posted + LIST)
                 .map(|id| {
                     let wr = SendWr::write(id, &s, dst.addr(), dst.rkey());
-                    if id % SIGNAL_EVERY == SIGNAL_EVERY - 1 { wr.signaled() } else { wr }
+                    if id % SIGNAL_EVERY == SIGNAL_EVERY - 1 {
+                        wr.signaled()
+                    } else {
+                        wr
+                    }
                 })
                 .collect();
             if let Err(e) = a.qp.post_send(&wrs) {
-                panic!("{e}: {} outstanding of {DEPTH} after polling {done} completions",
-                    posted - done);
+                panic!(
+                    "{e}: {} outstanding of {DEPTH} after polling {done} completions",
+                    posted - done
+                );
             }
             posted += LIST;
         }

@@ -33,10 +33,16 @@ const SLACK: u64 = 400;
 /// signaled, polling the CQ ring.
 #[test]
 fn write_loop_child() {
-    let Some(n) = std::env::var(CHILD_ENV).ok().and_then(|v| v.parse::<u64>().ok()) else {
+    let Some(n) = std::env::var(CHILD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
         return;
     };
-    if let Some(spin_us) = std::env::var(SPIN_ENV).ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(spin_us) = std::env::var(SPIN_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
         // Keep the engine from parking during the run (see the strict test's docs).
         let mut cfg = nic::DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap());
         cfg.spin_us = spin_us;
@@ -80,7 +86,12 @@ fn strace_total(n: u64, spin_us: Option<u32>) -> u64 {
         .arg("-o")
         .arg(&out)
         .arg(&exe)
-        .args(["--exact", "write_loop_child", "--test-threads=1", "--nocapture"])
+        .args([
+            "--exact",
+            "write_loop_child",
+            "--test-threads=1",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, n.to_string());
     if let Some(s) = spin_us {
         cmd.env(SPIN_ENV, s.to_string());
@@ -138,15 +149,15 @@ fn fast_path_makes_no_system_calls_in_steady_state() {
     }
 }
 
-/// The whole system with the default engine (which parks after a short idle spin): on an
-/// otherwise idle machine the loop keeps the engine busy and the totals do not grow. On a
-/// loaded machine — more runnable threads than cores, and strace itself needs a core — the
-/// application thread is preempted for longer than the engine's spin window, the engine
-/// parks, and every park costs a wake-up `write` plus the engine's `epoll_wait` and
-/// `read`; then the count grows with the run time. Run it on a quiet machine:
-/// `cargo test --release -p uroce --test syscalls -- --ignored`.
+/// The whole system with the default engine, which parks after a short idle spin
+/// (nic `DeviceConfig::spin_us`, 30 µs). Measured here (2 cores, shared, load ≈ 3): once the
+/// engine has parked, every post that finds it parked pays a wake-up `write`, and under
+/// strace that traced `write` holds the application thread longer than the spin window, so
+/// the engine runs dry and parks again — a park per few WRITEs (20,000 → 23,110 calls;
+/// 200,000 → 149,150). Ignored until the engine's idle policy survives that (a longer or
+/// adaptive spin window); run with `-- --ignored`.
 #[test]
-#[ignore = "depends on machine load: the default engine parks when the app thread is preempted"]
+#[ignore = "nic's 30 µs spin window: under strace the engine re-parks after every wake-up"]
 fn default_engine_system_calls_do_not_grow_with_the_loop() {
     if strace_available() {
         compare(None);

@@ -16,9 +16,8 @@ fn dropping_everything_in_any_order_frees_every_device_object() {
     };
     let (a, b) = connect(&dev, &dev, &o).unwrap();
     let nic_dev = nic::device("uroce-td").expect("device started");
-    let srq = b
-        .pd
-        .create_srq(&SrqAttr {
+    let srq =
+        b.pd.create_srq(&SrqAttr {
             max_wr: 8,
             max_sge: 1,
             srq_limit: 0,

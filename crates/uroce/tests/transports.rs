@@ -26,13 +26,18 @@ topo_tests!(uc_send_and_write, |t| {
     a.qp.post_send(&[
         SendWr::send(10, &[src.sge(0, 3000)]).signaled(),
         SendWr::write(11, &[src.sge(0, 4096)], rm.at(4096), rm.rkey).signaled(),
-        SendWr::write(12, &[src.sge(0, 10)], rm.at(4096), rm.rkey).with_imm(5).signaled(),
+        SendWr::write(12, &[src.sge(0, 10)], rm.at(4096), rm.rkey)
+            .with_imm(5)
+            .signaled(),
     ])
     .unwrap();
     let s = wait(&a.cq, 3);
     assert!(s.iter().all(|w| w.status == WcStatus::SUCCESS), "{s:?}");
     let r = wait(&b.cq, 2);
-    assert_eq!((r[0].wr_id, r[0].byte_len, r[0].opcode), (1, 3000, WcOpcode::RECV));
+    assert_eq!(
+        (r[0].wr_id, r[0].byte_len, r[0].opcode),
+        (1, 3000, WcOpcode::RECV)
+    );
     assert_eq!((r[1].wr_id, r[1].imm_data()), (2, Some(5)));
     assert_eq!(r[1].opcode, WcOpcode::RECV_RDMA_WITH_IMM);
     assert_eq!(&dst[..3000], &data[..3000]);
@@ -49,7 +54,8 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     let dst = buf(&b, 2 * (GRH_BYTES + len));
     let r0 = [dst.sge(0, (GRH_BYTES + len) as u32)];
     let r1 = [dst.sge(GRH_BYTES + len, (GRH_BYTES + len) as u32)];
-    b.qp.post_recv(&[RecvWr::new(1, &r0), RecvWr::new(2, &r1)]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &r0), RecvWr::new(2, &r1)])
+        .unwrap();
     let mut src = buf(&a, len);
     let data = pattern(8, len);
     src.copy_from_slice(&data);
@@ -58,12 +64,19 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     a.qp.post_send(&[SendWr::ud_send(3, &s, &ah, b.qp.qp_num(), o.qkey)
         .with_imm(99)
         .signaled()])
-    .unwrap();
+        .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
     let w = wait1(&b.cq);
-    assert_eq!((w.wr_id, w.status, w.opcode), (1, WcStatus::SUCCESS, WcOpcode::RECV));
+    assert_eq!(
+        (w.wr_id, w.status, w.opcode),
+        (1, WcStatus::SUCCESS, WcOpcode::RECV)
+    );
     assert!(w.has_grh());
-    assert_eq!(w.byte_len as usize, GRH_BYTES + len, "UD byte_len counts the GRH");
+    assert_eq!(
+        w.byte_len as usize,
+        GRH_BYTES + len,
+        "UD byte_len counts the GRH"
+    );
     assert_eq!(w.src_qp, a.qp.qp_num());
     assert_eq!(w.imm_data(), Some(99));
     assert_eq!(&dst[GRH_BYTES..GRH_BYTES + len], &data[..]);
@@ -75,13 +88,17 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     assert_eq!(back.grh.dgid, a.gid);
     let back_ah = b.pd.create_ah(&back).unwrap();
     let abuf = buf(&a, GRH_BYTES + len);
-    a.qp.post_recv(&[RecvWr::new(6, &[abuf.sge(0, (GRH_BYTES + len) as u32)])]).unwrap();
+    a.qp.post_recv(&[RecvWr::new(6, &[abuf.sge(0, (GRH_BYTES + len) as u32)])])
+        .unwrap();
     let echo = [dst.sge(GRH_BYTES, len as u32)];
     b.qp.post_send(&[SendWr::ud_send(7, &echo, &back_ah, w.src_qp, o.qkey).signaled()])
         .unwrap();
     assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
     let w2 = wait1(&a.cq);
-    assert_eq!((w2.wr_id, w2.status, w2.src_qp), (6, WcStatus::SUCCESS, b.qp.qp_num()));
+    assert_eq!(
+        (w2.wr_id, w2.status, w2.src_qp),
+        (6, WcStatus::SUCCESS, b.qp.qp_num())
+    );
     assert_eq!(&abuf[GRH_BYTES..], &data[..]);
     // A wrong Q_Key is dropped silently at the responder; the UD sender still completes.
     a.qp.post_send(&[SendWr::ud_send(4, &s, &ah, b.qp.qp_num(), o.qkey ^ 1).signaled()])
@@ -90,8 +107,9 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     quiet(&b.cq, Duration::from_millis(50));
     // A message larger than the path MTU is refused for UD.
     let big = buf(&a, 4096);
-    let r = a.qp.post_send(&[SendWr::ud_send(5, &[big.sge(0, 4096)], &ah, b.qp.qp_num(), o.qkey)
-        .signaled()]);
+    let r = a.qp.post_send(&[
+        SendWr::ud_send(5, &[big.sge(0, 4096)], &ah, b.qp.qp_num(), o.qkey).signaled(),
+    ]);
     match r {
         Err(e) => assert_eq!(e.error.errno(), Errno::EINVAL),
         Ok(()) => {
@@ -105,20 +123,46 @@ topo_tests!(ud_send_recv_with_grh, |t| {
 topo_tests!(srq_feeds_two_qps, |t| {
     let (da, db) = topo_devices(t);
     let ca = da.open().unwrap();
-    let cb = if t == Topo::SameDevice { ca.clone() } else { db.open().unwrap() };
+    let cb = if t == Topo::SameDevice {
+        ca.clone()
+    } else {
+        db.open().unwrap()
+    };
     let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
-    let (cqa, cqb) = (ca.create_cq(64, None, 0).unwrap(), cb.create_cq(64, None, 0).unwrap());
-    let srq = pb.create_srq(&SrqAttr { max_wr: 16, max_sge: 1, srq_limit: 0 }).unwrap();
-    let cap = QpCap { max_send_wr: 8, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let (cqa, cqb) = (
+        ca.create_cq(64, None, 0).unwrap(),
+        cb.create_cq(64, None, 0).unwrap(),
+    );
+    let srq = pb
+        .create_srq(&SrqAttr {
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
     let mut qps = Vec::new();
     for _ in 0..2 {
-        let qa = pa.create_qp(&QpInitAttr::new(QpType::RC, &cqa, cap)).unwrap();
+        let qa = pa
+            .create_qp(&QpInitAttr::new(QpType::RC, &cqa, cap))
+            .unwrap();
         let mut attr = QpInitAttr::new(QpType::RC, &cqb, cap);
         attr.srq = Some(&srq);
         let qb = pb.create_qp(&attr).unwrap();
-        let (ga, gb) = (ca.query_gid(PORT, 0).unwrap(), cb.query_gid(PORT, 0).unwrap());
-        qa.connect(&qb.endpoint(0, gb), &ConnectOpts::default()).unwrap();
-        qb.connect(&qa.endpoint(0, ga), &ConnectOpts::default()).unwrap();
+        let (ga, gb) = (
+            ca.query_gid(PORT, 0).unwrap(),
+            cb.query_gid(PORT, 0).unwrap(),
+        );
+        qa.connect(&qb.endpoint(0, gb), &ConnectOpts::default())
+            .unwrap();
+        qb.connect(&qa.endpoint(0, ga), &ConnectOpts::default())
+            .unwrap();
         qps.push((qa, qb));
     }
     let rbuf = pb.alloc_mr(4 * 64, ALL_ACCESS).unwrap();
@@ -127,10 +171,16 @@ topo_tests!(srq_feeds_two_qps, |t| {
     srq.post_recv(&rw).unwrap();
     let mut sbuf = pa.alloc_mr(64, ALL_ACCESS).unwrap();
     sbuf[..2].copy_from_slice(b"q0");
-    qps[0].0.post_send(&[SendWr::send(1, &[sbuf.sge(0, 2)]).signaled()]).unwrap();
+    qps[0]
+        .0
+        .post_send(&[SendWr::send(1, &[sbuf.sge(0, 2)]).signaled()])
+        .unwrap();
     assert_eq!(wait1(&cqa).status, WcStatus::SUCCESS);
     sbuf[..2].copy_from_slice(b"q1");
-    qps[1].0.post_send(&[SendWr::send(2, &[sbuf.sge(0, 2)]).signaled()]).unwrap();
+    qps[1]
+        .0
+        .post_send(&[SendWr::send(2, &[sbuf.sge(0, 2)]).signaled()])
+        .unwrap();
     assert_eq!(wait1(&cqa).status, WcStatus::SUCCESS);
     let r = wait(&cqb, 2);
     assert_eq!((r[0].wr_id, r[0].qp_num), (50, qps[0].1.qp_num()));
@@ -178,7 +228,10 @@ topo_tests!(event_mode_with_epoll, |t| {
     b.cq.req_notify(false).unwrap();
     assert!(!epoll_wait_one(ch.as_raw_fd(), 0));
     a.qp.post_send(&[SendWr::send(1, &s)]).unwrap();
-    assert!(epoll_wait_one(ch.as_raw_fd(), 10_000), "no completion event");
+    assert!(
+        epoll_wait_one(ch.as_raw_fd(), 10_000),
+        "no completion event"
+    );
     let cq = ch.try_get_event().unwrap().expect("event queued");
     assert!(cq.same(&b.cq));
     cq.ack_events(1);
@@ -232,9 +285,15 @@ fn solicited_only(t: Topo) {
     b.cq.req_notify(true).unwrap();
     a.qp.post_send(&[SendWr::send(2, &s)]).unwrap();
     assert_eq!(wait1(&b.cq).wr_id, 0);
-    assert!(!epoll_wait_one(ch.as_raw_fd(), 50), "event for an unsolicited completion");
+    assert!(
+        !epoll_wait_one(ch.as_raw_fd(), 50),
+        "event for an unsolicited completion"
+    );
     a.qp.post_send(&[SendWr::send(3, &s).solicited()]).unwrap();
-    let cq = ch.get_event(Some(TIMEOUT)).unwrap().expect("solicited event");
+    let cq = ch
+        .get_event(Some(TIMEOUT))
+        .unwrap()
+        .expect("solicited event");
     assert!(cq.same(&b.cq));
     cq.ack_events(1);
     assert_eq!(wait1(&b.cq).wr_id, 1);
@@ -248,7 +307,8 @@ fn async_adapter_waits_for_completion_events() {
     };
     let (a, b) = pair(Topo::TwoDevices, &o);
     let dst = buf(&b, 64);
-    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])]).unwrap();
+    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 64)])])
+        .unwrap();
     b.cq.req_notify(false).unwrap();
     let ch = b.channel.clone().unwrap();
     let qa = a.qp.clone();
@@ -267,4 +327,29 @@ fn async_adapter_waits_for_completion_events() {
     assert!(cq.same(&b.cq));
     assert_eq!(wait1(&b.cq).byte_len, 16);
     drop(src);
+}
+
+// ibv_resize_cq: unpolled completions move to the new ring in order, and the CQ keeps
+// working at its new size.
+#[test]
+fn resize_cq_keeps_unpolled_completions() {
+    let (a, b) = rc(Topo::SameDevice);
+    let src = buf(&a, 64);
+    let s = [src.sge(0, 8)];
+    let wrs: Vec<SendWr<'_>> = (0..3)
+        .map(|i| SendWr::write(i, &s, src.addr(), src.rkey()).signaled())
+        .collect();
+    a.qp.post_send(&wrs).unwrap();
+    // Give the engine time to write all three into the old ring (not taken out).
+    std::thread::sleep(Duration::from_millis(50));
+    let old = a.cq.cqe();
+    let new = a.cq.resize(1000).unwrap();
+    assert!(new >= 1000 && new != old, "{old} -> {new}");
+    assert_eq!(a.cq.cqe(), new);
+    let w = wait(&a.cq, 3);
+    assert_eq!(w.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1, 2]);
+    a.qp.post_send(&[SendWr::write(3, &s, src.addr(), src.rkey()).signaled()])
+        .unwrap();
+    assert_eq!(wait1(&a.cq).wr_id, 3);
+    drop(b);
 }

@@ -30,8 +30,8 @@ use abi::doorbell::{DoorbellLayout, Doorbells};
 use abi::shm::SharedMem;
 use abi::uverbs::{
     AsyncEventDesc, GetContext, GetContextResp, QueryDevice, QueryDeviceResp, QueryGid,
-    QueryGidResp, QueryPkey, QueryPkeyResp, QueryPort, QueryPortResp, Request,
-    UroceGetContext, UroceGetContextResp, UROCE_ABI_VERSION,
+    QueryGidResp, QueryPkey, QueryPkeyResp, QueryPort, QueryPortResp, Request, UroceGetContext,
+    UroceGetContextResp, UROCE_ABI_VERSION,
 };
 use abi::{AtomicCap, Errno, GidType, LinkLayer, Mtu, PortState};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -72,7 +72,10 @@ impl Channel {
     /// Send `req`, wait for its reply, return the response bytes or the errno.
     fn call(&mut self, op: &'static str, req: &Request<'_>) -> Result<&[u8]> {
         if self.broken {
-            return Err(Error::protocol(op, "command channel out of step after an earlier bad reply"));
+            return Err(Error::protocol(
+                op,
+                "command channel out of step after an earlier bad reply",
+            ));
         }
         req.encode(&mut self.out).map_err(|e| Error::abi(op, &e))?;
         self.stream
@@ -83,7 +86,10 @@ impl Channel {
         self.inb.resize(cap, 0);
         let mut have = 0usize;
         let total = loop {
-            let n = match self.stream.read(self.inb.get_mut(have..).unwrap_or(&mut [])) {
+            let n = match self
+                .stream
+                .read(self.inb.get_mut(have..).unwrap_or(&mut []))
+            {
                 Ok(0) => {
                     self.broken = true;
                     return Err(Error::channel(
@@ -122,9 +128,7 @@ impl Channel {
             }
         };
         let bytes = self.inb.get(..total).unwrap_or(&[]);
-        let reply = Reply::parse(bytes).map_err(|e| {
-            Error::abi(op, &e)
-        });
+        let reply = Reply::parse(bytes).map_err(|e| Error::abi(op, &e));
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
@@ -145,7 +149,9 @@ impl Channel {
                 format!("reply for command {:#x}, sent {sent:#x}", reply.command),
             ));
         }
-        reply.result.map_err(|errno| Error::control_plane(op, errno))
+        reply
+            .result
+            .map_err(|errno| Error::control_plane(op, errno))
     }
 }
 
@@ -177,7 +183,8 @@ impl Context {
         let layout = DoorbellLayout::new(DOORBELL_SLOTS).map_err(|e| Error::abi(OP, &e))?;
         let mem = Arc::new(SharedMem::new_zeroed(layout.bytes()).map_err(|e| Error::abi(OP, &e))?);
         layout.init(&mem, 0).map_err(|e| Error::abi(OP, &e))?;
-        let doorbells = Doorbells::attach(mem.clone(), 0, layout).map_err(|e| Error::abi(OP, &e))?;
+        let doorbells =
+            Doorbells::attach(mem.clone(), 0, layout).map_err(|e| Error::abi(OP, &e))?;
         let mut chan = Channel {
             stream,
             out: Vec::with_capacity(256),
@@ -347,7 +354,11 @@ impl Context {
         let fd = self
             .async_fd()
             .ok_or_else(|| Error::local(OP, Errno::EOPNOTSUPP, "device has no async event fd"))?;
-        let mut partial = self.0.async_partial.lock().unwrap_or_else(|p| p.into_inner());
+        let mut partial = self
+            .0
+            .async_partial
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         loop {
             let have = partial.len();
             if have >= AsyncEventDesc::SIZE {

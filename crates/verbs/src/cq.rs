@@ -26,8 +26,7 @@ use abi::ring::{Consumer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{
     self, CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, CreateCqResp,
-    DestroyCq, PollCq, ReqNotifyCq, Request, ResizeCq, ResizeCqResp, UroceCreateCq,
-    UroceResizeCq,
+    DestroyCq, PollCq, ReqNotifyCq, Request, ResizeCq, ResizeCqResp, UroceCreateCq, UroceResizeCq,
 };
 use abi::{Errno, WcFlags, WcOpcode, WcStatus};
 
@@ -310,7 +309,11 @@ impl Cq {
         const OP: &str = "create_cq";
         if let Some(ch) = channel {
             if !ch.context().same(ctx) {
-                return Err(Error::local(OP, Errno::EINVAL, "completion channel of another context"));
+                return Err(Error::local(
+                    OP,
+                    Errno::EINVAL,
+                    "completion channel of another context",
+                ));
             }
         }
         let (mem, layout) = alloc_ring(OP, cqe, CQE_BYTES)?;
@@ -509,7 +512,11 @@ impl Cq {
                 Err(e) => Err((e, Cq(Arc::new(inner)))),
             },
             Err(arc) => Err((
-                Error::local("destroy_cq", Errno::EBUSY, "CQ still used by QPs or other handles"),
+                Error::local(
+                    "destroy_cq",
+                    Errno::EBUSY,
+                    "CQ still used by QPs or other handles",
+                ),
                 Cq(arc),
             )),
         }

@@ -75,8 +75,8 @@ pub use wr::{Payload, RecvWr, Remote, SendWr};
 pub use abi::provider::{DeviceSpec, Provider};
 pub use abi::uverbs::Sge;
 pub use abi::{
-    AccessFlags, AtomicCap, Errno, GidType, LinkLayer, Mtu, PortState, QpAttrMask, QpState,
-    QpType, SendFlags, SrqAttrMask, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, AtomicCap, Errno, GidType, LinkLayer, Mtu, PortState, QpAttrMask, QpState, QpType,
+    SendFlags, SrqAttrMask, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 /// Bytes of the Global Routing Header area at the start of every UD receive buffer

@@ -5,7 +5,7 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
-/// Alignment of [`PageBuf`] allocations: a page, as `posix_memalign(4096)` in perftest.
+/// Alignment of [`crate::MrBuf`] memory: a page, as `posix_memalign(4096)` in perftest.
 pub const PAGE_SIZE: usize = 4096;
 
 /// A zeroed, page-aligned heap allocation of `len` bytes (at least one page is allocated).

@@ -132,7 +132,12 @@ impl Pd {
     pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<MrBuf> {
         let buf = PageBuf::new_zeroed(len)
             .ok_or_else(|| Error::local("reg_mr", Errno::ENOMEM, "allocation size overflow"))?;
-        let mr = self.register(buf.as_ptr() as usize as u64, len, buf.as_ptr() as usize as u64, access)?;
+        let mr = self.register(
+            buf.as_ptr() as usize as u64,
+            len,
+            buf.as_ptr() as usize as u64,
+            access,
+        )?;
         Ok(MrBuf { mr, buf: Some(buf) })
     }
 
@@ -146,7 +151,10 @@ impl Pd {
             reserved: 0,
             attr: attr.to_abi(),
         });
-        let r: CreateAhResp = self.0.ctx.cmd("create_ah", &req, |mut r| Ok(take(&mut r)))?;
+        let r: CreateAhResp = self
+            .0
+            .ctx
+            .cmd("create_ah", &req, |mut r| Ok(take(&mut r)))?;
         Ok(Ah(Arc::new(AhInner {
             pd: self.clone(),
             handle: r.ah_handle,
@@ -166,7 +174,11 @@ impl Pd {
                 Err(e) => Err((e, Pd(Arc::new(inner)))),
             },
             Err(arc) => Err((
-                Error::local("dealloc_pd", Errno::EBUSY, "PD still used by objects or handles"),
+                Error::local(
+                    "dealloc_pd",
+                    Errno::EBUSY,
+                    "PD still used by objects or handles",
+                ),
                 Pd(arc),
             )),
         }
@@ -197,7 +209,9 @@ impl Drop for PdInner {
 
 impl fmt::Debug for Pd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pd").field("handle", &self.0.handle).finish()
+        f.debug_struct("Pd")
+            .field("handle", &self.0.handle)
+            .finish()
     }
 }
 
@@ -614,12 +628,18 @@ pub fn grh_addresses(grh: &[u8]) -> Option<(std::net::IpAddr, std::net::IpAddr)>
     if v4.first() == Some(&0x45) {
         let src: [u8; 4] = v4.get(12..16)?.try_into().ok()?;
         let dst: [u8; 4] = v4.get(16..20)?.try_into().ok()?;
-        return Some((IpAddr::V4(Ipv4Addr::from(src)), IpAddr::V4(Ipv4Addr::from(dst))));
+        return Some((
+            IpAddr::V4(Ipv4Addr::from(src)),
+            IpAddr::V4(Ipv4Addr::from(dst)),
+        ));
     }
     if grh.first().map(|b| b >> 4) == Some(6) {
         let src: [u8; 16] = grh.get(8..24)?.try_into().ok()?;
         let dst: [u8; 16] = grh.get(24..40)?.try_into().ok()?;
-        return Some((IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst))));
+        return Some((
+            IpAddr::V6(Ipv6Addr::from(src)),
+            IpAddr::V6(Ipv6Addr::from(dst)),
+        ));
     }
     None
 }
@@ -646,9 +666,15 @@ mod tests {
         assert_eq!(d, "::2".parse::<std::net::IpAddr>().unwrap());
         assert!(grh_addresses(&[0u8; 40]).is_none());
         assert!(grh_addresses(&[0x45u8; 10]).is_none());
-        let wc = crate::Wc { wc_flags: abi::WcFlags::GRH, ..Default::default() };
+        let wc = crate::Wc {
+            wc_flags: abi::WcFlags::GRH,
+            ..Default::default()
+        };
         let ah = AhAttr::from_grh(&wc, &g, 0, 1).unwrap();
-        assert_eq!(ah.grh.dgid.to_ip(), "127.0.0.2".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!(
+            ah.grh.dgid.to_ip(),
+            "127.0.0.2".parse::<std::net::IpAddr>().unwrap()
+        );
         assert!(AhAttr::from_grh(&crate::Wc::default(), &g, 0, 1).is_none());
     }
 }

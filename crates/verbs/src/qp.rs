@@ -302,7 +302,11 @@ impl Qp {
             }
         }
         if !matches!(attr.qp_type, QpType::RC | QpType::UC | QpType::UD) {
-            return Err(Error::local(OP, Errno::EOPNOTSUPP, format!("QP type {}", attr.qp_type)));
+            return Err(Error::local(
+                OP,
+                Errno::EOPNOTSUPP,
+                format!("QP type {}", attr.qp_type),
+            ));
         }
         let cap = attr.cap;
         let sq_elem = send_wqe_size(cap.max_send_sge, cap.max_inline_data)
@@ -363,15 +367,21 @@ impl Qp {
         let (slot_sge, slot_inline) = send_caps_for_elem(sq_layout.elem_size());
         let granted = QpCap {
             max_send_wr: core.max_send_wr.min(sq_layout.slots()),
-            max_recv_wr: rq.as_ref().map_or(0, |(_, l)| core.max_recv_wr.min(l.slots())),
+            max_recv_wr: rq
+                .as_ref()
+                .map_or(0, |(_, l)| core.max_recv_wr.min(l.slots())),
             max_send_sge: core.max_send_sge.min(slot_sge),
             max_recv_sge: rq.as_ref().map_or(0, |(_, l)| {
                 let room = (l.elem_size() as usize - RECV_WQE_HDR_BYTES) / Sge::SIZE;
                 core.max_recv_sge.min(room as u32)
             }),
-            max_inline_data: core.max_inline_data.min(slot_inline).min(ctx.max_inline_data()),
+            max_inline_data: core
+                .max_inline_data
+                .min(slot_inline)
+                .min(ctx.max_inline_data()),
         };
-        let sq_prod = Producer::attach(sq_mem.clone(), 0, sq_layout).map_err(|e| Error::abi(OP, &e))?;
+        let sq_prod =
+            Producer::attach(sq_mem.clone(), 0, sq_layout).map_err(|e| Error::abi(OP, &e))?;
         let rq = match rq {
             Some((mem, layout)) => Some(Mutex::new(RecvQueue {
                 prod: Producer::attach(mem.clone(), 0, layout).map_err(|e| Error::abi(OP, &e))?,
@@ -587,7 +597,10 @@ impl Qp {
         };
         self.modify(
             &a,
-            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
         )?;
         a.qp_state = QpState::RTR;
         a.path_mtu = o.path_mtu;
@@ -658,7 +671,11 @@ impl Qp {
         if s.0 < QpState::RTS.0 {
             return Err(PostError {
                 index: 0,
-                error: Error::local(op, Errno::EINVAL, format!("QP {} is in {s}, not RTS", self.0.qpn)),
+                error: Error::local(
+                    op,
+                    Errno::EINVAL,
+                    format!("QP {} is in {s}, not RTS", self.0.qpn),
+                ),
             });
         }
         Ok(())
@@ -729,7 +746,9 @@ impl Qp {
                 wqe_size: abi::uverbs::SendWr::SIZE,
             },
         );
-        let res = self.ctx().cmd(OP, &req, |mut r| Ok(take::<PostResp>(&mut r).bad_wr));
+        let res = self
+            .ctx()
+            .cmd(OP, &req, |mut r| Ok(take::<PostResp>(&mut r).bad_wr));
         // The control plane may have produced into our SQ ring: resume from its index.
         let (mem, layout) = (sq.mem.clone(), sq.layout);
         if let Ok(p) = Producer::attach(mem, 0, layout) {
@@ -766,7 +785,9 @@ impl Qp {
                 wqe_size: abi::uverbs::RecvWr::SIZE,
             },
         );
-        let res = self.ctx().cmd(OP, &req, |mut r| Ok(take::<PostResp>(&mut r).bad_wr));
+        let res = self
+            .ctx()
+            .cmd(OP, &req, |mut r| Ok(take::<PostResp>(&mut r).bad_wr));
         let (mem, layout) = (rq.mem.clone(), rq.layout);
         if let Ok(p) = Producer::attach(mem, 0, layout) {
             rq.prod = p;

@@ -7,8 +7,8 @@ use abi::fastpath::{recv_wqe_size, RECV_WQE_HDR_BYTES};
 use abi::ring::{Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{
-    CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, PostResp, PostSrqRecv, QuerySrq,
-    QuerySrqResp, Request, Sge, UroceCreateSrq, WrList,
+    CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, PostResp, PostSrqRecv, QuerySrq, QuerySrqResp,
+    Request, Sge, UroceCreateSrq, WrList,
 };
 use abi::{Errno, SrqAttrMask};
 
@@ -207,7 +207,11 @@ impl Srq {
                 Err(e) => Err((e, Srq(Arc::new(inner)))),
             },
             Err(arc) => Err((
-                Error::local("destroy_srq", Errno::EBUSY, "SRQ still used by QPs or other handles"),
+                Error::local(
+                    "destroy_srq",
+                    Errno::EBUSY,
+                    "SRQ still used by QPs or other handles",
+                ),
                 Srq(arc),
             )),
         }

@@ -106,12 +106,22 @@ impl<'a> SendWr<'a> {
 
     /// An RDMA WRITE of `sges` to `addr`/`rkey`.
     pub fn write(wr_id: u64, sges: &'a [Sge], addr: u64, rkey: u32) -> SendWr<'a> {
-        SendWr::base(wr_id, WrOpcode::RDMA_WRITE, sges, Remote::Rdma { addr, rkey })
+        SendWr::base(
+            wr_id,
+            WrOpcode::RDMA_WRITE,
+            sges,
+            Remote::Rdma { addr, rkey },
+        )
     }
 
     /// An RDMA READ from `addr`/`rkey` into `sges`.
     pub fn read(wr_id: u64, sges: &'a [Sge], addr: u64, rkey: u32) -> SendWr<'a> {
-        SendWr::base(wr_id, WrOpcode::RDMA_READ, sges, Remote::Rdma { addr, rkey })
+        SendWr::base(
+            wr_id,
+            WrOpcode::RDMA_READ,
+            sges,
+            Remote::Rdma { addr, rkey },
+        )
     }
 
     /// ATOMIC_CMP_AND_SWP on the 8 bytes at `addr`; the original value lands in `sge`.
@@ -264,7 +274,10 @@ fn bad(op: &'static str, detail: impl Into<String>) -> Error {
 /// QP gets a UD destination (and a connected one does not), that the AH belongs to this
 /// context. Everything else (keys, bounds, access, opcode legality) is the engine's check
 /// and becomes a completion status.
-pub(crate) fn send_wqe<'w>(wr: &SendWr<'w>, lim: &SendLimits) -> Result<(SendWqe, &'w [u8]), Error> {
+pub(crate) fn send_wqe<'w>(
+    wr: &SendWr<'w>,
+    lim: &SendLimits,
+) -> Result<(SendWqe, &'w [u8]), Error> {
     const OP: &str = "post_send";
     let mut hdr = SendWqe {
         wr_id: wr.wr_id,
@@ -276,7 +289,10 @@ pub(crate) fn send_wqe<'w>(wr: &SendWr<'w>, lim: &SendLimits) -> Result<(SendWqe
     let payload: &[u8] = match wr.payload {
         Payload::Sges(sges) => {
             if sges.len() > lim.max_sge as usize {
-                return Err(bad(OP, format!("{} SGEs, QP allows {}", sges.len(), lim.max_sge)));
+                return Err(bad(
+                    OP,
+                    format!("{} SGEs, QP allows {}", sges.len(), lim.max_sge),
+                ));
             }
             hdr.num_sge = sges.len() as u16;
             sges.as_bytes()
@@ -294,7 +310,14 @@ pub(crate) fn send_wqe<'w>(wr: &SendWr<'w>, lim: &SendLimits) -> Result<(SendWqe
         }
     };
     match (wr.remote, lim.qp_type == QpType::UD) {
-        (Remote::Ud { ah, remote_qpn, remote_qkey }, true) => {
+        (
+            Remote::Ud {
+                ah,
+                remote_qpn,
+                remote_qkey,
+            },
+            true,
+        ) => {
             if ah.pd().context().id() != lim.ctx_id {
                 return Err(bad(OP, "address handle of another context"));
             }
@@ -303,9 +326,7 @@ pub(crate) fn send_wqe<'w>(wr: &SendWr<'w>, lim: &SendLimits) -> Result<(SendWqe
             hdr.remote_qkey = remote_qkey;
         }
         (_, true) => return Err(bad(OP, "a UD QP needs a UD destination (ah, qpn, qkey)")),
-        (Remote::Ud { .. }, false) => {
-            return Err(bad(OP, "UD destination on a connected QP"))
-        }
+        (Remote::Ud { .. }, false) => return Err(bad(OP, "UD destination on a connected QP")),
         (Remote::Rdma { addr, rkey }, false) => {
             hdr.remote_addr = addr;
             hdr.rkey = rkey;
@@ -351,7 +372,13 @@ pub(crate) fn stage_sends(
     }
     if n > 0 {
         if let Err(e) = prod.publish() {
-            return (0, Some(PostError { index: 0, error: Error::abi("post_send", &e) }));
+            return (
+                0,
+                Some(PostError {
+                    index: 0,
+                    error: Error::abi("post_send", &e),
+                }),
+            );
         }
     }
     (n, err)
@@ -369,7 +396,10 @@ pub(crate) fn stage_recvs(
     let mut n = 0usize;
     for (i, wr) in wrs.iter().enumerate() {
         let staged = if wr.sg_list.len() > max_sge as usize {
-            Err(bad(op, format!("{} SGEs, queue allows {max_sge}", wr.sg_list.len())))
+            Err(bad(
+                op,
+                format!("{} SGEs, queue allows {max_sge}", wr.sg_list.len()),
+            ))
         } else {
             let hdr = RecvWqe {
                 wr_id: wr.wr_id,
@@ -386,8 +416,10 @@ pub(crate) fn stage_recvs(
         n += 1;
     }
     if n > 0 {
-        prod.publish()
-            .map_err(|e| PostError { index: 0, error: Error::abi(op, &e) })?;
+        prod.publish().map_err(|e| PostError {
+            index: 0,
+            error: Error::abi(op, &e),
+        })?;
     }
     match err {
         Some(e) => Err(e),
@@ -482,7 +514,10 @@ pub(crate) fn encode_recv_cmd(
         if wr.sg_list.len() > max_sge as usize {
             return Err(PostError {
                 index: i,
-                error: bad(op, format!("{} SGEs, queue allows {max_sge}", wr.sg_list.len())),
+                error: bad(
+                    op,
+                    format!("{} SGEs, queue allows {max_sge}", wr.sg_list.len()),
+                ),
             });
         }
         let w = uverbs::RecvWr {
@@ -502,7 +537,9 @@ pub(crate) fn bad_wr_result(op: &'static str, bad_wr: u32, count: usize) -> Resu
     if bad_wr == 0 {
         return Ok(());
     }
-    let index = (bad_wr as usize).saturating_sub(1).min(count.saturating_sub(1));
+    let index = (bad_wr as usize)
+        .saturating_sub(1)
+        .min(count.saturating_sub(1));
     Err(PostError {
         index,
         error: Error::control_plane(op, Errno::EINVAL),

@@ -51,7 +51,10 @@ fn setup(parking: bool, sq_sig_all: bool) -> Setup {
     attr.sq_sig_all = sq_sig_all;
     let qp = pd.create_qp(&attr).unwrap();
     let mr = pd.alloc_mr(8192, AccessFlags::LOCAL_WRITE).unwrap();
-    let remote = qp.endpoint(0, Gid::from("127.0.0.1".parse::<std::net::IpAddr>().unwrap()));
+    let remote = qp.endpoint(
+        0,
+        Gid::from("127.0.0.1".parse::<std::net::IpAddr>().unwrap()),
+    );
     qp.connect(&remote, &ConnectOpts::default()).unwrap();
     Setup {
         p,
@@ -70,7 +73,11 @@ fn poll_n(cq: &Cq, n: usize) -> Vec<Wc> {
     while out.len() < n {
         let k = cq.poll(&mut wc).unwrap();
         out.extend_from_slice(&wc[..k]);
-        assert!(std::time::Instant::now() < deadline, "only {} of {n} completions", out.len());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} completions",
+            out.len()
+        );
         std::thread::yield_now();
     }
     out
@@ -92,12 +99,18 @@ fn queries_decode_the_control_planes_answers() {
     assert_eq!(e.kind(), ErrorKind::ControlPlane);
     assert_eq!(e.op(), "query_port");
     let g = ctx.query_gid_entry(1, 0).unwrap();
-    assert_eq!(g.gid.to_ip(), "127.0.0.1".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(
+        g.gid.to_ip(),
+        "127.0.0.1".parse::<std::net::IpAddr>().unwrap()
+    );
     assert_eq!(g.gid_type, GidType::ROCE_V2);
     assert_eq!(g.gid.to_string(), "0000:0000:0000:0000:0000:ffff:7f00:0001");
     // Empty slot: zeros from query_gid, ENODATA from the entry query; beyond: EINVAL.
     assert!(ctx.query_gid(1, 1).unwrap().is_zero());
-    assert_eq!(ctx.query_gid_entry(1, 1).unwrap_err().errno(), Errno::ENODATA);
+    assert_eq!(
+        ctx.query_gid_entry(1, 1).unwrap_err().errno(),
+        Errno::ENODATA
+    );
     assert_eq!(ctx.query_gid(1, 2).unwrap_err().errno(), Errno::EINVAL);
     assert_eq!(ctx.query_pkey(1, 0).unwrap(), 0xffff);
     assert_eq!(ctx.max_inline_data(), 64);
@@ -136,7 +149,14 @@ fn reg_mr_masks_optional_access_bits_and_objects_die_children_first() {
         AccessFlags(reg.access_flags),
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ
     );
-    assert_eq!(mr.sge(10, 20), Sge { addr: mr.addr() + 10, length: 20, lkey: mr.lkey() });
+    assert_eq!(
+        mr.sge(10, 20),
+        Sge {
+            addr: mr.addr() + 10,
+            length: 20,
+            lkey: mr.lkey()
+        }
+    );
     // Dropping the PD handle first must not deallocate it while the MR lives.
     drop(pd);
     assert!(!p.with(|s| s.commands.contains(&Command::DEALLOC_PD)));
@@ -157,8 +177,8 @@ fn dereg_failure_hands_the_region_back() {
     // A raw registration of memory we keep alive for the test.
     let mut buf = vec![0u8; 64];
     // SAFETY: `buf` outlives the MR (the MR is deregistered or dropped below first).
-    let raw = unsafe { pd.reg_mr_raw(buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE) }
-        .unwrap();
+    let raw =
+        unsafe { pd.reg_mr_raw(buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE) }.unwrap();
     assert_eq!(raw.addr(), buf.as_ptr() as u64);
     raw.dereg().unwrap();
 }
@@ -178,8 +198,12 @@ fn post_send_writes_every_opcode_into_the_ring_with_one_doorbell() {
         SendWr::read(6, &sge, 0x3000, 0x79).signaled(),
         SendWr::compare_swap(7, &one, 0x4000, 0x7a, 10, 20).signaled(),
         SendWr::fetch_add(8, &one, 0x5000, 0x7b, 3).signaled(),
-        SendWr::send_inline(9, b"hello inline").signaled().solicited(),
-        SendWr::write(10, &[], 0x6000, 0x7c).inline(b"xyz").signaled(),
+        SendWr::send_inline(9, b"hello inline")
+            .signaled()
+            .solicited(),
+        SendWr::write(10, &[], 0x6000, 0x7c)
+            .inline(b"xyz")
+            .signaled(),
         SendWr::send(11, &sge), // unsignaled: no completion
     ];
     s.qp.post_send(&ah_less).unwrap();
@@ -192,23 +216,45 @@ fn post_send_writes_every_opcode_into_the_ring_with_one_doorbell() {
     assert_eq!(seen[1].wqe.imm_data(), 0x1234_5678);
     assert_eq!(op(2), WrOpcode::SEND_WITH_INV);
     assert_eq!(seen[2].wqe.ex, 0xabcd);
-    assert_eq!((op(3), seen[3].wqe.remote_addr, seen[3].wqe.rkey), (WrOpcode::RDMA_WRITE, 0x1000, 0x77));
-    assert_eq!((op(4), seen[4].wqe.imm_data()), (WrOpcode::RDMA_WRITE_WITH_IMM, 7));
-    assert_eq!((op(5), seen[5].wqe.remote_addr), (WrOpcode::RDMA_READ, 0x3000));
     assert_eq!(
-        (op(6), seen[6].wqe.compare_add, seen[6].wqe.swap, seen[6].sges.clone()),
+        (op(3), seen[3].wqe.remote_addr, seen[3].wqe.rkey),
+        (WrOpcode::RDMA_WRITE, 0x1000, 0x77)
+    );
+    assert_eq!(
+        (op(4), seen[4].wqe.imm_data()),
+        (WrOpcode::RDMA_WRITE_WITH_IMM, 7)
+    );
+    assert_eq!(
+        (op(5), seen[5].wqe.remote_addr),
+        (WrOpcode::RDMA_READ, 0x3000)
+    );
+    assert_eq!(
+        (
+            op(6),
+            seen[6].wqe.compare_add,
+            seen[6].wqe.swap,
+            seen[6].sges.clone()
+        ),
         (WrOpcode::ATOMIC_CMP_AND_SWP, 10, 20, vec![one])
     );
-    assert_eq!((op(7), seen[7].wqe.compare_add), (WrOpcode::ATOMIC_FETCH_AND_ADD, 3));
+    assert_eq!(
+        (op(7), seen[7].wqe.compare_add),
+        (WrOpcode::ATOMIC_FETCH_AND_ADD, 3)
+    );
     assert_eq!(seen[8].inline, b"hello inline");
     let f = SendFlags(seen[8].wqe.send_flags);
     assert!(f.contains(SendFlags::INLINE | SendFlags::SOLICITED | SendFlags::SIGNALED));
-    assert_eq!((op(9), seen[9].inline.as_slice()), (WrOpcode::RDMA_WRITE, &b"xyz"[..]));
+    assert_eq!(
+        (op(9), seen[9].inline.as_slice()),
+        (WrOpcode::RDMA_WRITE, &b"xyz"[..])
+    );
     assert!(!SendFlags(seen[10].wqe.send_flags).contains(SendFlags::SIGNALED));
     let wcs = poll_n(&s.cq, 10);
     let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (1..=10).collect::<Vec<_>>());
-    assert!(wcs.iter().all(|w| w.is_success() && w.qp_num == s.qp.qp_num()));
+    assert!(wcs
+        .iter()
+        .all(|w| w.is_success() && w.qp_num == s.qp.qp_num()));
     assert_eq!(wcs[5].opcode, WcOpcode::RDMA_READ);
     assert_eq!(wcs[6].opcode, WcOpcode::COMP_SWAP);
     std::thread::sleep(Duration::from_millis(20));
@@ -223,7 +269,8 @@ fn post_send_writes_every_opcode_into_the_ring_with_one_doorbell() {
 fn sq_sig_all_signals_every_wr() {
     let s = setup(false, true);
     let sge = [s.mr.sge(0, 8)];
-    s.qp.post_send(&[SendWr::send(1, &sge), SendWr::send(2, &sge)]).unwrap();
+    s.qp.post_send(&[SendWr::send(1, &sge), SendWr::send(2, &sge)])
+        .unwrap();
     let wcs = poll_n(&s.cq, 2);
     assert_eq!((wcs[0].wr_id, wcs[1].wr_id), (1, 2));
 }
@@ -248,11 +295,10 @@ fn post_errors_report_the_first_bad_wr_and_keep_the_earlier_ones() {
     let wcs = poll_n(&s.cq, 1);
     assert_eq!(wcs[0].wr_id, 1);
     // A UD destination on an RC QP is refused.
-    let ah = s
-        .pd
-        .create_ah(&AhAttr::roce(Gid::default(), 0, 1))
-        .unwrap();
-    let e = s.qp.post_send(&[SendWr::ud_send(5, &ok, &ah, 1, 2)]).unwrap_err();
+    let ah = s.pd.create_ah(&AhAttr::roce(Gid::default(), 0, 1)).unwrap();
+    let e =
+        s.qp.post_send(&[SendWr::ud_send(5, &ok, &ah, 1, 2)])
+            .unwrap_err();
     assert_eq!(e.error.errno(), Errno::EINVAL);
 }
 
@@ -284,7 +330,10 @@ fn ring_full_is_enomem_at_the_overflowing_wr() {
     let e = qp.post_recv(&recvs).unwrap_err();
     assert_eq!((e.index, e.error.errno()), (4, Errno::ENOMEM));
     let got = p.take_recvs(qp.qp_num(), 10);
-    assert_eq!(got.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert_eq!(
+        got.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
     assert_eq!(got[2].1, sge.to_vec());
     // Consumed slots are reusable.
     qp.post_recv(&recvs[4..]).unwrap();
@@ -297,7 +346,17 @@ fn posting_in_the_wrong_state_is_einval() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(8, None, 0).unwrap();
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }))
+        .create_qp(&QpInitAttr::new(
+            QpType::RC,
+            &cq,
+            QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        ))
         .unwrap();
     let mr = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let sge = [mr.sge(0, 8)];
@@ -309,7 +368,11 @@ fn posting_in_the_wrong_state_is_einval() {
     let e = qp.post_send_cmd(&[SendWr::send(1, &sge)]).unwrap_err();
     assert_eq!(e.error.errno(), Errno::EINVAL);
     qp.modify(
-        &QpAttr { qp_state: QpState::INIT, port_num: 1, ..QpAttr::default() },
+        &QpAttr {
+            qp_state: QpState::INIT,
+            port_num: 1,
+            ..QpAttr::default()
+        },
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::ACCESS_FLAGS,
     )
     .unwrap();
@@ -341,11 +404,15 @@ fn slow_path_commands_post_and_poll() {
     let mut wc = [Wc::default(); 1];
     assert_eq!(s.cq.poll_cmd(&mut wc).unwrap(), 1);
     assert_eq!(wc[0].wr_id, 21);
-    s.qp.post_send(&[SendWr::send(23, &sge).signaled()]).unwrap();
+    s.qp.post_send(&[SendWr::send(23, &sge).signaled()])
+        .unwrap();
     let wcs = poll_n(&s.cq, 2);
     assert_eq!((wcs[0].wr_id, wcs[1].wr_id), (22, 23));
     s.qp.post_recv_cmd(&[RecvWr::new(31, &sge)]).unwrap();
-    assert_eq!(s.p.with(|sh| sh.cmd_recvs.clone()), vec![(31, sge.to_vec())]);
+    assert_eq!(
+        s.p.with(|sh| sh.cmd_recvs.clone()),
+        vec![(31, sge.to_vec())]
+    );
 }
 
 #[test]
@@ -369,7 +436,17 @@ fn event_mode_with_poll_epoll_style_and_async() {
     let cq = ctx.create_cq(16, Some(&ch), 0).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }))
+        .create_qp(&QpInitAttr::new(
+            QpType::RC,
+            &cq,
+            QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        ))
         .unwrap();
     qp.connect(&qp.endpoint(0, Gid::default()), &ConnectOpts::default())
         .unwrap();
@@ -382,20 +459,27 @@ fn event_mode_with_poll_epoll_style_and_async() {
     // Armed: exactly one event, naming the CQ.
     cq.req_notify(false).unwrap();
     qp.post_send(&[SendWr::send(2, &sge).signaled()]).unwrap();
-    let got = ch.get_event(Some(Duration::from_secs(5))).unwrap().expect("event");
+    let got = ch
+        .get_event(Some(Duration::from_secs(5)))
+        .unwrap()
+        .expect("event");
     assert!(got.same(&cq));
     assert_eq!(cq.unacked_events(), 1);
     cq.ack_events(1);
     assert_eq!(cq.unacked_events(), 0);
     assert_eq!(poll_n(&cq, 1)[0].wr_id, 2);
-    assert!(ch.get_event(Some(Duration::from_millis(30))).unwrap().is_none());
+    assert!(ch
+        .get_event(Some(Duration::from_millis(30)))
+        .unwrap()
+        .is_none());
     // Async adapter.
     cq.req_notify(false).unwrap();
     let qp2 = qp.clone();
     let mr_addr = sge;
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(30));
-        qp2.post_send(&[SendWr::send(3, &mr_addr).signaled()]).unwrap();
+        qp2.post_send(&[SendWr::send(3, &mr_addr).signaled()])
+            .unwrap();
     });
     let got = block_on(ch.get_event_async()).unwrap();
     assert!(got.same(&cq));
@@ -408,7 +492,10 @@ fn async_events_are_read_from_the_async_fd() {
     let (p, ctx) = open(false);
     assert!(ctx.try_get_async_event().unwrap().is_none());
     p.raise_async(EventType::QP_FATAL.0, 42);
-    let ev = ctx.get_async_event(Some(Duration::from_secs(5))).unwrap().unwrap();
+    let ev = ctx
+        .get_async_event(Some(Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
     assert_eq!(ev.event_type, EventType::QP_FATAL);
     assert_eq!(ev.element, 42);
     assert_eq!(format!("{}", ev.event_type), "QP_FATAL");
@@ -417,7 +504,14 @@ fn async_events_are_read_from_the_async_fd() {
 #[test]
 fn cq_in_use_is_ebusy_and_teardown_order_is_children_first() {
     let s = setup(false, false);
-    let Setup { p, ctx, pd, cq, qp, mr } = s;
+    let Setup {
+        p,
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    } = s;
     let (e, cq) = cq.destroy().unwrap_err();
     assert_eq!(e.errno(), Errno::EBUSY);
     let (e, other) = qp.clone().destroy().unwrap_err();
@@ -447,23 +541,46 @@ fn srq_posts_into_its_ring() {
     let (p, ctx) = open(false);
     let pd = ctx.alloc_pd().unwrap();
     let srq = pd
-        .create_srq(&SrqAttr { max_wr: 8, max_sge: 2, srq_limit: 0 })
+        .create_srq(&SrqAttr {
+            max_wr: 8,
+            max_sge: 2,
+            srq_limit: 0,
+        })
         .unwrap();
     let cq = ctx.create_cq(8, None, 0).unwrap();
-    let mut attr = QpInitAttr::new(QpType::RC, &cq, QpCap { max_send_wr: 4, max_send_sge: 1, ..QpCap::default() });
+    let mut attr = QpInitAttr::new(
+        QpType::RC,
+        &cq,
+        QpCap {
+            max_send_wr: 4,
+            max_send_sge: 1,
+            ..QpCap::default()
+        },
+    );
     attr.srq = Some(&srq);
     let qp = pd.create_qp(&attr).unwrap();
     assert!(qp.srq().is_some());
     let mr = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let sge = [mr.sge(0, 32), mr.sge(32, 32)];
-    srq.post_recv(&[RecvWr::new(7, &sge), RecvWr::new(8, &sge[..1])]).unwrap();
+    srq.post_recv(&[RecvWr::new(7, &sge), RecvWr::new(8, &sge[..1])])
+        .unwrap();
     let got = p.take_srq_recvs(srq.srq_num(), 8);
     assert_eq!(got, vec![(7, sge.to_vec()), (8, sge[..1].to_vec())]);
     // QP receives come from the SRQ: post_recv on the QP is refused.
-    qp.connect(&qp.endpoint(0, Gid::default()), &ConnectOpts::default()).unwrap();
-    assert_eq!(qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap_err().error.errno(), Errno::EINVAL);
+    qp.connect(&qp.endpoint(0, Gid::default()), &ConnectOpts::default())
+        .unwrap();
+    assert_eq!(
+        qp.post_recv(&[RecvWr::new(1, &sge)])
+            .unwrap_err()
+            .error
+            .errno(),
+        Errno::EINVAL
+    );
     let three = [mr.sge(0, 1), mr.sge(1, 1), mr.sge(2, 1)];
-    assert_eq!(srq.post_recv(&[RecvWr::new(9, &three)]).unwrap_err().index, 0);
+    assert_eq!(
+        srq.post_recv(&[RecvWr::new(9, &three)]).unwrap_err().index,
+        0
+    );
     // SRQ in use by a QP.
     let (e, srq) = srq.destroy().unwrap_err();
     assert_eq!(e.errno(), Errno::EBUSY);

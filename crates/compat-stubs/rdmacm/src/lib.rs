@@ -191,7 +191,11 @@ pub extern "C" fn riowrite() -> usize {
 ///
 /// # Safety
 /// As `poll(2)`: `fds` points to `nfds` valid `pollfd`s.
-pub unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
     // SAFETY: the caller's contract is poll(2)'s, which we forward unchanged.
     unsafe { libc::poll(fds, nfds, timeout) }
 }

@@ -244,7 +244,11 @@ pub fn exports_source(nodes: &[Node]) -> String {
 pub fn exports(nodes: &[Node]) -> Vec<(&str, &str)> {
     nodes
         .iter()
-        .flat_map(|n| n.symbols.iter().map(move |s| (s.name.as_str(), n.name.as_str())))
+        .flat_map(|n| {
+            n.symbols
+                .iter()
+                .map(move |s| (s.name.as_str(), n.name.as_str()))
+        })
         .collect()
 }
 
@@ -266,7 +270,10 @@ pub fn emit(table: &str, soname: &str) {
     write(&map, &version_script(&nodes));
     write(&out.join("exports.rs"), &exports_source(&nodes));
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", map.display());
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
     println!("cargo:rustc-cdylib-link-arg=-Wl,--no-undefined");
 }
 
@@ -299,7 +306,11 @@ node LIB_PRIVATE_1
         assert!(nodes[2].symbols.is_empty());
         assert_eq!(
             exports(&nodes),
-            [("a_sym", "LIB_1.0"), ("b_sym", "LIB_1.1"), ("c_sym", "LIB_1.1")]
+            [
+                ("a_sym", "LIB_1.0"),
+                ("b_sym", "LIB_1.1"),
+                ("c_sym", "LIB_1.1")
+            ]
         );
     }
 
@@ -317,7 +328,11 @@ node LIB_PRIVATE_1
         let mut table = TABLE.to_string();
         table.push_str("flag data 1\n");
         let src = exports_source(&parse(&table).unwrap());
-        for (name, node) in [("a_sym", "LIB_1.0"), ("b_sym", "LIB_1.1"), ("c_sym", "LIB_1.1")] {
+        for (name, node) in [
+            ("a_sym", "LIB_1.0"),
+            ("b_sym", "LIB_1.1"),
+            ("c_sym", "LIB_1.1"),
+        ] {
             assert!(src.contains(&format!("\"{name}:\",")), "{src}");
             assert!(src.contains(&format!("\".globl {name}\",")));
             assert!(src.contains(&format!("\".symver {name}, {name}@@{node}\",")));

@@ -76,7 +76,11 @@ pub fn quiet(cq: &Cq, d: Duration) {
 /// A recognisable byte pattern.
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(seed) * 7) as u8)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(u32::from(seed) * 7) as u8
+        })
         .collect()
 }
 
@@ -88,7 +92,11 @@ pub fn wait_state(qp: &Qp, s: QpState) {
         if now == s {
             return;
         }
-        assert!(Instant::now() < deadline, "QP {} stuck in {now}, want {s}", qp.qp_num());
+        assert!(
+            Instant::now() < deadline,
+            "QP {} stuck in {now}, want {s}",
+            qp.qp_num()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }

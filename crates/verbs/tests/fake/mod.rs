@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use abi::cmd::{encode_reply, CmdHdr, Command};
 use abi::doorbell::{DoorbellLayout, DoorbellReceiver};
-use abi::fastpath::{Cqe, SendPayload, SendWqe, WqeLimits, RecvWqe};
+use abi::fastpath::{Cqe, RecvWqe, SendPayload, SendWqe, WqeLimits};
 use abi::provider::{DeviceSpec, Provider};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
@@ -406,7 +406,11 @@ fn handle(
             Ok(QueryGidResp {
                 gid,
                 gid_type: 2,
-                flags: if g.index == 0 { QueryGidResp::FLAG_VALID } else { 0 },
+                flags: if g.index == 0 {
+                    QueryGidResp::FLAG_VALID
+                } else {
+                    0
+                },
             }
             .as_bytes()
             .to_vec())
@@ -480,7 +484,10 @@ fn handle(
             .to_vec())
         }
         Request::DestroyCq(d) => {
-            if c.qps.values().any(|q| q.send_cq == d.cq_handle || q.recv_cq == d.cq_handle) {
+            if c.qps
+                .values()
+                .any(|q| q.send_cq == d.cq_handle || q.recv_cq == d.cq_handle)
+            {
                 return Err(Errno::EBUSY);
             }
             c.cqs.remove(&d.cq_handle).ok_or(Errno::EINVAL)?;
@@ -493,7 +500,8 @@ fn handle(
         Request::PollCq(p) => {
             let cq = c.cqs.get(&p.cq_handle).ok_or(Errno::EINVAL)?;
             // Consume from the ring as the library would.
-            let mut cons = Consumer::attach(cq.mem.clone(), 0, cq.prod.layout()).map_err(|e| e.errno())?;
+            let mut cons =
+                Consumer::attach(cq.mem.clone(), 0, cq.prod.layout()).map_err(|e| e.errno())?;
             let n = cons.available().map_err(|e| e.errno())?.min(p.ne);
             let mut wcs = Vec::new();
             for i in 0..n {
@@ -506,11 +514,13 @@ fn handle(
         }
         Request::CreateQp(q, d) => {
             let sq_layout = RingLayout::from_desc(&d.sq).map_err(|e| e.errno())?;
-            let sq = Consumer::attach(view(d.sq.addr, d.sq.len), 0, sq_layout).map_err(|e| e.errno())?;
+            let sq =
+                Consumer::attach(view(d.sq.addr, d.sq.len), 0, sq_layout).map_err(|e| e.errno())?;
             let rq = if q.is_srq == 0 {
                 let l = RingLayout::from_desc(&d.rq).map_err(|e| e.errno())?;
                 Some(RecvRing {
-                    cons: Consumer::attach(view(d.rq.addr, d.rq.len), 0, l).map_err(|e| e.errno())?,
+                    cons: Consumer::attach(view(d.rq.addr, d.rq.len), 0, l)
+                        .map_err(|e| e.errno())?,
                     elem: l.elem_size() as usize,
                 })
             } else {
@@ -624,7 +634,10 @@ fn handle(
                         // SAFETY: the library passes inline bytes it keeps borrowed for the
                         // whole command (verbs `encode_send_cmd`).
                         let b = unsafe {
-                            std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+                            std::slice::from_raw_parts(
+                                s.addr as usize as *const u8,
+                                s.length as usize,
+                            )
                         };
                         seen.inline.extend_from_slice(b);
                     }
@@ -648,7 +661,8 @@ fn handle(
             c.srqs.insert(
                 srqn,
                 RecvRing {
-                    cons: Consumer::attach(view(d.ring.addr, d.ring.len), 0, l).map_err(|e| e.errno())?,
+                    cons: Consumer::attach(view(d.ring.addr, d.ring.len), 0, l)
+                        .map_err(|e| e.errno())?,
                     elem: l.elem_size() as usize,
                 },
             );
