@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod decode;
+mod devinfo;
+mod pingpong;
 mod sim;
 
 #[derive(Debug, Parser)]
@@ -27,6 +30,12 @@ enum Command {
     Decode(decode::Args),
     /// Run a workload between two endpoints in the deterministic network simulator.
     Sim(sim::Args),
+    /// Show the devices' attributes, like rdma-core's ibv_devinfo.
+    Devinfo(devinfo::Args),
+    /// Ping-pong over RC, UD or SRQ QPs, like rdma-core's ibv_{rc,ud,srq}_pingpong.
+    Pingpong(pingpong::Args),
+    /// perftest-compatible benchmarks (write_bw, read_lat, ...) and `bench compare`.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +43,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Decode(args) => decode::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Devinfo(args) => devinfo::run(args),
+        Command::Pingpong(args) => pingpong::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => code,

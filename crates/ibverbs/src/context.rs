@@ -19,7 +19,7 @@ use uroce::{Context, DeviceSpec, Errno, EventType};
 
 use crate::device::{lookup, UDevice};
 use crate::types::*;
-use crate::util::{fill_cstr, guard, set_errno};
+use crate::util::{fill_cstr, guard, is_nonblocking, set_blocking, set_errno};
 
 /// `ibv_context` offset inside [`UContext`]: the `verbs_context` comes first.
 pub(crate) const CTX_OFFSET: usize = offset_of!(verbs_context, context);
@@ -157,6 +157,9 @@ fn open(dev: &'static UDevice) -> Result<Box<UContext>, c_int> {
     c.ops.post_srq_recv = Some(crate::qp::op_post_srq_recv);
     c.cmd_fd = -1;
     c.async_fd = ctx.async_fd().map_or(-1, |fd| fd.as_raw_fd());
+    if c.async_fd >= 0 {
+        set_blocking(c.async_fd);
+    }
     c.num_comp_vectors = c_int::try_from(ctx.num_comp_vectors().max(1)).unwrap_or(1);
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     c.abi_compat = VERBS_ABI_IS_EXTENDED;
@@ -706,7 +709,9 @@ fn element_kind(t: EventType) -> Option<ObjKind> {
 }
 
 /// `int ibv_get_async_event(struct ibv_context *, struct ibv_async_event *)`: blocks until
-/// an event arrives; `element` is the C object (or the port number for port events).
+/// an event arrives (or, if the application made `context->async_fd` non-blocking, fails
+/// with EAGAIN when none is pending); `element` is the C object (or the port number for
+/// port events).
 /// Events for objects already destroyed are skipped. 0 or −1 with errno.
 ///
 /// # Safety
@@ -725,9 +730,21 @@ pub unsafe extern "C" fn ibv_get_async_event(
             set_errno(libc::EINVAL);
             return -1;
         }
+        // SAFETY: the context is live; async_fd is set once at open.
+        let fd = unsafe { (*context).async_fd };
+        let nonblocking = is_nonblocking(fd);
         loop {
-            let ev = match u.ctx.get_async_event(None) {
+            let next = if nonblocking {
+                u.ctx.try_get_async_event()
+            } else {
+                u.ctx.get_async_event(None)
+            };
+            let ev = match next {
                 Ok(Some(ev)) => ev,
+                Ok(None) if nonblocking => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
                 Ok(None) => continue,
                 Err(e) => {
                     set_errno(errno_of(&e));

@@ -20,7 +20,7 @@ use abi::uverbs;
 
 use crate::context::{errno_of, uctx, ObjKind, UContext};
 use crate::types::*;
-use crate::util::{guard, set_errno};
+use crate::util::{guard, is_nonblocking, set_blocking, set_errno};
 
 // The poll path reinterprets the caller's `ibv_wc` array as the ABI's `Wc` (CQE prefix).
 const _: () = {
@@ -89,6 +89,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
         };
         match u.ctx.create_comp_channel() {
             Ok(ch) => {
+                set_blocking(ch.as_raw_fd());
                 let b = Box::new(UChannel {
                     ibv: ibv_comp_channel {
                         context,
@@ -293,7 +294,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 }
 
 /// `int ibv_get_cq_event(struct ibv_comp_channel *, struct ibv_cq **, void **cq_context)`:
-/// blocks until an armed CQ of this channel completes. 0 or −1 with errno.
+/// blocks until an armed CQ of this channel completes — unless the application made
+/// `channel->fd` non-blocking, in which case no pending event is −1 with EAGAIN, as with
+/// the kernel's event file. 0 or −1 with errno.
 ///
 /// # Safety
 /// `channel` is a live channel; `cq` and `cq_context` are valid for writes.
@@ -312,9 +315,19 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EINVAL);
             return -1;
         }
+        let nonblocking = is_nonblocking(ch.ibv.fd);
         loop {
-            let got = match ch.ch.get_event(None) {
+            let next = if nonblocking {
+                ch.ch.try_get_event()
+            } else {
+                ch.ch.get_event(None)
+            };
+            let got = match next {
                 Ok(Some(c)) => c,
+                Ok(None) if nonblocking => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
                 Ok(None) => continue,
                 Err(e) => {
                     set_errno(errno_of(&e));

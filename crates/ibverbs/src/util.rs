@@ -30,6 +30,26 @@ pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Whether `fd` is in non-blocking mode (`O_NONBLOCK`).
+pub(crate) fn is_nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL only reads the descriptor's flags; an invalid fd yields −1.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
+/// Puts `fd` in blocking mode, as the kernel hands out completion-channel and async-event
+/// descriptors: applications that want non-blocking reads set `O_NONBLOCK` themselves, and
+/// `ibv_get_cq_event`/`ibv_get_async_event` then fail with EAGAIN instead of waiting.
+pub(crate) fn set_blocking(fd: c_int) {
+    // SAFETY: F_GETFL/F_SETFL only read and change the descriptor's status flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+}
+
 /// Copies `s` into a fixed-size C `char` array, truncating, always NUL-terminated, and
 /// zero-filling the rest (so no stale bytes leak into a struct the application can read).
 pub(crate) fn fill_cstr(dst: &mut [c_char], s: &str) {
@@ -73,6 +93,23 @@ mod tests {
         fill_cstr(&mut a, "x");
         assert_eq!(a, [b'x' as c_char, 0, 0, 0]);
         assert_eq!(array_str(&a), "x");
+    }
+
+    #[test]
+    fn blocking_mode_round_trip() {
+        let mut fds = [0 as c_int; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2(2) writes.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(rc, 0);
+        assert!(is_nonblocking(fds[0]));
+        set_blocking(fds[0]);
+        assert!(!is_nonblocking(fds[0]));
+        assert!(!is_nonblocking(-1));
+        // SAFETY: closing the descriptors this test opened.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //!    (the unseen-IPv4-ID check), demultiplex by destination QPN, feed the transport.
 //! 3. **Timers**: fire the transport deadlines that are due (`poll_timeout`).
 //! 4. **Work**: deliver internal-loopback packets; for each ready QP, pull WQEs from its SQ
-//!    ring into the transport, let it transmit (bounded), write its completions into the CQ
-//!    rings, post its async events, free SQ slots it retired.
+//!    ring into the transport, let it transmit (bounded), free the SQ slots it retired,
+//!    then write its completions into the CQ rings and post its async events (a polled
+//!    completion's slot is always free already).
 //! 5. **Transmit**: `sendmmsg` the batch of UDP datagrams (ICRC computed for the IPv4 ID 0 +
 //!    DF header the socket will produce).
 //!
@@ -531,6 +532,9 @@ fn fail_wqe(q: &mut QpObj, res: &mut Resources, wr_id: u64, opcode: u32, status:
         q.events_reported = q.events_reported.wrapping_add(1);
         res.post_async(q.ctx, q.user_handle, event::QP_FATAL);
     }
+    // Taken and done: `drain_completions` frees its slot (with the flushed ones before it)
+    // before any of their CQEs becomes visible.
+    q.sq_taken += 1;
     drain_completions(q, res);
     let wc = Wc {
         wr_id,
@@ -541,7 +545,6 @@ fn fail_wqe(q: &mut QpObj, res: &mut Resources, wr_id: u64, opcode: u32, status:
         ..Wc::default()
     };
     let _ = res.push_cqe(q.send_cq, &wc, true);
-    q.sq_taken += 1;
 }
 
 fn err_attr() -> QpAttr {
@@ -551,12 +554,30 @@ fn err_attr() -> QpAttr {
     }
 }
 
-/// Write the transport's completions into the CQ rings and its events into the async fd.
-/// A CQ overflow moves the QP to ERR (its flushes then overflow too; nothing is
-/// overwritten).
+/// Give the SQ ring slots of the send WQEs the transport has retired back to the library.
+/// The transport retires send WQEs in order, so the oldest taken entries no longer in its
+/// queue are done. This must happen before their completions become visible: an
+/// application that has polled a completion may post into the slot at once (IBA 10.8, as
+/// rdma-core's providers free SQ slots by the time `poll_cq` returns), and the Release
+/// store of the CQ producer index then orders this consumer-index store before it.
+fn release_retired(q: &mut QpObj) -> bool {
+    let inflight = u32::try_from(q.qp.send_queue_len()).unwrap_or(u32::MAX);
+    let done = q.sq_taken.saturating_sub(inflight);
+    if done > 0 && q.sq.release(done).is_ok() {
+        q.sq_taken -= done;
+        return true;
+    }
+    false
+}
+
+/// Free retired SQ slots, then write the transport's completions into the CQ rings and its
+/// events into the async fd. A CQ overflow moves the QP to ERR (its flushes then overflow
+/// too; nothing is overwritten). Every path that publishes a QP's completions goes through
+/// here, so no CQE is visible before its slot is free.
 fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
     let mut any = false;
     loop {
+        any |= release_retired(q);
         let mut overflow = false;
         while let Some(c) = q.qp.poll_completion() {
             any = true;
@@ -625,14 +646,6 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
     }
     progress |= sent > 0;
     progress |= drain_completions(q, res);
-    // The transport retires send WQEs in order: the oldest taken entries no longer in its
-    // queue are done, and their ring slots go back to the library.
-    let inflight = u32::try_from(q.qp.send_queue_len()).unwrap_or(u32::MAX);
-    let done = q.sq_taken.saturating_sub(inflight);
-    if done > 0 && q.sq.release(done).is_ok() {
-        q.sq_taken -= done;
-        progress = true;
-    }
     if q.qp.state() == QpState::Err {
         let (qpn, rcq) = (q.qp.qpn().value(), q.recv_cq);
         if let Some(rq) = q.rq.as_mut() {

@@ -37,7 +37,9 @@
 //! # Reading of the ABI (documented choices)
 //!
 //! * SQ ring slots are freed (consumer index advanced) when the transport retires the WQE,
-//!   as rxe's completer frees them; RQ/SRQ slots when the responder takes the WQE.
+//!   as rxe's completer frees them, and always before the WQE's completion (or that of a
+//!   later WQE) is visible in the CQ ring, so a polled completion's slot can be reused at
+//!   once; RQ/SRQ slots when the responder takes the WQE.
 //! * `POST_SEND` / `POST_RECV` / `POST_SRQ_RECV` write exactly the WQEs the fast path would
 //!   into the same rings, starting at the producer index found in shared memory, then ring
 //!   the doorbell internally; `POLL_CQ` consumes from the CQ ring at the consumer index in

@@ -237,12 +237,10 @@ fn queries_report_rxe_like_attributes_and_address_gids() {
 // IBA §10.8 (and rdma-core's providers): once the completion of a send WR has been polled,
 // its send-queue slot — and those of the unsignaled WRs before it — is free again, so an
 // application that keeps at most `max_send_wr` WRs outstanding never sees a full queue
-// (perftest's loop). nic publishes CQEs before it returns the retired WQEs' ring slots
-// (engine.rs `service_qp`: `drain_completions`, then `sq.release`), and completions made on
-// the ACK path are not followed by a release until the QP is serviced again, so a post
-// right after the poll finds the ring full (ENOMEM).
+// (perftest's loop). nic frees the retired WQEs' ring slots before it publishes their
+// CQEs (engine.rs `drain_completions`), so a post right after the poll never finds the
+// ring full (ENOMEM).
 #[test]
-#[ignore = "nic frees SQ ring slots after publishing their CQEs (engine.rs service_qp)"]
 fn a_polled_completion_frees_its_send_queue_slots() {
     const DEPTH: u64 = 256;
     const LIST: u64 = 16;
