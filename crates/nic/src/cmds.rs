@@ -686,6 +686,7 @@ impl DevState {
                     comp_events: 0,
                     async_events: 0,
                     overflowed: false,
+                    watched: false,
                 },
                 self.cfg.limits.max_cq,
             )
@@ -891,8 +892,9 @@ impl DevState {
             in_ready: false,
             timer: None,
             in_err_list: false,
+            owes_signal: false,
         };
-        let qpn = self.qps.insert(qpo, l.max_qp).ok_or(Errno::ENOMEM)?;
+        let qpn = self.qps.insert_rotating(qpo, l.max_qp).ok_or(Errno::ENOMEM)?;
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
         cfg.caps = QpCaps {
             max_send_wr: caps.max_send_wr,
@@ -1079,6 +1081,10 @@ impl DevState {
             }
             qpo.sq_taken = 0;
             qpo.timer = None;
+            if qpo.owes_signal {
+                qpo.owes_signal = false;
+                self.res.owing_qps = self.res.owing_qps.saturating_sub(1);
+            }
             if let Some(rq) = qpo.rq.as_mut() {
                 rq.discard_all();
             }
@@ -1100,6 +1106,9 @@ impl DevState {
             return 0;
         };
         self.retired.accumulate(q.qp.counters());
+        if q.owes_signal {
+            self.res.owing_qps = self.res.owing_qps.saturating_sub(1);
+        }
         if let Some(cx) = self.res.ctxs.get_mut(&q.ctx) {
             if let Some(s) = cx.db_slots.get_mut(q.db_slot as usize) {
                 *s = None;

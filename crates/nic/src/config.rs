@@ -78,8 +78,16 @@ pub struct DeviceConfig {
     /// Run this device on its own engine thread instead of the process-wide shared one
     /// (DESIGN.md §4: on a 2-core machine, more spinning threads than cores hurt).
     pub dedicated_engine: bool,
-    /// How long the engine keeps polling without progress before it parks, in µs.
+    /// How long the engine keeps polling without progress before it parks, in µs, at
+    /// least: the start and minimum of its adaptive spin window (`spin` module docs).
     pub spin_us: u32,
+    /// Cap of the adaptive spin window, in µs: parks that end in a wake-up sooner than
+    /// this double the window up to it (default 4 ms).
+    pub max_spin_us: u32,
+    /// While the application has completions it has not consumed (it is mid-work, e.g.
+    /// descheduled), the engine keeps polling up to this long after the last progress, in
+    /// µs (default 50 ms), instead of parking and making every later doorbell a system call.
+    pub busy_spin_us: u32,
     /// While spinning idle, yield the core after a few µs (`sched_yield`). Helps when
     /// threads outnumber cores (the application may be waiting for the engine's core),
     /// at the price of system calls while idle-spinning; off by default so a busy
@@ -97,6 +105,8 @@ impl DeviceConfig {
             limits: Limits::default(),
             dedicated_engine: false,
             spin_us: 50,
+            max_spin_us: 4_000,
+            busy_spin_us: 50_000,
             yield_when_idle: false,
         }
     }

@@ -43,7 +43,9 @@ use transport::{
     SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
+use crate::config::DeviceConfig;
 use crate::device::Device;
+use crate::spin::SpinPolicy;
 use crate::state::*;
 use crate::sys::{self, Epoll, MsgBatch, EPOLLIN};
 
@@ -62,6 +64,11 @@ const ROUNDS: usize = 8;
 /// With [`crate::DeviceConfig::yield_when_idle`], idle spinning longer than this yields the
 /// core between polls.
 const YIELD_AFTER: Duration = Duration::from_micros(5);
+/// PAUSE hints between idle passes once idle longer than [`YIELD_AFTER`].
+const IDLE_SPIN_HINTS: u32 = 16;
+/// Deeper into an idle spin than `spin_us`, remote-capable devices' sockets are polled
+/// this often (a datagram then waits at most this long, as it would for a wake-up).
+const SOCKET_POLL_IDLE: Duration = Duration::from_micros(10);
 /// Largest send WQE the engine reads: header + 32 SGEs.
 const SEND_WQE_MAX: usize = SEND_WQE_HDR_BYTES + 32 * 16;
 
@@ -172,12 +179,40 @@ fn now_of(epoch: Instant) -> Time {
     Time(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
+fn us(v: u32) -> Duration {
+    Duration::from_micros(u64::from(v))
+}
+
+/// The idle-policy bounds over the engine's devices (the largest of each).
+fn spin_bounds(devs: &[EngineDev]) -> (Duration, Duration, Duration) {
+    let max = |f: fn(&DeviceConfig) -> u32, dflt: u32| {
+        us(devs.iter().map(|d| f(&d.dev.cfg)).max().unwrap_or(dflt))
+    };
+    (
+        max(|c| c.spin_us, 50),
+        max(|c| c.max_spin_us, 4_000),
+        max(|c| c.busy_spin_us, 50_000),
+    )
+}
+
+/// Whether an application of some device has completions it has not consumed yet.
+fn app_busy(devs: &[EngineDev]) -> bool {
+    devs.iter()
+        .any(|d| d.dev.lock_engine().res.app_mid_work())
+}
+
 fn run(shared: Arc<EngineShared>) {
     let epoch = Instant::now();
     let mut devs: Vec<EngineDev> = Vec::new();
     let mut gen = u64::MAX;
     let mut last_progress = Instant::now();
+    let mut last_socket_poll = Instant::now();
     let mut events = Vec::new();
+    let mut policy = SpinPolicy::new(us(50), us(4_000), us(50_000));
+    let mut yield_idle = false;
+    let xp_hints: u32 = std::env::var("XP_HINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(IDLE_SPIN_HINTS);
+    let xp_busy = std::env::var("XP_NOBUSY").is_err();
+    let xp_cap: Option<u32> = std::env::var("XP_CAP").ok().and_then(|v| v.parse().ok());
     loop {
         let g = shared.generation.load(SeqCst);
         if g != gen {
@@ -190,14 +225,25 @@ fn run(shared: Arc<EngineShared>) {
                     });
                 }
             }
+            let (base, mut cap, busy) = spin_bounds(&devs);
+            if let Some(c) = xp_cap { cap = us(c); }
+            policy.reconfigure(base, cap, busy);
+            yield_idle = devs.iter().any(|d| d.dev.cfg.yield_when_idle);
         }
         shared.kicked.store(false, SeqCst);
+        // Sockets are polled on every pass while work is recent; deeper into an idle spin
+        // only every SOCKET_POLL_IDLE, so a long spin window is not a stream of recvmmsg.
+        let poll_sockets = last_progress.elapsed() < policy.base()
+            || last_socket_poll.elapsed() >= SOCKET_POLL_IDLE;
+        if poll_sockets {
+            last_socket_poll = Instant::now();
+        }
         let mut progress = false;
         for d in devs.iter_mut() {
             // A bug must not take every device of the process down with this thread: the
             // state stays usable (the lock ignores poisoning) and the pass is retried.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pass(&d.dev, &mut d.io, now_of(epoch))
+                pass(&d.dev, &mut d.io, now_of(epoch), poll_sockets)
             }));
             match r {
                 Ok(p) => progress |= p,
@@ -208,31 +254,42 @@ fn run(shared: Arc<EngineShared>) {
             last_progress = Instant::now();
             continue;
         }
-        let spin = devs.iter().map(|d| d.dev.cfg.spin_us).max().unwrap_or(50);
         let idle = last_progress.elapsed();
-        if idle < Duration::from_micros(u64::from(spin)) {
-            if idle > YIELD_AFTER && devs.iter().any(|d| d.dev.cfg.yield_when_idle) {
+        // Inside the adaptive window; beyond it, only while an application is mid-work
+        // (crate::spin).
+        if idle < policy.window() || (xp_busy && idle < policy.limit(true) && app_busy(&devs)) {
+            if yield_idle && idle > YIELD_AFTER {
                 // The application may be waiting for this very core (more runnable threads
                 // than cores): let it run rather than burn the rest of the spin window.
                 std::thread::yield_now();
+            } else if idle > YIELD_AFTER {
+                // Idle for a while: poll a little less eagerly (PAUSE hints, no system call).
+                for _ in 0..xp_hints {
+                    std::hint::spin_loop();
+                }
             } else {
                 std::hint::spin_loop();
             }
             continue;
         }
-        if park(&shared, &mut devs, epoch, &mut events) {
+        let xb = app_busy(&devs);
+        let xs: Vec<(u32, usize, usize, usize)> = devs.iter().map(|d| { let st = d.dev.lock_engine(); (st.res.owing_qps, st.res.cq_watch.len(), st.qps.iter().map(|(_, q)| q.qp.send_queue_len()).sum::<usize>(), st.qps.iter().map(|(_, q)| q.sq_taken as usize).sum::<usize>()) }).collect();
+        if let Some((slept, by_event)) = park(&shared, &mut devs, epoch, &mut events) {
+            if std::env::var("XP_TRACE").is_ok() { eprintln!("park idle={idle:?} busy={xb} win={:?} slept={slept:?} ev={by_event} {xs:?}", policy.window()); }
+            policy.parked(slept, by_event);
             last_progress = Instant::now();
         }
     }
 }
 
-/// Try to sleep; returns whether the engine actually blocked.
+/// Try to sleep. Returns `None` if the engine did not block, else how long it slept and
+/// whether an event (wake fd, datagram) rather than the timeout ended the sleep.
 fn park(
     shared: &EngineShared,
     devs: &mut [EngineDev],
     epoch: Instant,
     events: &mut Vec<(u64, u32)>,
-) -> bool {
+) -> Option<(Duration, bool)> {
     let unpark_all = |devs: &mut [EngineDev]| {
         for d in devs.iter() {
             let st = d.dev.lock_engine();
@@ -266,7 +323,7 @@ fn park(
     if !may_sleep || shared.kicked.load(SeqCst) {
         shared.parked.store(false, SeqCst);
         unpark_all(devs);
-        return false;
+        return None;
     }
     // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under 1 ms are
     //    met by spinning (epoll's resolution); longer ones wake up to 1 ms early and spin.
@@ -277,12 +334,14 @@ fn park(
             if dt < 1_000_000 {
                 shared.parked.store(false, SeqCst);
                 unpark_all(devs);
-                return false;
+                return None;
             }
             i32::try_from(dt / 1_000_000).unwrap_or(i32::MAX)
         }
     };
+    let t0 = Instant::now();
     let _ = shared.epoll.wait(events, timeout_ms);
+    let slept = t0.elapsed();
     shared.parked.store(false, SeqCst);
     sys::eventfd_drain(shared.wake.as_fd());
     for (token, _) in events.iter() {
@@ -291,15 +350,15 @@ fn park(
         }
     }
     unpark_all(devs);
-    true
+    Some((slept, !events.is_empty()))
 }
 
 /// One pass over one device; returns whether anything happened.
-fn pass(dev: &Device, io: &mut DevIo, now: Time) -> bool {
+fn pass(dev: &Device, io: &mut DevIo, now: Time, poll_socket: bool) -> bool {
     let mut st = dev.lock_engine();
     let st = &mut *st;
     let mut progress = drain_doorbells(st);
-    if io.force_rx || st.remote_qps > 0 {
+    if io.force_rx || (poll_socket && st.remote_qps > 0) {
         io.force_rx = false;
         progress |= receive(dev, st, io, now);
     }
@@ -512,10 +571,19 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
             Err(_) => Err(WcStatus::LocQpOpErr),
         };
         progress = true;
+        let signaled = match &wr {
+            Ok(w) => q.sq_sig_all || w.flags.contains(SendFlags::SIGNALED),
+            Err(_) => true, // a bad WQE always completes
+        };
         match wr.map(|wr| q.qp.post_send(wr)) {
-            Ok(Ok(())) => q.sq_taken += 1,
+            Ok(Ok(())) => {
+                q.sq_taken += 1;
+                res.set_owes_signal(q, !signaled);
+            }
             Ok(Err(PostError::QueueFull)) | Ok(Err(PostError::InvalidState)) => return true,
-            Ok(Err(PostError::BadLength)) => fail_wqe(q, res, wr_id, opcode, WcStatus::LocLenErr),
+            Ok(Err(PostError::BadLength)) => {
+                fail_wqe(q, res, wr_id, opcode, WcStatus::LocLenErr)
+            }
             Ok(Err(_)) => fail_wqe(q, res, wr_id, opcode, WcStatus::LocQpOpErr),
             Err(status) => fail_wqe(q, res, wr_id, opcode, status),
         }
@@ -527,6 +595,7 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
 /// and raise IBV_EVENT_QP_FATAL.
 fn fail_wqe(q: &mut QpObj, res: &mut Resources, wr_id: u64, opcode: u32, status: WcStatus) {
     res.counters.bad_wqe += 1;
+    res.set_owes_signal(q, false);
     if q.qp.state() != QpState::Err {
         let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
         q.events_reported = q.events_reported.wrapping_add(1);
@@ -647,6 +716,8 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
     progress |= sent > 0;
     progress |= drain_completions(q, res);
     if q.qp.state() == QpState::Err {
+        // Its WQEs all complete (flushed): nothing more is owed.
+        res.set_owes_signal(q, false);
         let (qpn, rcq) = (q.qp.qpn().value(), q.recv_cq);
         if let Some(rq) = q.rq.as_mut() {
             progress |= flush_rq_ring(res, rq, qpn, rcq) > 0;

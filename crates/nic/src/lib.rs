@@ -60,6 +60,7 @@ mod device;
 mod dma;
 mod engine;
 mod slab;
+mod spin;
 mod state;
 mod sys;
 

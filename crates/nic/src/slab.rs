@@ -1,5 +1,6 @@
 //! A small slab: objects addressed by dense `u32` indices (the control plane's handles and
-//! the MR/QP key indices), with freed indices reused lowest-first like the kernel's IDR.
+//! the MR/QP key indices), with freed indices reused lowest-first like the kernel's IDR, or
+//! in rotation for QP numbers.
 
 use std::collections::BTreeSet;
 
@@ -11,6 +12,8 @@ pub(crate) struct Slab<T> {
     len: usize,
     /// Indices below this are never handed out (rxe starts QP and MR indices above 0).
     first: u32,
+    /// Where [`Slab::insert_rotating`] looks first.
+    cursor: u32,
 }
 
 impl<T> Slab<T> {
@@ -20,6 +23,7 @@ impl<T> Slab<T> {
             free: BTreeSet::new(),
             len: 0,
             first,
+            cursor: first,
         }
     }
 
@@ -43,6 +47,35 @@ impl<T> Slab<T> {
         let slot = self.items.get_mut(idx as usize)?;
         *slot = Some(value);
         self.len += 1;
+        Some(idx)
+    }
+
+    /// Insert like [`Slab::insert`], but hand out indices in rotation: the lowest free index
+    /// at or after the one after the last handed out, wrapping around within
+    /// `[first, first + limit)`. A freed index is therefore reused as late as possible, as
+    /// rxe's pools do for QP numbers, so that packets still in flight to a destroyed QP do not
+    /// land on a new QP that got its number.
+    pub(crate) fn insert_rotating(&mut self, value: T, limit: u32) -> Option<u32> {
+        if self.len >= limit as usize {
+            return None;
+        }
+        let end = self.first.saturating_add(limit);
+        let grown = u32::try_from(self.items.len()).ok()?.max(self.first);
+        let idx = if let Some(&i) = self.free.range(self.cursor..).next() {
+            i
+        } else if grown < end {
+            grown
+        } else {
+            *self.free.range(self.first..).next()?
+        };
+        self.free.remove(&idx);
+        if idx as usize >= self.items.len() {
+            self.items.resize_with(idx as usize + 1, || None);
+        }
+        let slot = self.items.get_mut(idx as usize)?;
+        *slot = Some(value);
+        self.len += 1;
+        self.cursor = idx.saturating_add(1);
         Some(idx)
     }
 
@@ -106,5 +139,25 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(s.indices_where(|v| *v != "a"), vec![17, 18]);
         assert_eq!(s.remove(99), None);
+    }
+
+    #[test]
+    fn rotating_reuses_freed_indices_last() {
+        let mut s: Slab<u32> = Slab::new(16);
+        assert_eq!(s.insert_rotating(0, 4), Some(16));
+        assert_eq!(s.insert_rotating(1, 4), Some(17));
+        assert_eq!(s.remove(16), Some(0));
+        // 16 is free, but 18 comes first.
+        assert_eq!(s.insert_rotating(2, 4), Some(18));
+        assert_eq!(s.remove(17), Some(1));
+        assert_eq!(s.insert_rotating(3, 4), Some(19));
+        // The range [16, 20) is used up to its end: wrap to the lowest free index.
+        assert_eq!(s.insert_rotating(4, 4), Some(16));
+        assert_eq!(s.insert_rotating(5, 4), Some(17));
+        assert_eq!(s.insert_rotating(6, 4), None);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.remove(18), Some(2));
+        assert_eq!(s.insert_rotating(7, 4), Some(18));
+        assert_eq!(s.get(18), Some(&7));
     }
 }

@@ -138,6 +138,8 @@ pub(crate) struct Cq {
     pub(crate) async_events: u32,
     /// An overflow was reported and the ring has not had room since.
     pub(crate) overflowed: bool,
+    /// Listed in `Resources::cq_watch`.
+    pub(crate) watched: bool,
 }
 
 /// A library-produced queue of receive WQEs (RQ or SRQ ring).
@@ -211,6 +213,11 @@ pub(crate) struct QpObj {
     pub(crate) timer: Option<Time>,
     /// Listed in `DevState::err_rqs`.
     pub(crate) in_err_list: bool,
+    /// The newest send WQE taken from the ring was unsignaled: the application owes a
+    /// signaled one (its unsignaled WQEs' slots are its own again only once a later
+    /// completion is polled), so it is mid-stream, not idle. Counted in
+    /// `Resources::owing_qps`.
+    pub(crate) owes_signal: bool,
 }
 
 impl QpObj {
@@ -231,6 +238,12 @@ pub(crate) struct Resources {
     pub(crate) ahs: Slab<Ah>,
     pub(crate) chans: Slab<Chan>,
     pub(crate) counters: EngineCounters,
+    /// CQs the engine wrote completions into that the application may not have consumed
+    /// yet (each at most once: `Cq::watched`); the engine's idle policy looks at them
+    /// (`crate::spin`).
+    pub(crate) cq_watch: Vec<u32>,
+    /// QPs with `QpObj::owes_signal` set.
+    pub(crate) owing_qps: u32,
 }
 
 /// A device's state (behind its mutex).
@@ -268,6 +281,8 @@ impl DevState {
                 ahs: Slab::new(1),
                 chans: Slab::new(1),
                 counters: EngineCounters::default(),
+                cq_watch: Vec::new(),
+                owing_qps: 0,
             },
             qps: Slab::new(16),
             ready: VecDeque::new(),
@@ -354,6 +369,47 @@ impl Resources {
         }
     }
 
+    /// Record whether QP `q`'s newest taken send WQE leaves the application owing a
+    /// signaled one (`QpObj::owes_signal`).
+    pub(crate) fn set_owes_signal(&mut self, q: &mut QpObj, owes: bool) {
+        if q.owes_signal != owes {
+            q.owes_signal = owes;
+            if owes {
+                self.owing_qps += 1;
+            } else {
+                self.owing_qps = self.owing_qps.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether an application of this device is mid-work (`crate::spin`): some QP's newest
+    /// send WQE was unsignaled, or some CQ holds completions it has not consumed yet.
+    pub(crate) fn app_mid_work(&mut self) -> bool {
+        self.owing_qps > 0 || self.app_has_unpolled()
+    }
+
+    /// Whether some CQ holds completions the application has not consumed yet: it has work
+    /// in hand and will be back (`crate::spin`). CQs found drained leave the watch list, so
+    /// the cost is the number of CQs with unconsumed completions.
+    pub(crate) fn app_has_unpolled(&mut self) -> bool {
+        while let Some(&idx) = self.cq_watch.last() {
+            let pending = match self.cqs.get_mut(idx) {
+                Some(cq) => {
+                    let slots = cq.layout.slots();
+                    let pending = cq.ring.free().is_ok_and(|f| f < slots);
+                    cq.watched = pending;
+                    pending
+                }
+                None => false,
+            };
+            if pending {
+                return true;
+            }
+            self.cq_watch.pop();
+        }
+        false
+    }
+
     /// Write one completion into CQ `cq` and raise its completion event if armed
     /// (`solicited` says whether a solicited-only arming fires). On a full ring the CQE is
     /// dropped — never overwriting one the library has not consumed — and the CQ reports
@@ -375,6 +431,10 @@ impl Resources {
             Ok(()) => {
                 let _ = cq.ring.publish();
                 cq.overflowed = false;
+                if !cq.watched {
+                    cq.watched = true;
+                    self.cq_watch.push(cq_idx);
+                }
             }
             Err(e) => {
                 self.counters.cq_overflow += 1;

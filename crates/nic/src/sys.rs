@@ -157,7 +157,10 @@ impl Epoll {
 /// Bind the device's RoCEv2 UDP socket: `addr:4791`, non-blocking, PMTU discovery "do" so
 /// IPv4 datagrams leave with DF set and IP ID 0 (the ICRC covers both; rxe-lab README,
 /// "Notes for a user-space RoCEv2 implementation"), and larger buffers for bursts.
+/// A link-local IPv6 address is bound with its interface as the scope
+/// ([`with_link_local_scope`]).
 pub(crate) fn bind_roce_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let addr = with_link_local_scope(addr)?;
     let sock = UdpSocket::bind(addr)?;
     let fd = sock.as_raw_fd();
     let (level, name, val) = match addr {
@@ -178,6 +181,58 @@ pub(crate) fn bind_roce_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
     sock.set_nonblocking(true)?;
     Ok(sock)
+}
+
+/// Linux binds a link-local IPv6 address (fe80::/10) only with a scope id, the index of the
+/// interface that holds it (EINVAL otherwise), but a device is configured with a bare address
+/// (`UROCE_DEVICES=uroce0=fe80::1`, and a GID carries no scope either). So the interface is
+/// looked up in `/proc/net/if_inet6` (this process's network namespace). Bound that way the
+/// socket also sends to link-local peers given without a scope through that interface (the
+/// kernel falls back to the socket's bound device), which is how the RoCEv2 link-local GIDs of
+/// Linux rxe (its GID index 0) are reached. Other addresses are returned unchanged.
+pub(crate) fn with_link_local_scope(addr: SocketAddr) -> io::Result<SocketAddr> {
+    let SocketAddr::V6(a) = addr else {
+        return Ok(addr);
+    };
+    if a.scope_id() != 0 || !a.ip().is_unicast_link_local() {
+        return Ok(addr);
+    }
+    let table = std::fs::read_to_string("/proc/net/if_inet6")?;
+    let ifindex = ifindex_of_v6(&table, *a.ip()).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("link-local address {} is not on any interface", a.ip()),
+        )
+    })?;
+    Ok(SocketAddr::V6(SocketAddrV6::new(
+        *a.ip(),
+        a.port(),
+        a.flowinfo(),
+        ifindex,
+    )))
+}
+
+/// The interface index of `addr` in `/proc/net/if_inet6` text: one line per address, the
+/// address as 32 hex digits, then the interface index, prefix length, scope and flags in
+/// hex, then the interface name. Malformed lines are skipped.
+pub(crate) fn ifindex_of_v6(table: &str, addr: Ipv6Addr) -> Option<u32> {
+    let want = addr.octets();
+    table.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let hex = fields.next()?;
+        let index = fields.next()?;
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut octets = [0u8; 16];
+        for (i, o) in octets.iter_mut().enumerate() {
+            *o = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        if octets != want {
+            return None;
+        }
+        u32::from_str_radix(index, 16).ok()
+    })
 }
 
 fn setsockopt_int(fd: RawFd, level: c_int, name: c_int, val: c_int) -> io::Result<()> {
@@ -419,6 +474,42 @@ mod tests {
             to_storage(&a, &mut st);
             assert_eq!(from_storage(&st), Some(a));
         }
+    }
+
+    /// `/proc/net/if_inet6` as the rxe lab's namespace showed it (interop: uroce bound to
+    /// fe80::1 on the lab bridge rxebr0, ifindex 2, talking to rxe's link-local GID).
+    const IF_INET6: &str = "\
+00000000000000000000000000000001 01 80 10 80       lo
+fe8000000000000024066cfffef7fc90 03 40 20 80  rxetap1
+fe80000000000000b8ace2fffe5e76de 02 40 20 80   rxebr0
+fe800000000000000000000000000001 02 40 20 82   rxebr0
+garbage line
+fe80000000000000000000000000000z 07 40 20 80   bad
+";
+
+    #[test]
+    fn link_local_scope_comes_from_if_inet6() {
+        let ll: Ipv6Addr = "fe80::1".parse().unwrap();
+        assert_eq!(ifindex_of_v6(IF_INET6, ll), Some(2));
+        assert_eq!(
+            ifindex_of_v6(IF_INET6, "fe80::2406:6cff:fef7:fc90".parse().unwrap()),
+            Some(3)
+        );
+        assert_eq!(ifindex_of_v6(IF_INET6, "::1".parse().unwrap()), Some(1));
+        assert_eq!(ifindex_of_v6(IF_INET6, "fe80::9".parse().unwrap()), None);
+        assert_eq!(ifindex_of_v6("", ll), None);
+    }
+
+    #[test]
+    fn only_unscoped_link_local_addresses_get_a_scope() {
+        for a in ["127.0.0.1:4791", "[::1]:4791", "[fe80::1%7]:4791", "[2001:db8::1]:4791"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(with_link_local_scope(a).unwrap(), a);
+        }
+        // An address no interface here has (fe80::/10 is never assigned like this).
+        let absent: SocketAddr = "[fe80::dead:beef:1234:5678]:4791".parse().unwrap();
+        let e = with_link_local_scope(absent).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable);
     }
 
     #[test]

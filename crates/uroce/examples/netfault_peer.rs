@@ -76,6 +76,7 @@ struct Args {
     write: bool,
     send: bool,
     yield_idle: bool,
+    spin_us: Option<u32>,
     psn: u32,
 }
 
@@ -87,7 +88,7 @@ fn usage(msg: &str) -> ! {
         "usage: netfault_peer (--server | --client HOST[:PORT]) [--dev ADDR] [--port PORT]\n\
          \x20      [--bytes N[K|M|G]] [--msg-size N[K|M]] [--depth N] [--mtu 256..4096]\n\
          \x20      [--ack-timeout CODE] [--deadline SECS] [--phases write,send]\n\
-         \x20      [--yield-idle] [--psn PSN]\n\
+         \x20      [--yield-idle] [--spin-us US] [--psn PSN]\n\
          The device is --dev ADDR (named uroce0), else the first entry of UROCE_DEVICES.\n\
          Sizes and the plan are the client's; the server takes them from the exchange."
     );
@@ -112,14 +113,15 @@ fn args() -> Args {
         dev: None,
         port: DEFAULT_PORT,
         bytes: 256 << 20,
-        msg_size: 1 << 20,
-        depth: 8,
-        mtu: 4096,
-        ack_timeout: 11,
+        msg_size: 128 << 10,
+        depth: 2,
+        mtu: 1024,
+        ack_timeout: 10,
         deadline: Duration::from_secs(900),
         write: true,
         send: true,
         yield_idle: false,
+        spin_us: None,
         psn: 0xff_f000,
     };
     let mut role = None;
@@ -163,6 +165,9 @@ fn args() -> Args {
                 }
             }
             "--yield-idle" => a.yield_idle = true,
+            "--spin-us" => {
+                a.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us")))
+            }
             "--psn" => a.psn = parse_u32(&val()).unwrap_or_else(|| usage("bad --psn")) & 0xff_ffff,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
@@ -334,6 +339,11 @@ fn setup(a: &Args, max_send_wr: u32, max_recv_wr: u32) -> Res<Setup> {
     let mut cfg = nic::DeviceConfig::new(name.clone(), addr);
     cfg.active_mtu = a.mtu;
     cfg.yield_when_idle = a.yield_idle;
+    if let Some(us) = a.spin_us {
+        cfg.spin_us = us;
+        cfg.max_spin_us = us;
+        cfg.busy_spin_us = us;
+    }
     nic::start_device(cfg).ctx(&format!("start device {name} on {addr}"))?;
     let ctx = uroce::device(&name, addr).open().ctx("open device")?;
     let pd = ctx.alloc_pd().ctx("alloc_pd")?;
