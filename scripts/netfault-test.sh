@@ -25,12 +25,18 @@ export NETFAULT_A=urnfa NETFAULT_B=urnfb NETFAULT_RUN=/run/netfault-uroce-test
 FAULTS=(--loss 0.05 --reorder 0.25 --dup 0.02 --corrupt 0.01)
 BYTES="${NETFAULT_BYTES:-256M}"
 LIMIT="${NETFAULT_TIME_LIMIT:-900}"
-# Measured on the 2-core machine (see the final report of issue 4): the go-back-N transport
-# under 25 % reordering does best with a 4096-byte path MTU (fewer packets per byte, so fewer
-# reorder events), 128 KiB messages two at a time (64 packets in flight: a NAK then wastes
-# little of the impairer's capacity) and a local ACK timeout of 4 ms (code 10: above
-# netfault's 2 ms reorder hold, so few spurious timeouts).
-PEER_ARGS=(--mtu 4096 --msg-size 128K --depth 2 --ack-timeout 10 --deadline "$LIMIT")
+# Measured on the 2-core machine (MiB/s per phase under these faults, machine shared):
+# * path MTU 4096: 5-8; 2048: 3.3-3.9; 1024: 1.7-1.9. Go-back-N loses a round trip per
+#   reordered packet, so fewer, larger packets per byte win.
+# * 128 KiB messages two at a time (64 packets in flight) beat 64K x 4, 32K x 8, 256K x 1,
+#   1M x 4 and 1M x 8: every sequence NAK resends what is in flight, and the resent packets
+#   cost the impairer and the two engines CPU the useful ones need.
+# * local ACK timeout code 10 (4.2 ms): code 9 (2.1 ms, close to netfault's 2 ms reorder
+#   hold) times out 3-5x as often; code 11 (8.4 ms) waits longer per lost tail.
+# * --spin-us 50 (engine spin window fixed at 50 us): with the device's adaptive default
+#   (up to 4 ms, 50 ms while completions are unread) both engines keep both cores busy and
+#   starve the impairer and each other: 0.5-1 MiB/s instead of 5-8.
+PEER_ARGS=(--mtu 4096 --msg-size 128K --depth 2 --ack-timeout 10 --spin-us 50 --deadline "$LIMIT")
 LINK_MTU=9000
 SERVER_IP=10.79.0.1 CLIENT_IP=10.79.0.2
 
@@ -168,6 +174,6 @@ check "no engine_panics / ring_corrupt on either side" \
 echo "  info  client ICRC drops (corrupted ACKs/NAKs): $(num client rcvd_icrc_err), RNR NAKs: $(num client rcvd_rnr_err)"
 echo "netfault-test: WRITE $(val client write_mib_s) MiB/s, SEND $(val client send_mib_s) MiB/s under faults; wall time ${wall}s"
 if [ ${#problems[@]} -gt 0 ]; then
-	fail "${problems[*]}"
+	fail "$(printf '%s; ' "${problems[@]}")"
 fi
 echo "PASSED: $BYTES by WRITE and by SEND verified under ${FAULTS[*]}"

@@ -408,7 +408,12 @@ fn gid_lines(out: &mut String, ctx: &Context, port: u8, p: &PortAttr) -> Result<
             }
         };
         // devinfo skips GIDs whose interface id (lower 8 bytes) is zero.
-        if entry.gid.0.get(8..).is_some_and(|b| b.iter().all(|&x| x == 0)) {
+        if entry
+            .gid
+            .0
+            .get(8..)
+            .is_some_and(|b| b.iter().all(|&x| x == 0))
+        {
             continue;
         }
         let suffix = if p.link_layer == LinkLayer::ETHERNET {

@@ -18,16 +18,15 @@
 //! `UROCE_DEVICES=uroce0=127.0.0.1 uroce pingpong` and a client
 //! `UROCE_DEVICES=uroce1=127.0.0.2 uroce pingpong 127.0.0.1`.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use oob::pingpong::{self as pp, PpDest, Variant};
 use uroce::{
-    AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, Gid, GlobalRoute, MrBuf, Mtu, Qp, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Srq, SrqAttr, Wc,
-    WcStatus, GRH_BYTES,
+    AccessFlags, Ah, AhAttr, CompChannel, Cq, Gid, GlobalRoute, MrBuf, Mtu, Qp, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Srq, SrqAttr, Wc, WcStatus, GRH_BYTES,
 };
 
 use crate::bench::util::{random_psn, wait_cq, Watchdog};
@@ -192,7 +191,6 @@ fn check(args: &Args) -> Result<Opts> {
 
 /// One side's verbs objects.
 struct Ctx {
-    ctx: Context,
     buf: MrBuf,
     cq: Cq,
     channel: Option<CompChannel>,
@@ -301,7 +299,6 @@ impl Ctx {
             .query_gid(args.ib_port, u32::from(args.gid_idx))
             .with_context(|| format!("can't read sgid of index {}", args.gid_idx))?;
         Ok(Ctx {
-            ctx,
             buf,
             cq,
             channel,
@@ -348,7 +345,8 @@ impl Ctx {
             _ => SendWr::send(SEND_WRID, &sge),
         };
         let wr = if inline { wr.inline(data) } else { wr }.signaled();
-        qp.post_send(&[wr]).map_err(|e| anyhow!("Couldn't post send: {e}"))
+        qp.post_send(&[wr])
+            .map_err(|e| anyhow!("Couldn't post send: {e}"))
     }
 }
 
@@ -458,11 +456,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
             gid: c.gid.0,
         })
         .collect();
+    // The server listens before it prints its address, so that the line tells a script
+    // (or a test) the client may connect now; the output is the tools'.
+    let listener = match &o.server {
+        Some(_) => None,
+        None => {
+            let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, args.port));
+            Some(
+                TcpListener::bind(addr)
+                    .with_context(|| format!("Couldn't listen to port {}", args.port))?,
+            )
+        }
+    };
     for d in &mine {
         println!("{}", pp::local_line(o.variant, d));
     }
-    let rem = match &o.server {
-        Some(host) => {
+    let rem = match (&o.server, listener) {
+        (Some(host), _) => {
             let mut s = pp::connect(host, args.port).map_err(|e| anyhow!("{e}"))?;
             let rem = pp::client_exchange(&mut s, o.variant, &mine)
                 .map_err(|e| anyhow!("{e}"))
@@ -471,9 +481,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             connect_all(&mut c, &args, &o, &mine, &rem)?;
             rem
         }
-        None => {
-            let addr = SocketAddr::from((Ipv4Addr::UNSPECIFIED, args.port));
-            let mut s = pp::accept_one(addr).with_context(|| format!("Couldn't listen to port {}", args.port))?;
+        (None, Some(listener)) => {
+            // One connection, then the listener closes (the tools' pp_server_exch_dest).
+            let (mut s, _) = listener.accept().context("accept() failed")?;
+            drop(listener);
             let mut connected: Result<()> = Ok(());
             let rem = pp::server_exchange(&mut s, o.variant, &mine, |rem| {
                 connected = connect_all(&mut c, &args, &o, &mine, rem);
@@ -487,6 +498,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             connected?;
             rem
         }
+        (None, None) => bail!("no listener"),
     };
     for d in &rem {
         println!("{}", pp::remote_line(d));

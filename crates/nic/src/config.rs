@@ -82,12 +82,15 @@ pub struct DeviceConfig {
     /// least: the start and minimum of its adaptive spin window (`spin` module docs).
     pub spin_us: u32,
     /// Cap of the adaptive spin window, in µs: parks that end in a wake-up sooner than
-    /// this double the window up to it (default 4 ms).
+    /// this double the window up to it (default 20 ms).
     pub max_spin_us: u32,
-    /// While the application has completions it has not consumed (it is mid-work, e.g.
-    /// descheduled), the engine keeps polling up to this long after the last progress, in
-    /// µs (default 50 ms), instead of parking and making every later doorbell a system call.
+    /// While the application is mid-work (it owes a signaled send WQE, or has completions
+    /// it has not consumed: it is descheduled, not idle), the engine keeps polling this
+    /// long after the last progress, in µs, instead of parking and making every later
+    /// doorbell a system call: the floor of a second adaptive window (default 50 ms).
     pub busy_spin_us: u32,
+    /// Cap of that mid-work window, in µs (default 1 s).
+    pub max_busy_spin_us: u32,
     /// While spinning idle, yield the core after a few µs (`sched_yield`). Helps when
     /// threads outnumber cores (the application may be waiting for the engine's core),
     /// at the price of system calls while idle-spinning; off by default so a busy
@@ -105,8 +108,9 @@ impl DeviceConfig {
             limits: Limits::default(),
             dedicated_engine: false,
             spin_us: 50,
-            max_spin_us: 4_000,
+            max_spin_us: 20_000,
             busy_spin_us: 50_000,
+            max_busy_spin_us: 1_000_000,
             yield_when_idle: false,
         }
     }

@@ -18,7 +18,11 @@
 //!
 //! # Parking
 //!
-//! While passes make progress the engine loops; after `spin_us` without progress it parks:
+//! While passes make progress the engine loops. Without progress it keeps polling for an
+//! adaptive window (`crate::spin`: from `spin_us`, doubled by parks that a wake-up soon
+//! ended, up to `max_spin_us`), and longer — a second adaptive window, `busy_spin_us` up
+//! to `max_busy_spin_us` — while an application is mid-work (it owes a signaled send WQE
+//! or has completions it has not consumed: it is descheduled, not done). Then it parks:
 //! it announces `parked` on every doorbell page (abi::doorbell protocol) and in its own
 //! flag for control-plane kicks, re-checks, then blocks in `epoll_wait` on the wake eventfd
 //! and the UDP sockets with the next transport deadline as the timeout. A doorbell costs
@@ -45,7 +49,7 @@ use transport::{
 
 use crate::config::DeviceConfig;
 use crate::device::Device;
-use crate::spin::SpinPolicy;
+use crate::spin::{SpinBounds, SpinPolicy};
 use crate::state::*;
 use crate::sys::{self, Epoll, MsgBatch, EPOLLIN};
 
@@ -176,7 +180,11 @@ struct EngineDev {
 }
 
 fn now_of(epoch: Instant) -> Time {
-    Time(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    time_at(epoch, Instant::now())
+}
+
+fn time_at(epoch: Instant, t: Instant) -> Time {
+    Time(u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn us(v: u32) -> Duration {
@@ -184,19 +192,21 @@ fn us(v: u32) -> Duration {
 }
 
 /// The idle-policy bounds over the engine's devices (the largest of each).
-fn spin_bounds(devs: &[EngineDev]) -> (Duration, Duration, Duration) {
-    let max = |f: fn(&DeviceConfig) -> u32, dflt: u32| {
-        us(devs.iter().map(|d| f(&d.dev.cfg)).max().unwrap_or(dflt))
+fn spin_bounds(devs: &[EngineDev]) -> SpinBounds {
+    let dflt = DeviceConfig::new("", IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    let max = |f: fn(&DeviceConfig) -> u32| {
+        us(devs.iter().map(|d| f(&d.dev.cfg)).max().unwrap_or(f(&dflt)))
     };
-    (
-        max(|c| c.spin_us, 50),
-        max(|c| c.max_spin_us, 4_000),
-        max(|c| c.busy_spin_us, 50_000),
-    )
+    SpinBounds {
+        spin: max(|c| c.spin_us),
+        max_spin: max(|c| c.max_spin_us),
+        busy_spin: max(|c| c.busy_spin_us),
+        max_busy_spin: max(|c| c.max_busy_spin_us),
+    }
 }
 
-/// Whether an application of some device has completions it has not consumed yet.
-fn app_busy(devs: &[EngineDev]) -> bool {
+/// Whether an application of some device is mid-work (`crate::spin`).
+fn app_mid_work(devs: &[EngineDev]) -> bool {
     devs.iter()
         .any(|d| d.dev.lock_engine().res.app_mid_work())
 }
@@ -208,11 +218,8 @@ fn run(shared: Arc<EngineShared>) {
     let mut last_progress = Instant::now();
     let mut last_socket_poll = Instant::now();
     let mut events = Vec::new();
-    let mut policy = SpinPolicy::new(us(50), us(4_000), us(50_000));
+    let mut policy = SpinPolicy::new(spin_bounds(&devs));
     let mut yield_idle = false;
-    let xp_hints: u32 = std::env::var("XP_HINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(IDLE_SPIN_HINTS);
-    let xp_busy = std::env::var("XP_NOBUSY").is_err();
-    let xp_cap: Option<u32> = std::env::var("XP_CAP").ok().and_then(|v| v.parse().ok());
     loop {
         let g = shared.generation.load(SeqCst);
         if g != gen {
@@ -225,25 +232,26 @@ fn run(shared: Arc<EngineShared>) {
                     });
                 }
             }
-            let (base, mut cap, busy) = spin_bounds(&devs);
-            if let Some(c) = xp_cap { cap = us(c); }
-            policy.reconfigure(base, cap, busy);
+            policy.reconfigure(spin_bounds(&devs));
             yield_idle = devs.iter().any(|d| d.dev.cfg.yield_when_idle);
         }
         shared.kicked.store(false, SeqCst);
+        let t = Instant::now();
+        let idle = t.saturating_duration_since(last_progress);
+        let now = time_at(epoch, t);
         // Sockets are polled on every pass while work is recent; deeper into an idle spin
         // only every SOCKET_POLL_IDLE, so a long spin window is not a stream of recvmmsg.
-        let poll_sockets = last_progress.elapsed() < policy.base()
-            || last_socket_poll.elapsed() >= SOCKET_POLL_IDLE;
+        let poll_sockets = idle < policy.base()
+            || t.saturating_duration_since(last_socket_poll) >= SOCKET_POLL_IDLE;
         if poll_sockets {
-            last_socket_poll = Instant::now();
+            last_socket_poll = t;
         }
         let mut progress = false;
         for d in devs.iter_mut() {
             // A bug must not take every device of the process down with this thread: the
             // state stays usable (the lock ignores poisoning) and the pass is retried.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pass(&d.dev, &mut d.io, now_of(epoch), poll_sockets)
+                pass(&d.dev, &mut d.io, now, poll_sockets)
             }));
             match r {
                 Ok(p) => progress |= p,
@@ -251,20 +259,20 @@ fn run(shared: Arc<EngineShared>) {
             }
         }
         if progress {
-            last_progress = Instant::now();
+            last_progress = t;
             continue;
         }
-        let idle = last_progress.elapsed();
         // Inside the adaptive window; beyond it, only while an application is mid-work
         // (crate::spin).
-        if idle < policy.window() || (xp_busy && idle < policy.limit(true) && app_busy(&devs)) {
+        let mid_work = idle >= policy.window() && app_mid_work(&devs);
+        if idle < policy.limit(mid_work) {
             if yield_idle && idle > YIELD_AFTER {
                 // The application may be waiting for this very core (more runnable threads
                 // than cores): let it run rather than burn the rest of the spin window.
                 std::thread::yield_now();
             } else if idle > YIELD_AFTER {
                 // Idle for a while: poll a little less eagerly (PAUSE hints, no system call).
-                for _ in 0..xp_hints {
+                for _ in 0..IDLE_SPIN_HINTS {
                     std::hint::spin_loop();
                 }
             } else {
@@ -272,11 +280,8 @@ fn run(shared: Arc<EngineShared>) {
             }
             continue;
         }
-        let xb = app_busy(&devs);
-        let xs: Vec<(u32, usize, usize, usize)> = devs.iter().map(|d| { let st = d.dev.lock_engine(); (st.res.owing_qps, st.res.cq_watch.len(), st.qps.iter().map(|(_, q)| q.qp.send_queue_len()).sum::<usize>(), st.qps.iter().map(|(_, q)| q.sq_taken as usize).sum::<usize>()) }).collect();
         if let Some((slept, by_event)) = park(&shared, &mut devs, epoch, &mut events) {
-            if std::env::var("XP_TRACE").is_ok() { eprintln!("park idle={idle:?} busy={xb} win={:?} slept={slept:?} ev={by_event} {xs:?}", policy.window()); }
-            policy.parked(slept, by_event);
+            policy.parked(slept, by_event, mid_work);
             last_progress = Instant::now();
         }
     }
@@ -651,7 +656,9 @@ fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
         while let Some(c) = q.qp.poll_completion() {
             any = true;
             let cq = if c.is_recv() { q.recv_cq } else { q.send_cq };
-            if res.push_cqe(cq, &to_wc(&c), fires_solicited(&c)).is_err() {
+            // A solicited-only arming fires for a receive whose last packet had the SE
+            // bit, and for any error (IBA 11.4.2.2).
+            if res.push_cqe(cq, &to_wc(&c), c.fires_solicited()).is_err() {
                 overflow = true;
             }
         }

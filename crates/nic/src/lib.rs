@@ -24,10 +24,12 @@
 //!   the CQ rings (never overwriting: overflow raises IBV_EVENT_CQ_ERR and moves the QP to
 //!   ERR), loops same-device packets back internally and sends the rest as RoCEv2 over UDP
 //!   4791 with batched `sendmmsg`/`recvmmsg` (32 datagrams per call). It busy-polls while
-//!   there is work (and for [`DeviceConfig::spin_us`] after it, 50 µs by default), then
-//!   parks in `epoll_wait` on its wake eventfd and the UDP sockets with the next transport
-//!   deadline as the timeout, so a doorbell costs a system call only then and an idle
-//!   device costs no CPU. The socket is polled while busy only if some QP of the device
+//!   there is work, and after it for an adaptive window ([`DeviceConfig::spin_us`] = 50 µs
+//!   doubling up to [`DeviceConfig::max_spin_us`] = 20 ms when parks turn out short;
+//!   longer, up to [`DeviceConfig::max_busy_spin_us`], while the application is mid-work
+//!   and merely descheduled), then parks in `epoll_wait` on its wake eventfd and the UDP
+//!   sockets with the next transport deadline as the timeout, so a doorbell costs a system
+//!   call only then and an idle device costs no CPU. The socket is polled while busy only if some QP of the device
 //!   can talk to another device (UD, or a remote address vector): same-device traffic
 //!   makes no system call at all in steady state.
 //! * **Memory** (`dma`): every access to application memory — registered regions and the

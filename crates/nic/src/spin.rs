@@ -14,76 +14,121 @@
 //!   longer would have paid off: the window doubles, up to the cap. A park that lasts
 //!   longer than twice the cap means the device really went idle: the window halves, down
 //!   to `spin_us`. A park that ended on a transport deadline says nothing about the
-//!   application and changes nothing unless it was long.
-//! * **Application mid-work**: while a CQ holds completions the engine wrote and the
-//!   application has not consumed yet, the application has work in hand and will be back
-//!   (it is descheduled, or busy elsewhere, not idle): the engine keeps polling up to
-//!   [`crate::DeviceConfig::busy_spin_us`] after the last progress. An application that
-//!   leaves completions unpolled for good costs that long, once per burst, then the engine
-//!   parks as usual.
+//!   application and changes nothing unless it was long. (Linux's io_uring SQPOLL thread,
+//!   the kernel's own polling "NIC", spins a fixed second by default before it sleeps.)
+//! * **Application mid-work**: while some QP's newest send WQE was unsignaled (the
+//!   application owes a signaled one: it is mid-stream), or a CQ holds completions the
+//!   engine wrote and the application has not consumed yet, the application has work in
+//!   hand and will be back — it is descheduled, not idle. The engine then keeps polling
+//!   for a second adaptive window, [`crate::DeviceConfig::busy_spin_us`] doubling up to
+//!   [`crate::DeviceConfig::max_busy_spin_us`] by the same rule: a park in this state that
+//!   ends in a wake-up within the window doubles it, one that lasts longer than twice the
+//!   window halves it. An application that leaves completions unpolled for good costs
+//!   that window once per burst, then the engine parks as usual.
 //!
 //! Pure logic on durations (no clock inside), so it is unit-tested directly.
 
 use std::time::Duration;
 
-/// Spin windows and their adaptation (see the module docs).
+/// One adaptive window between a floor and a cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SpinPolicy {
-    base: Duration,
-    cap: Duration,
-    busy: Duration,
-    window: Duration,
+struct Window {
+    min: Duration,
+    max: Duration,
+    cur: Duration,
 }
 
-impl SpinPolicy {
-    /// A policy spinning at least `base`, adapting up to `cap`, and up to `busy` while the
-    /// application has unconsumed completions. `cap` and `busy` are raised to `base` if
-    /// smaller.
-    pub(crate) fn new(base: Duration, cap: Duration, busy: Duration) -> SpinPolicy {
-        let cap = cap.max(base);
-        SpinPolicy {
-            base,
-            cap,
-            busy: busy.max(base),
-            window: base,
+impl Window {
+    fn new(min: Duration, max: Duration) -> Window {
+        Window {
+            min,
+            max: max.max(min),
+            cur: min,
         }
     }
 
-    /// Adopt new bounds (a device joined with another configuration), keeping the current
-    /// window inside them.
-    pub(crate) fn reconfigure(&mut self, base: Duration, cap: Duration, busy: Duration) {
-        let w = self.window;
-        *self = SpinPolicy::new(base, cap, busy);
-        self.window = w.clamp(self.base, self.cap);
+    fn grow(&mut self) {
+        self.cur = self.cur.saturating_mul(2).min(self.max);
     }
 
-    /// The current adaptive window.
+    fn shrink(&mut self) {
+        self.cur = (self.cur / 2).max(self.min);
+    }
+
+    fn rebound(&mut self, min: Duration, max: Duration) {
+        let cur = self.cur;
+        *self = Window::new(min, max);
+        self.cur = cur.clamp(self.min, self.max);
+    }
+}
+
+/// Spin windows and their adaptation (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpinPolicy {
+    idle: Window,
+    busy: Window,
+}
+
+/// The bounds of a [`SpinPolicy`]: idle window floor and cap, mid-work window floor and cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpinBounds {
+    pub(crate) spin: Duration,
+    pub(crate) max_spin: Duration,
+    pub(crate) busy_spin: Duration,
+    pub(crate) max_busy_spin: Duration,
+}
+
+impl SpinPolicy {
+    /// A policy within `b`. Caps below their floors are raised to them, and the mid-work
+    /// window is never shorter than the idle one.
+    pub(crate) fn new(b: SpinBounds) -> SpinPolicy {
+        let idle = Window::new(b.spin, b.max_spin);
+        let busy = Window::new(b.busy_spin.max(idle.max), b.max_busy_spin);
+        SpinPolicy { idle, busy }
+    }
+
+    /// Adopt new bounds (a device joined with another configuration), keeping the current
+    /// windows inside them.
+    pub(crate) fn reconfigure(&mut self, b: SpinBounds) {
+        let fresh = SpinPolicy::new(b);
+        self.idle.rebound(fresh.idle.min, fresh.idle.max);
+        self.busy.rebound(fresh.busy.min, fresh.busy.max);
+    }
+
+    /// The current idle window.
     pub(crate) fn window(&self) -> Duration {
-        self.window
+        self.idle.cur
     }
 
     /// The minimum window (`spin_us`).
     pub(crate) fn base(&self) -> Duration {
-        self.base
+        self.idle.min
     }
 
-    /// How long after the last progress the engine keeps polling; `app_busy`: some CQ
-    /// holds completions the application has not consumed.
-    pub(crate) fn limit(&self, app_busy: bool) -> Duration {
-        if app_busy {
-            self.window.max(self.busy)
+    /// How long after the last progress the engine keeps polling; `mid_work`: the
+    /// application has work in hand (module docs).
+    pub(crate) fn limit(&self, mid_work: bool) -> Duration {
+        if mid_work {
+            self.busy.cur.max(self.idle.cur)
         } else {
-            self.window
+            self.idle.cur
         }
     }
 
     /// A park that blocked for `slept` ended; `by_event`: something woke it (a doorbell,
-    /// a control-plane kick or a datagram) rather than its timeout.
-    pub(crate) fn parked(&mut self, slept: Duration, by_event: bool) {
-        if by_event && slept < self.cap {
-            self.window = self.window.saturating_mul(2).min(self.cap);
-        } else if slept > self.cap.saturating_mul(2) {
-            self.window = (self.window / 2).max(self.base);
+    /// a control-plane kick or a datagram) rather than its timeout; `mid_work`: the engine
+    /// parked although the application was mid-work (its mid-work window ran out).
+    pub(crate) fn parked(&mut self, slept: Duration, by_event: bool, mid_work: bool) {
+        let w = if mid_work {
+            &mut self.busy
+        } else {
+            &mut self.idle
+        };
+        let soon = if mid_work { w.cur } else { w.max };
+        if by_event && slept < soon {
+            w.grow();
+        } else if slept > w.max.saturating_mul(2) || (mid_work && slept > w.cur * 2) {
+            w.shrink();
         }
     }
 }
@@ -93,60 +138,97 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
+    const MS: Duration = Duration::from_millis(1);
 
-    fn policy() -> SpinPolicy {
-        SpinPolicy::new(50 * US, 4000 * US, 50_000 * US)
+    fn bounds() -> SpinBounds {
+        SpinBounds {
+            spin: 50 * US,
+            max_spin: 4 * MS,
+            busy_spin: 50 * MS,
+            max_busy_spin: 1000 * MS,
+        }
     }
 
     #[test]
-    fn quick_wake_ups_grow_the_window_to_the_cap() {
-        let mut p = policy();
+    fn quick_wake_ups_grow_the_idle_window_to_the_cap() {
+        let mut p = SpinPolicy::new(bounds());
         assert_eq!(p.window(), 50 * US);
-        p.parked(300 * US, true);
+        p.parked(300 * US, true, false);
         assert_eq!(p.window(), 100 * US);
         for _ in 0..20 {
-            p.parked(3 * 1000 * US, true);
+            p.parked(3 * MS, true, false);
         }
-        assert_eq!(p.window(), 4000 * US);
+        assert_eq!(p.window(), 4 * MS);
         // A timeout wake-up says nothing about the application.
-        let mut q = policy();
-        q.parked(300 * US, false);
+        let mut q = SpinPolicy::new(bounds());
+        q.parked(300 * US, false, false);
         assert_eq!(q.window(), 50 * US);
     }
 
     #[test]
     fn long_parks_shrink_it_back_and_middling_ones_keep_it() {
-        let mut p = policy();
+        let mut p = SpinPolicy::new(bounds());
         for _ in 0..10 {
-            p.parked(10 * US, true);
+            p.parked(10 * US, true, false);
         }
-        assert_eq!(p.window(), 4000 * US);
-        p.parked(6000 * US, true);
-        assert_eq!(p.window(), 4000 * US);
-        p.parked(Duration::from_secs(1), true);
-        assert_eq!(p.window(), 2000 * US);
+        assert_eq!(p.window(), 4 * MS);
+        p.parked(6 * MS, true, false);
+        assert_eq!(p.window(), 4 * MS);
+        p.parked(1000 * MS, true, false);
+        assert_eq!(p.window(), 2 * MS);
         for _ in 0..20 {
-            p.parked(Duration::from_secs(1), false);
+            p.parked(1000 * MS, false, false);
         }
         assert_eq!(p.window(), 50 * US);
     }
 
     #[test]
-    fn busy_application_extends_the_limit_only_while_busy() {
-        let p = policy();
+    fn mid_work_window_adapts_on_its_own() {
+        let mut p = SpinPolicy::new(bounds());
         assert_eq!(p.limit(false), 50 * US);
-        assert_eq!(p.limit(true), 50_000 * US);
-        // Bounds below the base are raised to it.
-        let q = SpinPolicy::new(2_000_000 * US, 10 * US, 10 * US);
-        assert_eq!(q.limit(true), 2_000_000 * US);
-        assert_eq!(q.limit(false), 2_000_000 * US);
-        let mut r = policy();
+        assert_eq!(p.limit(true), 50 * MS);
+        // Woken within the window after a mid-work park: the application was only away.
+        p.parked(30 * MS, true, true);
+        assert_eq!(p.limit(true), 100 * MS);
+        assert_eq!(p.window(), 50 * US);
         for _ in 0..10 {
-            r.parked(10 * US, true);
+            p.parked(1 * MS, true, true);
         }
-        r.reconfigure(100 * US, 1000 * US, 0 * US);
-        assert_eq!(r.window(), 1000 * US);
-        assert_eq!(r.limit(true), 1000 * US);
+        assert_eq!(p.limit(true), 1000 * MS);
+        // Woken later than the window: no growth; much later: shrink.
+        p.parked(1500 * MS, true, true);
+        assert_eq!(p.limit(true), 1000 * MS);
+        p.parked(2500 * MS, true, true);
+        assert_eq!(p.limit(true), 500 * MS);
+        for _ in 0..10 {
+            p.parked(60_000 * MS, false, true);
+        }
+        assert_eq!(p.limit(true), 50 * MS);
+    }
+
+    #[test]
+    fn bounds_are_ordered_and_reconfiguring_keeps_the_windows_inside() {
+        // Caps below the floors are raised to them; mid-work never below idle.
+        let q = SpinPolicy::new(SpinBounds {
+            spin: 2000 * MS,
+            max_spin: 10 * US,
+            busy_spin: 10 * US,
+            max_busy_spin: 0 * US,
+        });
+        assert_eq!(q.limit(true), 2000 * MS);
+        assert_eq!(q.limit(false), 2000 * MS);
+        let mut r = SpinPolicy::new(bounds());
+        for _ in 0..10 {
+            r.parked(10 * US, true, false);
+        }
+        r.reconfigure(SpinBounds {
+            spin: 100 * US,
+            max_spin: 1 * MS,
+            busy_spin: 0 * US,
+            max_busy_spin: 0 * US,
+        });
+        assert_eq!(r.window(), 1 * MS);
+        assert_eq!(r.limit(true), 1 * MS);
         assert_eq!(r.base(), 100 * US);
     }
 }

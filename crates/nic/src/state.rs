@@ -471,13 +471,6 @@ impl Resources {
     }
 }
 
-/// Whether a completion fires a solicited-only arming. The transport's completions do not
-/// carry the SE bit of the received message, so every receive completion counts (and every
-/// error, as IBA requires): an over-approximation, never a lost wake-up.
-pub(crate) fn fires_solicited(c: &Completion) -> bool {
-    c.is_recv() || c.status != WcStatus::Success
-}
-
 /// A receive queue over a ring the library fills, handed to the transport when a request
 /// needs a receive WQE (rxe: the responder reads the RQ ring directly).
 pub(crate) struct RingRecvQueue<'a> {

@@ -176,6 +176,13 @@ pub(crate) fn bind_roce_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
         ),
     };
     setsockopt_int(fd, level, name, val)?;
+    if addr.is_ipv6() {
+        // RoCEv2 senders may leave the UDP checksum 0 over IPv6 too (Linux rxe does: every
+        // IPv6 packet in testdata/interop/*ipv6*.pcap), which RFC 8200 forbids unless the
+        // receiving socket opts in (RFC 6936); without this the kernel drops them all
+        // (Udp6InCsumErrors). The ICRC protects the payload instead.
+        setsockopt_int(fd, libc::SOL_UDP, libc::UDP_NO_CHECK6_RX, 1)?;
+    }
     // Best effort: the kernel caps these at rmem_max / wmem_max.
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
@@ -510,6 +517,28 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         let absent: SocketAddr = "[fe80::dead:beef:1234:5678]:4791".parse().unwrap();
         let e = with_link_local_scope(absent).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable);
+    }
+
+    #[test]
+    fn ipv6_socket_accepts_zero_udp_checksums() {
+        // What Linux rxe sends over IPv6 (UDP checksum 0); a default socket never sees it.
+        let Ok(rx) = bind_roce_udp("[::1]:0".parse().unwrap()) else {
+            eprintln!("no IPv6 loopback here; nothing to check");
+            return;
+        };
+        let tx = UdpSocket::bind("[::1]:0").unwrap();
+        setsockopt_int(tx.as_raw_fd(), libc::SOL_UDP, libc::UDP_NO_CHECK6_TX, 1).unwrap();
+        tx.send_to(b"zero-checksum", rx.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = None;
+        for _ in 0..1000 {
+            if let Ok((n, _)) = rx.recv_from(&mut buf) {
+                got = Some(n);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got, Some(13), "zero-checksum UDP/IPv6 datagram was dropped");
     }
 
     #[test]

@@ -830,6 +830,7 @@ impl Qp {
             qp_num: self.cfg.qpn,
             src_qp: self.peer_qpn(wqe),
             wc_flags: flags,
+            solicited: false,
         };
         self.send_slots_pending += 1;
         self.completions.push_back((c, Slot::Send));
@@ -871,6 +872,7 @@ impl Qp {
             qp_num: self.cfg.qpn,
             src_qp: self.attr.dest_qp_num,
             wc_flags: WcFlags::default(),
+            solicited: false,
         }
     }
 

@@ -291,6 +291,7 @@ impl Qp {
             c.imm_data = imm;
             c.invalidated_rkey = inv;
             c.wc_flags = flags;
+            c.solicited = pkt.bth.solicited;
             self.complete_recv(h, c);
             self.in_msg = None;
             self.msn = self.msn.next();
@@ -407,6 +408,7 @@ impl Qp {
                 c.byte_len = len;
                 c.imm_data = imm;
                 c.wc_flags = WcFlags::WITH_IMM;
+                c.solicited = pkt.bth.solicited;
                 self.complete_recv(h, c);
             }
         } else {
@@ -688,6 +690,7 @@ impl Qp {
         };
         let mut c = self.recv_completion(h.wr.wr_id, status, WcOpcode::Recv);
         c.src_qp = deth.src_qp;
+        c.solicited = pkt.bth.solicited;
         if status == WcStatus::Success {
             c.byte_len = need as u32;
             c.wc_flags = WcFlags::GRH;

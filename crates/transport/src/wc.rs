@@ -213,12 +213,24 @@ pub struct Completion {
     pub src_qp: Qpn,
     /// GRH / WITH_IMM / WITH_INV.
     pub wc_flags: WcFlags,
+    /// A receive completion of a message whose last packet carried the BTH SE (solicited
+    /// event) bit (SEND or RDMA WRITE WITH IMMEDIATE posted with `IBV_SEND_SOLICITED`).
+    /// Not part of `ibv_wc`: it decides whether a CQ armed for solicited completions only
+    /// raises its event (IBA 11.4.2.2; [`Completion::fires_solicited`]).
+    pub solicited: bool,
 }
 
 impl Completion {
     /// Whether this completion goes to the receive CQ.
     pub fn is_recv(&self) -> bool {
         self.opcode.is_recv()
+    }
+
+    /// Whether this completion raises the event of a CQ armed for solicited completions
+    /// only (`ibv_req_notify_cq(cq, 1)`): a solicited receive, or any unsuccessful
+    /// completion (IBA 11.4.2.2: an error completion also triggers).
+    pub fn fires_solicited(&self) -> bool {
+        (self.solicited && self.is_recv()) || self.status != WcStatus::Success
     }
 }
 
@@ -242,6 +254,35 @@ mod tests {
             "Work Request Flushed Error"
         );
         assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
+    }
+
+    #[test]
+    fn solicited_arming_fires_on_solicited_receives_and_errors_only() {
+        let c = Completion {
+            wr_id: 1,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            vendor_err: 0,
+            byte_len: 8,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: Qpn::new(17),
+            src_qp: Qpn::new(18),
+            wc_flags: WcFlags::default(),
+            solicited: false,
+        };
+        assert!(!c.fires_solicited());
+        assert!(Completion { solicited: true, ..c }.fires_solicited());
+        let send = Completion {
+            opcode: WcOpcode::Send,
+            solicited: true,
+            ..c
+        };
+        assert!(!send.fires_solicited());
+        for status in [WcStatus::WrFlushErr, WcStatus::LocLenErr] {
+            assert!(Completion { status, ..c }.fires_solicited());
+            assert!(Completion { status, ..send }.fires_solicited());
+        }
     }
 
     #[test]

@@ -257,6 +257,8 @@ fn verify(buf: &[u8], seed: u64, msg: u64) -> Option<(usize, u64)> {
 
 struct Line {
     stream: BufReader<TcpStream>,
+    /// A line [`Line::check_peer`] read ahead.
+    pending: Option<String>,
 }
 
 impl Line {
@@ -264,6 +266,7 @@ impl Line {
         s.set_nodelay(true).ctx("TCP_NODELAY")?;
         Ok(Line {
             stream: BufReader::new(s),
+            pending: None,
         })
     }
 
@@ -275,12 +278,61 @@ impl Line {
     }
 
     fn recv(&mut self) -> Res<String> {
+        if let Some(l) = self.pending.take() {
+            return Ok(l);
+        }
         let mut l = String::new();
         let n = self.stream.read_line(&mut l).ctx("tcp receive")?;
         if n == 0 {
             return Err("peer closed the TCP connection".into());
         }
         Ok(l.trim_end().to_string())
+    }
+
+    /// While the RDMA traffic stalls: has the peer given up (closed the connection or sent
+    /// `ERROR`)? Its QP is then gone and ours would retry forever (retry_cnt 7). Any other
+    /// line is kept for the next [`Line::recv`].
+    fn check_peer(&mut self) -> Res<()> {
+        if self.pending.is_some() {
+            return Ok(());
+        }
+        self.stream.get_ref().set_nonblocking(true).ctx("tcp")?;
+        let r = self.stream.fill_buf().map(|b| b.is_empty());
+        self.stream.get_ref().set_nonblocking(false).ctx("tcp")?;
+        match r {
+            Ok(true) => Err("the peer closed the TCP connection".into()),
+            Ok(false) => {
+                let l = self.recv()?;
+                match l.strip_prefix("ERROR ") {
+                    Some(rest) => Err(format!("peer failed: {rest}")),
+                    None => {
+                        self.pending = Some(l);
+                        Ok(())
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) => Err(format!("tcp: {e}")),
+        }
+    }
+
+    /// After a local failure: if the peer reported one of its own (`ERROR ...`) within a
+    /// moment, say that too, since it is usually the cause (e.g. a verification failure
+    /// at the server shows up here as an error completion).
+    fn peer_error(&mut self, e: String) -> String {
+        if e.starts_with("peer failed") {
+            return e;
+        }
+        let _ = self
+            .stream
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(2)));
+        while let Ok(l) = self.recv() {
+            if let Some(rest) = l.strip_prefix("ERROR ") {
+                return format!("{e}; the server says: {rest}");
+            }
+        }
+        e
     }
 
     /// Receive a line and insist that it starts with `word`; returns the rest.
@@ -389,7 +441,7 @@ fn connect(s: &Setup, a: &Args, remote: QpEndpoint, mtu: u32) -> Res<()> {
 
 /// Wait for completions: poll the CQ, and when it is empty arm it and sleep on the
 /// completion channel, so the application does not take a core from the engine.
-fn wait_wc(s: &Setup, wc: &mut [Wc], deadline: Instant) -> Res<usize> {
+fn wait_wc(s: &Setup, wc: &mut [Wc], line: &mut Line, deadline: Instant) -> Res<usize> {
     loop {
         for _ in 0..64 {
             let n = s.cq.poll(wc).ctx("poll_cq")?;
@@ -403,12 +455,13 @@ fn wait_wc(s: &Setup, wc: &mut [Wc], deadline: Instant) -> Res<usize> {
         if n > 0 {
             return Ok(n);
         }
-        if let Some(cq) = s
+        match s
             .chan
             .get_event(Some(Duration::from_millis(200)))
             .ctx("get_cq_event")?
         {
-            cq.ack_events(1);
+            Some(cq) => cq.ack_events(1),
+            None => line.check_peer()?,
         }
         if Instant::now() > deadline {
             return Err("deadline passed while waiting for completions".into());
@@ -611,6 +664,30 @@ fn client(a: &Args, target: &str, setup_out: &mut Option<Setup>, sum: &mut Summa
         a.msg_size,
         a.depth
     );
+    let target = Remote {
+        addr: raddr,
+        rkey,
+        len: rlen,
+    };
+    transfer(a, s, &mut line, sum, target, deadline).map_err(|e| line.peer_error(e))
+}
+
+/// Where the client WRITEs.
+struct Remote {
+    addr: u64,
+    rkey: u32,
+    len: u64,
+}
+
+/// The client's two phases.
+fn transfer(
+    a: &Args,
+    s: &Setup,
+    line: &mut Line,
+    sum: &mut Summary,
+    r: Remote,
+    deadline: Instant,
+) -> Res<()> {
     let mut src =
         s.pd.alloc_mr(a.msg_size * a.depth, AccessFlags::LOCAL_WRITE)
             .ctx("alloc source buffer")?;
@@ -621,10 +698,10 @@ fn client(a: &Args, target: &str, setup_out: &mut Option<Setup>, sum: &mut Summa
         }
         let is_write = seed == SEED_WRITE;
         let what = if is_write { "WRITE" } else { "SEND" };
-        if is_write && rlen < a.bytes {
+        if is_write && r.len < a.bytes {
             return Err(format!(
-                "server's WRITE buffer holds {rlen} bytes, need {}",
-                a.bytes
+                "server's WRITE buffer holds {} bytes, need {}",
+                r.len, a.bytes
             ));
         }
         let start = Instant::now();
@@ -637,7 +714,7 @@ fn client(a: &Args, target: &str, setup_out: &mut Option<Setup>, sum: &mut Summa
                 fill(&mut src[slot..slot + a.msg_size], seed, posted);
                 let sge = [src.sge(slot, a.msg_size as u32)];
                 let wr = if is_write {
-                    SendWr::write(posted, &sge, raddr + posted * a.msg_size as u64, rkey)
+                    SendWr::write(posted, &sge, r.addr + posted * a.msg_size as u64, r.rkey)
                 } else {
                     SendWr::send(posted, &sge)
                 };
@@ -659,7 +736,7 @@ fn client(a: &Args, target: &str, setup_out: &mut Option<Setup>, sum: &mut Summa
                 }
                 continue;
             }
-            let n = wait_wc(s, &mut wc, deadline)?;
+            let n = wait_wc(s, &mut wc, line, deadline)?;
             for w in &wc[..n] {
                 check_wc(
                     w,
@@ -844,7 +921,8 @@ fn server(
         let mut got = 0u64;
         let mut verified = 0u64;
         while got < msgs {
-            let n = wait_wc(s, &mut wc, deadline).map_err(|e| reply_err(&mut line, e))?;
+            let n =
+                wait_wc(s, &mut wc, &mut line, deadline).map_err(|e| reply_err(&mut line, e))?;
             for w in &wc[..n] {
                 let fail = |e: String, verified: u64, sum: &mut Summary| {
                     sum.send = Some(Phase {

@@ -149,15 +149,13 @@ fn fast_path_makes_no_system_calls_in_steady_state() {
     }
 }
 
-/// The whole system with the default engine, which parks after a short idle spin
-/// (nic `DeviceConfig::spin_us`, 30 µs). Measured here (2 cores, shared, load ≈ 3): once the
-/// engine has parked, every post that finds it parked pays a wake-up `write`, and under
-/// strace that traced `write` holds the application thread longer than the spin window, so
-/// the engine runs dry and parks again — a park per few WRITEs (20,000 → 23,110 calls;
-/// 200,000 → 149,150). Ignored until the engine's idle policy survives that (a longer or
-/// adaptive spin window); run with `-- --ignored`.
+/// The whole system with the default engine. With a fixed short idle spin (30–50 µs) the
+/// engine parked whenever the application thread was descheduled or slowed (strace, a
+/// loaded 2-core box), and every post that found it parked paid a wake-up `write`
+/// (20,000 → 23,110 calls; 200,000 → 149,150). nic's adaptive idle policy (`nic::spin`:
+/// the window grows when parks end soon, and the engine keeps polling while the
+/// application is mid-work) keeps the difference to a few dozen calls.
 #[test]
-#[ignore = "nic's 30 µs spin window: under strace the engine re-parks after every wake-up"]
 fn default_engine_system_calls_do_not_grow_with_the_loop() {
     if strace_available() {
         compare(None);

@@ -252,17 +252,14 @@ topo_tests!(event_mode_with_epoll, |t| {
 });
 
 // IBA §11.4.2.2: a CQ armed for solicited completions raises an event only for a
-// solicited receive (or an error). nic's transport does not carry the SE bit into its
-// completions and fires on every receive (nic `state::fires_solicited`: "an
-// over-approximation"), so this is ignored until it does.
+// solicited receive (or an error). The transport's receive completions carry the SE bit
+// of the message's last packet (`transport::Completion::solicited`).
 #[test]
-#[ignore = "nic fires solicited-only armings on every receive (state::fires_solicited)"]
 fn solicited_only_arming_ignores_unsolicited_completions_same_device() {
     solicited_only(Topo::SameDevice);
 }
 
 #[test]
-#[ignore = "nic fires solicited-only armings on every receive (state::fires_solicited)"]
 fn solicited_only_arming_ignores_unsolicited_completions_two_devices() {
     solicited_only(Topo::TwoDevices);
 }

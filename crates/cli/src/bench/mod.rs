@@ -26,6 +26,7 @@ pub mod params;
 pub mod plot;
 pub mod runs;
 pub mod side;
+pub mod sys;
 pub mod util;
 pub mod verify;
 pub mod volatile;
@@ -149,6 +150,9 @@ pub struct Args {
     /// uroce: give up after SECS without progress (perftest waits forever).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub timeout: u64,
+    /// Internal: the `bench compare` child whose system calls strace counts.
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub compare_child: Option<String>,
 }
 
 /// Runs `uroce bench`.
@@ -177,8 +181,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let mut side = Side::new(p.clone(), Role::Client, dev, !p.json, false)?;
             let mut stream = perftest::connect(&host, p.port).map_err(|e| anyhow!("{e}"))?;
             let mut ex = Perftest::new(p.cfg.clone(), Role::Client, side.local_system());
-            perftest::run_exchange(&mut stream, &mut ex, &mut side)
-                .map_err(|e| anyhow!("{e}"))?;
+            perftest::run_exchange(&mut stream, &mut ex, &mut side).map_err(|e| anyhow!("{e}"))?;
             drop(stream);
             side.finish();
             Outcome::from(side)
@@ -188,13 +191,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let mut side = Side::new(p.clone(), Role::Server, dev, !p.json, false)?;
             let listener = perftest::listen(None, p.port)
                 .with_context(|| format!("Couldn't listen on port {}", p.port))?;
-            if !p.json {
+            // With --json stdout carries only JSON: the banner goes to stderr.
+            if p.json {
+                eprint!("{}", console::WAITING_BANNER);
+            } else {
                 print!("{}", console::WAITING_BANNER);
             }
             let (mut stream, _) = perftest::accept_one(listener).context("accepting the client")?;
             let mut ex = Perftest::new(p.cfg.clone(), Role::Server, side.local_system());
-            perftest::run_exchange(&mut stream, &mut ex, &mut side)
-                .map_err(|e| anyhow!("{e}"))?;
+            perftest::run_exchange(&mut stream, &mut ex, &mut side).map_err(|e| anyhow!("{e}"))?;
             drop(stream);
             side.finish();
             Outcome::from(side)
@@ -260,10 +265,17 @@ fn in_process(p: &Params, client_dev: Device, server_dev: Device) -> Result<Outc
     let server = server
         .join()
         .map_err(|_| anyhow!("the server thread panicked"))?;
-    let mut c = client.context("client side")?;
-    let s = server.context("server side")?;
-    c.failures.extend(s.failures.into_iter().map(|f| format!("server: {f}")));
-    Ok(c)
+    match (client, server) {
+        (Ok(mut c), Ok(s)) => {
+            c.failures
+                .extend(s.failures.into_iter().map(|f| format!("server: {f}")));
+            Ok(c)
+        }
+        (Err(c), Ok(_)) => Err(c.context("client side")),
+        (Ok(_), Err(s)) => Err(s.context("server side")),
+        // The first failure usually makes the other side fail too: say both.
+        (Err(c), Err(s)) => Err(anyhow!("client side: {c:#}\nserver side: {s:#}")),
+    }
 }
 
 /// `--json`, `--plot`, the verification verdict and the exit status.

@@ -33,6 +33,10 @@ const MAX_ITER: u64 = 100_000_000;
 const DEF_INLINE_WRITE: u32 = 220;
 const DEF_INLINE_SEND_RC_UC: u32 = 236;
 const DEF_INLINE_SEND_UD: u32 = 188;
+/// perftest's limits on `-t`, `-r` and `-q` (`MAX_TX`, `MAX_RX`, `MAX_QP_NUM`).
+const MAX_TX: u32 = 15000;
+const MAX_RX: u32 = 16384;
+const MAX_QP_NUM: usize = 16384;
 /// Above this many iterations perftest stops recording per-operation times (no peak).
 const NO_PEAK_ITERS: u64 = 20_000;
 
@@ -111,11 +115,6 @@ impl Params {
     pub fn tool(&self) -> String {
         self.cfg.tool_name()
     }
-
-    /// Whether this is a bandwidth test.
-    pub fn is_bw(&self) -> bool {
-        self.cfg.kind == TestKind::Bw
-    }
 }
 
 /// Parses `write_bw` etc.
@@ -158,7 +157,9 @@ fn parse_atomic(s: Option<&str>) -> Result<AtomicType> {
     match s {
         None | Some("FETCH_AND_ADD") => Ok(AtomicType::FetchAndAdd),
         Some("CMP_AND_SWAP") => Ok(AtomicType::CmpAndSwap),
-        Some(other) => bail!(" Invalid Atomic type {other}. Please choose from {{CMP_AND_SWAP,FETCH_AND_ADD}}"),
+        Some(other) => {
+            bail!(" Invalid Atomic type {other}. Please choose from {{CMP_AND_SWAP,FETCH_AND_ADD}}")
+        }
     }
 }
 
@@ -184,8 +185,8 @@ pub fn from_args(a: &Args) -> Result<Params> {
         bail!(" Post list size must be at least 1");
     }
     let num_qps = a.qp.unwrap_or(1);
-    if num_qps == 0 {
-        bail!(" Number of QPs must be at least 1");
+    if !(1..=MAX_QP_NUM).contains(&num_qps) {
+        bail!(" Number of QPs must be 1..={MAX_QP_NUM}");
     }
     OptionCheck {
         verb,
@@ -246,8 +247,8 @@ pub fn from_args(a: &Args) -> Result<Params> {
     } else {
         DEF_TX_LAT
     });
-    if tx_depth == 0 {
-        bail!(" Tx depth must be at least 1");
+    if !(1..=MAX_TX).contains(&tx_depth) {
+        bail!(" Tx depth must be 1..={MAX_TX}");
     }
     if u64::from(tx_depth) > eff_iters {
         tx_depth = eff_iters as u32;
@@ -258,8 +259,8 @@ pub fn from_args(a: &Args) -> Result<Params> {
         DEF_RX_RDMA
     };
     let mut rx_depth = a.rx_depth.unwrap_or(rx_default);
-    if rx_depth == 0 {
-        bail!(" Rx depth must be at least 1");
+    if !(1..=MAX_RX).contains(&rx_depth) {
+        bail!(" Rx depth must be 1..={MAX_RX}");
     }
     if verb != Verb::Send && rx_depth > DEF_RX_RDMA {
         bail!(" On RDMA verbs rx depth can be only 1");
@@ -393,7 +394,10 @@ mod tests {
     #[test]
     fn perftest_defaults() {
         let p = params(&["write_bw", "--loopback"]).expect("valid");
-        assert_eq!((p.iters, p.tx_depth, p.cq_mod, p.cfg.size), (5000, 128, 1, 65536));
+        assert_eq!(
+            (p.iters, p.tx_depth, p.cq_mod, p.cfg.size),
+            (5000, 128, 1, 65536)
+        );
         let p = params(&["write_bw", "--loopback", "-s", "64"]).expect("valid");
         assert_eq!(p.cq_mod, 100);
         let p = params(&["send_bw", "-n", "5"]).expect("valid");

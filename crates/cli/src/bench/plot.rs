@@ -17,7 +17,9 @@ const BOTTOM: f64 = 60.0;
 
 /// Escapes text for SVG.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A "nice" upper bound for the y axis (1, 2 or 5 × 10^k at or above `max`).

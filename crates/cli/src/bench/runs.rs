@@ -25,6 +25,9 @@ use super::side::{split_wr_id, tx_wr_id, Res, Side, QKEY};
 use super::util::{now_ns, wait_cq, Watchdog};
 use super::{verify, volatile};
 
+/// Post timestamps allocated up front in latency tests (perftest allocates all of
+/// `tposted`; beyond this the vector grows).
+const LAT_PREALLOC: u64 = 1 << 24;
 /// Completions taken per poll (perftest's `CTX_POLL_BATCH`).
 const POLL_BATCH: usize = 16;
 
@@ -47,12 +50,25 @@ pub fn run(side: &mut Side, size: u64) -> Result<Option<BwReport>> {
             Run::Bw(r)
         }
         (TestKind::Bw, verb) => {
-            let mut rx = (verb == Verb::Send && p.cfg.duplex()).then(|| RecvState::new(res, &p, size));
-            let r = bw_requester(res, &p, size, rx.as_mut(), &mut prog, &mut dog, &mut failures)?;
+            let mut rx =
+                (verb == Verb::Send && p.cfg.duplex()).then(|| RecvState::new(res, &p, size));
+            let r = bw_requester(
+                res,
+                &p,
+                size,
+                rx.as_mut(),
+                &mut prog,
+                &mut dog,
+                &mut failures,
+            )?;
             Run::Bw(r)
         }
-        (TestKind::Lat, Verb::Write) => write_lat(res, &p, size, role, &mut prog, &mut dog, &mut failures)?,
-        (TestKind::Lat, Verb::Send) => send_lat(res, &p, size, role, &mut prog, &mut dog, &mut failures)?,
+        (TestKind::Lat, Verb::Write) => {
+            write_lat(res, &p, size, role, &mut prog, &mut dog, &mut failures)?
+        }
+        (TestKind::Lat, Verb::Send) => {
+            send_lat(res, &p, size, role, &mut prog, &mut dog, &mut failures)?
+        }
         (TestKind::Lat, Verb::Read | Verb::Atomic) => {
             rdma_lat(res, &p, size, &mut prog, &mut dog, &mut failures)?
         }
@@ -65,11 +81,7 @@ pub fn run(side: &mut Side, size: u64) -> Result<Option<BwReport>> {
             side.push_lat(&r);
             None
         }
-        Run::LatDuration {
-            iters,
-            t_avg,
-            tps,
-        } => {
+        Run::LatDuration { iters, t_avg, tps } => {
             side.push_lat_duration(size, iters, t_avg, tps);
             None
         }
@@ -130,7 +142,10 @@ impl Progress {
                 done as f64 * 100.0 / total as f64
             )
         } else {
-            format!("uroce bench: {}: {done} operations after {secs:.0} s", self.label)
+            format!(
+                "uroce bench: {}: {done} operations after {secs:.0} s",
+                self.label
+            )
         };
         if self.tty {
             eprint!("\r{text}\x1b[K");
@@ -222,10 +237,18 @@ impl Times {
         }
     }
 
-    fn report(&self, p: &Params, size: u64, iters: u64, qps: u64, cq_mod: u64, pl: u64) -> Result<BwReport> {
+    fn report(
+        &self,
+        p: &Params,
+        size: u64,
+        iters: u64,
+        qps: u64,
+        cq_mod: u64,
+        pl: u64,
+    ) -> Result<BwReport> {
         let first = self.first_post.unwrap_or(0);
         let (posted, completed): (Vec<u64>, Vec<u64>) = if self.no_peak {
-            (vec![first], vec![self.last_done])
+            (vec![first], vec![self.last_done.max(first + 1)])
         } else {
             (self.posted.clone(), self.completed.clone())
         };
@@ -275,7 +298,6 @@ struct RecvState {
     /// Messages expected per QP (`u64::MAX` in duration mode).
     total: u64,
     first: Option<u64>,
-    last: u64,
     grh: usize,
     inc: u64,
     len: u64,
@@ -293,9 +315,12 @@ impl RecvState {
         let len = size + grh as u64;
         RecvState {
             rcnt: vec![0; res.qps.len()],
-            total: if p.duration.is_some() { u64::MAX } else { p.iters },
+            total: if p.duration.is_some() {
+                u64::MAX
+            } else {
+                p.iters
+            },
             first: None,
-            last: 0,
             grh,
             inc: verify::inc(len, res.cache_line),
             len,
@@ -327,7 +352,6 @@ impl RecvState {
         }
         let t = now_ns();
         self.first.get_or_insert(t);
-        self.last = t;
         let Res {
             rx,
             qps,
@@ -424,13 +448,15 @@ fn bw_receiver(
     if let Some(w) = &window {
         return Ok(duration_report(p, rx.size, rx.window_count, w));
     }
+    // perftest: from the first receive (`set_on_first_rx_packet`) to the end of the loop.
     let first = rx.first.unwrap_or(0);
+    let end = now_ns().max(first + 1);
     bw_report(&BwSamples {
         size: rx.size,
         iters: p.iters,
         num_qps: q,
         tposted: &[first],
-        tcompleted: &[rx.last],
+        tcompleted: &[end],
         ticks_per_sec: 1e9,
         cq_mod: 1,
         post_list: 1,
@@ -481,7 +507,11 @@ fn bw_requester(
     } else {
         rslots
     };
-    let depth = if p.verify { tx_depth.min(lslots) } else { tx_depth };
+    let depth = if p.verify {
+        tx_depth.min(lslots)
+    } else {
+        tx_depth
+    };
     let pl = u64::from(p.post_list).min(depth).max(1);
     let cq_mod = u64::from(p.cq_mod).min(depth).max(1);
     let inline = verb != Verb::Read && verb != Verb::Atomic && size <= u64::from(res.inline);
@@ -537,7 +567,10 @@ fn bw_requester(
                     let len = if verb == Verb::Atomic { 8 } else { size as u32 };
                     sges.push([res.src.sge(off, len)]);
                 }
-                let rem = res.remote.get(i).ok_or_else(|| anyhow!("no remote QP {i}"))?;
+                let rem = res
+                    .remote
+                    .get(i)
+                    .ok_or_else(|| anyhow!("no remote QP {i}"))?;
                 let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(n as usize);
                 for (j, sge) in sges.iter().enumerate() {
                     let k = first + j as u64;
@@ -556,7 +589,8 @@ fn bw_requester(
                         },
                         Verb::Send => {
                             if grh_ud {
-                                let ah = res.ahs.get(i).ok_or_else(|| anyhow!("no AH for QP {i}"))?;
+                                let ah =
+                                    res.ahs.get(i).ok_or_else(|| anyhow!("no AH for QP {i}"))?;
                                 SendWr::ud_send(id, sge, ah, rem.qpn, QKEY)
                             } else {
                                 SendWr::send(id, sge)
@@ -603,7 +637,10 @@ fn bw_requester(
                 }
                 let (i, seq) = split_wr_id(w.wr_id);
                 let done = seq + 1;
-                let before = ccnt.get(i).copied().ok_or_else(|| anyhow!("completion for unknown QP {i}"))?;
+                let before = ccnt
+                    .get(i)
+                    .copied()
+                    .ok_or_else(|| anyhow!("completion for unknown QP {i}"))?;
                 if done <= before {
                     continue;
                 }
@@ -697,7 +734,11 @@ fn check_completed(
 /// Waits for one send completion.
 fn wait_send(res: &Res, p: &Params, dog: &mut Watchdog, what: &dyn Fn() -> String) -> Result<Wc> {
     let mut wc = [Wc::default(); 1];
-    let ch = if p.use_event { res.channel.as_ref() } else { None };
+    let ch = if p.use_event {
+        res.channel.as_ref()
+    } else {
+        None
+    };
     wait_cq(&res.scq, ch, &mut wc, dog, what)?;
     let w = wc[0];
     if w.status != WcStatus::SUCCESS {
@@ -743,7 +784,7 @@ fn write_lat(
     let sz = size as usize;
     let rem = *res.remote.first().ok_or_else(|| anyhow!("no remote QP"))?;
     let inline = size <= u64::from(res.inline);
-    let mut tposted = Vec::with_capacity(p.iters as usize);
+    let mut tposted = Vec::with_capacity(p.iters.min(LAT_PREALLOC) as usize);
     let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
     let mut window_count = 0u64;
     let server = role == Role::Server;
@@ -769,11 +810,13 @@ fn write_lat(
             if p.verify && failures.len() < 8 {
                 let got = res.dst.get(..sz).unwrap_or(&[]);
                 if !verify::check_op(got, 0, rcnt, true) {
-                    failures.push(format!("verify: WRITE {rcnt} ({size} bytes) arrived with other bytes"));
+                    failures.push(format!(
+                        "verify: WRITE {rcnt} ({size} bytes) arrived with other bytes"
+                    ));
                 }
             }
         }
-        if scnt < iters && !window.is_some_and(|w| now_ns() >= w.end) {
+        if scnt < iters && window.is_none_or(|w| now_ns() < w.end) {
             let t = now_ns();
             if window.is_none() {
                 tposted.push(t);
@@ -832,7 +875,7 @@ fn send_lat(
     let inline = size <= u64::from(res.inline);
     let sz = size as usize;
     let mut rx = RecvState::new(res, p, size);
-    let mut tposted = Vec::with_capacity(p.iters as usize);
+    let mut tposted = Vec::with_capacity(p.iters.min(LAT_PREALLOC) as usize);
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     let mut window_count = 0u64;
     let client = role == Role::Client;
@@ -861,7 +904,7 @@ fn send_lat(
             }
             dog.progress();
         }
-        if scnt < iters && !window.is_some_and(|w| now_ns() >= w.end) {
+        if scnt < iters && window.is_none_or(|w| now_ns() < w.end) {
             let t = now_ns();
             if window.is_none() {
                 tposted.push(t);
@@ -914,9 +957,13 @@ fn rdma_lat(
     let window = Window::new(p);
     let iters = if window.is_some() { u64::MAX } else { p.iters };
     let rem = *res.remote.first().ok_or_else(|| anyhow!("no remote QP"))?;
-    let mut tposted = Vec::with_capacity(p.iters as usize);
+    let mut tposted = Vec::with_capacity(p.iters.min(LAT_PREALLOC) as usize);
     let mut window_count = 0u64;
-    let len = if p.cfg.verb == Verb::Atomic { 8 } else { size as u32 };
+    let len = if p.cfg.verb == Verb::Atomic {
+        8
+    } else {
+        size as u32
+    };
     let mut k = 0u64;
     while k < iters {
         let t = now_ns();
@@ -935,7 +982,9 @@ fn rdma_lat(
         let wr = match (p.cfg.verb, p.atomic) {
             (Verb::Read, _) => SendWr::read(id, &sge, rem.vaddr, rem.rkey),
             (_, AtomicType::FetchAndAdd) => SendWr::fetch_add(id, &sge[0], rem.vaddr, rem.rkey, 1),
-            (_, AtomicType::CmpAndSwap) => SendWr::compare_swap(id, &sge[0], rem.vaddr, rem.rkey, 0, 0),
+            (_, AtomicType::CmpAndSwap) => {
+                SendWr::compare_swap(id, &sge[0], rem.vaddr, rem.rkey, 0, 0)
+            }
         };
         let qp = res.qps.first().ok_or_else(|| anyhow!("no QP"))?;
         qp.post_send(&[wr.signaled()])

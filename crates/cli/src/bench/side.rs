@@ -55,7 +55,6 @@ pub enum Row {
 
 /// The verbs objects of one side.
 pub struct Res {
-    pub ctx: Context,
     pub pd: Pd,
     /// Send CQ (and receive CQ of non-send tests).
     pub scq: Cq,
@@ -77,7 +76,6 @@ pub struct Res {
     pub cycle_buffer: u64,
     pub cache_line: u64,
     pub inline: u32,
-    pub out_reads: u32,
     /// Receives posted per QP in the current run (send tests).
     pub rx_posted: Vec<u64>,
     /// Receive slots in the current run and the message size they were posted for.
@@ -110,7 +108,13 @@ pub struct Side {
 
 impl Side {
     /// Opens the device and reads what the exchange needs before it starts (the MTU).
-    pub fn new(p: Params, role: Role, dev: Device, console: bool, in_process: bool) -> Result<Side> {
+    pub fn new(
+        p: Params,
+        role: Role,
+        dev: Device,
+        console: bool,
+        in_process: bool,
+    ) -> Result<Side> {
         let ctx = dev
             .open()
             .with_context(|| format!("Couldn't get context for the device {}", dev.name()))?;
@@ -161,11 +165,6 @@ impl Side {
         }
     }
 
-    /// Whether this side issues the requests of the test (posts WRITE/READ/atomic/SEND).
-    pub fn requester(&self) -> bool {
-        self.role == Role::Client || self.p.cfg.duplex() || self.p.cfg.kind == TestKind::Lat
-    }
-
     /// Whether the peer's requests land in this side's memory and leave a state to check
     /// at the end: WRITE and atomic bandwidth targets (the server, or both with `-b`) and
     /// the `atomic_lat` server. (`write_lat` checks every message as it arrives.)
@@ -187,7 +186,11 @@ impl Side {
             .into_iter()
             .max()
             .unwrap_or(n.size)
-            .min(if self.p.cfg.run_all { MAX_SIZE } else { u64::MAX })
+            .min(if self.p.cfg.run_all {
+                MAX_SIZE
+            } else {
+                u64::MAX
+            })
     }
 
     fn create(&mut self, n: &Negotiated) -> Result<Vec<KeyMessage>> {
@@ -205,7 +208,10 @@ impl Side {
         };
         let inline = inline_size(p, ctx.max_inline_data());
         let channel = if p.use_event {
-            Some(ctx.create_comp_channel().context("Couldn't create completion channel")?)
+            Some(
+                ctx.create_comp_channel()
+                    .context("Couldn't create completion channel")?,
+            )
         } else {
             None
         };
@@ -267,7 +273,9 @@ impl Side {
         let src = pd
             .alloc_mr(src_slice * q, AccessFlags::LOCAL_WRITE)
             .context("Couldn't allocate MR")?;
-        let mut dst = pd.alloc_mr(dst_slice * q, access).context("Couldn't allocate MR")?;
+        let mut dst = pd
+            .alloc_mr(dst_slice * q, access)
+            .context("Couldn't allocate MR")?;
         let rx = if is_send {
             Some(
                 pd.alloc_mr(rx_slice * q, AccessFlags::LOCAL_WRITE)
@@ -336,11 +344,14 @@ impl Side {
         self.last_size = max_size;
         let header = self.header(n.mtu, inline, out_reads);
         self.say(&header);
+        // perftest's stderr note on the UD size clamp (once per run, not from the hidden
+        // server of an in-process run).
         if let Some(note) = &n.notice {
-            eprint!("{note}");
+            if self.console || !self.in_process {
+                eprint!("{note}");
+            }
         }
         self.res = Some(Res {
-            ctx,
             pd,
             scq,
             rcq,
@@ -359,7 +370,6 @@ impl Side {
             cycle_buffer,
             cache_line,
             inline,
-            out_reads,
             rx_posted: vec![0; q],
             rx_slots: 1,
             rx_size: 0,
@@ -385,9 +395,16 @@ impl Side {
 
     fn connect_qps(&mut self, remote: &[KeyMessage]) -> Result<()> {
         let p = &self.p;
-        let res = self.res.as_mut().ok_or_else(|| anyhow!("connect before setup"))?;
+        let res = self
+            .res
+            .as_mut()
+            .ok_or_else(|| anyhow!("connect before setup"))?;
         if remote.len() != res.qps.len() {
-            bail!("the peer sent {} QP addresses, this side has {} QPs", remote.len(), res.qps.len());
+            bail!(
+                "the peer sent {} QP addresses, this side has {} QPs",
+                remote.len(),
+                res.qps.len()
+            );
         }
         let ud = p.cfg.connection == Connection::Ud;
         let to_rts = p.cfg.kind == TestKind::Lat || self.role == Role::Client || p.cfg.duplex();
@@ -409,7 +426,8 @@ impl Side {
             };
             if ud {
                 if to_rts {
-                    res.ahs.push(res.pd.create_ah(&av).context("Failed to create AH")?);
+                    res.ahs
+                        .push(res.pd.create_ah(&av).context("Failed to create AH")?);
                 }
                 continue;
             }
@@ -460,7 +478,10 @@ impl Side {
     /// `ctx_set_recv_wqes`), before the SYNC that lets the peer send.
     fn post_receives(&mut self, size: u64) -> Result<()> {
         let p = &self.p;
-        let res = self.res.as_mut().ok_or_else(|| anyhow!("prepare before setup"))?;
+        let res = self
+            .res
+            .as_mut()
+            .ok_or_else(|| anyhow!("prepare before setup"))?;
         let Some(rx) = res.rx.as_ref() else {
             return Ok(());
         };
@@ -580,7 +601,8 @@ impl Side {
     /// Records and prints a latency result.
     pub fn push_lat(&mut self, r: &console::LatReport) {
         self.say(&format!("{}\n", console::lat_line(r)));
-        self.rows.push(Row::Lat(LatResult::new(&self.p.tool(), self.role, r)));
+        self.rows
+            .push(Row::Lat(LatResult::new(&self.p.tool(), self.role, r)));
     }
 
     /// Records and prints a `-D` latency result.
@@ -600,7 +622,8 @@ impl Side {
             p99: t_avg,
             p999: t_avg,
         };
-        self.rows.push(Row::Lat(LatResult::new(&self.p.tool(), self.role, &r)));
+        self.rows
+            .push(Row::Lat(LatResult::new(&self.p.tool(), self.role, &r)));
     }
 
     /// The watchdog limit.

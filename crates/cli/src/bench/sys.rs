@@ -64,14 +64,21 @@ mod tests {
 
     #[test]
     fn cpu_time_grows_with_work() {
+        // Spin until this thread has used 5 ms of CPU (bounded in wall time, so a loaded
+        // machine only makes it slower): the thread's figure must see it.
         let a = usage(Who::Thread).expect("getrusage");
         let start = std::time::Instant::now();
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(30) {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        let mut b = a;
+        while a.delta(&b).cpu < Duration::from_millis(5)
+            && start.elapsed() < Duration::from_secs(20)
+        {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            b = usage(Who::Thread).expect("getrusage");
         }
-        let b = usage(Who::Thread).expect("getrusage");
-        assert!(a.delta(&b).cpu >= Duration::from_millis(10), "{a:?} {b:?}");
+        assert!(a.delta(&b).cpu >= Duration::from_millis(5), "{a:?} {b:?}");
         assert!(usage(Who::Process).expect("getrusage").cpu >= b.cpu);
     }
 }

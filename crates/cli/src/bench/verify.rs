@@ -76,6 +76,7 @@ pub fn check_static(buf: &[u8], qp: usize, offset: usize) -> bool {
         .all(|(i, &b)| b == static_byte(qp, offset + i))
 }
 
+#[cfg(test)]
 /// Where operation `k` lands in a region cycled the perftest way (`increase_rem_addr` /
 /// `increase_loc_addr`): slot `k % (cycle_buffer / inc)` of `inc` bytes while the message
 /// fits half the cycle buffer, otherwise always offset 0.

@@ -1,0 +1,485 @@
+#!/usr/bin/env bash
+# uroce against Linux Soft-RoCE (rdma_rxe), both directions (issue 6; issue 7 item 4).
+#
+#   sudo tests/interop/run.sh                  # build, lab up, whole matrix, lab down
+#   sudo tests/interop/run.sh --no-build       # use target/release/uroce and target/compat as they are
+#   sudo tests/interop/run.sh --only 'write|v6' --list
+#
+# The rxe lab (../shared/rxe-lab, or $RXE_LAB; see its README) boots a QEMU VM running the
+# Debian kernel's rdma_rxe with rdma-core 44 and perftest 4.5 on a bridge inside the
+# network namespace "rxelab". uroce joins that segment as a third host: its processes run
+# in the namespace with a device bound to the bridge address 10.77.0.1 (IPv4-mapped GID
+# ::ffff:10.77.0.1) or to the link-local fe80::1 added to the bridge (IPv6 GID); the
+# guest vm1 is 10.77.0.11, its rxe0 GID index 1 ::ffff:10.77.0.11 and GID index 0 its
+# link-local fe80::5054:ff:fe77:b.
+#
+# Matrix (every cell twice: uroce as server with rxe as client, and rxe as server with
+# uroce as client):
+#   * the stock ibv_{rc,ud,srq}_pingpong and perftest ib_{write,read,send,atomic}_{bw,lat}
+#     running on uroce's drop-in libibverbs.so.1 (target/compat) against the same tools
+#     on rxe: 1-byte, odd and multi-MTU sizes, -m 512, -e, -c UD, -o, both atomics;
+#   * `uroce pingpong` and `uroce bench` against the stock tools on rxe;
+#   * a subset over IPv6 link-local GIDs.
+# A cell passes when
+#   * both sides exit 0 and print their result line, and no "invalid data" (--chk);
+#   * ping-pong data is intact (tests/interop/analyze.py: the tools echo their buffer,
+#     so every message of a run must equal the first one);
+#   * `uroce decode` finds every packet a RoCEv2 packet with a correct ICRC, and so does
+#     the lab's tools/icrc_check.py (IPv4 packets);
+#   * tshark dissects every packet as InfiniBand and flags none that uroce sent. tshark's
+#     heuristic payload dissectors (RPC-over-RDMA, Mellanox EoIB, SMB Direct, ...) guess
+#     at SEND payloads and mark small ones "[Malformed Packet]" even between two rxe
+#     hosts (testdata/lab-captures/send_bw_s1.pcap), so the check runs with them
+#     disabled; their default-settings count is only reported. rxe's own IPv6 packets
+#     carry UDP checksum 0, which tshark reports as an error; that is rxe's, and reported;
+#   * nobody retransmits and nobody NAKs (analyze.py, from the capture), except rxe's
+#     spurious timer retransmissions: rxe's retransmit timer fires one QP timeout after
+#     the first packet of a run whatever was acknowledged since, and then resends what is
+#     outstanding at that instant — also between two rxe hosts under this emulation; one
+#     that follows its original by less than the QP timeout is reported, not failed;
+#   * the guest's rxe hw_counters (rdma statistic) move by zero for duplicate_request,
+#     out_of_seq_request, rcvd_seq_err, rcvd_rnr_err, send_rnr_err, retry_exceeded_err,
+#     retry_rnr_exceeded_err, send_err, link_downed, and completer_retry_err only along
+#     with such spurious retransmissions; neither kernel (the namespace uroce runs in,
+#     the guest) counts a UDP receive error (InErrors, RcvbufErrors, InCsumErrors).
+#     uroce's own counters live inside each process (nic::DeviceHandle::port_counters)
+#     and no tool prints them yet, so uroce's side is judged from the wire instead: a
+#     retransmission, NAK or drop by uroce is visible in the capture.
+# A cell whose only failure is the guest's perftest failing to calibrate its clock under
+# emulation ("Correlation coefficient r^2 ... Can't produce a report") is run once more.
+#
+# Artifacts: target/interop/ (per cell: pcap, both outputs, decode, analysis, counters).
+# Needs root, qemu, tcpdump, tshark, python3, ibverbs-utils and perftest on the host and
+# the Debian package mirror (the lab's ./build installs its host packages and downloads
+# the guest's); without them it prints "SKIPPED: <why>" and exits 0. The lab is always
+# brought down at the end, also on failure or interruption. Ends with "N passed, M failed";
+# exit status 1 if anything failed. Runtime: about 10-15 minutes (the VM is emulated).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+
+build=1
+only=""
+list=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --no-build) build=0 ;;
+        --only) only=${2:-}; shift ;;
+        --list) list=1 ;;
+        -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+        *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+LAB=${RXE_LAB:-$ROOT/../shared/rxe-lab}
+OUT=$ROOT/target/interop
+NS=rxelab
+U4=10.77.0.1
+U6=fe80::1
+G4=10.77.0.11
+TOOL_TIMEOUT=${INTEROP_TOOL_TIMEOUT:-90}
+QP_TIMEOUT_US=67109 # 4.096 us * 2^14: the QP timeout all these tools use
+
+skip() { echo "SKIPPED: $*"; exit 0; }
+
+# ------------------------------------------------------------------- the matrix
+# both NAME FLAGS "UROCE-SIDE COMMAND" "RXE-SIDE COMMAND"
+#   FLAGS: pp (ping-pong output and data check), perf (perftest result row), v6 (IPv6 GIDs)
+#   The uroce side runs in the namespace; "uroce ..." is the CLI, anything else a stock
+#   tool on the drop-in library. The rxe side runs in vm1. The client gets the server's
+#   address appended; both get -p PORT.
+CELLS=()
+both() { CELLS+=("$1|$2|$3|$4|uroce" "$1|$2|$3|$4|rxe"); }
+
+# Stock tools on the drop-in libibverbs.so.1, IPv4-mapped GIDs.
+both rc_pingpong_s1         pp   "ibv_rc_pingpong -g 0 -s 1 -n 10 -c"             "ibv_rc_pingpong -d rxe0 -g 1 -s 1 -n 10 -c"
+both rc_pingpong_s4096      pp   "ibv_rc_pingpong -g 0 -s 4096 -n 10 -c"          "ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 10 -c"
+both rc_pingpong_s2500_m512 pp   "ibv_rc_pingpong -g 0 -s 2500 -m 512 -n 10 -c"   "ibv_rc_pingpong -d rxe0 -g 1 -s 2500 -m 512 -n 10 -c"
+both rc_pingpong_s1025_e    pp   "ibv_rc_pingpong -g 0 -s 1025 -n 10 -e -c"       "ibv_rc_pingpong -d rxe0 -g 1 -s 1025 -n 10 -e -c"
+both ud_pingpong_s1         pp   "ibv_ud_pingpong -g 0 -s 1 -n 10 -c"             "ibv_ud_pingpong -d rxe0 -g 1 -s 1 -n 10 -c"
+both ud_pingpong_s1000_e    pp   "ibv_ud_pingpong -g 0 -s 1000 -n 10 -e -c"       "ibv_ud_pingpong -d rxe0 -g 1 -s 1000 -n 10 -e -c"
+both srq_pingpong_q2_s2049  pp   "ibv_srq_pingpong -g 0 -q 2 -s 2049 -n 10 -c"    "ibv_srq_pingpong -d rxe0 -g 1 -q 2 -s 2049 -n 10 -c"
+both srq_pingpong_q3_e      pp   "ibv_srq_pingpong -g 0 -q 3 -s 100 -n 12 -e -c"  "ibv_srq_pingpong -d rxe0 -g 1 -q 3 -s 100 -n 12 -e -c"
+both write_bw_s1            perf "ib_write_bw -d uroce0 -x 0 -s 1 -n 20"          "ib_write_bw -d rxe0 -x 1 -F -s 1 -n 20"
+both write_bw_s4097         perf "ib_write_bw -d uroce0 -x 0 -s 4097 -n 10"       "ib_write_bw -d rxe0 -x 1 -F -s 4097 -n 10"
+both write_bw_s65536        perf "ib_write_bw -d uroce0 -x 0 -s 65536 -n 5"       "ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 5"
+both write_bw_s1300_m512    perf "ib_write_bw -d uroce0 -x 0 -s 1300 -m 512 -n 10" "ib_write_bw -d rxe0 -x 1 -F -s 1300 -m 512 -n 10"
+both write_lat_s1           perf "ib_write_lat -d uroce0 -x 0 -s 1 -n 20"         "ib_write_lat -d rxe0 -x 1 -F -s 1 -n 20"
+both write_lat_s2500        perf "ib_write_lat -d uroce0 -x 0 -s 2500 -n 10"      "ib_write_lat -d rxe0 -x 1 -F -s 2500 -n 10"
+both read_bw_s1             perf "ib_read_bw -d uroce0 -x 0 -s 1 -n 20"           "ib_read_bw -d rxe0 -x 1 -F -s 1 -n 20"
+both read_bw_s2049_o4       perf "ib_read_bw -d uroce0 -x 0 -s 2049 -n 10 -o 4"   "ib_read_bw -d rxe0 -x 1 -F -s 2049 -n 10 -o 4"
+both read_bw_s1300_m512     perf "ib_read_bw -d uroce0 -x 0 -s 1300 -m 512 -n 10" "ib_read_bw -d rxe0 -x 1 -F -s 1300 -m 512 -n 10"
+both read_lat_s5            perf "ib_read_lat -d uroce0 -x 0 -s 5 -n 20"          "ib_read_lat -d rxe0 -x 1 -F -s 5 -n 20"
+both read_lat_s3000_o1      perf "ib_read_lat -d uroce0 -x 0 -s 3000 -n 10 -o 1"  "ib_read_lat -d rxe0 -x 1 -F -s 3000 -n 10 -o 1"
+both send_bw_s1             perf "ib_send_bw -d uroce0 -x 0 -s 1 -n 20"           "ib_send_bw -d rxe0 -x 1 -F -s 1 -n 20"
+both send_bw_s2500          perf "ib_send_bw -d uroce0 -x 0 -s 2500 -n 10"        "ib_send_bw -d rxe0 -x 1 -F -s 2500 -n 10"
+both send_bw_s1100_m512     perf "ib_send_bw -d uroce0 -x 0 -s 1100 -m 512 -n 10" "ib_send_bw -d rxe0 -x 1 -F -s 1100 -m 512 -n 10"
+both send_bw_s100_e         perf "ib_send_bw -d uroce0 -x 0 -s 100 -n 20 -e"      "ib_send_bw -d rxe0 -x 1 -F -s 100 -n 20 -e"
+both send_bw_ud_s512        perf "ib_send_bw -d uroce0 -x 0 -c UD -s 512 -n 20"   "ib_send_bw -d rxe0 -x 1 -F -c UD -s 512 -n 20"
+both send_lat_s3            perf "ib_send_lat -d uroce0 -x 0 -s 3 -n 20"          "ib_send_lat -d rxe0 -x 1 -F -s 3 -n 20"
+both send_lat_s1500_e       perf "ib_send_lat -d uroce0 -x 0 -s 1500 -n 10 -e"    "ib_send_lat -d rxe0 -x 1 -F -s 1500 -n 10 -e"
+both send_lat_ud_s100       perf "ib_send_lat -d uroce0 -x 0 -c UD -s 100 -n 20"  "ib_send_lat -d rxe0 -x 1 -F -c UD -s 100 -n 20"
+both atomic_bw_faa          perf "ib_atomic_bw -d uroce0 -x 0 -A FETCH_AND_ADD -n 20"     "ib_atomic_bw -d rxe0 -x 1 -F -A FETCH_AND_ADD -n 20"
+both atomic_bw_cas_o4       perf "ib_atomic_bw -d uroce0 -x 0 -A CMP_AND_SWAP -n 20 -o 4" "ib_atomic_bw -d rxe0 -x 1 -F -A CMP_AND_SWAP -n 20 -o 4"
+both atomic_lat_faa         perf "ib_atomic_lat -d uroce0 -x 0 -A FETCH_AND_ADD -n 20"    "ib_atomic_lat -d rxe0 -x 1 -F -A FETCH_AND_ADD -n 20"
+both atomic_lat_cas         perf "ib_atomic_lat -d uroce0 -x 0 -A CMP_AND_SWAP -n 20"     "ib_atomic_lat -d rxe0 -x 1 -F -A CMP_AND_SWAP -n 20"
+# IPv6 link-local GIDs (uroce bound to fe80::1 on the bridge, rxe's GID index 0).
+both v6_rc_pingpong_s2500   pp,v6   "ibv_rc_pingpong -g 0 -s 2500 -n 10 -c"      "ibv_rc_pingpong -d rxe0 -g 0 -s 2500 -n 10 -c"
+both v6_ud_pingpong_s100    pp,v6   "ibv_ud_pingpong -g 0 -s 100 -n 10 -c"       "ibv_ud_pingpong -d rxe0 -g 0 -s 100 -n 10 -c"
+both v6_srq_pingpong        pp,v6   "ibv_srq_pingpong -g 0 -q 2 -s 1500 -n 10 -c" "ibv_srq_pingpong -d rxe0 -g 0 -q 2 -s 1500 -n 10 -c"
+both v6_write_bw_s1500      perf,v6 "ib_write_bw -d uroce0 -x 0 -s 1500 -n 10"   "ib_write_bw -d rxe0 -x 0 -F -s 1500 -n 10"
+both v6_read_bw_s1500       perf,v6 "ib_read_bw -d uroce0 -x 0 -s 1500 -n 10"    "ib_read_bw -d rxe0 -x 0 -F -s 1500 -n 10"
+both v6_send_bw_s100        perf,v6 "ib_send_bw -d uroce0 -x 0 -s 100 -n 10"     "ib_send_bw -d rxe0 -x 0 -F -s 100 -n 10"
+both v6_send_bw_ud_s256     perf,v6 "ib_send_bw -d uroce0 -x 0 -c UD -s 256 -n 10" "ib_send_bw -d rxe0 -x 0 -F -c UD -s 256 -n 10"
+both v6_atomic_bw_cas       perf,v6 "ib_atomic_bw -d uroce0 -x 0 -A CMP_AND_SWAP -n 10" "ib_atomic_bw -d rxe0 -x 0 -F -A CMP_AND_SWAP -n 10"
+both v6_send_lat_s3         perf,v6 "ib_send_lat -d uroce0 -x 0 -s 3 -n 10"      "ib_send_lat -d rxe0 -x 0 -F -s 3 -n 10"
+# The uroce CLI against the stock tools.
+both cli_pingpong_rc_s2500    pp   "uroce pingpong rc -s 2500 -n 10 -c"            "ibv_rc_pingpong -d rxe0 -g 1 -s 2500 -n 10 -c"
+both cli_pingpong_rc_m512_e   pp   "uroce pingpong rc -s 1500 -m 512 -n 10 -e -c"  "ibv_rc_pingpong -d rxe0 -g 1 -s 1500 -m 512 -n 10 -e -c"
+both cli_pingpong_ud_s100     pp   "uroce pingpong ud -s 100 -n 10 -c"             "ibv_ud_pingpong -d rxe0 -g 1 -s 100 -n 10 -c"
+both cli_pingpong_srq_q2      pp   "uroce pingpong srq -q 2 -s 2049 -n 10 -c"      "ibv_srq_pingpong -d rxe0 -g 1 -q 2 -s 2049 -n 10 -c"
+both cli_write_bw_s4097       perf "uroce bench write_bw -x 0 -s 4097 -n 10"       "ib_write_bw -d rxe0 -x 1 -F -s 4097 -n 10"
+both cli_write_lat_s2500      perf "uroce bench write_lat -x 0 -s 2500 -n 10"      "ib_write_lat -d rxe0 -x 1 -F -s 2500 -n 10"
+both cli_read_bw_s2049_o4     perf "uroce bench read_bw -x 0 -s 2049 -n 10 -o 4"   "ib_read_bw -d rxe0 -x 1 -F -s 2049 -n 10 -o 4"
+both cli_read_lat_s5          perf "uroce bench read_lat -x 0 -s 5 -n 10"          "ib_read_lat -d rxe0 -x 1 -F -s 5 -n 10"
+both cli_send_bw_s1500        perf "uroce bench send_bw -x 0 -s 1500 -n 10"        "ib_send_bw -d rxe0 -x 1 -F -s 1500 -n 10"
+both cli_send_bw_ud_s512      perf "uroce bench send_bw -x 0 -c UD -s 512 -n 10"   "ib_send_bw -d rxe0 -x 1 -F -c UD -s 512 -n 10"
+both cli_send_lat_s3_e        perf "uroce bench send_lat -x 0 -s 3 -n 10 -e"       "ib_send_lat -d rxe0 -x 1 -F -s 3 -n 10 -e"
+both cli_atomic_bw_faa        perf "uroce bench atomic_bw -x 0 -A FETCH_AND_ADD -n 10"    "ib_atomic_bw -d rxe0 -x 1 -F -A FETCH_AND_ADD -n 10"
+both cli_atomic_lat_cas       perf "uroce bench atomic_lat -x 0 -A CMP_AND_SWAP -n 10"    "ib_atomic_lat -d rxe0 -x 1 -F -A CMP_AND_SWAP -n 10"
+both cli_v6_pingpong_rc       pp,v6   "uroce pingpong rc -s 1500 -n 10 -c"         "ibv_rc_pingpong -d rxe0 -g 0 -s 1500 -n 10 -c"
+both cli_v6_write_bw_s1500    perf,v6 "uroce bench write_bw -x 0 -s 1500 -n 10"    "ib_write_bw -d rxe0 -x 0 -F -s 1500 -n 10"
+
+selected=()
+for c in "${CELLS[@]}"; do
+    IFS='|' read -r name _ _ _ srv <<<"$c"
+    id="$name/$srv-server"
+    if [ -z "$only" ] || [[ "$id" =~ $only ]]; then selected+=("$c"); fi
+done
+if [ "$list" = 1 ]; then
+    for c in "${selected[@]}"; do
+        IFS='|' read -r name flags ucmd gcmd srv <<<"$c"
+        printf '%-42s %-8s uroce: %s | rxe: %s\n' "$name/$srv-server" "$flags" "$ucmd" "$gcmd"
+    done
+    exit 0
+fi
+[ ${#selected[@]} -gt 0 ] || { echo "run.sh: no cell matches '$only'" >&2; exit 2; }
+
+# --------------------------------------------------------------- prerequisites
+[ "$(uname -s)" = Linux ] || skip "needs Linux"
+[ "$(id -u)" = 0 ] || skip "needs root (the rxe lab creates a network namespace, taps and VMs)"
+[ -x "$LAB/up" ] && [ -x "$LAB/build" ] || skip "no rxe lab at $LAB (set RXE_LAB)"
+[ -e /dev/net/tun ] || skip "no /dev/net/tun (the lab's VMs need tap devices)"
+if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$NS"; then
+    skip "the rxe lab is already up (namespace $NS exists); run $LAB/down first"
+fi
+mkdir -p "$OUT"
+rm -rf "$OUT/cells"
+mkdir -p "$OUT/cells"
+export DEBIAN_FRONTEND=noninteractive
+missing=()
+for t in ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw \
+    ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+    command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "interop: installing ibverbs-utils perftest (missing: ${missing[*]})"
+    { apt-get update -qq && apt-get install -y -qq ibverbs-utils perftest; } >"$OUT/apt.log" 2>&1 ||
+        skip "ibverbs-utils/perftest missing and apt-get could not install them (no Debian package mirror?): $(tail -1 "$OUT/apt.log")"
+fi
+echo "interop: preparing the rxe lab ($LAB/build; installs qemu, tcpdump, tshark, downloads the guest's packages)"
+if ! "$LAB/build" >"$OUT/lab-build.log" 2>&1; then
+    skip "the rxe lab could not be built (it needs the Debian package mirror): $(tail -1 "$OUT/lab-build.log")"
+fi
+for t in qemu-system-x86_64 tcpdump tshark python3; do
+    command -v "$t" >/dev/null 2>&1 || skip "$t is not installed"
+done
+
+# ------------------------------------------------------------------------ build
+pass=0
+fail=0
+finish() {
+    echo "interop: $pass passed, $fail failed"
+    [ "$fail" = 0 ]
+    exit $?
+}
+if [ "$build" = 1 ]; then
+    echo "interop: building uroce (release) and the drop-in libraries"
+    if ! cargo build --release -p uroce-cli >"$OUT/build.log" 2>&1 ||
+        ! scripts/build-compat.sh >>"$OUT/build.log" 2>&1; then
+        tail -20 "$OUT/build.log"
+        echo "FAIL build (see $OUT/build.log)"
+        fail=1
+        finish
+    fi
+fi
+UROCE=$(cd "${CARGO_TARGET_DIR:-target}" 2>/dev/null && pwd)/release/uroce
+COMPAT=$ROOT/target/compat
+if [ ! -x "$UROCE" ] || [ ! -e "$COMPAT/libibverbs.so.1" ]; then
+    echo "FAIL: $UROCE or $COMPAT/libibverbs.so.1 missing (run without --no-build)"
+    fail=1
+    finish
+fi
+
+# ------------------------------------------------------------------ lab up/down
+LAB_UP=0
+BG=()
+cleanup() {
+    local p
+    for p in "${BG[@]}"; do kill "$p" 2>/dev/null; done
+    if [ "$LAB_UP" = 1 ]; then
+        "$LAB/down" >"$OUT/lab-down.log" 2>&1 || echo "interop: $LAB/down failed (see $OUT/lab-down.log)"
+        LAB_UP=0
+    fi
+}
+trap cleanup EXIT
+trap 'echo "interop: interrupted"; exit 130' INT TERM
+
+echo "interop: bringing the lab up (1 VM)"
+LAB_UP=1
+if ! "$LAB/up" 1 >"$OUT/lab-up.log" 2>&1; then
+    tail -5 "$OUT/lab-up.log"
+    echo "FAIL: the rxe lab did not come up (see $OUT/lab-up.log)"
+    fail=1
+    finish
+fi
+nsx() { ip netns exec "$NS" "$@"; }
+gx() { "$LAB/exec" 1 "$@"; }
+nsx ip -6 addr add "$U6/64" dev rxebr0 nodad
+# The guest's link-local address (its rxe GID 0) must have finished DAD.
+for _ in $(seq 100); do
+    gx 'ip -6 addr show dev eth0 | grep "scope link" | grep -qv tentative' && break
+    sleep 0.3
+done
+G6=$(gx 'cat /sys/class/infiniband/rxe0/ports/1/gids/0' 2>/dev/null | tr -d '\r')
+echo "interop: rxe0 GID 0 $G6, GID 1 $(gx 'cat /sys/class/infiniband/rxe0/ports/1/gids/1' | tr -d '\r')"
+
+GUEST_BAD="duplicate_request out_of_seq_request rcvd_seq_err rcvd_rnr_err send_rnr_err retry_exceeded_err retry_rnr_exceeded_err send_err link_downed"
+# name=value lines: the guest's rxe hw_counters and its kernel's UDP receive errors.
+guest_counters() {
+    gx 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && for f in *; do echo "$f=$(cat $f)"; done
+        awk "/^Udp:/ { if (!h) { split(\$0, k); h = 1 } else { for (i = 2; i <= NF; i++) print \"udp_\" k[i] \"=\" \$i } }" /proc/net/snmp' |
+        tr -d '\r'
+}
+# The namespace kernel's UDP receive errors (the uroce side's drops before uroce sees a packet).
+ns_counters() {
+    nsx awk '/^Udp:/ { if (!h) { split($0, k); h = 1 } else { for (i = 2; i <= NF; i++) print "udp_" k[i] "=" $i } }' /proc/net/snmp
+    nsx awk '$1 ~ /^Udp6/ { print "udp6_" substr($1, 5) "=" $2 }' /proc/net/snmp6
+}
+# delta NAME BEFORE-FILE AFTER-FILE
+delta() {
+    local a b
+    a=$(grep -m1 "^$1=" "$2" | cut -d= -f2)
+    b=$(grep -m1 "^$1=" "$3" | cut -d= -f2)
+    echo $((${b:-0} - ${a:-0}))
+}
+
+guest_counters >"$OUT/guest-counters.start"
+ns_counters >"$OUT/ns-counters.start"
+
+# tshark: no payload guessing (see the header), RoCEv2 on 4791 is dissected by default.
+TSHARK_NOHEUR=()
+for h in rpcordma smb_direct smc nvme-rdma lnet iser infiniband.eoib infiniband_sdp fcoib ethertype; do
+    TSHARK_NOHEUR+=(--disable-heuristic "$h")
+done
+
+port=18600
+total_spurious=0
+declare -A RESULT
+
+# run_cell NAME FLAGS UCMD GCMD SERVER -> 0 pass, 1 fail, 2 fail caused by the guest clock
+run_cell() {
+    local name=$1 flags=$2 ucmd=$3 gcmd=$4 srv=$5
+    local id="$name/$srv-server" base="$OUT/cells/${name}__$srv-server"
+    local udev="uroce0=$U4" uaddrs="$U4" guest_addr="$G4"
+    local problems=() info=() td sp crc src ures gres
+    [[ ",$flags," == *,v6,* ]] && udev="uroce0=$U6"
+    port=$((port + 1))
+    rm -f "$base".*
+    # The uroce-side command: the CLI, or a stock tool on the drop-in library.
+    local -a uside
+    read -r -a uside <<<"$ucmd"
+    if [ "${uside[0]}" = uroce ]; then
+        uside[0]=$UROCE
+    fi
+    uside=(env "UROCE_DEVICES=$udev" "LD_LIBRARY_PATH=$COMPAT" timeout "$TOOL_TIMEOUT" "${uside[@]}" -p "$port")
+
+    nsx tcpdump -i rxebr0 --immediate-mode -s 0 -U -w "$base.pcap" udp port 4791 2>"$base.tcpdump" &
+    td=$!
+    BG+=("$td")
+    for _ in $(seq 100); do grep -q listening "$base.tcpdump" 2>/dev/null && break; sleep 0.1; done
+    guest_counters >"$base.guest0"
+    ns_counters >"$base.ns0"
+
+    if [ "$srv" = uroce ]; then
+        ures="$base.uroce-server.txt"
+        gres="$base.rxe-client.txt"
+        nsx "${uside[@]}" >"$ures" 2>&1 &
+        sp=$!
+        BG+=("$sp")
+        for _ in $(seq 300); do
+            nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+            kill -0 "$sp" 2>/dev/null || break
+            sleep 0.1
+        done
+        gx "timeout $TOOL_TIMEOUT $gcmd -p $port $U4" >"$gres" 2>&1
+        crc=$?
+        wait "$sp"
+        src=$?
+    else
+        ures="$base.uroce-client.txt"
+        gres="$base.rxe-server.txt"
+        gx "timeout $TOOL_TIMEOUT $gcmd -p $port" >"$gres" 2>&1 &
+        sp=$!
+        BG+=("$sp")
+        for _ in $(seq 200); do
+            gx "ss -Hltn 'sport = :$port' | grep -q ." 2>/dev/null && break
+            kill -0 "$sp" 2>/dev/null || break
+            sleep 0.2
+        done
+        nsx "${uside[@]}" "$guest_addr" >"$ures" 2>&1
+        crc=$?
+        wait "$sp"
+        src=$?
+    fi
+    guest_counters >"$base.guest1"
+    ns_counters >"$base.ns1"
+    sleep 0.3
+    kill -INT "$td" 2>/dev/null
+    wait "$td" 2>/dev/null
+    BG=()
+
+    # Exit statuses and result lines.
+    [ "$crc" = 0 ] || problems+=("client exit $crc")
+    [ "$src" = 0 ] || problems+=("server exit $src")
+    local pp=0
+    [[ ",$flags," == *,pp,* ]] && pp=1
+    local f
+    for f in "$ures" "$gres"; do
+        if [ "$pp" = 1 ]; then
+            grep -qE '^[0-9]+ iters in [0-9.]+ seconds' "$f" || problems+=("no result line in $(basename "$f")")
+        fi
+        grep -q 'invalid data' "$f" && problems+=("$(basename "$f"): invalid data")
+    done
+    local client_out=$gres
+    [ "$srv" = rxe ] && client_out=$ures
+    if [ "$pp" = 0 ] && ! grep -qE '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf|-?nan)' "$client_out"; then
+        problems+=("no perftest result row from the client")
+    fi
+
+    # The capture: uroce decode (ICRC of every packet), the lab's ICRC checker, tshark.
+    "$UROCE" decode "$base.pcap" >"$base.decode" 2>&1
+    local summary frames roce garbled badicrc okicrc
+    summary=$(tail -1 "$base.decode")
+    read -r frames roce garbled badicrc < <(sed -nE 's/^([0-9]+) frames: ([0-9]+) RoCEv2 packets decoded, [0-9]+ non-RoCE frames skipped, ([0-9]+) garbled, ([0-9]+) bad ICRC$/\1 \2 \3 \4/p' <<<"$summary")
+    okicrc=$(grep -c 'icrc=ok' "$base.decode")
+    if [ -z "${roce:-}" ]; then
+        problems+=("uroce decode: $summary")
+    elif [ "$roce" = 0 ] || [ "$garbled" != 0 ] || [ "$badicrc" != 0 ] || [ "$okicrc" != "$roce" ]; then
+        problems+=("uroce decode: $roce packets, $garbled garbled, $badicrc bad ICRC, $okicrc icrc=ok")
+    fi
+    python3 "$LAB/tools/icrc_check.py" "$base.pcap" >"$base.icrc_check" 2>&1
+    grep -qE ' 0 wrong' "$base.icrc_check" || problems+=("icrc_check.py: $(tail -1 "$base.icrc_check")")
+    local from_uroce="ip.src==$U4 || ipv6.src==$U6"
+    local bad_uroce undissected heur_all rxe_flagged
+    bad_uroce=$(tshark -r "$base.pcap" "${TSHARK_NOHEUR[@]}" -Y "(_ws.malformed || _ws.expert.severity >= \"Warning\") && ($from_uroce)" 2>/dev/null | tee "$base.tshark" | wc -l)
+    undissected=$(tshark -r "$base.pcap" -Y 'udp.dstport==4791 && !infiniband.bth' 2>/dev/null | wc -l)
+    heur_all=$(tshark -r "$base.pcap" -Y "_ws.malformed && ($from_uroce)" 2>/dev/null | wc -l)
+    rxe_flagged=$(tshark -r "$base.pcap" "${TSHARK_NOHEUR[@]}" -Y "(_ws.malformed || _ws.expert.severity >= \"Warning\") && !($from_uroce)" 2>/dev/null | wc -l)
+    [ "$bad_uroce" = 0 ] || problems+=("tshark flags $bad_uroce packet(s) uroce sent: $(head -1 "$base.tshark" | tr -s ' ')")
+    [ "$undissected" = 0 ] || problems+=("tshark did not dissect $undissected packet(s) as InfiniBand")
+    [ "$heur_all" = 0 ] || info+=("tshark payload heuristics mark $heur_all uroce SEND payload(s) malformed")
+    [ "$rxe_flagged" = 0 ] || info+=("tshark flags $rxe_flagged rxe packet(s) ($(tshark -r "$base.pcap" -q -z expert 2>/dev/null | grep -m1 -E '^ +[0-9]+ ' | sed -E 's/^ +[0-9]+ +//; s/ +/ /g'))")
+
+    # Retransmissions, NAKs and ping-pong data, from the capture.
+    local aargs=(--uroce "$U4,$U6" --timeout-us "$QP_TIMEOUT_US")
+    [ "$pp" = 1 ] && aargs+=(--pingpong)
+    python3 tests/interop/analyze.py "$base.pcap" "${aargs[@]}" >"$base.analyze" 2>&1 ||
+        problems+=("$(grep -v '^analyze: packets_' "$base.analyze" | head -3 | tr '\n' ';')")
+    local spurious
+    spurious=$(sed -nE 's/.*rxe_spurious_retx=([0-9]+).*/\1/p' "$base.analyze")
+    spurious=${spurious:-0}
+
+    # Counters: the guest's rxe and both kernels' UDP receive errors.
+    local c d
+    for c in $GUEST_BAD udp_InErrors udp_RcvbufErrors udp_InCsumErrors; do
+        d=$(delta "$c" "$base.guest0" "$base.guest1")
+        [ "$d" = 0 ] || problems+=("rxe counter $c +$d")
+    done
+    d=$(delta completer_retry_err "$base.guest0" "$base.guest1")
+    if [ "$d" != 0 ]; then
+        if [ "$spurious" -gt 0 ]; then
+            info+=("rxe spurious timer retransmissions: $spurious packet(s), completer_retry_err +$d")
+            total_spurious=$((total_spurious + spurious))
+        else
+            problems+=("rxe counter completer_retry_err +$d without a retransmission in the capture")
+        fi
+    elif [ "$spurious" -gt 0 ]; then
+        info+=("rxe resent $spurious packet(s) early")
+        total_spurious=$((total_spurious + spurious))
+    fi
+    for c in udp_InErrors udp_RcvbufErrors udp_InCsumErrors udp6_InErrors udp6_RcvbufErrors udp6_InCsumErrors; do
+        d=$(delta "$c" "$base.ns0" "$base.ns1")
+        [ "$d" = 0 ] || problems+=("namespace kernel counter $c +$d (packets to uroce dropped)")
+    done
+
+    local line
+    line=$(grep -E '^[0-9]+ iters in|^ *[0-9]+ +[0-9]+ +([0-9.]+|inf|-?nan)' "$client_out" | tail -1 | tr -s ' \t' ' ')
+    if [ ${#problems[@]} = 0 ]; then
+        echo "ok   $id: ${roce:-0} pkts;${line:+ $line}"
+        for f in "${info[@]}"; do echo "       note: $f"; done
+        RESULT[$id]=ok
+        return 0
+    fi
+    echo "FAIL $id"
+    for f in "${problems[@]}"; do echo "       $f"; done
+    for f in "${info[@]}"; do echo "       note: $f"; done
+    grep -vE '^ *-+$' "$ures" | tail -4 | sed 's/^/       uroce: /'
+    grep -vE '^ *-+$' "$gres" | tail -4 | sed 's/^/       rxe:   /'
+    RESULT[$id]=FAIL
+    if grep -q 'Correlation coefficient' "$gres" && grep -q "Can't produce a report" "$gres"; then
+        return 2
+    fi
+    return 1
+}
+
+echo "interop: ${#selected[@]} runs; artifacts in $OUT/cells"
+t_start=$(date +%s)
+for c in "${selected[@]}"; do
+    IFS='|' read -r name flags ucmd gcmd srv <<<"$c"
+    run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
+    r=$?
+    if [ "$r" = 2 ]; then
+        echo "       retrying $name/$srv-server: rxe's perftest could not calibrate its clock under emulation"
+        run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
+        r=$?
+    fi
+    if [ "$r" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+done
+t_end=$(date +%s)
+
+# ----------------------------------------------------------------- summary
+guest_counters >"$OUT/guest-counters.end"
+ns_counters >"$OUT/ns-counters.end"
+echo "interop: matrix (uroce-server = rxe tool as client; rxe-server = uroce as client):"
+names=()
+for c in "${selected[@]}"; do
+    IFS='|' read -r name _ <<<"$c"
+    [[ " ${names[*]} " == *" $name "* ]] || names+=("$name")
+done
+for n in "${names[@]}"; do
+    printf '  %-28s uroce-server: %-5s rxe-server: %s\n' "$n" "${RESULT[$n/uroce-server]:--}" "${RESULT[$n/rxe-server]:--}"
+done
+echo "interop: rxe hw_counters over the whole run (guest vm1):"
+for c in sent_pkts rcvd_pkts rdma_sends rdma_recvs completer_retry_err $GUEST_BAD udp_InErrors; do
+    printf '  %-24s +%s\n' "$c" "$(delta "$c" "$OUT/guest-counters.start" "$OUT/guest-counters.end")"
+done
+echo "interop: namespace (uroce side) kernel UDP receive errors over the whole run:"
+for c in udp_InErrors udp_RcvbufErrors udp_InCsumErrors udp6_InErrors udp6_RcvbufErrors udp6_InCsumErrors; do
+    printf '  %-24s +%s\n' "$c" "$(delta "$c" "$OUT/ns-counters.start" "$OUT/ns-counters.end")"
+done
+echo "interop: rxe spurious timer retransmissions in all captures: $total_spurious; uroce retransmissions: $(cat "$OUT"/cells/*.analyze 2>/dev/null | sed -nE 's/.*retx_uroce=([0-9]+).*/\1/p' | awk '{s += $1} END {print s + 0}')"
+echo "interop: matrix ran in $((t_end - t_start)) s"
+cleanup
+finish
