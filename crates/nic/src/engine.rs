@@ -38,12 +38,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi::fastpath::{SendPayload, SendWqe, WqeLimits, SEND_WQE_HDR_BYTES};
-use abi::uverbs::Wc;
 use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    AttrMask, Grh, LocalData, PostError, QpAttr, QpEvent, QpState, QpType, RxMeta, SendFlags,
+    AttrMask, Grh, InlineData, LocalData, PostError, QpAttr, QpEvent, QpState, QpType, RxMeta, SendFlags,
     SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
@@ -494,7 +493,11 @@ fn wqe_to_wr(
     let mut wr = SendWr::new(hdr.wr_id, op);
     wr.flags = SendFlags(hdr.send_flags & 0xf);
     wr.local = match payload {
-        SendPayload::Inline(b) => LocalData::Inline(b.to_vec()),
+        // Inline bytes stay inside the WR (no allocation); the parser bounds them by the
+        // QP's max_inline, itself at most abi's MAX_INLINE_DATA = the transport's.
+        SendPayload::Inline(b) => {
+            LocalData::InlineData(InlineData::from_slice(b).ok_or(WcStatus::LocQpOpErr)?)
+        }
         SendPayload::Sges(_) => {
             let mut l = SgeList::new();
             for s in payload.sges() {
@@ -595,30 +598,17 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
     }
 }
 
-/// A send WQE the transport cannot take: move the QP to ERR (flushing earlier WQEs in
-/// order), then complete this one with `status` (always, even if unsignaled: IBA 10.7.3.1)
-/// and raise IBV_EVENT_QP_FATAL.
+/// A send WQE the transport cannot take: the transport moves the QP to ERR (flushing
+/// earlier WQEs in order, raising IBV_EVENT_QP_FATAL) and completes this one with `status`
+/// in the same ordered stream (`transport::Qp::fail_send`; always, even if unsignaled: IBA
+/// 10.7.3.1). The slot is taken and done, so `drain_completions` frees it (with the flushed
+/// ones before it) before any of their CQEs becomes visible.
 fn fail_wqe(q: &mut QpObj, res: &mut Resources, wr_id: u64, opcode: u32, status: WcStatus) {
     res.counters.bad_wqe += 1;
     res.set_owes_signal(q, false);
-    if q.qp.state() != QpState::Err {
-        let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
-        q.events_reported = q.events_reported.wrapping_add(1);
-        res.post_async(q.ctx, q.user_handle, event::QP_FATAL);
-    }
-    // Taken and done: `drain_completions` frees its slot (with the flushed ones before it)
-    // before any of their CQEs becomes visible.
     q.sq_taken += 1;
+    q.qp.fail_send(wr_id, WrOpcode::from_u32(opcode), status);
     drain_completions(q, res);
-    let wc = Wc {
-        wr_id,
-        status: status as u32,
-        opcode: abi::WrOpcode(opcode).wc_opcode().map_or(0, |o| o.0),
-        qp_num: q.qp.qpn().value(),
-        port_num: 1,
-        ..Wc::default()
-    };
-    let _ = res.push_cqe(q.send_cq, &wc, true);
 }
 
 fn err_attr() -> QpAttr {

@@ -51,6 +51,9 @@ pub use qp::{
 pub use state::{AccessFlags, AttrMask, ModifyError, Mtu, QpAttr, QpState, QpType};
 pub use time::{local_ack_timeout_ns, rnr_timer_ns, Time};
 pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};
-pub use wr::{LocalData, PostError, RecvWr, SendFlags, SendWr, Sge, SgeList, UdDest, WrOpcode};
+pub use wr::{
+    InlineData, LocalData, PostError, RecvWr, SendFlags, SendWr, Sge, SgeList, UdDest, WrOpcode,
+    MAX_INLINE_DATA,
+};
 
 pub use wire;

@@ -437,12 +437,28 @@ impl Qp {
         &self.cfg
     }
 
-    /// `ibv_query_qp`: current attributes (`qp_state` is the current state).
+    /// `ibv_query_qp`: current attributes (`qp_state` is the current state; `sq_psn` and
+    /// `rq_psn` are the current [`Qp::sq_psn`] and [`Qp::rq_psn`], as rxe reports
+    /// `req.psn` / `resp.psn`, not the values last written by `modify`).
     pub fn query(&self) -> QpAttr {
         let mut a = self.attr;
         a.cur_qp_state = a.qp_state;
         a.sq_draining = self.attr.qp_state == QpState::Sqd && self.sq_busy();
+        a.sq_psn = self.sq_psn();
+        a.rq_psn = self.rq_psn();
         a
+    }
+
+    /// The PSN of the next request packet the requester will send (rxe `req.psn`; it
+    /// steps back to the oldest unacknowledged PSN while a retry resends).
+    pub fn sq_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// The responder's expected PSN (ePSN, rxe `resp.psn`): the next new request it
+    /// accepts.
+    pub fn rq_psn(&self) -> Psn {
+        self.epsn
     }
 
     /// Counters.
@@ -616,8 +632,9 @@ impl Qp {
                     return Err(PostError::TooManySge);
                 }
             }
-            crate::LocalData::Inline(v) => {
-                if v.len() > self.cfg.caps.max_inline_data as usize {
+            crate::LocalData::Inline(_) | crate::LocalData::InlineData(_) => {
+                let n = wr.local.len();
+                if n > u64::from(self.cfg.caps.max_inline_data) {
                     return Err(PostError::InlineTooLong);
                 }
                 if op.is_read_or_atomic() {
@@ -659,6 +676,33 @@ impl Qp {
         }
         self.sq.push_back(wqe);
         Ok(())
+    }
+
+    /// A send WR the caller took from its queue but could not turn into a [`SendWr`] (a
+    /// malformed WQE, rxe `req_error`): move the QP to ERR — flushing every earlier send
+    /// WR with `WR_FLUSH_ERR` and raising [`QpEvent::Fatal`] unless already in ERR — then
+    /// complete this one with `status` (always, even if it was unsignaled: IBA 10.7.3.1),
+    /// all in the QP's one ordered completion stream. `opcode` is the WR's, if known
+    /// (otherwise the completion says SEND).
+    pub fn fail_send(&mut self, wr_id: u64, opcode: Option<WrOpcode>, status: WcStatus) {
+        if !matches!(self.attr.qp_state, QpState::Err) {
+            self.enter_error(true);
+        }
+        let c = Completion {
+            wr_id,
+            status,
+            opcode: opcode.map_or(WcOpcode::Send, WrOpcode::wc_opcode),
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: self.cfg.qpn,
+            src_qp: self.attr.dest_qp_num,
+            wc_flags: WcFlags::default(),
+            solicited: false,
+        };
+        self.send_slots_pending += 1;
+        self.completions.push_back((c, Slot::Send));
     }
 
     /// `ibv_post_recv` for one WR (QPs without an SRQ). Accepted from INIT on; in ERR the WR

@@ -134,7 +134,8 @@ impl Qp {
         if plen > 0 {
             let dst = &mut buf[hl..hl + plen];
             match &wqe.wr.local {
-                LocalData::Inline(bytes) => {
+                LocalData::Inline(_) | LocalData::InlineData(_) => {
+                    let bytes = wqe.wr.local.inline_bytes().unwrap_or(&[]);
                     let src = usize::try_from(offset)
                         .ok()
                         .and_then(|o| bytes.get(o..o + plen))

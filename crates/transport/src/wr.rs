@@ -233,13 +233,95 @@ impl fmt::Debug for SgeList {
     }
 }
 
+/// Most inline payload bytes an [`InlineData`] holds (the device limit, as abi's
+/// `MAX_INLINE_DATA`).
+pub const MAX_INLINE_DATA: usize = 256;
+
+/// Inline payload kept inside the WR: up to [`MAX_INLINE_DATA`] bytes in a fixed array, so
+/// taking an inline WQE from a ring allocates nothing (the BlueFlame idea, DESIGN.md §3).
+#[derive(Clone)]
+pub struct InlineData {
+    len: u16,
+    bytes: [u8; MAX_INLINE_DATA],
+}
+
+impl InlineData {
+    /// No bytes.
+    pub const fn new() -> InlineData {
+        InlineData {
+            len: 0,
+            bytes: [0; MAX_INLINE_DATA],
+        }
+    }
+
+    /// A copy of `data`; `None` if it is longer than [`MAX_INLINE_DATA`].
+    pub fn from_slice(data: &[u8]) -> Option<InlineData> {
+        let mut d = InlineData::new();
+        d.extend_from_slice(data).then_some(d)
+    }
+
+    /// Append `data`; `false` (and nothing appended) if the result would exceed
+    /// [`MAX_INLINE_DATA`].
+    pub fn extend_from_slice(&mut self, data: &[u8]) -> bool {
+        let start = usize::from(self.len);
+        let Some(dst) = start
+            .checked_add(data.len())
+            .and_then(|end| self.bytes.get_mut(start..end))
+        else {
+            return false;
+        };
+        dst.copy_from_slice(data);
+        self.len = (start + data.len()) as u16;
+        true
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Default for InlineData {
+    fn default() -> InlineData {
+        InlineData::new()
+    }
+}
+
+impl PartialEq for InlineData {
+    fn eq(&self, other: &InlineData) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for InlineData {}
+
+impl fmt::Debug for InlineData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("InlineData").field(&self.as_slice()).finish()
+    }
+}
+
 /// Where a send WR's payload comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalData {
     /// Gathered from registered memory.
     Sges(SgeList),
-    /// Carried in the WR itself (`IBV_SEND_INLINE`): no MR check, no DMA read.
+    /// Carried in the WR itself (`IBV_SEND_INLINE`): no MR check, no DMA read. A heap
+    /// buffer; [`LocalData::InlineData`] is the allocation-free form of the same thing.
     Inline(Vec<u8>),
+    /// Carried in the WR itself, in a fixed array (what the NIC engine uses on its fast
+    /// path: no allocation per WQE). Same semantics as [`LocalData::Inline`].
+    InlineData(InlineData),
 }
 
 impl LocalData {
@@ -248,6 +330,16 @@ impl LocalData {
         match self {
             LocalData::Sges(l) => l.total_len(),
             LocalData::Inline(v) => v.len() as u64,
+            LocalData::InlineData(d) => d.len() as u64,
+        }
+    }
+
+    /// The payload bytes if they travel inside the WR (either inline form).
+    pub fn inline_bytes(&self) -> Option<&[u8]> {
+        match self {
+            LocalData::Sges(_) => None,
+            LocalData::Inline(v) => Some(v),
+            LocalData::InlineData(d) => Some(d.as_slice()),
         }
     }
 
@@ -393,6 +485,28 @@ mod tests {
         let v: Vec<Sge> = (1..=5).map(sge).collect();
         assert_eq!(SgeList::from_slice(&v).as_slice(), &v[..]);
         assert_eq!(SgeList::from_slice(&v[..1]).as_slice(), &v[..1]);
+    }
+
+    #[test]
+    fn inline_data_is_bounded_and_compares_by_content() {
+        let mut d = InlineData::from_slice(b"abc").unwrap();
+        assert_eq!(d.as_slice(), b"abc");
+        assert!(d.extend_from_slice(b"de"));
+        assert_eq!((d.len(), d.as_slice()), (5, &b"abcde"[..]));
+        assert!(!d.extend_from_slice(&[0; MAX_INLINE_DATA]));
+        assert_eq!(d.len(), 5);
+        assert!(InlineData::from_slice(&[7; MAX_INLINE_DATA]).is_some());
+        assert!(InlineData::from_slice(&[7; MAX_INLINE_DATA + 1]).is_none());
+        assert!(InlineData::new().is_empty());
+        let a = LocalData::InlineData(d.clone());
+        let b = LocalData::Inline(b"abcde".to_vec());
+        assert_eq!(a.len(), 5);
+        assert_eq!(a.inline_bytes(), b.inline_bytes());
+        assert_eq!(LocalData::default().inline_bytes(), None);
+        // Bytes past `len` do not take part in equality.
+        let mut e = InlineData::from_slice(b"abcdeX").unwrap();
+        e.len = 5;
+        assert_eq!(e, d);
     }
 
     #[test]
