@@ -12,6 +12,7 @@ mod decode;
 mod devinfo;
 mod pingpong;
 mod sim;
+mod stat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,6 +37,8 @@ enum Command {
     Pingpong(pingpong::Args),
     /// perftest-compatible benchmarks (write_bw, read_lat, ...) and `bench compare`.
     Bench(bench::Args),
+    /// Port and per-QP counters of the running uroce processes, like `rdma statistic`.
+    Stat(stat::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => devinfo::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Stat(args) => stat::run(args),
     };
     match result {
         Ok(code) => code,

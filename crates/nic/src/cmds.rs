@@ -120,10 +120,11 @@ fn dest_from(
 
 /// The ring geometry of a descriptor, attached as shared memory.
 fn attach_ring(
+    space: dma::AddressSpace,
     desc: &RingDesc,
 ) -> Result<(std::sync::Arc<abi::shm::SharedMem>, RingLayout), Errno> {
     let layout = RingLayout::from_desc(desc).map_err(ring_errno)?;
-    let mem = dma::shared_region(desc.addr, layout.bytes())?;
+    let mem = dma::shared_region(space, desc.addr, layout.bytes())?;
     Ok((mem, layout))
 }
 
@@ -406,7 +407,7 @@ impl DevState {
         if d.doorbell_len < layout.bytes() as u64 {
             return Err(Errno::EINVAL);
         }
-        let mem = dma::shared_region(d.doorbell_addr, layout.bytes())?;
+        let mem = dma::shared_region(self.space, d.doorbell_addr, layout.bytes())?;
         let doorbells = DoorbellReceiver::attach(mem, 0, layout).map_err(ring_errno)?;
         let (lib_async, our_async) = sys::seqpacket_pair().map_err(|_| Errno::ENOMEM)?;
         let wake = self
@@ -569,7 +570,7 @@ impl DevState {
         }
         r.hca_va.checked_add(r.length).ok_or(Errno::EINVAL)?;
         let write = acc & (AccessFlags::LOCAL_WRITE.0 | remote_w) != 0;
-        let range = dma::user_range(r.start, r.length, write)?;
+        let range = dma::user_range(self.space, r.start, r.length, write)?;
         self.next_mr_key = self.next_mr_key.wrapping_add(1);
         let key8 = u32::from(self.next_mr_key);
         let idx = self
@@ -662,7 +663,7 @@ impl DevState {
                 .map(|(i, _)| i);
             Some(found.ok_or(Errno::EBADF)?)
         };
-        let (mem, layout) = attach_ring(&d.ring)?;
+        let (mem, layout) = attach_ring(self.space, &d.ring)?;
         if layout.slots() < c.cqe
             || layout.slots() > l.max_cqe.next_power_of_two()
             || layout.elem_size() < CQE_BYTES
@@ -716,7 +717,7 @@ impl DevState {
         if c.cqe == 0 || c.cqe > max {
             return Err(Errno::EINVAL);
         }
-        let (mem, layout) = attach_ring(&d.ring)?;
+        let (mem, layout) = attach_ring(self.space, &d.ring)?;
         if layout.slots() < c.cqe
             || layout.slots() > max.next_power_of_two()
             || layout.elem_size() < CQE_BYTES
@@ -815,7 +816,7 @@ impl DevState {
             return Err(Errno::EINVAL);
         }
         // Send queue ring: enough slots, and slots big enough for the SGEs / inline asked.
-        let (sq_mem, sq_layout) = attach_ring(&d.sq)?;
+        let (sq_mem, sq_layout) = attach_ring(self.space, &d.sq)?;
         let (sq_sge, sq_inline) = send_caps_for_elem(sq_layout.elem_size());
         let max_send_sge = sq_sge.min(l.max_sge);
         let max_inline = sq_inline.min(l.max_inline_data).min(MAX_INLINE_DATA);
@@ -830,7 +831,7 @@ impl DevState {
         let rq = match srq {
             Some(_) => None,
             None => {
-                let (mem, layout) = attach_ring(&d.rq)?;
+                let (mem, layout) = attach_ring(self.space, &d.rq)?;
                 let max_sge = ((layout.elem_size() as usize - RECV_WQE_HDR_BYTES)
                     / abi::uverbs::Sge::SIZE) as u32;
                 let max_sge = max_sge.min(MAX_SGE).min(l.max_sge);
@@ -894,7 +895,10 @@ impl DevState {
             in_err_list: false,
             owes_signal: false,
         };
-        let qpn = self.qps.insert_rotating(qpo, l.max_qp).ok_or(Errno::ENOMEM)?;
+        let qpn = self
+            .qps
+            .insert_rotating(qpo, l.max_qp)
+            .ok_or(Errno::ENOMEM)?;
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
         cfg.caps = QpCaps {
             max_send_wr: caps.max_send_wr,
@@ -1232,7 +1236,7 @@ impl DevState {
                 if s.length == 0 {
                     continue;
                 }
-                let r = dma::user_range(s.addr, u64::from(s.length), false)?;
+                let r = dma::user_range(self.space, s.addr, u64::from(s.length), false)?;
                 let start = data.len();
                 data.resize(start + s.length as usize, 0);
                 if !r.read(0, &mut data[start..]) {
@@ -1289,7 +1293,7 @@ impl DevState {
         if c.max_wr == 0 || c.max_wr > l.max_srq_wr || c.max_sge > l.max_srq_sge {
             return Err(Errno::EINVAL);
         }
-        let (mem, layout) = attach_ring(&d.ring)?;
+        let (mem, layout) = attach_ring(self.space, &d.ring)?;
         let max_sge =
             (((layout.elem_size() as usize - RECV_WQE_HDR_BYTES) / abi::uverbs::Sge::SIZE) as u32)
                 .min(MAX_SGE)
@@ -1362,6 +1366,12 @@ impl DevState {
             self.res.chans.remove(i);
         }
         self.res.ctxs.remove(&ctx);
+        if self.hermetic && self.res.ctxs.is_empty() {
+            // Nothing can hold a key or QPN of this device any more (no peers, no
+            // contexts): start both sequences over.
+            self.next_mr_key = 0;
+            self.qps.reset_rotation();
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use transport::wire::ROCE_V2_PORT;
 use crate::config::DeviceConfig;
 use crate::counters::PortCounters;
 use crate::ctrl::{self, CtrlShared};
+use crate::dma::AddressSpace;
 use crate::engine::EngineShared;
 use crate::state::DevState;
 use crate::sys;
@@ -109,6 +110,11 @@ impl DeviceHandle {
         st.qps.get(qpn).map(|q| *q.qp.counters())
     }
 
+    /// What the device holds although no context should own it (`DevState::leftovers`).
+    pub(crate) fn leftovers(&self) -> Vec<String> {
+        self.0.lock_cp().leftovers()
+    }
+
     /// Live objects, for tests and `uroce` diagnostics.
     pub fn stats(&self) -> DeviceStats {
         let st = self.0.lock_cp();
@@ -152,6 +158,17 @@ fn invalid(msg: String) -> io::Error {
 
 /// Start a device (or return the running one of that name, if its address matches).
 pub fn start_device(cfg: DeviceConfig) -> io::Result<DeviceHandle> {
+    start_device_in(cfg, AddressSpace::Process, false)
+}
+
+/// [`start_device`] with a given address space and sealing (`DevState::hermetic`); the
+/// fuzz harness's device (`crate::fuzzing`). An existing device of that name is returned
+/// as it is.
+pub(crate) fn start_device_in(
+    cfg: DeviceConfig,
+    space: AddressSpace,
+    hermetic: bool,
+) -> io::Result<DeviceHandle> {
     cfg.validate().map_err(invalid)?;
     let mut reg = registry();
     if let Some(d) = reg.iter().find(|d| d.cfg.name == cfg.name) {
@@ -188,7 +205,12 @@ pub fn start_device(cfg: DeviceConfig) -> io::Result<DeviceHandle> {
     };
     let dev = Arc::new(Device {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        state: Mutex::new(DevState::new(cfg.clone(), engine.clone())),
+        state: Mutex::new({
+            let mut st = DevState::new(cfg.clone(), engine.clone());
+            st.space = space;
+            st.hermetic = hermetic;
+            st
+        }),
         cfg,
         cp_waiting: AtomicU32::new(0),
         sock,

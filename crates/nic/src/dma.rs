@@ -8,6 +8,11 @@
 //! 8-byte atomics at offsets into the validated range) and [`abi::shm::SharedMem`] (the
 //! ring and doorbell protocol: atomic words only).
 //!
+//! How a command's address names memory is the device's [`AddressSpace`]: the process's
+//! own addresses (embedded mode), or offsets into one window of memory the device holds —
+//! what the fuzz harness uses (`crate::fuzzing`), so hostile commands can only ever name
+//! memory set aside for them, and the model for daemon mode's memfd registrations.
+//!
 //! # The embedded-mode contract
 //!
 //! As with DMA by real hardware, soundness rests on the application keeping the memory
@@ -91,35 +96,74 @@ impl UserRange {
     }
 }
 
+/// How the addresses in a device's commands name memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AddressSpace {
+    /// This process's own addresses (embedded mode), checked against its mappings.
+    Process,
+    /// Address `a` names byte `a` of a window of `len` bytes at host address `base`,
+    /// which the device's owner keeps mapped read-write for as long as the device lives
+    /// (the fuzz harness; daemon mode's memfd registrations work the same way).
+    Window { base: usize, len: usize },
+}
+
+impl AddressSpace {
+    /// The host address of `[addr, end)`, checked mapped (and writable if `write`).
+    fn host(self, addr: u64, end: u64, write: bool) -> Result<usize, Errno> {
+        match self {
+            AddressSpace::Process => {
+                check_mapped(addr, end, write)?;
+                usize::try_from(addr).map_err(|_| Errno::EFAULT)
+            }
+            AddressSpace::Window { base, len } => {
+                if end > len as u64 {
+                    return Err(Errno::EFAULT);
+                }
+                usize::try_from(addr)
+                    .ok()
+                    .and_then(|a| base.checked_add(a))
+                    .ok_or(Errno::EFAULT)
+            }
+        }
+    }
+}
+
 /// Validate `len` bytes of application memory at `addr` (mapped, and writable if `write`).
 /// EINVAL for an empty or wrapping range, EFAULT if not mapped so.
-pub(crate) fn user_range(addr: u64, len: u64, write: bool) -> Result<UserRange, Errno> {
+pub(crate) fn user_range(
+    space: AddressSpace,
+    addr: u64,
+    len: u64,
+    write: bool,
+) -> Result<UserRange, Errno> {
     let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
     if len == 0 || addr == 0 {
         return Err(Errno::EINVAL);
     }
-    let (base, len) = match (usize::try_from(addr), usize::try_from(len)) {
-        (Ok(b), Ok(l)) => (b, l),
-        _ => return Err(Errno::EFAULT),
-    };
-    check_mapped(addr, end, write)?;
+    let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
+    let base = space.host(addr, end, write)?;
+    base.checked_add(len).ok_or(Errno::EFAULT)?;
     Ok(UserRange { base, len })
 }
 
 /// Attach `len` bytes of library memory at `addr` (ring or doorbell page) as a
 /// [`SharedMem`]: checked mapped and writable, 64-byte aligned, `len` a multiple of 8.
-pub(crate) fn shared_region(addr: u64, len: usize) -> Result<Arc<SharedMem>, Errno> {
+pub(crate) fn shared_region(
+    space: AddressSpace,
+    addr: u64,
+    len: usize,
+) -> Result<Arc<SharedMem>, Errno> {
     let end = addr.checked_add(len as u64).ok_or(Errno::EINVAL)?;
     if addr == 0 || usize::try_from(addr).is_err() {
         return Err(Errno::EFAULT);
     }
-    check_mapped(addr, end, true)?;
-    // SAFETY: the range is mapped read-write (checked above). The library allocated it for
-    // the ring/doorbell protocol and accesses it only through atomic words (abi::shm), and
-    // keeps it alive until the object using it is destroyed (module docs). `from_raw_parts`
-    // itself checks alignment, null and length.
-    let mem = unsafe { SharedMem::from_raw_parts(addr as usize as *mut u8, len) }
-        .map_err(|e| e.errno())?;
+    let host = space.host(addr, end, true)?;
+    // SAFETY: the range is mapped read-write (checked above, or inside the window its
+    // owner keeps mapped). The library allocated it for the ring/doorbell protocol and
+    // accesses it only through atomic words (abi::shm), and keeps it alive until the object
+    // using it is destroyed (module docs). `from_raw_parts` itself checks alignment, null
+    // and length.
+    let mem = unsafe { SharedMem::from_raw_parts(host as *mut u8, len) }.map_err(|e| e.errno())?;
     Ok(Arc::new(mem))
 }
 
@@ -163,7 +207,8 @@ mod tests {
     #[test]
     fn validates_heap_and_rejects_garbage() {
         let mut buf = vec![7u8; 100_000];
-        let r = user_range(buf.as_mut_ptr() as u64, buf.len() as u64, true).unwrap();
+        let p = AddressSpace::Process;
+        let r = user_range(p, buf.as_mut_ptr() as u64, buf.len() as u64, true).unwrap();
         let mut out = [0u8; 4];
         assert!(r.read(99_996, &mut out));
         assert_eq!(out, [7; 4]);
@@ -171,23 +216,48 @@ mod tests {
         assert!(!r.read(u64::MAX, &mut out));
         assert!(r.write(0, &[1, 2]));
         assert_eq!(buf[..3], [1, 2, 7]);
-        assert_eq!(user_range(16, 4096, false).unwrap_err(), Errno::EFAULT);
-        assert_eq!(user_range(0, 4096, false).unwrap_err(), Errno::EINVAL);
+        assert_eq!(user_range(p, 16, 4096, false).unwrap_err(), Errno::EFAULT);
+        assert_eq!(user_range(p, 0, 4096, false).unwrap_err(), Errno::EINVAL);
         assert_eq!(
-            user_range(u64::MAX - 1, 4, false).unwrap_err(),
+            user_range(p, u64::MAX - 1, 4, false).unwrap_err(),
             Errno::EINVAL
         );
         assert_eq!(
-            user_range(buf.as_ptr() as u64, 0, false).unwrap_err(),
+            user_range(p, buf.as_ptr() as u64, 0, false).unwrap_err(),
             Errno::EINVAL
         );
         drop(buf);
     }
 
     #[test]
+    fn window_addresses_are_offsets_into_the_window() {
+        let win = SharedMem::new_zeroed(4096).unwrap();
+        let w = AddressSpace::Window {
+            base: win.addr() as usize,
+            len: 4096,
+        };
+        let r = user_range(w, 64, 128, true).unwrap();
+        assert!(r.write(0, &[9; 8]));
+        assert_eq!(win.word(64).unwrap().load(Ordering::Relaxed), u64::from_ne_bytes([9; 8]));
+        assert!(user_range(w, 4000, 96, true).is_ok());
+        assert_eq!(user_range(w, 4000, 97, true).unwrap_err(), Errno::EFAULT);
+        assert_eq!(user_range(w, u64::MAX / 2, 8, true).unwrap_err(), Errno::EFAULT);
+        assert_eq!(user_range(w, 0, 8, true).unwrap_err(), Errno::EINVAL);
+        let m = shared_region(w, 128, 256).unwrap();
+        assert_eq!(m.addr(), win.addr() + 128);
+        assert_eq!(shared_region(w, 96, 64).unwrap_err(), Errno::EINVAL); // misaligned
+        assert_eq!(shared_region(w, 4032, 128).unwrap_err(), Errno::EFAULT);
+        // The process's own addresses are not window offsets.
+        assert_eq!(
+            shared_region(w, win.addr(), 64).unwrap_err(),
+            Errno::EFAULT
+        );
+    }
+
+    #[test]
     fn atomics_need_alignment() {
         let mut words = [5u64; 4];
-        let r = user_range(words.as_mut_ptr() as u64, 32, true).unwrap();
+        let r = user_range(AddressSpace::Process, words.as_mut_ptr() as u64, 32, true).unwrap();
         assert_eq!(r.atomic(8, AtomicOp::FetchAdd { add: 2 }), Some(5));
         assert_eq!(
             r.atomic(

@@ -42,8 +42,8 @@ use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    AttrMask, Grh, InlineData, LocalData, PostError, QpAttr, QpEvent, QpState, QpType, RxMeta, SendFlags,
-    SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
+    AttrMask, Grh, InlineData, LocalData, PostError, QpAttr, QpEvent, QpState, QpType, RxMeta,
+    SendFlags, SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
 use crate::config::DeviceConfig;
@@ -206,8 +206,7 @@ fn spin_bounds(devs: &[EngineDev]) -> SpinBounds {
 
 /// Whether an application of some device is mid-work (`crate::spin`).
 fn app_mid_work(devs: &[EngineDev]) -> bool {
-    devs.iter()
-        .any(|d| d.dev.lock_engine().res.app_mid_work())
+    devs.iter().any(|d| d.dev.lock_engine().res.app_mid_work())
 }
 
 fn run(shared: Arc<EngineShared>) {
@@ -589,9 +588,7 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
                 res.set_owes_signal(q, !signaled);
             }
             Ok(Err(PostError::QueueFull)) | Ok(Err(PostError::InvalidState)) => return true,
-            Ok(Err(PostError::BadLength)) => {
-                fail_wqe(q, res, wr_id, opcode, WcStatus::LocLenErr)
-            }
+            Ok(Err(PostError::BadLength)) => fail_wqe(q, res, wr_id, opcode, WcStatus::LocLenErr),
             Ok(Err(_)) => fail_wqe(q, res, wr_id, opcode, WcStatus::LocQpOpErr),
             Err(status) => fail_wqe(q, res, wr_id, opcode, status),
         }
@@ -676,6 +673,7 @@ fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
 
 fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
     let dev_ip = st.cfg.addr;
+    let hermetic = st.hermetic;
     let DevState {
         res,
         qps,
@@ -705,7 +703,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
             break;
         };
         sent += 1;
-        route(dev_ip, q, res, io, buf, t);
+        route(dev_ip, hermetic, q, res, io, buf, t);
     }
     if sent == TX_BUDGET {
         more = true;
@@ -740,9 +738,10 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
 }
 
 /// Send a packet the transport built: to the internal loopback when the destination is
-/// this device, else as a UDP datagram with its ICRC.
+/// this device, else as a UDP datagram with its ICRC (never from a hermetic device).
 fn route(
     dev_ip: IpAddr,
+    hermetic: bool,
     q: &QpObj,
     res: &mut Resources,
     io: &mut DevIo,
@@ -753,7 +752,7 @@ fn route(
         Some(ah) => res.ahs.get(ah).filter(|a| a.ctx == q.ctx).map(|a| a.dest),
         None => q.av,
     };
-    let Some(dest) = dest else {
+    let Some(dest) = dest.filter(|d| !hermetic || d.ip == dev_ip) else {
         res.counters.xmit_no_route += 1;
         io.put_buf(buf);
         return;

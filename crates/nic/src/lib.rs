@@ -61,6 +61,7 @@ mod ctrl;
 mod device;
 mod dma;
 mod engine;
+pub mod fuzzing;
 mod slab;
 mod spin;
 mod state;

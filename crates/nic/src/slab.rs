@@ -79,6 +79,11 @@ impl<T> Slab<T> {
         Some(idx)
     }
 
+    /// Make [`Slab::insert_rotating`] start from the lowest index again.
+    pub(crate) fn reset_rotation(&mut self) {
+        self.cursor = self.first;
+    }
+
     pub(crate) fn get(&self, idx: u32) -> Option<&T> {
         self.items.get(idx as usize)?.as_ref()
     }

@@ -213,7 +213,7 @@ mod tests {
             spin: 2000 * MS,
             max_spin: 10 * US,
             busy_spin: 10 * US,
-            max_busy_spin: 0 * US,
+            max_busy_spin: Duration::ZERO,
         });
         assert_eq!(q.limit(true), 2000 * MS);
         assert_eq!(q.limit(false), 2000 * MS);
@@ -224,8 +224,8 @@ mod tests {
         r.reconfigure(SpinBounds {
             spin: 100 * US,
             max_spin: 1 * MS,
-            busy_spin: 0 * US,
-            max_busy_spin: 0 * US,
+            busy_spin: Duration::ZERO,
+            max_busy_spin: Duration::ZERO,
         });
         assert_eq!(r.window(), 1 * MS);
         assert_eq!(r.limit(true), 1 * MS);

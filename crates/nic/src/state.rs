@@ -265,6 +265,12 @@ pub(crate) struct DevState {
     /// (wire-facts §6.3), and no doorbell announces them, so each awake pass looks.
     pub(crate) err_rqs: Vec<u32>,
     pub(crate) next_mr_key: u8,
+    /// How command addresses name memory (`dma::AddressSpace`).
+    pub(crate) space: crate::dma::AddressSpace,
+    /// A sealed device (`crate::fuzzing`): nothing it transmits leaves it (packets to
+    /// other addresses are dropped as unroutable), and with no context open its MR key
+    /// sequence starts over, so every session sees the same handles and keys.
+    pub(crate) hermetic: bool,
 }
 
 impl DevState {
@@ -291,6 +297,8 @@ impl DevState {
             remote_qps: 0,
             err_rqs: Vec::new(),
             next_mr_key: 0,
+            space: crate::dma::AddressSpace::Process,
+            hermetic: false,
         }
     }
 
@@ -301,6 +309,28 @@ impl DevState {
     /// Queue QP `idx` for the engine.
     pub(crate) fn make_ready(&mut self, idx: u32) {
         make_ready(&mut self.qps, &mut self.ready, idx);
+    }
+
+    /// What a device with no context open still holds that a context should have taken
+    /// with it (empty when everything was reclaimed).
+    pub(crate) fn leftovers(&self) -> Vec<String> {
+        let r = &self.res;
+        let counts = [
+            ("contexts", r.ctxs.len()),
+            ("pds", r.pds.len()),
+            ("mrs", r.mrs.len()),
+            ("cqs", r.cqs.len()),
+            ("srqs", r.srqs.len()),
+            ("ahs", r.ahs.len()),
+            ("comp_channels", r.chans.len()),
+            ("qps", self.qps.len()),
+            ("owing_qps", r.owing_qps as usize),
+        ];
+        counts
+            .iter()
+            .filter(|(_, n)| *n != 0)
+            .map(|(what, n)| format!("{n} {what}"))
+            .collect()
     }
 
     pub(crate) fn recount_remote(&mut self) {

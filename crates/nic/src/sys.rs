@@ -52,6 +52,18 @@ pub(crate) fn eventfd_drain(fd: BorrowedFd<'_>) {
     let _ = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast::<c_void>(), 8) };
 }
 
+/// Close a descriptor this process was handed in a reply of its own device (the fuzz
+/// harness plays the library, which owns the fds in GET_CONTEXT and CREATE_COMP_CHANNEL
+/// replies). Negative numbers are ignored.
+pub(crate) fn close_handed_fd(fd: i32) {
+    if fd >= 0 {
+        // SAFETY: the device created this descriptor for the library and transferred it in
+        // the reply; nothing else in the process owns it, so taking ownership to close it
+        // cannot close a descriptor someone else uses.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+}
+
 /// A close-on-exec `AF_UNIX`/`SOCK_SEQPACKET` pair: every `send` is one message, so each
 /// completion or async event is read whole (8 or 16 bytes), as from the kernel's event files.
 pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -509,7 +521,12 @@ fe80000000000000000000000000000z 07 40 20 80   bad
 
     #[test]
     fn only_unscoped_link_local_addresses_get_a_scope() {
-        for a in ["127.0.0.1:4791", "[::1]:4791", "[fe80::1%7]:4791", "[2001:db8::1]:4791"] {
+        for a in [
+            "127.0.0.1:4791",
+            "[::1]:4791",
+            "[fe80::1%7]:4791",
+            "[2001:db8::1]:4791",
+        ] {
             let a: SocketAddr = a.parse().unwrap();
             assert_eq!(with_link_local_scope(a).unwrap(), a);
         }
@@ -528,7 +545,8 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         };
         let tx = UdpSocket::bind("[::1]:0").unwrap();
         setsockopt_int(tx.as_raw_fd(), libc::SOL_UDP, libc::UDP_NO_CHECK6_TX, 1).unwrap();
-        tx.send_to(b"zero-checksum", rx.local_addr().unwrap()).unwrap();
+        tx.send_to(b"zero-checksum", rx.local_addr().unwrap())
+            .unwrap();
         let mut buf = [0u8; 64];
         let mut got = None;
         for _ in 0..1000 {

@@ -193,6 +193,11 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     assert_eq!(pc.get("rcvd_icrc_err"), Some(0));
     let qc = dev.qp_counters(p.a.qpn).unwrap();
     assert!(qc.sent_pkts >= 6);
+    // QUERY_QP reports the current PSNs (both started at 100): WRITE 3, READ 2, SEND 1,
+    // inline SEND 1, two atomics 1 each went from a to b; nothing the other way.
+    let (qa, qb) = (c.query_qp(p.a.handle), c.query_qp(p.b.handle));
+    assert_eq!((qa.sq_psn, qb.rq_psn), (109, 109));
+    assert_eq!((qb.sq_psn, qa.rq_psn), (100, 100));
     c.close();
 }
 

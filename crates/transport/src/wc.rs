@@ -272,7 +272,11 @@ mod tests {
             solicited: false,
         };
         assert!(!c.fires_solicited());
-        assert!(Completion { solicited: true, ..c }.fires_solicited());
+        assert!(Completion {
+            solicited: true,
+            ..c
+        }
+        .fires_solicited());
         let send = Completion {
             opcode: WcOpcode::Send,
             solicited: true,

@@ -16,11 +16,19 @@
 //! * WRITE: the client keeps `--depth` signaled WRITEs of `--msg-size` bytes in flight into
 //!   one server buffer of `--bytes`; message `i` lands at offset `i × msg-size` and carries
 //!   the pattern of message `i`. An RC WRITE completes at the requester only once the
-//!   responder acknowledged it (IBA §9.7.5.1.6 / wire-facts §5), so after the last completion
-//!   the client says `WRITE_DONE` over TCP and the server checks the whole buffer.
-//! * SEND: the server keeps twice `--depth` receives posted; RC delivers messages in order,
-//!   so the `k`-th receive completion must be message `k`, and the server checks its length
-//!   and every byte before reposting the buffer.
+//!   responder acknowledged it, i.e. placed it (wire-facts §5.2), so after the last
+//!   completion the client says `WRITE_DONE` over TCP and the server checks the whole buffer.
+//! * SEND: the server keeps `max(2 × depth, 16)` receives posted; RC delivers messages in
+//!   order, so the `k`-th receive completion must be message `k`, and the server checks its
+//!   length and every byte before reposting the buffer.
+//!
+//! Both ends use the verbs API of `uroce` only, except that the device is started first
+//! with [`nic::start_device`] to set the port MTU (`--mtu`, default 1024; 4096 needs a link
+//! MTU above 4096 + headers) and optionally the engine's spin window (`--spin-us`).
+//! Transport retries are unlimited (`retry_cnt` and `rnr_retry` 7) with the local ACK
+//! timeout code `--ack-timeout` (4.096 µs × 2^code; default 10 ≈ 4 ms). While the RDMA
+//! traffic stalls each end watches the TCP connection, so a peer that failed ends the run
+//! at once instead of leaving the other end retrying until `--deadline`.
 //!
 //! Payload bytes come from a keyed hash of (phase, message, word), so a message that is
 //! misplaced, stale, duplicated or corrupted does not verify. Any error completion, any
@@ -122,6 +130,7 @@ fn args() -> Args {
         send: true,
         yield_idle: false,
         spin_us: None,
+        // Just below the 24-bit wrap, so that every run crosses it (wire-facts §5.1).
         psn: 0xff_f000,
     };
     let mut role = None;
@@ -217,11 +226,12 @@ fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Word `w` (8 bytes, little-endian) of message `msg` of the phase keyed `seed`.
+/// Word `w` (stored as 8 little-endian bytes) of the message whose key is `base`.
 fn pattern_word(base: u64, w: u64) -> u64 {
     splitmix64(base ^ w.wrapping_mul(0xD6E8_FEB8_6659_FD93))
 }
 
+/// The key of message `msg` of the phase keyed `seed`.
 fn message_base(seed: u64, msg: u64) -> u64 {
     splitmix64(seed ^ splitmix64(msg))
 }

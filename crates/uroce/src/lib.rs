@@ -31,11 +31,14 @@ use std::sync::Arc;
 pub use verbs::*;
 
 pub mod pair;
+pub mod stats;
 
 /// Install the embedded NIC as the process-wide provider (once) and return the installed
 /// provider. Every other function here calls it; call it yourself only if you use
 /// [`verbs`] functions directly.
 pub fn init() -> Arc<dyn Provider> {
+    // Publish this process's counters for `uroce stat` (once; a thread parked in accept).
+    stats::start();
     verbs::set_provider(Arc::new(nic::EmbeddedProvider::new()));
     // A provider is installed now: ours, or one someone installed before us.
     verbs::provider().unwrap_or_else(|| Arc::new(nic::EmbeddedProvider::new()))

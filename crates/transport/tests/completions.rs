@@ -1,0 +1,327 @@
+//! Two QPs wired back to back: what the completions say (the SE bit of received messages,
+//! caller-queued failures), the current PSNs QUERY reports, and inline WRs that carry
+//! their bytes in a fixed array.
+
+use transport::wire::{Lkey, Psn, Qkey, Qpn, Rkey, RocePacketRepr};
+use transport::{
+    bring_up, AccessFlags, AtomicOp, Completion, InlineData, LocalData, MemError, Memory, Mtu, Qp,
+    QpAttr, QpConfig, QpEvent, QpState, QpType, RecvWr, RemoteAccess, RxMeta, SendFlags, SendWr,
+    Sge, SgeList, Time, UdDest, WcOpcode, WcStatus, WrOpcode,
+};
+
+const VA: u64 = 0x10_000;
+const KEY: u32 = 0x77;
+
+/// One registered region under key [`KEY`] (lkey = rkey), everything allowed.
+struct Mem(Vec<u8>);
+
+impl Mem {
+    fn at(&mut self, key: u32, addr: u64, len: usize) -> Result<&mut [u8], MemError> {
+        if key != KEY {
+            return Err(MemError::InvalidKey);
+        }
+        let off = addr.checked_sub(VA).ok_or(MemError::OutOfBounds)? as usize;
+        self.0.get_mut(off..off + len).ok_or(MemError::OutOfBounds)
+    }
+}
+
+impl Memory for Mem {
+    fn read_local(&mut self, lkey: Lkey, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        dst.copy_from_slice(self.at(lkey.0, addr, dst.len())?);
+        Ok(())
+    }
+    fn write_local(&mut self, lkey: Lkey, addr: u64, src: &[u8]) -> Result<(), MemError> {
+        self.at(lkey.0, addr, src.len())?.copy_from_slice(src);
+        Ok(())
+    }
+    fn check_remote(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        len: u64,
+        _: RemoteAccess,
+    ) -> Result<(), MemError> {
+        self.at(rkey.0, va, len as usize).map(|_| ())
+    }
+    fn read_remote(&mut self, rkey: Rkey, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        dst.copy_from_slice(self.at(rkey.0, va, dst.len())?);
+        Ok(())
+    }
+    fn write_remote(&mut self, rkey: Rkey, va: u64, src: &[u8]) -> Result<(), MemError> {
+        self.at(rkey.0, va, src.len())?.copy_from_slice(src);
+        Ok(())
+    }
+    fn atomic_remote(&mut self, rkey: Rkey, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        let w = self.at(rkey.0, va, 8)?;
+        let old = u64::from_ne_bytes(w.try_into().map_err(|_| MemError::OutOfBounds)?);
+        let new = match op {
+            AtomicOp::FetchAdd { add } => old.wrapping_add(add),
+            AtomicOp::CompareSwap { compare, swap } if old == compare => swap,
+            AtomicOp::CompareSwap { .. } => old,
+        };
+        w.copy_from_slice(&new.to_ne_bytes());
+        Ok(old)
+    }
+    fn invalidate(&mut self, _: Rkey) -> Result<(), MemError> {
+        Err(MemError::InvalidateDenied)
+    }
+}
+
+struct End {
+    qp: Qp,
+    mem: Mem,
+}
+
+fn pair(ty: QpType) -> (End, End) {
+    let mk = |qpn: u32| {
+        let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
+        cfg.caps.max_send_wr = 16;
+        cfg.caps.max_recv_wr = 16;
+        cfg.caps.max_inline_data = 128;
+        End {
+            qp: Qp::new(cfg),
+            mem: Mem(vec![0; 0x4000]),
+        }
+    };
+    let (mut a, mut b) = (mk(0x11), mk(0x12));
+    let attr = QpAttr {
+        qp_access_flags: AccessFlags(0xF),
+        qkey: Qkey(0x1234),
+        max_rd_atomic: 4,
+        max_dest_rd_atomic: 4,
+        timeout: 14,
+        retry_cnt: 3,
+        rnr_retry: 3,
+        ..QpAttr::default()
+    };
+    bring_up(
+        &mut a.qp,
+        Qpn::new(0x12),
+        Psn::new(500),
+        Psn::new(100),
+        Mtu::Mtu256,
+        &attr,
+    )
+    .unwrap();
+    bring_up(
+        &mut b.qp,
+        Qpn::new(0x11),
+        Psn::new(100),
+        Psn::new(500),
+        Mtu::Mtu256,
+        &attr,
+    )
+    .unwrap();
+    (a, b)
+}
+
+/// Move packets both ways until neither side has anything to send.
+fn shuttle(a: &mut End, b: &mut End) -> usize {
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    fn one_way(from: &mut End, to: &mut End, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while let Some(t) = from.qp.poll_transmit(Time(0), &mut from.mem, buf) {
+            let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+            to.qp
+                .handle_packet(Time(0), &pkt, &RxMeta::default(), &mut to.mem, None);
+            n += 1;
+        }
+        n
+    }
+    loop {
+        let moved = one_way(a, b, &mut buf) + one_way(b, a, &mut buf);
+        if moved == 0 {
+            return n;
+        }
+        n += moved;
+    }
+}
+
+fn completions(q: &mut Qp) -> Vec<Completion> {
+    std::iter::from_fn(|| q.poll_completion()).collect()
+}
+
+fn sges(off: u64, len: u32) -> SgeList {
+    SgeList::single(Sge {
+        addr: VA + off,
+        length: len,
+        lkey: Lkey(KEY),
+    })
+}
+
+fn sge(off: u64, len: u32) -> LocalData {
+    LocalData::Sges(sges(off, len))
+}
+
+fn recv(q: &mut Qp, id: u64) {
+    q.post_recv(RecvWr {
+        wr_id: id,
+        sges: sges(0x1000 + id * 0x400, 0x400),
+    })
+    .unwrap();
+}
+
+#[test]
+fn receive_completions_carry_the_solicited_event_bit() {
+    for ty in [QpType::Rc, QpType::Uc] {
+        let (mut a, mut b) = pair(ty);
+        for id in 0..4 {
+            recv(&mut b.qp, id);
+        }
+        // SEND, SEND solicited (multi-packet: the SE bit rides on the last one), WRITE
+        // WITH IMMEDIATE solicited, SEND WITH IMMEDIATE unsolicited.
+        let mut wrs = Vec::new();
+        let mut s = SendWr::new(1, WrOpcode::Send);
+        s.local = sge(0, 8);
+        wrs.push(s.clone());
+        s.wr_id = 2;
+        s.local = sge(0, 600);
+        s.flags = SendFlags::SIGNALED | SendFlags::SOLICITED;
+        wrs.push(s.clone());
+        let mut w = SendWr::new(3, WrOpcode::RdmaWriteWithImm);
+        w.local = sge(0, 16);
+        w.remote_addr = VA + 0x400;
+        w.rkey = Rkey(KEY);
+        w.flags = SendFlags::SOLICITED;
+        wrs.push(w);
+        s.wr_id = 4;
+        s.opcode = WrOpcode::SendWithImm;
+        s.local = sge(0, 4);
+        s.flags = SendFlags::SIGNALED;
+        wrs.push(s);
+        for wr in wrs {
+            a.qp.post_send(wr).unwrap();
+        }
+        shuttle(&mut a, &mut b);
+        let got: Vec<(u64, WcOpcode, bool)> = completions(&mut b.qp)
+            .iter()
+            .map(|c| {
+                assert_eq!(c.status, WcStatus::Success, "{ty:?}: {c:?}");
+                assert_eq!(c.fires_solicited(), c.solicited);
+                (c.wr_id, c.opcode, c.solicited)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, WcOpcode::Recv, false),
+                (1, WcOpcode::Recv, true),
+                (2, WcOpcode::RecvRdmaWithImm, true),
+                (3, WcOpcode::Recv, false),
+            ],
+            "{ty:?}"
+        );
+        // Send-side completions never count as solicited.
+        assert!(completions(&mut a.qp).iter().all(|c| !c.solicited));
+    }
+}
+
+#[test]
+fn ud_receives_carry_the_solicited_event_bit() {
+    let (mut a, mut b) = pair(QpType::Ud);
+    for id in 0..2 {
+        recv(&mut b.qp, id);
+    }
+    for (id, flags) in [(1, SendFlags::SOLICITED), (2, SendFlags::default())] {
+        let mut s = SendWr::new(id, WrOpcode::Send);
+        s.local = sge(0, 8);
+        s.flags = flags;
+        s.ud = Some(UdDest {
+            ah: 0,
+            remote_qpn: Qpn::new(0x12),
+            remote_qkey: Qkey(0x1234),
+        });
+        a.qp.post_send(s).unwrap();
+    }
+    shuttle(&mut a, &mut b);
+    let got: Vec<(u64, bool)> = completions(&mut b.qp)
+        .iter()
+        .map(|c| (c.wr_id, c.solicited))
+        .collect();
+    assert_eq!(got, vec![(0, true), (1, false)]);
+}
+
+#[test]
+fn query_reports_the_current_psns() {
+    let (mut a, mut b) = pair(QpType::Rc);
+    assert_eq!(
+        (a.qp.query().sq_psn, a.qp.query().rq_psn),
+        (Psn::new(100), Psn::new(500))
+    );
+    let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
+    w.local = sge(0, 600); // 3 packets at MTU 256
+    w.remote_addr = VA + 0x400;
+    w.rkey = Rkey(KEY);
+    a.qp.post_send(w).unwrap();
+    shuttle(&mut a, &mut b);
+    assert_eq!(a.qp.sq_psn(), Psn::new(103));
+    assert_eq!(a.qp.query().sq_psn, Psn::new(103));
+    assert_eq!(b.qp.rq_psn(), Psn::new(103));
+    assert_eq!(b.qp.query().rq_psn, Psn::new(103));
+    // The other direction is untouched.
+    assert_eq!(
+        (b.qp.query().sq_psn, a.qp.query().rq_psn),
+        (Psn::new(500), Psn::new(500))
+    );
+    assert_eq!(&b.mem.0[0x400..0x400 + 600], &a.mem.0[..600]);
+}
+
+#[test]
+fn inline_data_travels_in_the_wr() {
+    let (mut a, mut b) = pair(QpType::Rc);
+    recv(&mut b.qp, 0);
+    let text = b"inline payload in a fixed array, longer than one 256-byte MTU? no: 66";
+    let mut s = SendWr::new(9, WrOpcode::Send);
+    s.local = LocalData::InlineData(InlineData::from_slice(text).unwrap());
+    a.qp.post_send(s).unwrap();
+    // Longer than max_inline_data: refused like the Vec form.
+    let mut long = SendWr::new(10, WrOpcode::Send);
+    long.local = LocalData::InlineData(InlineData::from_slice(&[1; 129]).unwrap());
+    assert_eq!(
+        a.qp.post_send(long),
+        Err(transport::PostError::InlineTooLong)
+    );
+    shuttle(&mut a, &mut b);
+    let c = completions(&mut b.qp);
+    assert_eq!(
+        (c[0].status, c[0].byte_len),
+        (WcStatus::Success, text.len() as u32)
+    );
+    assert_eq!(&b.mem.0[0x1000..0x1000 + text.len()], &text[..]);
+    assert_eq!(completions(&mut a.qp)[0].wr_id, 9);
+}
+
+#[test]
+fn a_failed_send_joins_the_ordered_completion_stream() {
+    let (mut a, _b) = pair(QpType::Rc);
+    for id in 1..=2 {
+        let mut w = SendWr::new(id, WrOpcode::RdmaWrite);
+        w.local = sge(0, 8);
+        w.rkey = Rkey(KEY);
+        w.remote_addr = VA;
+        w.flags = SendFlags::default(); // unsignaled: flushed anyway
+        a.qp.post_send(w).unwrap();
+    }
+    a.qp.fail_send(3, Some(WrOpcode::RdmaRead), WcStatus::LocQpOpErr);
+    assert_eq!(a.qp.state(), QpState::Err);
+    assert_eq!(a.qp.poll_event(), Some(QpEvent::Fatal));
+    let got: Vec<(u64, WcStatus, WcOpcode)> = completions(&mut a.qp)
+        .iter()
+        .map(|c| (c.wr_id, c.status, c.opcode))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::WrFlushErr, WcOpcode::RdmaWrite),
+            (2, WcStatus::WrFlushErr, WcOpcode::RdmaWrite),
+            (3, WcStatus::LocQpOpErr, WcOpcode::RdmaRead),
+        ]
+    );
+    // Already in ERR: no second fatal event; an unknown opcode completes as SEND.
+    a.qp.fail_send(4, None, WcStatus::LocQpOpErr);
+    assert_eq!(a.qp.poll_event(), None);
+    let c = completions(&mut a.qp);
+    assert_eq!((c[0].wr_id, c[0].opcode), (4, WcOpcode::Send));
+    assert!(c[0].fires_solicited());
+}
