@@ -51,7 +51,9 @@ pub fn parse_device_list(list: &str) -> Result<Vec<DeviceSpec>, DeviceListError>
         let name = name.trim();
         if name.is_empty()
             || name.len() > 63
-            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
             return Err(DeviceListError(format!("bad device name `{name}`")));
         }
@@ -62,7 +64,10 @@ pub fn parse_device_list(list: &str) -> Result<Vec<DeviceSpec>, DeviceListError>
         if specs.iter().any(|s| s.name == name) {
             return Err(DeviceListError(format!("device `{name}` listed twice")));
         }
-        specs.push(DeviceSpec { name: name.to_string(), addr });
+        specs.push(DeviceSpec {
+            name: name.to_string(),
+            addr,
+        });
     }
     if specs.is_empty() {
         return Err(DeviceListError("no devices".to_string()));
@@ -95,12 +100,22 @@ mod tests {
         assert_eq!(l.len(), 3);
         assert_eq!(l[1].name, "uroce1");
         assert_eq!(l[2].addr, "::1".parse::<IpAddr>().unwrap());
-        assert_eq!(parse_device_list(DEFAULT_DEVICES).unwrap()[0].name, "uroce0");
+        assert_eq!(
+            parse_device_list(DEFAULT_DEVICES).unwrap()[0].name,
+            "uroce0"
+        );
     }
 
     #[test]
     fn rejects_bad_lists() {
-        for bad in ["", "uroce0", "=1.2.3.4", "a=1.2.3", "a=1.1.1.1,a=2.2.2.2", "a b=1.1.1.1"] {
+        for bad in [
+            "",
+            "uroce0",
+            "=1.2.3.4",
+            "a=1.2.3",
+            "a=1.1.1.1,a=2.2.2.2",
+            "a b=1.1.1.1",
+        ] {
             assert!(parse_device_list(bad).is_err(), "{bad:?} accepted");
         }
     }
