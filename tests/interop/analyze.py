@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Wire-level checks of one interop capture (tests/interop/run.sh).
 
-Usage: analyze.py FILE.pcap --uroce ADDR [--timeout-us US] [--pingpong]
+Usage: analyze.py FILE.pcap --uroce ADDR[,ADDR] [--timeout-us US] [--pingpong]
+       analyze.py --selftest
+       analyze.py --stat-last FILE.jsonl   (the last `uroce stat --watch --json` sample)
 
 Reads a classic pcap (Ethernet) of udp/4791 taken on the rxe lab bridge and checks, per
 sender (uroce = the packets whose IP source is ADDR, rxe = every other one):
@@ -31,6 +33,7 @@ Prints one `analyze:` summary line with key=value counts, a line per problem, an
 if there is a problem (2 if the file cannot be read). Standard library only.
 """
 import ipaddress
+import json
 import struct
 import sys
 
@@ -45,7 +48,9 @@ _REQ = {
     0x0C: ("read", "only", 16), 0x13: ("atomic", "only", 28), 0x14: ("atomic", "only", 28),
     0x16: ("send", "last", 4), 0x17: ("send", "only", 4),
 }
-_RESP = {0x0D: 0, 0x0E: 4, 0x0F: 4, 0x10: 0, 0x11: 4, 0x12: 12}
+# responses (RC) that carry an AETH right after the BTH: READ response first/last/only,
+# Acknowledge, Atomic Acknowledge
+_AETH = (0x0D, 0x0F, 0x10, 0x11, 0x12)
 _UD = {0x64: 8, 0x65: 12}
 
 PAGE = 4096
@@ -111,34 +116,8 @@ def roce(data):
     return src, data[udp + 8:end - 4]
 
 
-def main(argv):
-    args = argv[1:]
-    if not args or args[0].startswith("-"):
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
-    path = args[0]
-    uroce = None
-    timeout_us = 4.096 * (1 << 14)  # the tools' QP timeout 14 (perftest -u, pingpong)
-    pingpong = False
-    i = 1
-    while i < len(args):
-        a = args[i]
-        if a == "--uroce" and i + 1 < len(args):
-            uroce = {ipaddress.ip_address(x) for x in args[i + 1].split(",")}
-            i += 2
-        elif a == "--timeout-us" and i + 1 < len(args):
-            timeout_us = float(args[i + 1])
-            i += 2
-        elif a == "--pingpong":
-            pingpong = True
-            i += 1
-        else:
-            print(f"analyze: unknown argument {a}", file=sys.stderr)
-            return 2
-    if not uroce:
-        print("analyze: --uroce ADDR is required", file=sys.stderr)
-        return 2
-
+def analyze(path, uroce, timeout_us, pingpong):
+    """(counts, problems) of the capture at `path` (see the module docs)."""
     problems = []
     seen = {}  # (src, dqp, psn) -> first time
     retx = {"uroce": 0, "rxe": 0}
@@ -176,7 +155,7 @@ def main(argv):
                         problems.append(
                             f"frame {n}: {who} retransmitted {src} qp=0x{dqp:06x} "
                             f"psn=0x{psn:06x} {gap_us / 1000:.1f} ms after the original")
-            if op is not None and op in _RESP and op in (0x0D, 0x10, 0x11) and len(ib) >= 16:
+            if opcode in _AETH and len(ib) >= 16:
                 syn = ib[12]
                 kind = syn >> 5
                 if kind in (1, 3):
@@ -210,16 +189,136 @@ def main(argv):
                 first_msg, p = check_message(n, src, body, first_msg)
                 problems += p
     except (OSError, ValueError) as e:
-        print(f"analyze: {path}: {e}")
+        raise ValueError(f"{path}: {e}") from e
+
+    counts = {"packets_uroce": packets["uroce"], "packets_rxe": packets["rxe"],
+              "retx_uroce": retx["uroce"], "retx_rxe": retx["rxe"],
+              "rxe_spurious_retx": spurious, "naks": naks}
+    if pingpong:
+        counts["pingpong_msgs"] = msgs
+    # One side may rightly send nothing (the receiver of a UD send_bw); nothing at all is
+    # a broken capture.
+    if packets["uroce"] + packets["rxe"] == 0:
+        problems.append("no RoCEv2 packet in the capture")
+    return counts, problems
+
+
+def selftest():
+    """The checks must be able to fail: a synthetic capture with one instance of each
+    problem must yield exactly those problems."""
+    import os
+    import tempfile
+
+    u, r = "10.77.0.1", "10.77.0.11"
+
+    def frame(src, dst, opcode, dqp, psn, rest=b""):
+        bth = bytes([opcode, 0, 0xFF, 0xFF, 0]) + dqp.to_bytes(3, "big") + b"\x80" \
+            + psn.to_bytes(3, "big")
+        udp_payload = bth + rest + b"\0\0\0\0"  # ICRC (not checked here)
+        ip = b"\x45\x00" + struct.pack("!H", 28 + len(udp_payload)) + b"\0\0\x40\0\x40\x11\0\0" \
+            + ipaddress.ip_address(src).packed + ipaddress.ip_address(dst).packed
+        udp = struct.pack("!HHHH", 49152, 4791, 8 + len(udp_payload), 0)
+        return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + udp + udp_payload
+
+    msg = bytes([0]) + b"\x7b" * 99
+    ack = bytes([0x1F, 0, 0, 1])
+    frames_ = [
+        (0.000, frame(u, r, 0x04, 0x11, 5, msg)),      # uroce SEND
+        (0.001, frame(r, u, 0x11, 0x10, 5, ack)),      # rxe ACK
+        (0.010, frame(r, u, 0x04, 0x10, 9, msg)),      # rxe SEND (echo)
+        (0.020, frame(r, u, 0x04, 0x10, 9, msg)),      # rxe resends after 10 ms: spurious
+        (0.030, frame(r, u, 0x04, 0x10, 10, msg)),
+        (0.200, frame(r, u, 0x04, 0x10, 10, msg)),     # rxe resends after 170 ms: problem
+        (0.210, frame(u, r, 0x04, 0x11, 5, msg)),      # uroce resends: problem
+        (0.220, frame(u, r, 0x11, 0x11, 9, bytes([0x60, 0, 0, 1]))),  # NAK: problem
+        (0.230, frame(u, r, 0x04, 0x11, 6, msg[:50] + b"\x7c" + msg[51:])),  # corrupt: problem
+    ]
+    fd, path = tempfile.mkstemp(suffix=".pcap")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+            for t, fr in frames_:
+                f.write(struct.pack("<IIII", int(t), int(round((t % 1) * 1e6)), len(fr), len(fr)))
+                f.write(fr)
+        counts, problems = analyze(path, {ipaddress.ip_address(u)}, 4.096 * (1 << 14), True)
+    finally:
+        os.unlink(path)
+    want = ["frame 6: rxe retransmitted", "frame 7: uroce retransmitted", "frame 8: uroce",
+            "frame 9: 10.77.0.1 sent a ping-pong message that differs from the first one at "
+            "offset 50"]
+    ok = (len(problems) == len(want)
+          and all(p.startswith(w) for p, w in zip(problems, want))
+          and counts["rxe_spurious_retx"] == 1 and counts["naks"] == 1
+          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 1)
+    print(f"analyze: selftest {'ok' if ok else 'FAILED'}: {counts} {problems}")
+    return 0 if ok else 1
+
+
+def stat_last(path):
+    """The last counters `uroce stat --watch --json` saw of the (single) uroce process of
+    a cell: `name=value` lines, port counters of its devices summed."""
+    last = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                report = json.loads(line)
+            except ValueError:
+                continue  # a line cut off when the sampler was stopped
+            for proc in report.get("processes", []):
+                if last is None or proc.get("time_ms", 0) >= last.get("time_ms", 0):
+                    last = proc
+    if last is None:
+        print("stat: no snapshot")
+        return 1
+    total = {}
+    for dev in last.get("devices", []):
+        for name, value in dev.get("counters", {}).items():
+            total[name] = total.get(name, 0) + value
+    print(f"pid={last.get('pid')}")
+    print(f"program={last.get('program')}")
+    for name, value in total.items():
+        print(f"{name}={value}")
+    return 0
+
+
+def main(argv):
+    args = argv[1:]
+    if args == ["--selftest"]:
+        return selftest()
+    if len(args) == 2 and args[0] == "--stat-last":
+        return stat_last(args[1])
+    if not args or args[0].startswith("-"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    path = args[0]
+    uroce = None
+    timeout_us = 4.096 * (1 << 14)  # the tools' QP timeout 14 (perftest -u, pingpong)
+    pingpong = False
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a == "--uroce" and i + 1 < len(args):
+            uroce = {ipaddress.ip_address(x) for x in args[i + 1].split(",")}
+            i += 2
+        elif a == "--timeout-us" and i + 1 < len(args):
+            timeout_us = float(args[i + 1])
+            i += 2
+        elif a == "--pingpong":
+            pingpong = True
+            i += 1
+        else:
+            print(f"analyze: unknown argument {a}", file=sys.stderr)
+            return 2
+    if not uroce:
+        print("analyze: --uroce ADDR is required", file=sys.stderr)
         return 2
 
-    print(f"analyze: packets_uroce={packets['uroce']} packets_rxe={packets['rxe']} "
-          f"retx_uroce={retx['uroce']} retx_rxe={retx['rxe']} rxe_spurious_retx={spurious} "
-          f"naks={naks}" + (f" pingpong_msgs={msgs}" if pingpong else ""))
-    if packets["uroce"] == 0:
-        problems.append("no packet from uroce in the capture")
-    if packets["rxe"] == 0:
-        problems.append("no packet from rxe in the capture")
+    try:
+        counts, problems = analyze(path, uroce, timeout_us, pingpong)
+    except ValueError as e:
+        print(f"analyze: {e}")
+        return 2
+    print("analyze: " + " ".join(f"{k}={v}" for k, v in counts.items()))
     for p in problems[:20]:
         print(f"analyze: {p}")
     if len(problems) > 20:

@@ -41,12 +41,19 @@
 #     out_of_seq_request, rcvd_seq_err, rcvd_rnr_err, send_rnr_err, retry_exceeded_err,
 #     retry_rnr_exceeded_err, send_err, link_downed, and completer_retry_err only along
 #     with such spurious retransmissions; neither kernel (the namespace uroce runs in,
-#     the guest) counts a UDP receive error (InErrors, RcvbufErrors, InCsumErrors).
-#     uroce's own counters live inside each process (nic::DeviceHandle::port_counters)
-#     and no tool prints them yet, so uroce's side is judged from the wire instead: a
-#     retransmission, NAK or drop by uroce is visible in the capture.
-# A cell whose only failure is the guest's perftest failing to calibrate its clock under
-# emulation ("Correlation coefficient r^2 ... Can't produce a report") is run once more.
+#     the guest) counts a UDP receive error (InErrors, RcvbufErrors, InCsumErrors);
+#   * uroce's own counters (`uroce stat`, sampled every 0.05 s while the cell runs; the
+#     last sample of the uroce process counts) show no retransmission, timeout, NAK, RNR,
+#     sequence error, drop, bad ICRC, address mismatch or send error; duplicate_request
+#     only along with rxe's early retransmissions. The counters die with the process, so
+#     the last few milliseconds of a run (or all of a very short one) can be unsampled;
+#     the capture still shows anything uroce resent or NAKed.
+# Retried once (and said so): a cell whose only failure is the guest's perftest failing to
+# calibrate its clock under emulation ("Correlation coefficient r^2 ... Can't produce a
+# report"), and a cell whose only failure is that rxe resent after a full QP timeout
+# because uroce answered late — on an oversubscribed host (two emulated vCPUs plus two
+# spinning uroce threads on two cores, or other load) a thread can miss 100 ms; the
+# final lines count these retries.
 #
 # Artifacts: target/interop/ (per cell: pcap, both outputs, decode, analysis, counters).
 # Needs root, qemu, tcpdump, tshark, python3, ibverbs-utils and perftest on the host and
@@ -66,7 +73,7 @@ while [ $# -gt 0 ]; do
         --no-build) build=0 ;;
         --only) only=${2:-}; shift ;;
         --list) list=1 ;;
-        -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -uo pipefail/{/^set -uo/d;p}' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -278,14 +285,82 @@ delta() {
 guest_counters >"$OUT/guest-counters.start"
 ns_counters >"$OUT/ns-counters.start"
 
-# tshark: no payload guessing (see the header), RoCEv2 on 4791 is dissected by default.
+# tshark: no payload guessing (see the header). The heuristic sub-dissectors of
+# "infiniband.payload" (tshark -G heuristic-decodes) are turned off by their short names,
+# and the protocols behind them as well (tshark 4.0 has no name for every heuristic, e.g.
+# NVMe-oF's). RoCEv2 on 4791 is dissected by default.
 TSHARK_NOHEUR=()
-for h in rpcordma smb_direct smc nvme-rdma lnet iser infiniband.eoib infiniband_sdp fcoib ethertype; do
+for h in eth_over_ib fc_infiniband iser_infiniband lnet_ib mellanox_eoib rpcrdma_infiniband \
+    sdp_infiniband smb_direct_infiniband smcr_infiniband; do
     TSHARK_NOHEUR+=(--disable-heuristic "$h")
 done
+for p in rpcordma smb_direct smc nvme-rdma lnet iser infiniband.eoib infiniband_sdp fcoib; do
+    TSHARK_NOHEUR+=(--disable-protocol "$p")
+done
+# tshark_scan PCAP: one pass without payload heuristics, fields of every frame into
+# PCAP.tshark; prints "FRAMES FLAGGED-FROM-UROCE UNDISSECTED FLAGGED-FROM-RXE", and the first
+# flagged uroce frame into PCAP.tshark-first. Flagged = malformed, or an expert item of
+# severity >= PI_WARN (0x600000); undissected = no BTH opcode.
+tshark_scan() {
+    tshark -r "$1" "${TSHARK_NOHEUR[@]}" -T fields -E separator='|' -e frame.number \
+        -e ip.src -e ipv6.src -e _ws.malformed -e _ws.expert.severity -e infiniband.bth.opcode \
+        -e _ws.expert.message 2>/dev/null >"$1.tshark"
+    awk -F'|' -v u4="$U4" -v u6="$U6" '
+        { n++; src = ($2 != "") ? $2 : $3; flagged = ($4 != "")
+          k = split($5, sev, ","); for (i = 1; i <= k; i++) if (sev[i] + 0 >= 6291456) flagged = 1
+          if ($6 == "") und++
+          if (flagged && (src == u4 || src == u6)) { bad++; if (!first) first = $0 }
+          else if (flagged) rxe++ }
+        END { print n + 0, bad + 0, und + 0, rxe + 0; printf "%s", first > (FILENAME "-first") }' "$1.tshark"
+}
+# The check must be able to fail: a RoCEv2 frame from uroce cut inside its BTH must be
+# flagged (and counted as not dissected).
+python3 - "$OUT/tshark-selftest.pcap" <<'PY'
+import struct, sys
+ip = bytearray(b"\x45\x00" + struct.pack("!H", 20 + 8 + 12 + 4) + b"\x00\x00\x40\x00\x40\x11\x00\x00"
+               + bytes([10, 77, 0, 1, 10, 77, 0, 11]))
+udp = struct.pack("!HHHH", 49152, 4791, 8 + 12 + 4, 0)
+frame = b"\x52\x54\x00\x77\x00\x0b" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00" + bytes(ip) + udp + b"\x04\x00\xff\xff\x00\x00"
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    f.write(struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame)
+PY
+# An option tshark does not know makes it print nothing, which would pass every check.
+if ! tshark -r "$OUT/tshark-selftest.pcap" "${TSHARK_NOHEUR[@]}" >/dev/null 2>"$OUT/tshark-options.txt" ||
+    grep -qi 'no such' "$OUT/tshark-options.txt"; then
+    cat "$OUT/tshark-options.txt"
+    echo "FAIL: this tshark does not accept the options that turn its payload heuristics off"
+    fail=1
+    finish
+fi
+if [ "$(tshark_scan "$OUT/tshark-selftest.pcap")" != "1 1 1 0" ]; then
+    echo "FAIL: tshark does not flag a truncated RoCEv2 packet with the options this script uses"
+    fail=1
+    finish
+fi
+if ! python3 tests/interop/analyze.py --selftest >"$OUT/analyze-selftest.txt" 2>&1; then
+    cat "$OUT/analyze-selftest.txt"
+    echo "FAIL: tests/interop/analyze.py does not find the problems of its synthetic capture"
+    fail=1
+    finish
+fi
+
+# uroce's counters: each uroce process publishes them (uroce::stats) in this directory, and
+# `uroce stat --watch` samples them while the cell runs; the last sample of the process is
+# its counters at most STAT_EVERY seconds before it exited.
+STATS_DIR=$OUT/stats
+STAT_EVERY=0.05
+rm -rf "$STATS_DIR"
+mkdir -m 0700 -p "$STATS_DIR"
+# Must stay 0 in uroce's final counters (names as `uroce stat` prints them).
+UROCE_BAD="out_of_seq_request rcvd_rnr_err send_rnr_err rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err completer_retry_err send_err retransmissions local_ack_timeouts rcvd_nak_invalid_request rcvd_nak_remote_access rcvd_nak_remote_op send_nak dropped_pkts rcv_no_wqe_drop qkey_violation port_rcv_errors rcvd_icrc_err rcvd_addr_mismatch xmit_discards xmit_no_route cq_overflow bad_wqe ring_corrupt event_drops engine_panics"
+# Reported when not 0: consequences of rxe's early retransmissions (duplicate requests and
+# the duplicate answers to them), or late packets of a QP the tool already destroyed.
+UROCE_NOTE="duplicate_request duplicate_responses ghost_responses stale_naks rcvd_unknown_qp"
 
 port=18600
 total_spurious=0
+late_retries=0
 declare -A RESULT
 
 # run_cell NAME FLAGS UCMD GCMD SERVER -> 0 pass, 1 fail, 2 fail caused by the guest clock
@@ -303,19 +378,27 @@ run_cell() {
     if [ "${uside[0]}" = uroce ]; then
         uside[0]=$UROCE
     fi
-    uside=(env "UROCE_DEVICES=$udev" "LD_LIBRARY_PATH=$COMPAT" timeout "$TOOL_TIMEOUT" "${uside[@]}" -p "$port")
+    uside=(env "UROCE_DEVICES=$udev" "LD_LIBRARY_PATH=$COMPAT" "UROCE_STATS_DIR=$STATS_DIR"
+        timeout "$TOOL_TIMEOUT" "${uside[@]}" -p "$port")
 
-    nsx tcpdump -i rxebr0 --immediate-mode -s 0 -U -w "$base.pcap" udp port 4791 2>"$base.tcpdump" &
+    # Background jobs are started without the nsx function, so that $! is the process itself
+    # (ip netns exec execs the program) and can be signalled.
+    ip netns exec "$NS" tcpdump -i rxebr0 --immediate-mode -s 0 -U -Z root -w "$base.pcap" \
+        udp port 4791 2>"$base.tcpdump" &
     td=$!
     BG+=("$td")
     for _ in $(seq 100); do grep -q listening "$base.tcpdump" 2>/dev/null && break; sleep 0.1; done
     guest_counters >"$base.guest0"
     ns_counters >"$base.ns0"
+    ip netns exec "$NS" env "UROCE_STATS_DIR=$STATS_DIR" "$UROCE" stat --watch "$STAT_EVERY" --json \
+        >"$base.ustat" 2>/dev/null &
+    local stp=$!
+    BG+=("$stp")
 
     if [ "$srv" = uroce ]; then
         ures="$base.uroce-server.txt"
         gres="$base.rxe-client.txt"
-        nsx "${uside[@]}" >"$ures" 2>&1 &
+        ip netns exec "$NS" "${uside[@]}" >"$ures" 2>&1 &
         sp=$!
         BG+=("$sp")
         for _ in $(seq 300); do
@@ -330,7 +413,7 @@ run_cell() {
     else
         ures="$base.uroce-client.txt"
         gres="$base.rxe-server.txt"
-        gx "timeout $TOOL_TIMEOUT $gcmd -p $port" >"$gres" 2>&1 &
+        "$LAB/exec" 1 "timeout $TOOL_TIMEOUT $gcmd -p $port" >"$gres" 2>&1 &
         sp=$!
         BG+=("$sp")
         for _ in $(seq 200); do
@@ -345,6 +428,8 @@ run_cell() {
     fi
     guest_counters >"$base.guest1"
     ns_counters >"$base.ns1"
+    kill "$stp" 2>/dev/null
+    wait "$stp" 2>/dev/null
     sleep 0.3
     kill -INT "$td" 2>/dev/null
     wait "$td" 2>/dev/null
@@ -381,16 +466,19 @@ run_cell() {
     fi
     python3 "$LAB/tools/icrc_check.py" "$base.pcap" >"$base.icrc_check" 2>&1
     grep -qE ' 0 wrong' "$base.icrc_check" || problems+=("icrc_check.py: $(tail -1 "$base.icrc_check")")
-    local from_uroce="ip.src==$U4 || ipv6.src==$U6"
-    local bad_uroce undissected heur_all rxe_flagged
-    bad_uroce=$(tshark -r "$base.pcap" "${TSHARK_NOHEUR[@]}" -Y "(_ws.malformed || _ws.expert.severity >= \"Warning\") && ($from_uroce)" 2>/dev/null | tee "$base.tshark" | wc -l)
-    undissected=$(tshark -r "$base.pcap" -Y 'udp.dstport==4791 && !infiniband.bth' 2>/dev/null | wc -l)
-    heur_all=$(tshark -r "$base.pcap" -Y "_ws.malformed && ($from_uroce)" 2>/dev/null | wc -l)
-    rxe_flagged=$(tshark -r "$base.pcap" "${TSHARK_NOHEUR[@]}" -Y "(_ws.malformed || _ws.expert.severity >= \"Warning\") && !($from_uroce)" 2>/dev/null | wc -l)
-    [ "$bad_uroce" = 0 ] || problems+=("tshark flags $bad_uroce packet(s) uroce sent: $(head -1 "$base.tshark" | tr -s ' ')")
+    # tshark, one pass without payload heuristics: every udp/4791 frame must be dissected
+    # (a BTH opcode), and none that uroce sent may be malformed or carry an expert warning
+    # (severity >= PI_WARN 0x600000). A second pass with default settings only counts the
+    # heuristics' "[Malformed Packet]" guesses on uroce's SEND payloads, for the record.
+    local tcount bad_uroce undissected rxe_flagged heur_all
+    read -r tcount bad_uroce undissected rxe_flagged < <(tshark_scan "$base.pcap")
+    [ "$tcount" = "${roce:-x}" ] || problems+=("tshark saw $tcount RoCEv2 frames, uroce decode ${roce:-none}")
+    [ "$bad_uroce" = 0 ] || problems+=("tshark flags $bad_uroce packet(s) uroce sent: $(cat "$base.pcap.tshark-first")")
     [ "$undissected" = 0 ] || problems+=("tshark did not dissect $undissected packet(s) as InfiniBand")
-    [ "$heur_all" = 0 ] || info+=("tshark payload heuristics mark $heur_all uroce SEND payload(s) malformed")
-    [ "$rxe_flagged" = 0 ] || info+=("tshark flags $rxe_flagged rxe packet(s) ($(tshark -r "$base.pcap" -q -z expert 2>/dev/null | grep -m1 -E '^ +[0-9]+ ' | sed -E 's/^ +[0-9]+ +//; s/ +/ /g'))")
+    [ "$rxe_flagged" = 0 ] || info+=("tshark flags $rxe_flagged rxe packet(s): $(awk -F'|' '$7 != "" { print $7; exit }' "$base.pcap.tshark")")
+    heur_all=$(tshark -r "$base.pcap" -T fields -E separator='|' -e ip.src -e ipv6.src -e _ws.malformed 2>/dev/null |
+        awk -F'|' -v u4="$U4" -v u6="$U6" '($1 == u4 || $2 == u6) && $3 != "" { n++ } END { print n + 0 }')
+    [ "$heur_all" = 0 ] || info+=("tshark's payload heuristics (default settings) call $heur_all uroce SEND payload(s) malformed")
 
     # Retransmissions, NAKs and ping-pong data, from the capture.
     local aargs=(--uroce "$U4,$U6" --timeout-us "$QP_TIMEOUT_US")
@@ -423,6 +511,29 @@ run_cell() {
         d=$(delta "$c" "$base.ns0" "$base.ns1")
         [ "$d" = 0 ] || problems+=("namespace kernel counter $c +$d (packets to uroce dropped)")
     done
+    # uroce's own counters: the last `uroce stat` sample of the uroce process.
+    if python3 tests/interop/analyze.py --stat-last "$base.ustat" >"$base.ucounters" 2>&1; then
+        local v
+        for c in $UROCE_BAD; do
+            v=$(grep -m1 "^$c=" "$base.ucounters" | cut -d= -f2)
+            [ "${v:-0}" = 0 ] || problems+=("uroce counter $c $v")
+        done
+        for c in $UROCE_NOTE; do
+            v=$(grep -m1 "^$c=" "$base.ucounters" | cut -d= -f2)
+            if [ "${v:-0}" != 0 ]; then
+                if [ "$c" = duplicate_request ] && [ "$spurious" = 0 ]; then
+                    problems+=("uroce counter duplicate_request $v without an rxe retransmission")
+                else
+                    info+=("uroce counter $c $v")
+                fi
+            fi
+        done
+        grep -q '^sent_pkts=[1-9]' "$base.ucounters" ||
+            info+=("the last uroce stat sample precedes the traffic ($(grep -m1 '^sent_pkts=' "$base.ucounters"))")
+    else
+        # A process that lives only a few tens of milliseconds can end between two samples.
+        info+=("uroce stat caught no sample of the uroce process (it ran too briefly)")
+    fi
 
     local line
     line=$(grep -E '^[0-9]+ iters in|^ *[0-9]+ +[0-9]+ +([0-9.]+|inf|-?nan)' "$client_out" | tail -1 | tr -s ' \t' ' ')
@@ -432,7 +543,7 @@ run_cell() {
         RESULT[$id]=ok
         return 0
     fi
-    echo "FAIL $id"
+    echo "FAIL $id (host load average $(cut -d' ' -f1-3 /proc/loadavg))"
     for f in "${problems[@]}"; do echo "       $f"; done
     for f in "${info[@]}"; do echo "       note: $f"; done
     grep -vE '^ *-+$' "$ures" | tail -4 | sed 's/^/       uroce: /'
@@ -441,6 +552,18 @@ run_cell() {
     if grep -q 'Correlation coefficient' "$gres" && grep -q "Can't produce a report" "$gres"; then
         return 2
     fi
+    # Only late answers (rxe resent after a full QP timeout, and what follows from that):
+    # the uroce process was not scheduled in time on this host, or it really stalled.
+    local late=1
+    for f in "${problems[@]}"; do
+        case "$f" in
+            *"rxe retransmitted"*) ;;
+            "rxe counter completer_retry_err"*) ;;
+            "uroce counter duplicate_request"*) ;;
+            *) late=0 ;;
+        esac
+    done
+    [ "$late" = 1 ] && return 3
     return 1
 }
 
@@ -452,6 +575,12 @@ for c in "${selected[@]}"; do
     r=$?
     if [ "$r" = 2 ]; then
         echo "       retrying $name/$srv-server: rxe's perftest could not calibrate its clock under emulation"
+        run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
+        r=$?
+    elif [ "$r" = 3 ]; then
+        # Counted: the final line says how many cells needed this.
+        late_retries=$((late_retries + 1))
+        echo "       retrying $name/$srv-server once: uroce answered a full QP timeout late"
         run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
         r=$?
     fi
@@ -480,6 +609,8 @@ for c in udp_InErrors udp_RcvbufErrors udp_InCsumErrors udp6_InErrors udp6_Rcvbu
     printf '  %-24s +%s\n' "$c" "$(delta "$c" "$OUT/ns-counters.start" "$OUT/ns-counters.end")"
 done
 echo "interop: rxe spurious timer retransmissions in all captures: $total_spurious; uroce retransmissions: $(cat "$OUT"/cells/*.analyze 2>/dev/null | sed -nE 's/.*retx_uroce=([0-9]+).*/\1/p' | awk '{s += $1} END {print s + 0}')"
+echo "interop: cells retried after a late answer from uroce: $late_retries (see the FAIL lines above)"
+echo "interop: uroce counters: per cell in $OUT/cells/*.ucounters (last uroce stat sample of the process)"
 echo "interop: matrix ran in $((t_end - t_start)) s"
 cleanup
 finish

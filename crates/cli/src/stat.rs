@@ -66,7 +66,12 @@ fn parse_qp(s: &str) -> Result<QpSel, String> {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Only the device NAME (every process's device of that name).
-    #[arg(short = 'd', long = "ib-dev", visible_alias = "dev", value_name = "NAME")]
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        visible_alias = "dev",
+        value_name = "NAME"
+    )]
     device: Option<String>,
     /// Per-QP counters: of QP number N (decimal or 0x-hex), or of every QP (`all`).
     #[arg(long, value_name = "N|all", value_parser = parse_qp)]
@@ -193,6 +198,8 @@ fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
             }
             Err(e) => eprintln!("uroce stat: {e}"),
         }
+        print_out(&out);
+        // The JSON stays one object on stdout; the explanation goes to stderr.
         if let Some(msg) = &nothing {
             eprintln!("uroce stat: {msg}");
         }
@@ -202,8 +209,8 @@ fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
             out.push('\n');
         }
         out.push_str(&text(&chosen, args.qp, prev));
+        print_out(&out);
     }
-    print_out(&out);
     match nothing {
         Some(_) if !c.processes.is_empty() && args.watch.is_none() => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
@@ -420,7 +427,9 @@ mod tests {
         assert_eq!(all, ps);
         let one = select(&ps, &args(Some("uroce1"), None));
         assert_eq!(one.len(), 2);
-        assert!(one.iter().all(|p| p.devices.len() == 1 && p.devices[0].name == "uroce1"));
+        assert!(one
+            .iter()
+            .all(|p| p.devices.len() == 1 && p.devices[0].name == "uroce1"));
         assert!(select(&ps, &args(Some("nope"), None)).is_empty());
         let q = select(&ps, &args(None, Some(QpSel::One(18))));
         assert!(q

@@ -91,7 +91,10 @@ fn wait_for(dir: &Path, pid: u32, limit: Duration, ok: impl Fn(&Value) -> bool) 
         if process(&v, pid).is_some_and(&ok) {
             return v;
         }
-        assert!(Instant::now() < deadline, "gave up waiting; last report {v}");
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting; last report {v}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -173,10 +176,17 @@ fn counters_move_while_a_benchmark_runs_in_another_process() {
         .collect();
     assert_eq!(names, ["uroce1"]);
     let out = text(&stat(&dir, &["-d", "uroce1"]).stdout);
-    assert!(out.contains("link uroce1/1 ") && !out.contains("link uroce0/1 "), "{out}");
+    assert!(
+        out.contains("link uroce1/1 ") && !out.contains("link uroce0/1 "),
+        "{out}"
+    );
     let o = stat(&dir, &["-d", "uroce9"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o.stdout).contains("no device uroce9"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains("no device uroce9"),
+        "{}",
+        text(&o.stdout)
+    );
 
     // --qp: that QP only, in decimal or hex (QPNs are per device: each device of the
     // benchmark may have one with this number, so name the device too).
@@ -211,7 +221,10 @@ fn counters_move_while_a_benchmark_runs_in_another_process() {
         .lines()
         .rfind(|l| l.starts_with("link uroce0/1 "))
         .expect("delta line");
-    assert!(delta.contains(" over ") && delta.contains(" sent_pkts +"), "{out}");
+    assert!(
+        delta.contains(" over ") && delta.contains(" sent_pkts +"),
+        "{out}"
+    );
 
     // Killed: the socket stays behind, the next `uroce stat` removes it and says no process
     // is running.

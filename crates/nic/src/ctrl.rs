@@ -72,39 +72,49 @@ struct Conn {
     out_armed: bool,
 }
 
-enum Need {
+/// How much of a command the bytes received so far frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// At least this many bytes in total are needed.
     More(usize),
+    /// The first command is this many bytes (all here).
     Complete(usize),
+    /// The header cannot frame a message (legacy `in_words` < 2): close the connection.
     Unframeable,
 }
 
 impl Conn {
     fn need(&self) -> Need {
-        let Some(head) = self.inbuf.get(..self.have) else {
-            return Need::Unframeable;
-        };
-        let Ok((hdr, rest)) = CmdHdr::read_from_prefix(head) else {
-            return Need::More(CmdHdr::SIZE);
-        };
-        let total = if hdr.command & CMD_FLAG_EXTENDED != 0 {
-            let Ok((ex, _)) = ExCmdHdr::read_from_prefix(rest) else {
-                return Need::More(CmdHdr::SIZE + ExCmdHdr::SIZE);
-            };
-            CmdHdr::SIZE
-                + ExCmdHdr::SIZE
-                + (usize::from(hdr.in_words) + usize::from(ex.provider_in_words)) * 8
-        } else {
-            let total = usize::from(hdr.in_words) * 4;
-            if total < CmdHdr::SIZE {
-                return Need::Unframeable;
-            }
-            total
-        };
-        if self.have < total {
-            Need::More(total)
-        } else {
-            Need::Complete(total)
+        match self.inbuf.get(..self.have) {
+            Some(head) => need(head),
+            None => Need::Unframeable,
         }
+    }
+}
+
+/// Frame the first command of `head` (the bytes received so far) by its uverbs header.
+pub(crate) fn need(head: &[u8]) -> Need {
+    let Ok((hdr, rest)) = CmdHdr::read_from_prefix(head) else {
+        return Need::More(CmdHdr::SIZE);
+    };
+    let total = if hdr.command & CMD_FLAG_EXTENDED != 0 {
+        let Ok((ex, _)) = ExCmdHdr::read_from_prefix(rest) else {
+            return Need::More(CmdHdr::SIZE + ExCmdHdr::SIZE);
+        };
+        CmdHdr::SIZE
+            + ExCmdHdr::SIZE
+            + (usize::from(hdr.in_words) + usize::from(ex.provider_in_words)) * 8
+    } else {
+        let total = usize::from(hdr.in_words) * 4;
+        if total < CmdHdr::SIZE {
+            return Need::Unframeable;
+        }
+        total
+    };
+    if head.len() < total {
+        Need::More(total)
+    } else {
+        Need::Complete(total)
     }
 }
 

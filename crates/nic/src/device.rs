@@ -110,9 +110,9 @@ impl DeviceHandle {
         st.qps.get(qpn).map(|q| *q.qp.counters())
     }
 
-    /// What the device holds although no context should own it (`DevState::leftovers`).
-    pub(crate) fn leftovers(&self) -> Vec<String> {
-        self.0.lock_cp().leftovers()
+    /// The device itself (the fuzz harness drives its dispatch directly).
+    pub(crate) fn dev(&self) -> &Device {
+        &self.0
     }
 
     /// Live objects, for tests and `uroce` diagnostics.

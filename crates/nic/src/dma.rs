@@ -74,6 +74,24 @@ impl UserRange {
         true
     }
 
+    /// Copy `n` bytes at `src_off` of `src` to `dst_off` of `self` directly, one copy
+    /// from registered memory to registered memory (the same-device DMA path, no packet
+    /// buffer in between); `false` if either span is outside its range. The spans may
+    /// overlap (two MRs over the same memory): the copy is a memmove.
+    pub(crate) fn copy_from(&self, dst_off: u64, src: &UserRange, src_off: u64, n: usize) -> bool {
+        let (Some(d), Some(s)) = (self.span(dst_off, n), src.span(src_off, n)) else {
+            return false;
+        };
+        if n > 0 {
+            // SAFETY: both spans lie inside ranges validated as mapped (and the destination
+            // as writable: callers only write to ranges registered with a write access
+            // flag) when they were registered, which the application keeps mapped while
+            // registered (module docs). `ptr::copy` allows the spans to overlap.
+            unsafe { std::ptr::copy(s as *const u8, d as *mut u8, n) };
+        }
+        true
+    }
+
     /// Execute an atomic on the 8-byte word at `off` (which must be 8-aligned in host
     /// memory); returns the original value.
     pub(crate) fn atomic(&self, off: u64, op: AtomicOp) -> Option<u64> {
@@ -238,20 +256,40 @@ mod tests {
         };
         let r = user_range(w, 64, 128, true).unwrap();
         assert!(r.write(0, &[9; 8]));
-        assert_eq!(win.word(64).unwrap().load(Ordering::Relaxed), u64::from_ne_bytes([9; 8]));
+        assert_eq!(
+            win.word(64).unwrap().load(Ordering::Relaxed),
+            u64::from_ne_bytes([9; 8])
+        );
         assert!(user_range(w, 4000, 96, true).is_ok());
         assert_eq!(user_range(w, 4000, 97, true).unwrap_err(), Errno::EFAULT);
-        assert_eq!(user_range(w, u64::MAX / 2, 8, true).unwrap_err(), Errno::EFAULT);
+        assert_eq!(
+            user_range(w, u64::MAX / 2, 8, true).unwrap_err(),
+            Errno::EFAULT
+        );
         assert_eq!(user_range(w, 0, 8, true).unwrap_err(), Errno::EINVAL);
         let m = shared_region(w, 128, 256).unwrap();
         assert_eq!(m.addr(), win.addr() + 128);
         assert_eq!(shared_region(w, 96, 64).unwrap_err(), Errno::EINVAL); // misaligned
         assert_eq!(shared_region(w, 4032, 128).unwrap_err(), Errno::EFAULT);
         // The process's own addresses are not window offsets.
-        assert_eq!(
-            shared_region(w, win.addr(), 64).unwrap_err(),
-            Errno::EFAULT
-        );
+        assert_eq!(shared_region(w, win.addr(), 64).unwrap_err(), Errno::EFAULT);
+    }
+
+    #[test]
+    fn copies_between_ranges_directly_and_overlapping() {
+        let mut a = vec![0u8; 64];
+        let mut b: Vec<u8> = (0..64).collect();
+        let p = AddressSpace::Process;
+        let ra = user_range(p, a.as_mut_ptr() as u64, 64, true).unwrap();
+        let rb = user_range(p, b.as_mut_ptr() as u64, 64, true).unwrap();
+        assert!(ra.copy_from(8, &rb, 16, 8));
+        assert_eq!(a[8..16], [16, 17, 18, 19, 20, 21, 22, 23]);
+        assert!(!ra.copy_from(60, &rb, 0, 8));
+        assert!(!ra.copy_from(0, &rb, 60, 8));
+        // Within one range, overlapping: memmove semantics.
+        assert!(rb.copy_from(1, &rb, 0, 4));
+        assert_eq!(b[..6], [0, 0, 1, 2, 3, 5]);
+        drop((a, b));
     }
 
     #[test]

@@ -139,7 +139,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug)]
 pub(crate) struct DevIo {
     pool: Vec<Vec<u8>>,
-    loopq: VecDeque<(Vec<u8>, usize)>,
+    /// Same-device packets: buffer, length, payload left in the source MRs.
+    loopq: VecDeque<(Vec<u8>, usize, DeferList)>,
     txq: VecDeque<(Vec<u8>, usize, SocketAddr)>,
     rx_bufs: Vec<Vec<u8>>,
     rx: MsgBatch,
@@ -370,11 +371,11 @@ fn pass(dev: &Device, io: &mut DevIo, now: Time, poll_socket: bool) -> bool {
     for _ in 0..ROUNDS {
         let mut did = false;
         for _ in 0..LOOP_BUDGET {
-            let Some((buf, len)) = io.loopq.pop_front() else {
+            let Some((buf, len, deferred)) = io.loopq.pop_front() else {
                 break;
             };
             if let Some(bytes) = buf.get(..len) {
-                deliver_loopback(st, bytes, now);
+                deliver_loopback(st, bytes, deferred, now);
             }
             io.put_buf(buf);
             did = true;
@@ -694,16 +695,21 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
             break;
         }
         let mut buf = io.take_buf();
+        // Payload read from registered memory is recorded, not copied: a packet that
+        // stays on the device is delivered straight from the source MR (one copy, like
+        // DMA); one that leaves gets its bytes in `route`.
         let mut mem = DmaView {
             mrs: &res.mrs,
             pd: q.pd,
+            payload: Payload::defer_into(&buf),
         };
         let Some(t) = q.qp.poll_transmit(now, &mut mem, &mut buf) else {
             io.put_buf(buf);
             break;
         };
+        let deferred = mem.payload.deferred();
         sent += 1;
-        route(dev_ip, hermetic, q, res, io, buf, t);
+        route(dev_ip, hermetic, q, res, io, buf, t, deferred);
     }
     if sent == TX_BUDGET {
         more = true;
@@ -738,7 +744,9 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
 }
 
 /// Send a packet the transport built: to the internal loopback when the destination is
-/// this device, else as a UDP datagram with its ICRC (never from a hermetic device).
+/// this device (its payload still in the source MRs, `deferred`), else as a UDP datagram
+/// with its payload and ICRC (never from a hermetic device).
+#[allow(clippy::too_many_arguments)]
 fn route(
     dev_ip: IpAddr,
     hermetic: bool,
@@ -747,6 +755,7 @@ fn route(
     io: &mut DevIo,
     mut buf: Vec<u8>,
     t: Transmit,
+    deferred: DeferList,
 ) {
     let dest = match t.ah {
         Some(ah) => res.ahs.get(ah).filter(|a| a.ctx == q.ctx).map(|a| a.dest),
@@ -762,9 +771,15 @@ fn route(
     c.port_xmit_data += ((t.len + ICRC_LEN) / 4) as u64;
     if dest.ip == dev_ip {
         c.loopback_pkts += 1;
-        io.loopq.push_back((buf, t.len));
+        io.loopq.push_back((buf, t.len, deferred));
         return;
     }
+    if !deferred.materialize(&res.mrs, &mut buf) {
+        res.counters.xmit_discards += 1;
+        io.put_buf(buf);
+        return;
+    }
+    let c = &mut res.counters;
     let ip = match (dev_ip, dest.ip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             IpRepr::v4_socket(s, d, dest.traffic_class, dest.hop_limit)
@@ -926,7 +941,7 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, now: Time) 
     };
     c.port_rcv_packets += 1;
     c.port_rcv_data += (data.len() / 4) as u64;
-    deliver(st, &pkt, from.ip(), &RxMeta { grh }, now);
+    deliver(st, &pkt, from.ip(), &RxMeta { grh }, now, Payload::Copy);
 }
 
 fn v4_grh(
@@ -949,16 +964,28 @@ fn v4_grh(
     Grh::V4(h)
 }
 
-fn deliver_loopback(st: &mut DevState, bytes: &[u8], now: Time) {
+fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferList, now: Time) {
     let ip = st.cfg.addr;
     let Ok(pkt) = RocePacketRepr::parse(bytes) else {
         st.res.counters.port_rcv_errors += 1;
         return;
     };
+    if !deferred.sources_valid(&st.res.mrs) {
+        // Its source MR was deregistered while the packet waited (a later pass): lost,
+        // like a packet dropped on a wire; the sender's retry finds the key gone.
+        st.res.counters.xmit_discards += 1;
+        return;
+    }
     st.res.counters.port_rcv_packets += 1;
     st.res.counters.port_rcv_data += ((bytes.len() + ICRC_LEN) / 4) as u64;
     let udp_len = 8 + bytes.len() + ICRC_LEN;
+    // Only a UD receive shows the IP header (its GRH area): skip building it otherwise.
+    let ud = st
+        .qps
+        .get(pkt.bth.dest_qp.value())
+        .is_some_and(|q| q.ty == QpType::Ud);
     let grh = match ip {
+        _ if !ud => RxMeta::default().grh,
         IpAddr::V4(v4) => v4_grh(v4, v4, 0, true, udp_len),
         IpAddr::V6(v6) => {
             let mut h = [0u8; IPV6_HEADER_LEN];
@@ -973,12 +1000,20 @@ fn deliver_loopback(st: &mut DevState, bytes: &[u8], now: Time) {
             Grh::V6(h)
         }
     };
-    deliver(st, &pkt, ip, &RxMeta { grh }, now);
+    let payload = Payload::resolve_from(bytes, deferred);
+    deliver(st, &pkt, ip, &RxMeta { grh }, now, payload);
 }
 
 /// Hand a packet to its QP (demultiplexed by BTH destination QPN). RC/UC packets must come
 /// from the QP's destination address (rxe `check_addr`).
-fn deliver(st: &mut DevState, pkt: &RocePacketRepr<'_>, src: IpAddr, meta: &RxMeta, now: Time) {
+fn deliver(
+    st: &mut DevState,
+    pkt: &RocePacketRepr<'_>,
+    src: IpAddr,
+    meta: &RxMeta,
+    now: Time,
+    payload: Payload,
+) {
     let qpn = pkt.bth.dest_qp.value();
     let DevState {
         res, qps, ready, ..
@@ -994,6 +1029,7 @@ fn deliver(st: &mut DevState, pkt: &RocePacketRepr<'_>, src: IpAddr, meta: &RxMe
     let mut mem = DmaView {
         mrs: &res.mrs,
         pd: q.pd,
+        payload,
     };
     let mut limit_event = None;
     let mut corrupt = false;

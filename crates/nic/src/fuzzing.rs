@@ -1,12 +1,16 @@
 //! Entry points shared by the `nic_commands` cargo-fuzz target and the stable random-input
 //! test (`tests/fuzz_commands.rs`): arbitrary command sequences against a live control
-//! plane, through the same socket, framing and dispatch a library's commands take.
+//! plane context, through the framing (`ctrl::need`) and the dispatch
+//! (`DevState::execute`) the control-plane thread uses for a library's commands — called
+//! from the fuzzing thread, so a command costs no thread hand-off and a panic anywhere in
+//! the command path is the fuzzer's to see (the control-plane thread would turn it into
+//! EIO). The engine thread runs as usual and works on whatever the commands post.
 //!
-//! [`execute`] opens a context on a dedicated device, sends the input's commands one by
-//! one and checks each reply, then closes the context and checks that the device reclaimed
-//! everything it created. It panics — a fuzz finding — if a reply is malformed or missing,
-//! the connection drops on a command that could be framed, anything survives the context,
-//! or a file descriptor leaks.
+//! [`execute`] opens a context on a dedicated device, runs the input's commands one by one
+//! and checks each reply, then closes the context (as a closed connection does) and checks
+//! that the device reclaimed everything it created. It panics — a fuzz finding — if a
+//! reply is malformed, anything survives the context, a file descriptor leaks, or the
+//! engine caught a panic.
 //!
 //! # The device
 //!
@@ -28,19 +32,17 @@
 //! of the input) forming one command:
 //! * normally its uverbs header is rewritten to frame exactly these bytes;
 //! * header bit 15 keeps the header as it is: the message is padded or cut to what it
-//!   declares, and one that cannot be framed must make the control plane close the
-//!   connection (which ends the input);
-//! * header bit 14 first gives the engine ~50 µs to work on what earlier commands posted.
+//!   declares, and one that cannot be framed closes the connection (which ends the input);
+//! * header bit 14 first gives the engine ~20 µs to work on what earlier commands posted.
 //!
 //! Set `NIC_FUZZ_TRACE` to print every command and its result (replaying a finding).
 
-use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Shutdown};
-use std::os::unix::net::UnixStream;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use abi::cmd::{Command, Reply, ReplyHdr, CMD_FLAG_EXTENDED};
+use abi::cmd::{Command, Reply, CMD_FLAG_EXTENDED};
 use abi::doorbell::DoorbellLayout;
 use abi::fastpath::{recv_wqe_size, send_wqe_size, CQE_BYTES};
 use abi::ring::RingLayout;
@@ -49,8 +51,10 @@ use abi::uverbs::*;
 use abi::{AccessFlags, QpAttrMask, Request, SendFlags, WrOpcode};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::device::{start_device_in, DeviceHandle};
+use crate::ctrl::{need, Need};
+use crate::device::{start_device_in, Device, DeviceHandle};
 use crate::dma::AddressSpace;
+use crate::state::CtxId;
 use crate::{sys, DeviceConfig, Limits};
 
 /// Bytes of the memory window the fuzz device's commands address.
@@ -70,11 +74,14 @@ pub const MR_KEY: u32 = 0x101;
 /// QPNs (= handles) of the prelude's two QPs.
 pub const QPNS: [u32; 2] = [16, 17];
 
+/// Window offset of the samples' resized CQ ring (128 CQEs).
+const RESIZE_AT: u64 = 0x8_0000;
+const _: () = assert!(MR_AT + MR_LEN <= RESIZE_AT && RESIZE_AT + 0x4000 <= WINDOW_LEN as u64);
+
 const NAME: &str = "nicfuzz0";
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 77, 9, 1);
 const DOORBELL_SLOTS: u32 = 64;
 const QP_DEPTH: u32 = 16;
-const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
 const RAW: u16 = 0x8000;
 const PAUSE: u16 = 0x4000;
 const LEN_MASK: u16 = 0x0fff;
@@ -92,6 +99,12 @@ fn harness() -> &'static Harness {
     HARNESS.get_or_init(|| {
         let window = Arc::new(SharedMem::new_zeroed(WINDOW_LEN).expect("fuzz window"));
         let mut cfg = DeviceConfig::new(NAME, IpAddr::V4(ADDR));
+        // Commands, not a data stream: a briefly spinning engine leaves the cores to the
+        // harness and the control plane.
+        cfg.spin_us = 20;
+        cfg.max_spin_us = 20;
+        cfg.busy_spin_us = 20;
+        cfg.max_busy_spin_us = 20;
         cfg.limits = Limits {
             max_qp: 8,
             max_qp_wr: 64,
@@ -134,14 +147,14 @@ pub struct Outcome {
 pub fn execute(data: &[u8]) -> Outcome {
     let h = harness();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let dev = h.dev.dev();
     let fds_before = open_fds();
-    let mut s = h.dev.open_context().expect("open a context");
-    s.set_read_timeout(Some(REPLY_TIMEOUT))
-        .expect("set a read timeout");
+    // A new context, as a new connection to the control plane gets.
+    let ctx = dev.next_ctx.fetch_add(1, Ordering::Relaxed);
     let mut out = Outcome::default();
     let level = data.first().map_or(0, |b| b % 3);
     for cmd in prelude(level) {
-        send_checked(&mut s, &cmd, &mut out);
+        run_checked(dev, ctx, &cmd, &mut out);
     }
     let mut rest = data.get(1..).unwrap_or(&[]);
     while let Some((hdr, tail)) = rest.split_first_chunk::<2>() {
@@ -150,43 +163,43 @@ pub fn execute(data: &[u8]) -> Outcome {
         let (body, next) = tail.split_at(n);
         rest = next;
         if hdr & PAUSE != 0 {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(Duration::from_micros(20));
         }
-        let (msg, framable) = if hdr & RAW != 0 {
+        let msg = if hdr & RAW != 0 {
             frame_as_declared(body)
         } else {
-            (frame_exactly(body), true)
+            Some(frame_exactly(body))
         };
-        if !framable {
-            expect_close(&mut s, &msg);
+        let Some(msg) = msg else {
             out.closed = true;
             break;
-        }
-        send_checked(&mut s, &msg, &mut out);
+        };
+        run_checked(dev, ctx, &msg, &mut out);
     }
-    close_and_wait(s);
-    let left = h.dev.leftovers();
+    // The connection closes: everything the context owns goes (ctrl.rs does the same).
+    dev.lock_cp().destroy_context(ctx);
+    dev.engine.kick();
+    let left = dev.lock_cp().leftovers();
     assert!(left.is_empty(), "closing the context left {left:?}");
-    // A panic caught by the control plane (answered EIO) or the engine (the pass is
-    // retried) is still a bug.
+    // A panic caught by the engine (the pass is retried) is still a bug.
     let panics = h.dev.port_counters().engine.engine_panics;
-    assert_eq!(panics, 0, "the control plane or the engine panicked");
+    assert_eq!(panics, 0, "the engine panicked");
     let fds_after = open_fds();
     assert_eq!(fds_before, fds_after, "file descriptors leaked");
     out
 }
 
-/// Send one framable command, read its reply, check it, and take ownership of any file
-/// descriptor it hands the library.
-fn send_checked(s: &mut UnixStream, msg: &[u8], out: &mut Outcome) {
-    let reply = match exchange(s, msg) {
-        Ok(r) => r,
-        Err(e) => panic!("no reply to a framable command ({e}): {msg:02x?}"),
-    };
+/// Execute one framed command, check its reply, and take ownership of any file descriptor
+/// it hands the library.
+fn run_checked(dev: &Device, ctx: CtxId, msg: &[u8], out: &mut Outcome) {
+    assert_eq!(need(msg), Need::Complete(msg.len()), "harness framing");
+    let mut reply = Vec::new();
+    let kick = dev.lock_cp().execute(ctx, msg, &mut reply);
+    if kick {
+        dev.engine.kick();
+    }
     let r = Reply::parse(&reply).unwrap_or_else(|e| panic!("malformed reply {reply:02x?}: {e}"));
-    let word = msg
-        .first_chunk::<4>()
-        .map_or(0, |w| u32::from_ne_bytes(*w));
+    let word = msg.first_chunk::<4>().map_or(0, |w| u32::from_ne_bytes(*w));
     assert_eq!(r.command, word, "the reply must echo the command word");
     out.replies += 1;
     if std::env::var_os("NIC_FUZZ_TRACE").is_some() {
@@ -194,10 +207,7 @@ fn send_checked(s: &mut UnixStream, msg: &[u8], out: &mut Outcome) {
         eprintln!("nic fuzz: {cmd:?} → {:?}", r.result.map(<[u8]>::len));
     }
     match r.result {
-        Err(e) => {
-            assert_ne!(e, abi::Errno::EIO, "EIO: the control plane caught a panic");
-            out.errors += 1;
-        }
+        Err(_) => out.errors += 1,
         Ok(resp) => close_handed_fds(word, resp),
     }
 }
@@ -217,46 +227,6 @@ fn close_handed_fds(word: u32, resp: &[u8]) {
     }
 }
 
-fn exchange(s: &mut UnixStream, msg: &[u8]) -> io::Result<Vec<u8>> {
-    s.write_all(msg)?;
-    let mut out = vec![0u8; ReplyHdr::SIZE];
-    s.read_exact(&mut out)?;
-    let len = ReplyHdr::read_from_bytes(&out)
-        .map(|h| h.resp_len as usize)
-        .unwrap_or(0);
-    out.resize(ReplyHdr::SIZE + len, 0);
-    s.read_exact(&mut out[ReplyHdr::SIZE..])?;
-    Ok(out)
-}
-
-/// An unframeable header: the control plane must close the connection, not answer.
-fn expect_close(s: &mut UnixStream, msg: &[u8]) {
-    let _ = s.write_all(msg);
-    let mut b = [0u8; 64];
-    match s.read(&mut b) {
-        Ok(0) => {}
-        Err(e) if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::TimedOut => {
-        }
-        other => panic!("an unframeable command {msg:02x?} got {other:?} instead of a close"),
-    }
-}
-
-/// Close our end and wait until the control plane has torn the context down (its end
-/// closes after that).
-fn close_and_wait(mut s: UnixStream) {
-    let _ = s.shutdown(Shutdown::Write);
-    let mut b = [0u8; 256];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return,
-            Err(e) => panic!("the control plane did not close the context: {e}"),
-        }
-    }
-}
-
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
@@ -265,12 +235,6 @@ fn word_at(m: &[u8], at: usize) -> u32 {
     m.get(at..at + 4)
         .and_then(|b| b.try_into().ok())
         .map_or(0, u32::from_ne_bytes)
-}
-
-fn u16_at(m: &[u8], at: usize) -> usize {
-    m.get(at..at + 2)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, |b| usize::from(u16::from_ne_bytes(b)))
 }
 
 fn set_u16(m: &mut [u8], at: usize, v: u16) {
@@ -303,27 +267,21 @@ fn frame_exactly(body: &[u8]) -> Vec<u8> {
     m
 }
 
-/// Keep the header: pad or cut the message to the length it declares. `false` if the
-/// header cannot frame a message at all (legacy `in_words` < 2).
-fn frame_as_declared(body: &[u8]) -> (Vec<u8>, bool) {
+/// Keep the header: the first command its header frames, padded with zeros to the length
+/// it declares if `body` is shorter (the control plane would wait for those bytes);
+/// `None` if the header cannot frame a message (the control plane closes the connection).
+fn frame_as_declared(body: &[u8]) -> Option<Vec<u8>> {
     let mut m = body.to_vec();
-    if m.len() < 8 {
-        m.resize(8, 0);
+    loop {
+        match need(&m) {
+            Need::Complete(total) => {
+                m.truncate(total);
+                return Some(m);
+            }
+            Need::More(total) => m.resize(total, 0),
+            Need::Unframeable => return None,
+        }
     }
-    let total = if word_at(&m, 0) & CMD_FLAG_EXTENDED != 0 {
-        if m.len() < 24 {
-            m.resize(24, 0);
-        }
-        24 + (u16_at(&m, 4) + u16_at(&m, 16)) * 8
-    } else {
-        let total = u16_at(&m, 4) * 4;
-        if total < 8 {
-            return (m, false);
-        }
-        total
-    };
-    m.resize(total, 0);
-    (m, true)
 }
 
 fn enc(r: &Request<'_>) -> Vec<u8> {
@@ -490,12 +448,7 @@ fn prelude(level: u8) -> Vec<Vec<u8>> {
     }
     for i in 0..2u64 {
         let (sq, rq) = qp_rings(i);
-        v.push(create_qp(
-            abi::QpType::RC,
-            sq,
-            rq_layout().desc(rq),
-            None,
-        ));
+        v.push(create_qp(abi::QpType::RC, sq, rq_layout().desc(rq), None));
     }
     v.extend(connect_rc(QPNS[0], QPNS[1]));
     v.extend(connect_rc(QPNS[1], QPNS[0]));
@@ -621,7 +574,10 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         rkey: MR_KEY,
         reserved: 0,
     });
-    let mut imm = rdma(wr(6, WrOpcode::RDMA_WRITE_WITH_IMM, sig, 1), MR_AT + 0x3_1000);
+    let mut imm = rdma(
+        wr(6, WrOpcode::RDMA_WRITE_WITH_IMM, sig, 1),
+        MR_AT + 0x3_1000,
+    );
     imm.set_imm_data(0x1234);
     let mut inline = wr(7, WrOpcode::SEND, sig | SendFlags::INLINE.0, 1);
     inline.send_flags |= SendFlags::SOLICITED.0;
@@ -639,7 +595,10 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         ),
         post_send(
             qa,
-            &[wr(3, WrOpcode::SEND, sig, 2), wr(4, WrOpcode::SEND_WITH_IMM, 0, 0)],
+            &[
+                wr(3, WrOpcode::SEND, sig, 2),
+                wr(4, WrOpcode::SEND_WITH_IMM, 0, 0),
+            ],
             &[sge(0, 300), sge(0x400, 300)],
         ),
         post_send(qa, &[atomic, imm], &[sge(0x9000, 8), sge(0, 16)]),
@@ -806,7 +765,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
             UroceResizeCq {
                 ring: RingLayout::for_depth(128, CQE_BYTES)
                     .unwrap_or_else(|_| unreachable!("valid CQ ring"))
-                    .desc(0x8_0000),
+                    .desc(RESIZE_AT),
             },
         )),
         poll,
@@ -843,6 +802,10 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
 mod tests {
     use super::*;
 
+    fn u16_at(m: &[u8], at: usize) -> usize {
+        usize::from(u16::from_ne_bytes([m[at], m[at + 1]]))
+    }
+
     #[test]
     fn framing_rewrites_and_keeps_headers() {
         // Legacy: in_words counts 4-byte words of the whole message.
@@ -856,10 +819,16 @@ mod tests {
         let m = frame_exactly(&e);
         assert_eq!((m.len(), u16_at(&m, 4), u16_at(&m, 16)), (32, 1, 0));
         // Declared lengths are honoured; a legacy in_words < 2 cannot frame.
-        let (m, ok) = frame_as_declared(&[3, 0, 0, 0, 4, 0, 0, 0, 9]);
-        assert!(ok);
+        let m = frame_as_declared(&[3, 0, 0, 0, 4, 0, 0, 0, 9]).unwrap();
         assert_eq!(m.len(), 16);
-        assert!(!frame_as_declared(&[3, 0, 0, 0, 1, 0, 0, 0]).1);
+        let m = frame_as_declared(&[3, 0, 0, 0, 2, 0, 0, 0, 9, 9]).unwrap();
+        assert_eq!(m.len(), 8);
+        assert!(frame_as_declared(&[3, 0, 0, 0, 1, 0, 0, 0]).is_none());
+        assert_eq!(frame_as_declared(&[3]).map(|m| m.len()), None);
+        let mut e = vec![0u8; 8];
+        e[..4].copy_from_slice(&CMD_FLAG_EXTENDED.to_ne_bytes());
+        e[4] = 1;
+        assert_eq!(frame_as_declared(&e).map(|m| m.len()), Some(32));
         // Chunks: header length, flags, truncation.
         let c = chunk(PAUSE, &[7; 5]);
         assert_eq!(c, [5, 0x40, 7, 7, 7, 7, 7]);
@@ -875,8 +844,6 @@ mod tests {
         let (sq2, rq2) = qp_rings(2);
         assert!(sq2 >= rq1 + rq_layout().bytes() as u64);
         assert!(rq2 + 0x1000 <= MR_AT);
-        assert!(MR_AT + MR_LEN <= 0x8_0000);
-        assert!(0x8_0000 + 0x4000 <= WINDOW_LEN as u64);
         assert_eq!(prelude(0).len(), 1);
         assert_eq!(prelude(1).len(), 4);
         assert_eq!(prelude(2).len(), 12);

@@ -22,8 +22,10 @@
 //!   rings into the `transport` state machines, executes their memory operations through
 //!   the MR table (`state::DmaView`: key, PD, bounds and access checks), writes CQEs into
 //!   the CQ rings (never overwriting: overflow raises IBV_EVENT_CQ_ERR and moves the QP to
-//!   ERR), loops same-device packets back internally and sends the rest as RoCEv2 over UDP
-//!   4791 with batched `sendmmsg`/`recvmmsg` (32 datagrams per call). It busy-polls while
+//!   ERR), loops same-device packets back internally — their payload is not copied into
+//!   the packet but moved straight from the source MR into the destination at delivery,
+//!   one copy as with a NIC's DMA (`state::Payload`) — and sends the rest as RoCEv2 over
+//!   UDP 4791 with batched `sendmmsg`/`recvmmsg` (32 datagrams per call). It busy-polls while
 //!   there is work, and after it for an adaptive window ([`DeviceConfig::spin_us`] = 50 µs
 //!   doubling up to [`DeviceConfig::max_spin_us`] = 20 ms when parks turn out short;
 //!   longer, up to [`DeviceConfig::max_busy_spin_us`], while the application is mid-work
@@ -34,7 +36,12 @@
 //!   makes no system call at all in steady state.
 //! * **Memory** (`dma`): every access to application memory — registered regions and the
 //!   library's ring and doorbell memory — goes through one small module, the only place
-//!   besides `sys` (system calls) with `unsafe`.
+//!   besides `sys` (system calls) with `unsafe`. How a command's addresses name memory is
+//!   the device's address space: the process's own (embedded mode), or a window the
+//!   device holds ([`fuzzing`] uses one; daemon mode's memfd registrations will too).
+//! * **Fuzzing** ([`fuzzing`]): arbitrary command sequences against a live context of a
+//!   sealed device, then a check that closing the context reclaimed everything — the
+//!   `nic_commands` cargo-fuzz target and a stable test share it.
 //!
 //! # Reading of the ABI (documented choices)
 //!

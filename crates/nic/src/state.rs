@@ -604,12 +604,147 @@ impl RecvQueue for RingRecvQueue<'_> {
     }
 }
 
+/// Most payload pieces one packet leaves to be fetched at delivery; further pieces of a
+/// many-SGE gather are copied into the packet at once.
+const DEFER_MAX: usize = 4;
+
+/// A payload range a packet was built without: bytes `at..at + len` of the packet buffer
+/// are bytes `off..off + len` of the MR with key `key` — checked (key, PD, bounds, access)
+/// when the packet was built, and re-resolved by key when the bytes are needed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Deferred {
+    at: usize,
+    len: usize,
+    key: u32,
+    off: u64,
+}
+
+/// The deferred payload ranges of one packet, in buffer order (same-device DMA: a packet
+/// that stays on the device carries descriptors of its payload, not the bytes, and the
+/// receiving side copies straight from the source MR into the destination — one copy, as
+/// a NIC's DMA engine moves loopback data).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeferList {
+    n: u8,
+    items: [Deferred; DEFER_MAX],
+}
+
+impl DeferList {
+    fn items(&self) -> &[Deferred] {
+        self.items.get(..usize::from(self.n)).unwrap_or(&[])
+    }
+
+    /// Append a range after the last one; `false` if full or out of order.
+    fn push(&mut self, d: Deferred) -> bool {
+        if usize::from(self.n) >= DEFER_MAX
+            || self.items().last().is_some_and(|l| l.at + l.len > d.at)
+        {
+            return false;
+        }
+        if let Some(slot) = self.items.get_mut(usize::from(self.n)) {
+            *slot = d;
+            self.n += 1;
+            return true;
+        }
+        false
+    }
+
+    /// Whether no payload is deferred.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Whether every MR the deferred bytes come from is still registered (the packet is
+    /// delivered in a later pass, after commands may have deregistered it: then it is
+    /// dropped like a lost packet, and the sender's retry finds the key gone).
+    pub(crate) fn sources_valid(&self, mrs: &Slab<Mr>) -> bool {
+        self.items().iter().all(|d| source(mrs, d.key).is_some())
+    }
+
+    /// Copy the deferred bytes into the packet (it leaves through a socket); `false` if a
+    /// source is gone or a range is outside `buf`.
+    pub(crate) fn materialize(&self, mrs: &Slab<Mr>, buf: &mut [u8]) -> bool {
+        self.items().iter().all(|d| {
+            let (Some(mr), Some(dst)) = (source(mrs, d.key), buf.get_mut(d.at..d.at + d.len))
+            else {
+                return false;
+            };
+            mr.range.read(d.off, dst)
+        })
+    }
+}
+
+fn source(mrs: &Slab<Mr>, key: u32) -> Option<&Mr> {
+    mrs.get(key >> 8).filter(|m| m.key == key)
+}
+
+/// What a [`DmaView`] does with packet payload.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) enum Payload {
+    /// Copy bytes in and out (packets from the socket; packets built for it).
+    #[default]
+    Copy,
+    /// Building a packet in the buffer at host address `base` (`len` bytes): reads into
+    /// it record where the bytes are instead of copying them.
+    Defer {
+        base: usize,
+        len: usize,
+        list: DeferList,
+    },
+    /// Delivering a packet built that way: writes of its payload copy from the recorded
+    /// sources straight into the destination.
+    Resolve {
+        base: usize,
+        len: usize,
+        list: DeferList,
+    },
+}
+
+impl Payload {
+    /// Record reads into `buf` (a packet about to be built).
+    pub(crate) fn defer_into(buf: &[u8]) -> Payload {
+        Payload::Defer {
+            base: buf.as_ptr() as usize,
+            len: buf.len(),
+            list: DeferList::default(),
+        }
+    }
+
+    /// Resolve writes from `pkt` (a packet built with [`Payload::defer_into`]).
+    pub(crate) fn resolve_from(pkt: &[u8], list: DeferList) -> Payload {
+        if list.is_empty() {
+            return Payload::Copy;
+        }
+        Payload::Resolve {
+            base: pkt.as_ptr() as usize,
+            len: pkt.len(),
+            list,
+        }
+    }
+
+    /// The ranges recorded while building.
+    pub(crate) fn deferred(&self) -> DeferList {
+        match self {
+            Payload::Defer { list, .. } => *list,
+            _ => DeferList::default(),
+        }
+    }
+}
+
+/// Where `s` lies inside `[base, base + len)`, as offsets.
+fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
+    let start = (s.as_ptr() as usize).checked_sub(base)?;
+    let end = start.checked_add(s.len())?;
+    (end <= len).then_some((start, end))
+}
+
 /// Registered memory as one QP sees it: keys resolve in the device's MR table, and the MR
 /// must belong to the QP's PD (DESIGN.md §4, the NIC's MTT). Every failure is an error the
 /// transport turns into the prescribed completion status or NAK.
 pub(crate) struct DmaView<'a> {
     pub(crate) mrs: &'a Slab<Mr>,
     pub(crate) pd: u32,
+    pub(crate) payload: Payload,
 }
 
 impl std::fmt::Debug for DmaView<'_> {
@@ -618,8 +753,8 @@ impl std::fmt::Debug for DmaView<'_> {
     }
 }
 
-impl DmaView<'_> {
-    fn lookup(&self, key: u32, addr: u64, len: u64) -> Result<(&Mr, u64), MemError> {
+impl<'a> DmaView<'a> {
+    fn lookup(&self, key: u32, addr: u64, len: u64) -> Result<(&'a Mr, u64), MemError> {
         let mr = self
             .mrs
             .get(key >> 8)
@@ -639,7 +774,7 @@ impl DmaView<'_> {
         va: u64,
         len: u64,
         access: RemoteAccess,
-    ) -> Result<(&Mr, u64), MemError> {
+    ) -> Result<(&'a Mr, u64), MemError> {
         use abi::AccessFlags as A;
         let (mr, off) = self.lookup(rkey.0, va, len)?;
         let need = match access {
@@ -652,15 +787,89 @@ impl DmaView<'_> {
         }
         Ok((mr, off))
     }
+
+    /// Fill `dst` (checked: bytes `off..` of `mr`) — or, while building a packet, record
+    /// where its bytes are.
+    fn fetch(&mut self, mr: &Mr, off: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        if let Payload::Defer { base, len, list } = &mut self.payload {
+            if let Some((at, _)) = inside(*base, *len, dst) {
+                let d = Deferred {
+                    at,
+                    len: dst.len(),
+                    key: mr.key,
+                    off,
+                };
+                if list.push(d) {
+                    return Ok(());
+                }
+            }
+        }
+        mr.range
+            .read(off, dst)
+            .then_some(())
+            .ok_or(MemError::OutOfBounds)
+    }
+
+    /// Store `src` at bytes `off..` of `mr` (checked), taking deferred payload ranges of
+    /// `src` straight from their source MRs.
+    fn place(&self, mr: &Mr, off: u64, src: &[u8]) -> Result<(), MemError> {
+        let Payload::Resolve { base, len, list } = &self.payload else {
+            return mr
+                .range
+                .write(off, src)
+                .then_some(())
+                .ok_or(MemError::OutOfBounds);
+        };
+        let Some((s0, s1)) = inside(*base, *len, src) else {
+            return mr
+                .range
+                .write(off, src)
+                .then_some(())
+                .ok_or(MemError::OutOfBounds);
+        };
+        // Bytes s0..s1 of the packet go to `off..`: literal bytes from `src`, deferred
+        // ones from their source MR.
+        let literal = |from: usize, to: usize| {
+            let bytes = src.get(from - s0..to - s0).ok_or(MemError::OutOfBounds)?;
+            mr.range
+                .write(off + (from - s0) as u64, bytes)
+                .then_some(())
+                .ok_or(MemError::OutOfBounds)
+        };
+        let mut pos = s0;
+        for d in list.items() {
+            let (a0, a1) = (d.at, d.at + d.len);
+            if a1 <= pos || a0 >= s1 {
+                continue;
+            }
+            if a0 > pos {
+                literal(pos, a0)?;
+                pos = a0;
+            }
+            let end = a1.min(s1);
+            let from = source(self.mrs, d.key).ok_or(MemError::InvalidKey)?;
+            let n = end - pos;
+            if !mr.range.copy_from(
+                off + (pos - s0) as u64,
+                &from.range,
+                d.off + (pos - a0) as u64,
+                n,
+            ) {
+                return Err(MemError::OutOfBounds);
+            }
+            pos = end;
+        }
+        if pos < s1 {
+            literal(pos, s1)?;
+        }
+        Ok(())
+    }
 }
 
 impl Memory for DmaView<'_> {
     fn read_local(&mut self, lkey: Lkey, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.lookup(lkey.0, addr, dst.len() as u64)?;
-        mr.range
-            .read(off, dst)
-            .then_some(())
-            .ok_or(MemError::OutOfBounds)
+        self.fetch(mr, off, dst)
     }
 
     fn write_local(&mut self, lkey: Lkey, addr: u64, src: &[u8]) -> Result<(), MemError> {
@@ -668,10 +877,7 @@ impl Memory for DmaView<'_> {
         if mr.access & abi::AccessFlags::LOCAL_WRITE.0 == 0 {
             return Err(MemError::AccessDenied);
         }
-        mr.range
-            .write(off, src)
-            .then_some(())
-            .ok_or(MemError::OutOfBounds)
+        self.place(mr, off, src)
     }
 
     fn check_remote(
@@ -686,18 +892,12 @@ impl Memory for DmaView<'_> {
 
     fn read_remote(&mut self, rkey: Rkey, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, dst.len() as u64, RemoteAccess::Read)?;
-        mr.range
-            .read(off, dst)
-            .then_some(())
-            .ok_or(MemError::OutOfBounds)
+        self.fetch(mr, off, dst)
     }
 
     fn write_remote(&mut self, rkey: Rkey, va: u64, src: &[u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, src.len() as u64, RemoteAccess::Write)?;
-        mr.range
-            .write(off, src)
-            .then_some(())
-            .ok_or(MemError::OutOfBounds)
+        self.place(mr, off, src)
     }
 
     fn atomic_remote(&mut self, rkey: Rkey, va: u64, op: AtomicOp) -> Result<u64, MemError> {
@@ -746,4 +946,95 @@ pub(crate) fn flushes_receives(s: QpState) -> bool {
 /// Errno for a failed ring attach or access.
 pub(crate) fn ring_errno(e: abi::AbiError) -> Errno {
     e.errno()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::{user_range, AddressSpace};
+
+    fn mr(buf: &mut [u8], key: u32, pd: u32) -> Mr {
+        let addr = buf.as_mut_ptr() as u64;
+        Mr {
+            ctx: 1,
+            pd,
+            key,
+            iova: 0x1000,
+            length: buf.len() as u64,
+            access: abi::AccessFlags::LOCAL_WRITE.0 | abi::AccessFlags::REMOTE_WRITE.0,
+            range: user_range(AddressSpace::Process, addr, buf.len() as u64, true).unwrap(),
+        }
+    }
+
+    #[test]
+    fn deferred_payload_goes_from_source_to_destination_in_one_copy() {
+        let mut src: Vec<u8> = (0..64).collect();
+        let mut dst = vec![0xeeu8; 64];
+        let mut mrs = Slab::new(1);
+        let a = mrs.insert(mr(&mut src, 0, 7), 8).unwrap();
+        let b = mrs.insert(mr(&mut dst, 0, 7), 8).unwrap();
+        for (i, k) in [(a, (a << 8) | 1), (b, (b << 8) | 2)] {
+            mrs.get_mut(i).unwrap().key = k;
+        }
+        let (ka, kb) = ((a << 8) | 1, (b << 8) | 2);
+        // Build: two payload pieces read into the packet are recorded, not copied.
+        let mut pkt = vec![0x55u8; 64];
+        let mut view = DmaView {
+            mrs: &mrs,
+            pd: 7,
+            payload: Payload::defer_into(&pkt),
+        };
+        view.read_local(Lkey(ka), 0x1000 + 8, &mut pkt[10..20])
+            .unwrap();
+        view.read_local(Lkey(ka), 0x1000 + 40, &mut pkt[30..40])
+            .unwrap();
+        // Checks still happen at build time.
+        assert_eq!(
+            view.read_local(Lkey(ka), 0x1000 + 60, &mut pkt[40..50]),
+            Err(MemError::OutOfBounds)
+        );
+        let list = view.payload.deferred();
+        assert_eq!(pkt[10..20], [0x55; 10]);
+        assert!(list.sources_valid(&mrs));
+        // Deliver bytes 5..45 of the packet to dst+0: literal, deferred, literal,
+        // deferred, literal.
+        let mut rx = DmaView {
+            mrs: &mrs,
+            pd: 7,
+            payload: Payload::resolve_from(&pkt, list),
+        };
+        rx.write_remote(Rkey(kb), 0x1000, &pkt[5..45]).unwrap();
+        let mut want = [0x55u8; 40];
+        want[5..15].copy_from_slice(&src[8..18]);
+        want[25..35].copy_from_slice(&src[40..50]);
+        assert_eq!(dst[..40], want[..]);
+        assert_eq!(dst[40..], [0xee; 24]);
+        // A packet that leaves gets its bytes; a vanished source fails both ways.
+        let mut out = pkt.clone();
+        assert!(list.materialize(&mrs, &mut out));
+        assert_eq!(out[10..20], src[8..18]);
+        assert_eq!(out[30..40], src[40..50]);
+        mrs.remove(a);
+        assert!(!list.sources_valid(&mrs));
+        assert!(!list.materialize(&mrs, &mut out));
+        drop((src, dst));
+    }
+
+    #[test]
+    fn defer_lists_stay_ordered_and_bounded() {
+        let mut l = DeferList::default();
+        let d = |at, len| Deferred {
+            at,
+            len,
+            key: 1,
+            off: 0,
+        };
+        assert!(l.push(d(0, 4)));
+        assert!(!l.push(d(2, 4)), "overlapping or out of order");
+        assert!(l.push(d(4, 4)));
+        assert!(l.push(d(10, 1)));
+        assert!(l.push(d(20, 1)));
+        assert!(!l.push(d(30, 1)), "full");
+        assert_eq!(l.items().len(), DEFER_MAX);
+    }
 }

@@ -64,8 +64,7 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
             6 => {
                 // Overwrite a 4-byte word with a small number (handles, offsets, keys).
                 let i = rng.below(len) as usize;
-                let v = [0u32, 1, 16, 17, 0x101, 0x1000, 0x1_0000, u32::MAX]
-                    [rng.below(8) as usize]
+                let v = [0u32, 1, 16, 17, 0x101, 0x1000, 0x1_0000, u32::MAX][rng.below(8) as usize]
                     .to_ne_bytes();
                 for (k, b) in v.iter().enumerate() {
                     if let Some(d) = m.get_mut(i + k) {
@@ -108,9 +107,21 @@ fn random_and_mutated_command_sequences_find_no_panic_and_leak_nothing() {
     // The samples themselves: real work, mostly successful commands.
     let outs: Vec<Outcome> = samples.iter().map(|s| execute(s)).collect();
     println!("samples: {outs:?}");
-    assert!(outs[0].replies >= 20 && outs[0].errors == 0, "{:?}", outs[0]);
-    assert!(outs[1].errors >= 2, "teardown in use must be refused: {:?}", outs[1]);
-    assert!(outs[2].replies >= 20 && outs[2].errors == 0, "{:?}", outs[2]);
+    assert!(
+        outs[0].replies >= 20 && outs[0].errors == 0,
+        "{:?}",
+        outs[0]
+    );
+    assert!(
+        outs[1].errors >= 2,
+        "teardown in use must be refused: {:?}",
+        outs[1]
+    );
+    assert!(
+        outs[2].replies >= 20 && outs[2].errors == 0,
+        "{:?}",
+        outs[2]
+    );
     assert!(outs.last().unwrap().closed);
 
     let mut rng = Rng(seed | 1);

@@ -7,10 +7,10 @@
 //! code runs in the NIC engine and in the deterministic simulator (`sim` crate).
 //!
 //! Layout follows Linux rxe's split, one module per role, each a function of state and input:
-//! * [`requester`](crate::requester) — WQEs → request packets; segmentation by path MTU,
+//! * `requester` — WQEs → request packets; segmentation by path MTU,
 //!   AckReq, PSN window, `max_rd_atomic`, fences, credits; ACK timer, RNR wait, go-back-N.
-//! * [`completer`](crate::completer) — ACK/NAK/READ response/ATOMIC ACK → send completions.
-//! * [`responder`](crate::responder) — requests → memory operations, receive completions,
+//! * `completer` — ACK/NAK/READ response/ATOMIC ACK → send completions.
+//! * `responder` — requests → memory operations, receive completions,
 //!   ACKs (coalesced), NAKs, READ responses, saved atomic results.
 //! * [`state`] — QP states, attribute masks, the legal-transition table.
 //!
@@ -27,6 +27,15 @@
 //! * Responder-side receive-buffer overflow completes the receive WQE with `LOC_LEN_ERR`
 //!   (IBTA) while NAKing invalid request (rxe), wire-facts §10 item 3.
 //! * A response of the wrong kind for its WQE is `BAD_RESP_ERR` (rxe uses `FATAL_ERR`).
+//! * Receive completions carry the BTH SE bit of the message's last packet
+//!   ([`Completion::solicited`]), which `ibv_wc` has no field for, so the caller can fire
+//!   a CQ armed for solicited completions only as IBA 11.4.2.2 says.
+//! * [`Qp::query`] reports the current send and expected receive PSNs, not the last values
+//!   written; [`Qp::fail_send`] lets the caller put a WQE it could not decode into the
+//!   ordered completion stream (moving the QP to ERR, as rxe's `req_error` does).
+//! * Non-SRQ QPs advertise real AETH credits from their own receive queue; the NIC keeps
+//!   receive WQEs in the application's ring and presents every QP as an SRQ user, so its
+//!   QPs advertise "unlimited", as rxe does.
 #![forbid(unsafe_code)]
 
 mod completer;

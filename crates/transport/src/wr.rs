@@ -132,7 +132,7 @@ pub struct Sge {
 /// SGEs kept inline up to this many (no heap allocation for the common case).
 const SGE_INLINE: usize = 2;
 
-/// A list of SGEs. The first [`SGE_INLINE`] live inside the struct; longer lists spill to
+/// A list of SGEs. The first `SGE_INLINE` (2) live inside the struct; longer lists spill to
 /// the heap once, when the WR is posted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SgeList {

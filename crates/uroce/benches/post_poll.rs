@@ -34,12 +34,7 @@ fn setup() -> Setup {
     let (a, b) = connect(&dev, &dev, &PairOpts::default()).expect("connect a loopback pair");
     let src = a.pd.alloc_mr(8, AccessFlags::LOCAL_WRITE).expect("src MR");
     let dst = b.pd.alloc_mr(8 * 32, ALL_ACCESS).expect("dst MR");
-    Setup {
-        a,
-        _b: b,
-        src,
-        dst,
-    }
+    Setup { a, _b: b, src, dst }
 }
 
 /// Poll with `poll` until one completion arrives; panics on an error completion or after
@@ -56,7 +51,10 @@ fn wait_one(mut poll: impl FnMut(&mut [Wc]) -> Result<usize>) {
         spins += 1;
         if spins % 4096 == 0 {
             let d = *deadline.get_or_insert_with(|| Instant::now() + COMPLETION_WAIT);
-            assert!(Instant::now() < d, "no completion within {COMPLETION_WAIT:?}");
+            assert!(
+                Instant::now() < d,
+                "no completion within {COMPLETION_WAIT:?}"
+            );
         }
     }
 }
@@ -90,7 +88,9 @@ fn bench_round_trips(c: &mut Criterion) {
     g.bench_function("slow_post_send_cmd_poll_cmd", |b| {
         b.iter(|| {
             let wr = SendWr::write(3, &sge, rm.addr, rm.rkey).signaled();
-            s.a.qp.post_send_cmd(black_box(&[wr])).expect("post_send_cmd");
+            s.a.qp
+                .post_send_cmd(black_box(&[wr]))
+                .expect("post_send_cmd");
             wait_one(|wc| s.a.cq.poll_cmd(wc));
         })
     });

@@ -24,7 +24,7 @@
 //! listens, so a `<pid>.sock` that refuses connections is always stale. At normal exit an
 //! `atexit` handler removes it (only in the process that created it, not in a forked
 //! child). A process killed by a signal leaves it behind; [`collect`] removes every socket
-//! whose process is gone or which refuses connections (`ECONNREFUSED`).
+//! that refuses connections (`ECONNREFUSED`: nothing listens, its process is gone).
 //!
 //! # Counters
 //!
@@ -242,12 +242,7 @@ fn live_qps(dev: &nic::DeviceHandle, live: usize) -> Vec<QpSnapshot> {
     }
     // nic hands out QPNs from 16 up to 16 + max_qp (rxe's pool range); probe a little
     // below in case that start changes. A QPN is 24 bits.
-    let end = dev
-        .config()
-        .limits
-        .max_qp
-        .saturating_add(16)
-        .min(1 << 24);
+    let end = dev.config().limits.max_qp.saturating_add(16).min(1 << 24);
     for qpn in FIRST_PROBED_QPN..end {
         if let Some(c) = dev.qp_counters(qpn) {
             qps.push(QpSnapshot {
@@ -352,7 +347,11 @@ fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     if !md.is_dir() || md.uid() != uid() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{} is not a directory owned by uid {}", dir.display(), uid()),
+            format!(
+                "{} is not a directory owned by uid {}",
+                dir.display(),
+                uid()
+            ),
         ));
     }
     if md.mode() & 0o077 != 0 {
@@ -503,7 +502,8 @@ fn parse_socket_name(name: &str) -> Option<u32> {
     digits.parse().ok().filter(|p| *p > 0)
 }
 
-/// Whether process `pid` exists; `None` if that cannot be told (no `/proc`).
+/// Whether process `pid` exists (in this pid namespace); `None` if that cannot be told
+/// (no `/proc`).
 fn pid_alive(pid: u32) -> Option<bool> {
     if !Path::new("/proc/self").exists() {
         return None;
@@ -516,7 +516,7 @@ fn pid_alive(pid: u32) -> Option<bool> {
 pub enum Probe {
     /// The process answered.
     Live(Box<Snapshot>),
-    /// Its process is gone or the socket refused the connection: the file was removed
+    /// The socket refused the connection (its process is gone): the file was removed
     /// (`true`) or removing it failed (`false`).
     Stale(bool),
     /// The file vanished meanwhile (its process exited).
@@ -528,13 +528,13 @@ pub enum Probe {
 /// Ask one endpoint for its snapshot, waiting at most `timeout` for the answer, and remove
 /// the socket if it is stale.
 pub fn probe(ep: &Endpoint, timeout: Duration) -> Probe {
-    let remove = |path: &Path| Probe::Stale(fs::remove_file(path).is_ok());
-    if pid_alive(ep.pid) == Some(false) {
-        return remove(&ep.path);
-    }
+    // Only the connection decides, not the pid: a process that is gone no longer listens
+    // (ECONNREFUSED), and a pid seen from another pid namespace may not be the publisher's.
     let mut conn = match UnixStream::connect(&ep.path) {
         Ok(c) => c,
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return remove(&ep.path),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            return Probe::Stale(fs::remove_file(&ep.path).is_ok())
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Probe::Gone,
         Err(e) => return Probe::NoAnswer(format!("connect: {e}")),
     };
@@ -624,7 +624,8 @@ pub fn collect_in(dirs: &[PathBuf], timeout: Duration) -> Collected {
     out
 }
 
-/// `<pid>.sock.tmp` files of processes that died between bind and rename.
+/// `<pid>.sock.tmp` files of processes that died between bind and rename (a live
+/// process's temporary refuses connections too, so here the pid decides).
 fn remove_dead_temporaries(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else {
         return;
@@ -719,8 +720,7 @@ mod tests {
         let dst = b.pd.alloc_mr(8, ALL_ACCESS).unwrap();
         let rm = dst.remote();
         let sge = [src.sge(0, 8)];
-        a.qp
-            .post_send(&[SendWr::write(1, &sge, rm.addr, rm.rkey).signaled()])
+        a.qp.post_send(&[SendWr::write(1, &sge, rm.addr, rm.rkey).signaled()])
             .unwrap();
         let mut wc = [Wc::default(); 1];
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -779,7 +779,10 @@ mod tests {
             pid: std::process::id(),
             path: refused.clone(),
         };
-        assert!(matches!(probe(&own, Duration::from_secs(1)), Probe::Stale(true)));
+        assert!(matches!(
+            probe(&own, Duration::from_secs(1)),
+            Probe::Stale(true)
+        ));
         assert!(!refused.exists());
         let c = collect_in(std::slice::from_ref(&dir), Duration::from_secs(10));
         assert_eq!(c.removed, vec![dead.clone()]);
