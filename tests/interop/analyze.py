@@ -128,6 +128,8 @@ def analyze(path, uroce, timeout_us, pingpong):
     partial = {}  # (src, dqp) -> bytearray of the SEND being reassembled
     first_msg = None
     sends_seen = set()  # (src, dqp, psn) of SEND packets already appended
+    last_uroce = 0  # frame number of uroce's last packet
+    rxe_frames = []
     try:
         for n, (t, data) in enumerate(frames(path), 1):
             r = roce(data)
@@ -136,6 +138,10 @@ def analyze(path, uroce, timeout_us, pingpong):
             src, ib = r
             who = "uroce" if src in uroce else "rxe"
             packets[who] += 1
+            if who == "uroce":
+                last_uroce = n
+            else:
+                rxe_frames.append(n)
             opcode = ib[0]
             pad = (ib[1] >> 4) & 3
             dqp = int.from_bytes(ib[5:8], "big")
@@ -193,7 +199,10 @@ def analyze(path, uroce, timeout_us, pingpong):
 
     counts = {"packets_uroce": packets["uroce"], "packets_rxe": packets["rxe"],
               "retx_uroce": retx["uroce"], "retx_rxe": retx["rxe"],
-              "rxe_spurious_retx": spurious, "naks": naks}
+              "rxe_spurious_retx": spurious, "naks": naks,
+              # rxe packets after uroce's last one: when uroce is the side that finishes,
+              # these can reach a process that is gone (its port closed)
+              "rxe_after_last_uroce": sum(1 for f in rxe_frames if f > last_uroce)}
     if pingpong:
         counts["pingpong_msgs"] = msgs
     # One side may rightly send nothing (the receiver of a UD send_bw); nothing at all is

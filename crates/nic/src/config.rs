@@ -90,6 +90,12 @@ pub struct DeviceConfig {
     /// doorbell a system call: the floor of a second adaptive window (default 50 ms).
     pub busy_spin_us: u32,
     /// Cap of that mid-work window, in µs (default 1 s).
+    ///
+    /// The price of these windows: on a machine with more runnable threads than cores, a
+    /// spinning engine takes CPU time its application could have used (measured on a
+    /// loaded 2-core box: about half the bulk WRITE throughput of an engine that parks
+    /// after 50 µs). Set all four to the same small value for the old fixed window, or
+    /// see [`DeviceConfig::yield_when_idle`].
     pub max_busy_spin_us: u32,
     /// While spinning idle, yield the core after a few µs (`sched_yield`). Helps when
     /// threads outnumber cores (the application may be waiting for the engine's core),

@@ -237,7 +237,6 @@ fn run(shared: Arc<EngineShared>) {
         shared.kicked.store(false, SeqCst);
         let t = Instant::now();
         let idle = t.saturating_duration_since(last_progress);
-        let now = time_at(epoch, t);
         // Sockets are polled on every pass while work is recent; deeper into an idle spin
         // only every SOCKET_POLL_IDLE, so a long spin window is not a stream of recvmmsg.
         let poll_sockets = idle < policy.base()
@@ -250,7 +249,7 @@ fn run(shared: Arc<EngineShared>) {
             // A bug must not take every device of the process down with this thread: the
             // state stays usable (the lock ignores poisoning) and the pass is retried.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pass(&d.dev, &mut d.io, now, poll_sockets)
+                pass(&d.dev, &mut d.io, epoch, poll_sockets)
             }));
             match r {
                 Ok(p) => progress |= p,
@@ -358,11 +357,20 @@ fn park(
 }
 
 /// One pass over one device; returns whether anything happened.
-fn pass(dev: &Device, io: &mut DevIo, now: Time, poll_socket: bool) -> bool {
+fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool) -> bool {
     let mut st = dev.lock_engine();
     let st = &mut *st;
+    // The clock is read after the lock (which waits while the control plane holds it, e.g.
+    // for a REG_MR) and again for each QP served: a retransmission deadline the transport
+    // arms when it builds a packet must count from when that packet leaves, or a pass that
+    // was held up fires it at once (a spurious retransmission, seen against rxe in
+    // tests/interop when the engine thread lost its core for 100 ms).
+    let now = now_of(epoch);
     let mut progress = drain_doorbells(st);
-    if io.force_rx || (poll_socket && st.remote_qps > 0) {
+    // Before a retransmission deadline fires, read what the socket holds even when this
+    // pass would not poll it: after a stall the awaited ACK is often already there.
+    let timer_due = st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now);
+    if io.force_rx || ((poll_socket || timer_due) && st.remote_qps > 0) {
         io.force_rx = false;
         progress |= receive(dev, st, io, now);
     }
@@ -389,7 +397,7 @@ fn pass(dev: &Device, io: &mut DevIo, now: Time, poll_socket: bool) -> bool {
                 Some(q) => q.in_ready = false,
                 None => continue,
             }
-            did |= service_qp(st, io, idx, now);
+            did |= service_qp(st, io, idx, now_of(epoch));
         }
         if !did {
             break;

@@ -6,6 +6,11 @@
 //!   drop-in library (server) against `ibv_rc_pingpong -d rxe0 -g 0` (client);
 //! * `ud_pingpong_ipv6.pcap`: `ibv_ud_pingpong -g 0 -s 100 -n 5 -c`, rxe the server.
 //!
+//! * `rc_pingpong_m512_spurious_retx.pcap` (IPv4, 20 frames of a `-m 512 -s 2500` run):
+//!   uroce resending a SEND's first packet 13 µs after the original, its 67 ms deadline
+//!   having been armed from a clock read before a stalled engine pass (fixed in
+//!   `engine::pass`; reproduced deterministically by `tests/engine_clock.rs`).
+//!
 //! Two interop faults showed here before the fix (`sys::bind_roce_udp`): a link-local
 //! address could not be bound without its interface's scope id (no device at all), and
 //! rxe sends UDP checksum 0 over IPv6, which the kernel drops unless the socket opts in
@@ -228,4 +233,65 @@ fn zero_checksum_ud_datagram_from_rxe_is_delivered() {
     assert_eq!(dev.port_counters().engine.rcvd_icrc_err, 0);
     let _ = &mut q;
     c.close();
+}
+
+/// (timestamp µs, source, BTH..pad, ICRC) of the IPv4 RoCEv2 frames of a pcap.
+fn v4_packets(pcap: &[u8]) -> Vec<(u64, [u8; 4], Vec<u8>, u32)> {
+    let mut out = Vec::new();
+    let mut off = 24;
+    while let Some(hdr) = pcap.get(off..off + 16) {
+        let sec = u64::from(u32::from_le_bytes(hdr[0..4].try_into().unwrap()));
+        let usec = u64::from(u32::from_le_bytes(hdr[4..8].try_into().unwrap()));
+        let incl = u32::from_le_bytes(hdr[8..12].try_into().unwrap()) as usize;
+        let frame = &pcap[off + 16..off + 16 + incl];
+        off += 16 + incl;
+        if frame[12..14] != [0x08, 0x00] {
+            continue;
+        }
+        let total = usize::from(u16::from_be_bytes([frame[16], frame[17]]));
+        let payload = &frame[14 + 28..14 + total];
+        let (transport, icrc) = payload.split_at(payload.len() - 4);
+        out.push((
+            sec * 1_000_000 + usec,
+            frame[26..30].try_into().unwrap(),
+            transport.to_vec(),
+            u32::from_le_bytes(icrc.try_into().unwrap()),
+        ));
+    }
+    out
+}
+
+#[test]
+fn captured_spurious_retransmission_is_what_the_engine_clock_test_reproduces() {
+    let pkts = v4_packets(&testdata("rc_pingpong_m512_spurious_retx.pcap"));
+    assert_eq!(pkts.len(), 20);
+    // Every uroce packet's ICRC is what the engine computes (IPv4 ID 0, DF; TTL/TOS masked).
+    let udp = UdpRepr::roce(4791);
+    for (_, src, transport, crc) in pkts.iter().filter(|p| p.1 == [10, 77, 0, 1]) {
+        let ip = IpRepr::V4 {
+            src: (*src).into(),
+            dst: [10, 77, 0, 11].into(),
+            dscp_ecn: 0,
+            ttl: 64,
+            ident: 0,
+            dont_frag: true,
+        };
+        assert_eq!(icrc::compute_for(&ip, &udp, transport).unwrap(), *crc);
+    }
+    // The same request PSN from uroce twice, the copy within a millisecond of the original
+    // although the QP timeout is 14 (67 ms): not a timeout of that packet.
+    let mut first_seen = std::collections::HashMap::new();
+    let mut dups = Vec::new();
+    for (t, src, transport, _) in &pkts {
+        let opcode = transport[0];
+        if *src != [10, 77, 0, 1] || opcode > 0x05 {
+            continue; // only uroce's SEND packets
+        }
+        let psn = u32::from_be_bytes([0, transport[9], transport[10], transport[11]]);
+        if let Some(t0) = first_seen.insert(psn, *t) {
+            dups.push((psn, *t - t0));
+        }
+    }
+    assert_eq!(dups.len(), 1, "{dups:?}");
+    assert!(dups[0].1 < 1_000, "{dups:?}");
 }

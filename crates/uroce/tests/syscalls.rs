@@ -10,7 +10,7 @@
 //! * `fast_path_makes_no_system_calls_in_steady_state` (runs by default) gives the engine
 //!   a long idle-spin window so it never parks during the loop: what is left is the
 //!   library's own fast path, which must make no system call at all.
-//! * `default_engine_system_calls_do_not_grow_with_the_loop` (ignored: machine-dependent)
+//! * `default_engine_system_calls_do_not_grow_with_the_loop` (runs by default)
 //!   runs the default engine, whose short spin window makes it park — and the library pay
 //!   a wake-up — whenever the application thread is held up for longer than that window.
 
