@@ -27,10 +27,11 @@
 #   * `uroce decode` finds every packet a RoCEv2 packet with a correct ICRC, and so does
 #     the lab's tools/icrc_check.py (IPv4 packets);
 #   * tshark dissects every packet as InfiniBand and flags none that uroce sent. tshark's
-#     heuristic payload dissectors (RPC-over-RDMA, Mellanox EoIB, SMB Direct, ...) guess
-#     at SEND payloads and mark small ones "[Malformed Packet]" even between two rxe
-#     hosts (testdata/lab-captures/send_bw_s1.pcap), so the check runs with them
-#     disabled; their default-settings count is only reported. rxe's own IPv6 packets
+#     heuristic payload dissectors (RPC-over-RDMA, Mellanox EoIB, Ethernet-over-IB, SMB
+#     Direct, ...) guess at SEND and WRITE payloads and mark small ones "[Malformed
+#     Packet]" even between two rxe hosts (testdata/lab-captures/send_bw_s1.pcap), so the
+#     check runs with them disabled (a self-test first shows that a truncated packet is
+#     still flagged); their default-settings count is only reported. rxe's own IPv6 packets
 #     carry UDP checksum 0, which tshark reports as an error; that is rxe's, and reported;
 #   * nobody retransmits and nobody NAKs (analyze.py, from the capture), except rxe's
 #     spurious timer retransmissions: rxe's retransmit timer fires one QP timeout after
@@ -65,7 +66,7 @@
 # exit status 1 if anything failed. Runtime: about 10-15 minutes (the VM is emulated).
 # INTEROP_REPEAT=N runs every selected cell N times (for hunting intermittent failures).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 ROOT=$(pwd)
 
 build=1
@@ -354,7 +355,7 @@ fi
 STATS_DIR=$OUT/stats
 STAT_EVERY=0.05
 rm -rf "$STATS_DIR"
-mkdir -m 0700 -p "$STATS_DIR"
+mkdir -m 0700 "$STATS_DIR"
 # Must stay 0 in uroce's final counters (names as `uroce stat` prints them).
 UROCE_BAD="out_of_seq_request rcvd_rnr_err send_rnr_err rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err completer_retry_err send_err retransmissions local_ack_timeouts rcvd_nak_invalid_request rcvd_nak_remote_access rcvd_nak_remote_op send_nak dropped_pkts rcv_no_wqe_drop qkey_violation port_rcv_errors rcvd_icrc_err rcvd_addr_mismatch xmit_discards xmit_no_route cq_overflow bad_wqe ring_corrupt event_drops engine_panics"
 # Reported when not 0: consequences of rxe's early retransmissions (duplicate requests and
@@ -370,7 +371,7 @@ declare -A RESULT
 run_cell() {
     local name=$1 flags=$2 ucmd=$3 gcmd=$4 srv=$5
     local id="$name/$srv-server" base="$OUT/cells/${name}__$srv-server"
-    local udev="uroce0=$U4" uaddrs="$U4" guest_addr="$G4"
+    local udev="uroce0=$U4" guest_addr="$G4"
     local problems=() info=() td sp crc src ures gres
     [[ ",$flags," == *,v6,* ]] && udev="uroce0=$U6"
     port=$((port + 1))
@@ -458,9 +459,9 @@ run_cell() {
 
     # The capture: uroce decode (ICRC of every packet), the lab's ICRC checker, tshark.
     "$UROCE" decode "$base.pcap" >"$base.decode" 2>&1
-    local summary frames roce garbled badicrc okicrc
+    local summary roce garbled badicrc okicrc
     summary=$(tail -1 "$base.decode")
-    read -r frames roce garbled badicrc < <(sed -nE 's/^([0-9]+) frames: ([0-9]+) RoCEv2 packets decoded, [0-9]+ non-RoCE frames skipped, ([0-9]+) garbled, ([0-9]+) bad ICRC$/\1 \2 \3 \4/p' <<<"$summary")
+    read -r roce garbled badicrc < <(sed -nE 's/^[0-9]+ frames: ([0-9]+) RoCEv2 packets decoded, [0-9]+ non-RoCE frames skipped, ([0-9]+) garbled, ([0-9]+) bad ICRC$/\1 \2 \3/p' <<<"$summary")
     okicrc=$(grep -c 'icrc=ok' "$base.decode")
     if [ -z "${roce:-}" ]; then
         problems+=("uroce decode: $summary")
@@ -472,7 +473,7 @@ run_cell() {
     # tshark, one pass without payload heuristics: every udp/4791 frame must be dissected
     # (a BTH opcode), and none that uroce sent may be malformed or carry an expert warning
     # (severity >= PI_WARN 0x600000). A second pass with default settings only counts the
-    # heuristics' "[Malformed Packet]" guesses on uroce's SEND payloads, for the record.
+    # heuristics' "[Malformed Packet]" guesses on uroce's payloads, for the record.
     local tcount bad_uroce undissected rxe_flagged heur_all
     read -r tcount bad_uroce undissected rxe_flagged < <(tshark_scan "$base.pcap")
     [ "$tcount" = "${roce:-x}" ] || problems+=("tshark saw $tcount RoCEv2 frames, uroce decode ${roce:-none}")
@@ -481,7 +482,7 @@ run_cell() {
     [ "$rxe_flagged" = 0 ] || info+=("tshark flags $rxe_flagged rxe packet(s): $(awk -F'|' '$7 != "" { print $7; exit }' "$base.pcap.tshark")")
     heur_all=$(tshark -r "$base.pcap" -T fields -E separator='|' -e ip.src -e ipv6.src -e _ws.malformed 2>/dev/null |
         awk -F'|' -v u4="$U4" -v u6="$U6" '($1 == u4 || $2 == u6) && $3 != "" { n++ } END { print n + 0 }')
-    [ "$heur_all" = 0 ] || info+=("tshark's payload heuristics (default settings) call $heur_all uroce SEND payload(s) malformed")
+    [ "$heur_all" = 0 ] || info+=("tshark's payload heuristics (default settings) call $heur_all uroce payload(s) malformed")
 
     # Retransmissions, NAKs and ping-pong data, from the capture.
     local aargs=(--uroce "$U4,$U6" --timeout-us "$QP_TIMEOUT_US")
@@ -549,8 +550,8 @@ run_cell() {
                 fi
             fi
         done
-        grep -q '^sent_pkts=[1-9]' "$base.ucounters" ||
-            info+=("the last uroce stat sample precedes the traffic ($(grep -m1 '^sent_pkts=' "$base.ucounters"))")
+        grep -qE '^(sent|rcvd)_pkts=[1-9]' "$base.ucounters" ||
+            info+=("the last uroce stat sample precedes the traffic (no packet counted yet)")
     else
         # A process that lives only a few tens of milliseconds can end between two samples.
         info+=("uroce stat caught no sample of the uroce process (it ran too briefly)")
