@@ -83,6 +83,35 @@ pub fn devices_from_env() -> Result<Vec<DeviceSpec>, DeviceListError> {
     }
 }
 
+/// The node GUID of a device bound to `addr`, as its QUERY_DEVICE reports it. Part of the
+/// contract because a library must be able to show it without opening the device
+/// (`ibv_get_device_guid`, `ibv_devices`). Derived as rxe derives the GUID from its netdev's
+/// MAC: the EUI-64 of a locally administered pseudo-MAC — `02:00:a:b:c:d` for IPv4
+/// `a.b.c.d`, the low 48 bits of an IPv6 address with the local bit set and the multicast bit
+/// cleared — with the universal/local bit flipped.
+pub fn node_guid(addr: IpAddr) -> u64 {
+    let mac: [u8; 6] = match addr {
+        IpAddr::V4(a) => {
+            let [a, b, c, d] = a.octets();
+            [0x02, 0x00, a, b, c, d]
+        }
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            [(o[10] | 0x02) & !0x01, o[11], o[12], o[13], o[14], o[15]]
+        }
+    };
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}
+
 /// Something that can open a command channel to a device.
 pub trait Provider: Send + Sync + fmt::Debug {
     /// Opens a new command channel (one per context) to `device`, starting the device first

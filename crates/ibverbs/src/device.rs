@@ -43,33 +43,11 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<&'static UDevice>> {
 }
 
 /// The node GUID of a device bound to `addr`, without opening it (`ibv_get_device_guid`,
-/// `ibv_devices`). It must equal what the device reports in QUERY_DEVICE, so this follows
-/// the NIC's derivation (crate `nic`, `cmds::node_guid`, which is crate-private): as rxe
-/// derives the GUID from its netdev's MAC, the EUI-64 of a locally administered pseudo-MAC —
-/// `02:00:a:b:c:d` for IPv4 `a.b.c.d`, the low 48 bits of an IPv6 address (with the
-/// local bit set and the multicast bit cleared) — with the universal/local bit flipped.
-/// `tests/compat/load.sh` checks that `ibv_devices` and `ibv_devinfo` agree.
+/// `ibv_devices`): the same derivation the NIC reports in QUERY_DEVICE
+/// ([`abi::provider::node_guid`]). `tests/compat/load.sh` checks that `ibv_devices` and
+/// `ibv_devinfo` agree.
 pub fn guid_for(addr: IpAddr) -> u64 {
-    let mac: [u8; 6] = match addr {
-        IpAddr::V4(v4) => {
-            let [a, b, c, d] = v4.octets();
-            [0x02, 0x00, a, b, c, d]
-        }
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            [(o[10] | 0x02) & !0x01, o[11], o[12], o[13], o[14], o[15]]
-        }
-    };
-    u64::from_be_bytes([
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ])
+    abi::provider::node_guid(addr)
 }
 
 /// GID index 0 of a device bound to `addr`: the IPv4-mapped or IPv6 address (RoCEv2).

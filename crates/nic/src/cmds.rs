@@ -63,31 +63,6 @@ const DEVICE_CAP_FLAGS: u32 = 2 | 4 | 128 | 1024 | 2048 | 4096;
 /// `IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS`.
 const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26);
 
-/// Node GUID from the address, as rxe derives it from the netdev's MAC (EUI-64 of a locally
-/// administered MAC `02:00:a:b:c:d` for IPv4, the low 48 bits for IPv6).
-pub(crate) fn node_guid(ip: IpAddr) -> u64 {
-    let mac: [u8; 6] = match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            [0x02, 0x00, o[0], o[1], o[2], o[3]]
-        }
-        IpAddr::V6(a) => {
-            let o = a.octets();
-            [(o[10] | 0x02) & !0x01, o[11], o[12], o[13], o[14], o[15]]
-        }
-    };
-    u64::from_be_bytes([
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ])
-}
-
 fn dest_from(
     dgid: [u8; 16],
     flow_label: u32,
@@ -450,7 +425,7 @@ impl DevState {
     /// QUERY_DEVICE, modelled on rxe (`rxe_param.h`; wire-facts §8.5).
     pub(crate) fn query_device(&self) -> QueryDeviceResp {
         let l = &self.cfg.limits;
-        let guid = node_guid(self.dev_ip());
+        let guid = abi::provider::node_guid(self.dev_ip());
         QueryDeviceResp {
             fw_ver: 0,
             node_guid: zerocopy::byteorder::big_endian::U64::new(guid),
