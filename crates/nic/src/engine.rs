@@ -22,7 +22,10 @@
 //! adaptive window (`crate::spin`: from `spin_us`, doubled by parks that a wake-up soon
 //! ended, up to `max_spin_us`), and longer — a second adaptive window, `busy_spin_us` up
 //! to `max_busy_spin_us` — while an application is mid-work (it owes a signaled send WQE
-//! or has completions it has not consumed: it is descheduled, not done). Then it parks:
+//! or has completions it has not consumed: it is descheduled, not done) — unless it was
+//! recently preempted in an idle spin (more runnable threads than cores: spinning then
+//! steals the core from whoever would make progress, so it spins a few µs only;
+//! `DeviceConfig::park_when_contended`). Then it parks:
 //! it announces `parked` on every doorbell page (abi::doorbell protocol) and in its own
 //! flag for control-plane kicks, re-checks, then blocks in `epoll_wait` on the wake eventfd
 //! and the UDP sockets with the next transport deadline as the timeout. A doorbell costs
@@ -72,6 +75,16 @@ const IDLE_SPIN_HINTS: u32 = 16;
 /// Deeper into an idle spin than `spin_us`, remote-capable devices' sockets are polled
 /// this often (a datagram then waits at most this long, as it would for a wake-up).
 const SOCKET_POLL_IDLE: Duration = Duration::from_micros(10);
+/// A gap this long between two steps of an idle spin means the engine lost its core.
+const PREEMPTED: Duration = Duration::from_micros(200);
+/// After a preemption, the cores count as oversubscribed this long: the engine then parks
+/// after [`CONTENDED_SPIN`] whatever its windows say (crate::spin).
+const CONTENDED_HOLD: Duration = Duration::from_millis(100);
+/// The idle spin while the cores are oversubscribed: a few passes, no window (measured on
+/// the 2-core VM: a 50 µs window there doubled two-process round trips).
+const CONTENDED_SPIN: Duration = Duration::from_micros(5);
+/// The wake eventfd's epoll token (devices' sockets use their ids, which start at 1).
+const WAKE_TOKEN: u64 = 0;
 /// Largest send WQE the engine reads: header + 32 SGEs.
 const SEND_WQE_MAX: usize = SEND_WQE_HDR_BYTES + 32 * 16;
 
@@ -91,7 +104,7 @@ impl EngineShared {
     pub(crate) fn start(name: &str) -> io::Result<Arc<EngineShared>> {
         let wake = sys::eventfd()?;
         let epoll = Epoll::new()?;
-        epoll.add(wake.as_raw_fd(), 0, EPOLLIN)?;
+        epoll.add(wake.as_raw_fd(), WAKE_TOKEN, EPOLLIN)?;
         let shared = Arc::new(EngineShared {
             wake,
             epoll,
@@ -219,6 +232,11 @@ fn run(shared: Arc<EngineShared>) {
     let mut events = Vec::new();
     let mut policy = SpinPolicy::new(spin_bounds(&devs));
     let mut yield_idle = false;
+    let mut contention_aware = true;
+    // When the last idle spin step ended (a gap from there to the next pass means the
+    // engine lost its core), and until when the cores count as oversubscribed.
+    let mut spun_at: Option<Instant> = None;
+    let mut contended_until = Instant::now();
     loop {
         let g = shared.generation.load(SeqCst);
         if g != gen {
@@ -233,9 +251,20 @@ fn run(shared: Arc<EngineShared>) {
             }
             policy.reconfigure(spin_bounds(&devs));
             yield_idle = devs.iter().any(|d| d.dev.cfg.yield_when_idle);
+            contention_aware = devs.iter().all(|d| d.dev.cfg.park_when_contended);
         }
         shared.kicked.store(false, SeqCst);
         let t = Instant::now();
+        if let Some(s) = spun_at.take() {
+            if contention_aware && t.saturating_duration_since(s) >= PREEMPTED {
+                // Descheduled in the middle of an idle spin: more runnable threads than
+                // cores. Spinning now takes the core from the threads that would make
+                // progress (crate::spin, "Oversubscribed cores").
+                contended_until = t + CONTENDED_HOLD;
+                policy.preempted();
+            }
+        }
+        let contended = t < contended_until;
         let idle = t.saturating_duration_since(last_progress);
         // Sockets are polled on every pass while work is recent; deeper into an idle spin
         // only every SOCKET_POLL_IDLE, so a long spin window is not a stream of recvmmsg.
@@ -263,7 +292,12 @@ fn run(shared: Arc<EngineShared>) {
         // Inside the adaptive window; beyond it, only while an application is mid-work
         // (crate::spin).
         let mid_work = idle >= policy.window() && app_mid_work(&devs);
-        if idle < policy.limit(mid_work) {
+        let limit = if contended {
+            CONTENDED_SPIN
+        } else {
+            policy.limit(mid_work)
+        };
+        if idle < limit {
             if yield_idle && idle > YIELD_AFTER {
                 // The application may be waiting for this very core (more runnable threads
                 // than cores): let it run rather than burn the rest of the spin window.
@@ -276,17 +310,22 @@ fn run(shared: Arc<EngineShared>) {
             } else {
                 std::hint::spin_loop();
             }
+            spun_at = Some(Instant::now());
             continue;
         }
-        if let Some((slept, by_event)) = park(&shared, &mut devs, epoch, &mut events) {
-            policy.parked(slept, by_event, mid_work);
+        if let Some((slept, by_app)) = park(&shared, &mut devs, epoch, &mut events) {
+            // A quick doorbell after a park while the cores are oversubscribed says the
+            // application was descheduled, not that a longer spin would have paid off.
+            policy.parked(slept, by_app && !contended, mid_work);
             last_progress = Instant::now();
         }
     }
 }
 
 /// Try to sleep. Returns `None` if the engine did not block, else how long it slept and
-/// whether an event (wake fd, datagram) rather than the timeout ended the sleep.
+/// whether the application ended the sleep: its doorbell or a control-plane command came
+/// through the wake fd. A datagram or the timeout says nothing about the application, and
+/// spinning would not have served a datagram sooner than the wake-up did (`crate::spin`).
 fn park(
     shared: &EngineShared,
     devs: &mut [EngineDev],
@@ -353,7 +392,7 @@ fn park(
         }
     }
     unpark_all(devs);
-    Some((slept, !events.is_empty()))
+    Some((slept, events.iter().any(|&(token, _)| token == WAKE_TOKEN)))
 }
 
 /// One pass over one device; returns whether anything happened.

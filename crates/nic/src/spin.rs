@@ -9,12 +9,16 @@
 //! keep the engine awake across such gaps, and neither keeps an idle device busy:
 //!
 //! * **Adaptive window** (the adaptive-mutex heuristic): the window starts at
-//!   [`crate::DeviceConfig::spin_us`]. A park that ends in a wake-up (doorbell, command,
-//!   datagram) sooner than the cap ([`crate::DeviceConfig::max_spin_us`]) means spinning
-//!   longer would have paid off: the window doubles, up to the cap. A park that lasts
-//!   longer than twice the cap means the device really went idle: the window halves, down
-//!   to `spin_us`. A park that ended on a transport deadline says nothing about the
-//!   application and changes nothing unless it was long. (Linux's io_uring SQPOLL thread,
+//!   [`crate::DeviceConfig::spin_us`]. A park that the application ends (a doorbell or a
+//!   command on the wake fd) sooner than the cap ([`crate::DeviceConfig::max_spin_us`])
+//!   means spinning longer would have paid off: the window doubles, up to the cap. A park
+//!   that lasts longer than twice the cap means the device really went idle: the window
+//!   halves, down to `spin_us`. A park that a datagram or a transport deadline ended says
+//!   nothing about the application and changes nothing unless it was long: spinning would
+//!   not have received the datagram any sooner than the wake-up did, and growing on
+//!   datagrams made every engine of a ping-pong spin for its whole cap after each packet —
+//!   two processes on two cores then took turns by scheduler slices (7.7 ms per 64-byte
+//!   round trip on a quiet 2-core machine, before this rule). (Linux's io_uring SQPOLL thread,
 //!   the kernel's own polling "NIC", spins a fixed second by default before it sleeps.)
 //! * **Application mid-work**: while some QP's newest send WQE was unsignaled (the
 //!   application owes a signaled one: it is mid-stream), or a CQ holds completions the
@@ -25,6 +29,15 @@
 //!   ends in a wake-up within the window doubles it, one that lasts longer than twice the
 //!   window halves it. An application that leaves completions unpolled for good costs
 //!   that window once per burst, then the engine parks as usual.
+//!
+//! * **Oversubscribed cores**: both windows assume the engine has a core of its own. When
+//!   it has not — more runnable threads than cores, e.g. two processes' applications and
+//!   engines on a 2-core machine, each spinning — every µs it spins is taken from a thread
+//!   that would make progress, and progress waits for scheduler slices (ms). The engine
+//!   notices being descheduled in the middle of an idle spin (a gap between two spin steps,
+//!   no system call needed); it then drops both windows to their floors and, for a while,
+//!   parks after a few µs whatever state the application is in. Parking costs the next
+//!   doorbell one system call; spinning would cost a scheduler slice.
 //!
 //! Pure logic on durations (no clock inside), so it is unit-tested directly.
 
@@ -115,17 +128,24 @@ impl SpinPolicy {
         }
     }
 
-    /// A park that blocked for `slept` ended; `by_event`: something woke it (a doorbell,
-    /// a control-plane kick or a datagram) rather than its timeout; `mid_work`: the engine
+    /// The engine was descheduled in the middle of an idle spin: the cores are
+    /// oversubscribed, and long windows steal them (module docs).
+    pub(crate) fn preempted(&mut self) {
+        self.idle.cur = self.idle.min;
+        self.busy.cur = self.busy.min;
+    }
+
+    /// A park that blocked for `slept` ended; `by_app`: the application woke it (a doorbell
+    /// or a control-plane command), not a datagram or the timeout; `mid_work`: the engine
     /// parked although the application was mid-work (its mid-work window ran out).
-    pub(crate) fn parked(&mut self, slept: Duration, by_event: bool, mid_work: bool) {
+    pub(crate) fn parked(&mut self, slept: Duration, by_app: bool, mid_work: bool) {
         let w = if mid_work {
             &mut self.busy
         } else {
             &mut self.idle
         };
         let soon = if mid_work { w.cur } else { w.max };
-        if by_event && slept < soon {
+        if by_app && slept < soon {
             w.grow();
         } else if slept > w.max.saturating_mul(2) || (mid_work && slept > w.cur * 2) {
             w.shrink();
@@ -159,7 +179,7 @@ mod tests {
             p.parked(3 * MS, true, false);
         }
         assert_eq!(p.window(), 4 * MS);
-        // A timeout wake-up says nothing about the application.
+        // A timeout or datagram wake-up says nothing about the application.
         let mut q = SpinPolicy::new(bounds());
         q.parked(300 * US, false, false);
         assert_eq!(q.window(), 50 * US);
@@ -203,6 +223,21 @@ mod tests {
         for _ in 0..10 {
             p.parked(60_000 * MS, false, true);
         }
+        assert_eq!(p.limit(true), 50 * MS);
+    }
+
+    #[test]
+    fn preemption_drops_both_windows_to_their_floors() {
+        let mut p = SpinPolicy::new(bounds());
+        for _ in 0..10 {
+            p.parked(10 * US, true, false);
+            p.parked(1 * MS, true, true);
+        }
+        assert_eq!(p.window(), 4 * MS);
+        assert_eq!(p.limit(true), 1000 * MS);
+        p.preempted();
+        assert_eq!(p.window(), 50 * US);
+        assert_eq!(p.limit(false), 50 * US);
         assert_eq!(p.limit(true), 50 * MS);
     }
 

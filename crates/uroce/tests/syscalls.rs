@@ -13,6 +13,11 @@
 //! * `default_engine_system_calls_do_not_grow_with_the_loop` (runs by default)
 //!   runs the default engine, whose short spin window makes it park — and the library pay
 //!   a wake-up — whenever the application thread is held up for longer than that window.
+//!   By design the default engine also parks when it finds the cores oversubscribed
+//!   (`nic::DeviceConfig::park_when_contended`): on a machine whose cores are all taken by
+//!   other work, each such park costs a few system calls and this test can then exceed its
+//!   slack (seen with two CPU hogs on 2 cores: 798 → 1,208). It holds on a machine whose
+//!   other load leaves a core free, as in CI.
 
 mod common;
 
@@ -46,6 +51,7 @@ fn write_loop_child() {
         // Keep the engine from parking during the run (see the strict test's docs).
         let mut cfg = nic::DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap());
         cfg.spin_us = spin_us;
+        cfg.park_when_contended = false;
         assert!(set_provider(std::sync::Arc::new(
             nic::EmbeddedProvider::new().with_config(cfg)
         )));
