@@ -4,7 +4,8 @@
 #
 #   bench/perftest-parity.sh [ROUNDS]      # default 3 rounds, alternating stock / uroce
 #
-# For each test (ib_write_bw 64 KiB, ib_send_bw 64 KiB, ib_write_lat 2 B, ib_read_lat 2 B),
+# For each of the eight tests (bw: 64 KiB, atomics 8 B, message rate; lat: 2 B, atomics 8 B,
+# t_typical and t_avg),
 # each round runs the stock tool client/server pair and then the `uroce bench` pair, as two
 # processes with their own embedded devices on $PARITY_ADDR_A/$PARITY_ADDR_B (default
 # 127.0.0.1 / 127.0.0.2). It prints every figure, the median of each side, and the ratio
@@ -17,6 +18,15 @@ rounds=${1:-3}
 A=${PARITY_ADDR_A:-127.0.0.1}
 B=${PARITY_ADDR_B:-127.0.0.2}
 port=${PARITY_PORT:-18700}
+# Pin the server process to one core and the client to another (each process's application
+# thread and engine share their core). Unpinned, two processes' four threads wander over two
+# cores and the figures of either stack vary by ±50 % from round to round on a 2-core VM;
+# pinned, by about ±10 %. PARITY_PIN=0 turns it off.
+if [ "${PARITY_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+    pin_srv=(taskset -c 1); pin_cli=(taskset -c 0)
+else
+    pin_srv=(); pin_cli=()
+fi
 
 if ! command -v ib_write_bw >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
@@ -47,53 +57,75 @@ run_pair() {
     port=$((port + 1))
     local out="$work/$kind-$tool-$port.txt"
     if [ "$kind" = stock ]; then
-        UROCE_DEVICES=uroce0=$A LD_LIBRARY_PATH=$compat "$tool" -x 0 -p "$port" "$@" \
+        UROCE_DEVICES=uroce0=$A LD_LIBRARY_PATH=$compat "${pin_srv[@]}" "$tool" -x 0 -p "$port" "$@" \
             >"$work/srv.txt" 2>&1 &
         local srv=$!
         wait_listen "$port" || { echo "server did not listen" >&2; }
-        UROCE_DEVICES=uroce1=$B LD_LIBRARY_PATH=$compat "$tool" -x 0 -p "$port" "$@" "$A" \
+        UROCE_DEVICES=uroce1=$B LD_LIBRARY_PATH=$compat "${pin_cli[@]}" "$tool" -x 0 -p "$port" "$@" "$A" \
             >"$out" 2>&1
     else
         local t=${tool#ib_}
-        UROCE_DEVICES=uroce0=$A "$uroce" bench "$t" -x 0 -p "$port" "$@" >"$work/srv.txt" 2>&1 &
+        UROCE_DEVICES=uroce0=$A "${pin_srv[@]}" "$uroce" bench "$t" -x 0 -p "$port" "$@" >"$work/srv.txt" 2>&1 &
         local srv=$!
         wait_listen "$port" || { echo "server did not listen" >&2; }
-        UROCE_DEVICES=uroce1=$B "$uroce" bench "$t" -x 0 -p "$port" "$@" "$A" >"$out" 2>&1
+        UROCE_DEVICES=uroce1=$B "${pin_cli[@]}" "$uroce" bench "$t" -x 0 -p "$port" "$@" "$A" >"$out" 2>&1
     fi
     wait "$srv" 2>/dev/null
     echo "$out"
 }
 
-# The figure of a result line: bw tests -> BW average [MB/sec] (4th field);
-# lat tests -> t_avg [usec] (6th field).
+# The figure of a result line: bw tests -> MsgRate [Mpps] (5th field: the average bandwidth
+# divided by the message size, printed with six decimals where BW average has two);
+# lat tests -> t_typical [usec] (5th field, perftest's median) and t_avg [usec] (6th field),
+# each compared on its own.
 figure() {
     local file=$1 col=$2
     awk -v c="$col" '$1 ~ /^[0-9]+$/ && NF >= c && $2 ~ /^[0-9]+$/ { v = $c } END { print v }' "$file"
 }
 
+# unit TOOL COLUMN
+unit() {
+    case $1:$2 in
+        *_bw:5) echo "MsgRate Mpps";; *_lat:5) echo "t_typical usec";; *) echo "t_avg usec";;
+    esac
+}
+
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
 
 status=0
-for spec in "ib_write_bw:4:-s 65536 -n 5000" "ib_send_bw:4:-s 65536 -n 5000" \
-            "ib_write_lat:6:-s 2 -n 5000" "ib_read_lat:6:-s 2 -n 5000"; do
-    tool=${spec%%:*}; rest=${spec#*:}; col=${rest%%:*}; args=${rest#*:}
-    stock=(); ours=()
+# TOOL:COLUMNS:ARGS — COLUMNS: the figures compared (see figure()); a lat test yields
+# t_typical and t_avg from the same run.
+for spec in "ib_write_bw:5:-s 65536 -n 5000" "ib_read_bw:5:-s 65536 -n 2000" \
+            "ib_send_bw:5:-s 65536 -n 5000" "ib_atomic_bw:5:-n 5000" \
+            "ib_write_lat:5,6:-s 2 -n 5000" "ib_read_lat:5,6:-s 2 -n 5000" \
+            "ib_send_lat:5,6:-s 2 -n 5000" "ib_atomic_lat:5,6:-n 5000"; do
+    tool=${spec%%:*}; rest=${spec#*:}; cols=${rest%%:*}; args=${rest#*:}
+    declare -A stock=() ours=()
     for r in $(seq "$rounds"); do
         # shellcheck disable=SC2086
-        f=$(run_pair stock "$tool" $args); s=$(figure "$f" "$col")
+        fs=$(run_pair stock "$tool" $args)
         # shellcheck disable=SC2086
-        f=$(run_pair uroce "$tool" $args); u=$(figure "$f" "$col")
-        echo "$tool round $r: stock=$s uroce=$u"
-        [ -n "$s" ] && stock+=("$s"); [ -n "$u" ] && ours+=("$u")
+        fu=$(run_pair uroce "$tool" $args)
+        for col in ${cols//,/ }; do
+            s=$(figure "$fs" "$col"); u=$(figure "$fu" "$col")
+            echo "$tool ($(unit "$tool" "$col")) round $r: stock=$s uroce=$u"
+            [ -n "$s" ] && stock[$col]+="$s "
+            [ -n "$u" ] && ours[$col]+="$u "
+        done
     done
-    ms=$(printf '%s\n' "${stock[@]}" | median); mu=$(printf '%s\n' "${ours[@]}" | median)
-    if [ -z "$ms" ] || [ -z "$mu" ]; then
-        echo "$tool: no result (stock '${ms}', uroce '${mu}')"; status=1; continue
-    fi
-    ratio=$(awk -v u="$mu" -v s="$ms" 'BEGIN { printf "%.3f", u / s }')
-    verdict=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.9 && r <= 1.1) ? "within 10%" : "OUTSIDE 10%" }')
-    unit=$([ "$col" = 4 ] && echo "MB/s avg" || echo "usec avg")
-    echo "$tool: median stock $ms, uroce $mu ($unit), uroce/stock = $ratio: $verdict"
-    [ "$verdict" = "within 10%" ] || status=1
+    for col in ${cols//,/ }; do
+        # shellcheck disable=SC2086
+        ms=$(printf '%s\n' ${stock[$col]:-} | median)
+        # shellcheck disable=SC2086
+        mu=$(printf '%s\n' ${ours[$col]:-} | median)
+        if [ -z "$ms" ] || [ -z "$mu" ]; then
+            echo "$tool: no result (stock '${ms}', uroce '${mu}')"; status=1; continue
+        fi
+        ratio=$(awk -v u="$mu" -v s="$ms" 'BEGIN { printf "%.3f", u / s }')
+        verdict=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.9 && r <= 1.1) ? "within 10%" : "OUTSIDE 10%" }')
+        echo "$tool: median stock $ms, uroce $mu ($(unit "$tool" "$col")), uroce/stock = $ratio: $verdict"
+        [ "$verdict" = "within 10%" ] || status=1
+    done
+    unset stock ours
 done
 exit $status

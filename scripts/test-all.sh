@@ -4,7 +4,10 @@
 #      the netfault namespace test and the tshark agreement test skip, saying why,
 #      without root / tshark);
 #   2. the drop-in libibverbs.so.1 with the stock rdma-core / perftest binaries
-#      (tests/compat/*.sh install the Debian packages as root, and skip otherwise).
+#      (tests/compat/*.sh install the Debian packages as root, and skip otherwise);
+#   3. interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh: needs root, qemu,
+#      the lab beside the repository and the Debian package mirror; about 15 minutes;
+#      prints "SKIPPED: <why>" without them; UROCE_SKIP_INTEROP=1 skips it on purpose).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,3 +19,10 @@ bash tests/compat/load.sh
 
 echo "== drop-in C libraries: stock tools end to end (tests/compat/tools.sh)"
 bash tests/compat/tools.sh
+
+echo "== interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh)"
+if [ "${UROCE_SKIP_INTEROP:-0}" = 1 ]; then
+    echo "SKIPPED: UROCE_SKIP_INTEROP=1"
+else
+    bash tests/interop/run.sh
+fi

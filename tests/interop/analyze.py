@@ -54,6 +54,9 @@ _AETH = (0x0D, 0x0F, 0x10, 0x11, 0x12)
 _UD = {0x64: 8, 0x65: 12}
 
 PAGE = 4096
+# A response answers the rxe requests whose PSN is at most this far below its own (PSNs of
+# different QPs start at random points of the 2^24 space, so they rarely fall this close).
+ANSWER_WINDOW = 1 << 16
 
 
 def frames(path):
@@ -83,7 +86,8 @@ def frames(path):
 
 
 def roce(data):
-    """(src address, BTH..pad bytes without ICRC) of a RoCEv2 frame, else None."""
+    """(src address, dst address, BTH..pad bytes without ICRC) of a RoCEv2 frame, else
+    None."""
     if len(data) < 14:
         return None
     etype = struct.unpack("!H", data[12:14])[0]
@@ -99,12 +103,14 @@ def roce(data):
         if data[off + 9] != 17:
             return None
         src = ipaddress.ip_address(data[off + 12:off + 16])
+        dst = ipaddress.ip_address(data[off + 16:off + 20])
         udp = off + ihl
         end = off + total
     elif etype == 0x86DD:
         if len(data) < off + 40 or data[off + 6] != 17:
             return None
         src = ipaddress.ip_address(data[off + 8:off + 24])
+        dst = ipaddress.ip_address(data[off + 24:off + 40])
         udp = off + 40
         end = udp + struct.unpack("!H", data[off + 4:off + 6])[0]
     else:
@@ -113,7 +119,7 @@ def roce(data):
         return None
     if struct.unpack("!H", data[udp + 2:udp + 4])[0] != 4791:
         return None
-    return src, data[udp + 8:end - 4]
+    return src, dst, data[udp + 8:end - 4]
 
 
 def analyze(path, uroce, timeout_us, pingpong):
@@ -130,12 +136,14 @@ def analyze(path, uroce, timeout_us, pingpong):
     sends_seen = set()  # (src, dqp, psn) of SEND packets already appended
     last_uroce = 0  # frame number of uroce's last packet
     rxe_frames = []
+    awaiting = []  # rxe requests that await uroce's answer: (t, psn, src, dst, frame)
+    answers = []  # uroce's answer times, ms
     try:
         for n, (t, data) in enumerate(frames(path), 1):
             r = roce(data)
             if r is None:
                 continue
-            src, ib = r
+            src, dst, ib = r
             who = "uroce" if src in uroce else "rxe"
             packets[who] += 1
             if who == "uroce":
@@ -161,6 +169,24 @@ def analyze(path, uroce, timeout_us, pingpong):
                         problems.append(
                             f"frame {n}: {who} retransmitted {src} qp=0x{dqp:06x} "
                             f"psn=0x{psn:06x} {gap_us / 1000:.1f} ms after the original")
+            # uroce's answers to rxe's requests that ask for one (AckReq, READ, atomics).
+            if who == "rxe" and op is not None and opcode < 0x20 and op in _REQ and \
+                    (ib[8] & 0x80 or _REQ[op][0] in ("read", "atomic")) and \
+                    not any(a[1] == psn and a[2] == src for a in awaiting):
+                awaiting.append((t, psn, src, dst, n))
+            if who == "uroce" and opcode < 0x20 and (opcode in _AETH or opcode == 0x0E):
+                keep = []
+                for a in awaiting:
+                    if a[2] == dst and a[3] == src and (psn - a[1]) % (1 << 24) < ANSWER_WINDOW:
+                        ms = (t - a[0]) * 1e3
+                        answers.append(ms)
+                        if ms * 1000 >= timeout_us:
+                            problems.append(
+                                f"frame {n}: uroce answered rxe's request psn=0x{a[1]:06x} "
+                                f"(frame {a[4]}) {ms:.1f} ms after it, beyond the QP timeout")
+                    else:
+                        keep.append(a)
+                awaiting = keep
             if opcode in _AETH and len(ib) >= 16:
                 syn = ib[12]
                 kind = syn >> 5
@@ -200,6 +226,9 @@ def analyze(path, uroce, timeout_us, pingpong):
     counts = {"packets_uroce": packets["uroce"], "packets_rxe": packets["rxe"],
               "retx_uroce": retx["uroce"], "retx_rxe": retx["rxe"],
               "rxe_spurious_retx": spurious, "naks": naks,
+              "uroce_answers": len(answers),
+              "uroce_answer_max_ms": round(max(answers), 2) if answers else 0,
+              "rxe_unanswered": len(awaiting),
               # rxe packets after uroce's last one: when uroce is the side that finishes,
               # these can reach a process that is gone (its port closed)
               "rxe_after_last_uroce": sum(1 for f in rxe_frames if f > last_uroce)}
@@ -252,13 +281,16 @@ def selftest():
         counts, problems = analyze(path, {ipaddress.ip_address(u)}, 4.096 * (1 << 14), True)
     finally:
         os.unlink(path)
-    want = ["frame 6: rxe retransmitted", "frame 7: uroce retransmitted", "frame 8: uroce",
+    want = ["frame 6: rxe retransmitted", "frame 7: uroce retransmitted",
+            "frame 8: uroce answered rxe's request psn=0x000009 (frame 3) 210.0 ms after it",
+            "frame 8: uroce (10.77.0.1) sent NAK",
             "frame 9: 10.77.0.1 sent a ping-pong message that differs from the first one at "
             "offset 50"]
     ok = (len(problems) == len(want)
           and all(p.startswith(w) for p, w in zip(problems, want))
           and counts["rxe_spurious_retx"] == 1 and counts["naks"] == 1
-          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 1)
+          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 1
+          and counts["uroce_answers"] == 1 and counts["rxe_unanswered"] == 1)
     print(f"analyze: selftest {'ok' if ok else 'FAILED'}: {counts} {problems}")
     return 0 if ok else 1
 
