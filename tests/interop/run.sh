@@ -393,7 +393,7 @@ run_cell() {
 
     # Background jobs are started without the nsx function, so that $! is the process itself
     # (ip netns exec execs the program) and can be signalled.
-    ip netns exec "$NS" tcpdump -i rxebr0 --immediate-mode -s 0 -U -Z root -w "$base.pcap" \
+    ip netns exec "$NS" tcpdump -i rxebr0 --immediate-mode -B 65536 -s 0 -U -Z root -w "$base.pcap" \
         udp port 4791 2>"$base.tcpdump" &
     td=$!
     BG+=("$td")
