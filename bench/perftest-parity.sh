@@ -97,8 +97,8 @@ status=0
 # t_typical and t_avg from the same run.
 for spec in "ib_write_bw:5:-s 65536 -n 5000" "ib_read_bw:5:-s 65536 -n 2000" \
             "ib_send_bw:5:-s 65536 -n 5000" "ib_atomic_bw:5:-n 5000" \
-            "ib_write_lat:5,6:-s 2 -n 5000" "ib_read_lat:5,6:-s 2 -n 5000" \
-            "ib_send_lat:5,6:-s 2 -n 5000" "ib_atomic_lat:5,6:-n 5000"; do
+            "ib_write_lat:5,6:-s 2 -n 20000" "ib_read_lat:5,6:-s 2 -n 20000" \
+            "ib_send_lat:5,6:-s 2 -n 20000" "ib_atomic_lat:5,6:-n 20000"; do
     tool=${spec%%:*}; rest=${spec#*:}; cols=${rest%%:*}; args=${rest#*:}
     declare -A stock=() ours=()
     for r in $(seq "$rounds"); do

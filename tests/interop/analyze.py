@@ -296,8 +296,9 @@ def selftest():
 
 
 def stat_last(path):
-    """The last counters `uroce stat --watch --json` saw of the (single) uroce process of
-    a cell: `name=value` lines, port counters of its devices summed."""
+    """The last counters `uroce stat --watch --json` (and `--exited --json`) saw of the
+    (single) uroce process of a cell: `name=value` lines, port counters of its devices
+    summed, and whether that snapshot is the one the process left at its exit."""
     last = None
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -317,6 +318,7 @@ def stat_last(path):
             total[name] = total.get(name, 0) + value
     print(f"pid={last.get('pid')}")
     print(f"program={last.get('program')}")
+    print(f"exited={bool(last.get('exited'))}")
     for name, value in total.items():
         print(f"{name}={value}")
     return 0

@@ -51,12 +51,11 @@
 #     the guest) counts a UDP receive error (InErrors, RcvbufErrors, InCsumErrors) —
 #     except, on uroce's side, for rxe packets that arrive after uroce's last one, when
 #     the tool may have exited already (ibv_srq_pingpong leaves a SEND's ACK in flight);
-#   * uroce's own counters (`uroce stat`, sampled every 0.05 s while the cell runs; the
-#     last sample of the uroce process counts) show no retransmission, timeout, NAK, RNR,
-#     sequence error, drop, bad ICRC, address mismatch or send error; duplicate_request
-#     only along with rxe's early retransmissions. The counters die with the process, so
-#     the last few milliseconds of a run (or all of a very short one) can be unsampled;
-#     the capture still shows anything uroce resent or NAKed.
+#   * uroce's own counters (`uroce stat`, sampled every 0.05 s while the cell runs, and
+#     `uroce stat --exited` at the end: the snapshot the uroce process left at its exit
+#     with UROCE_STATS_KEEP=1, which must be there and count its packets) show no
+#     retransmission, timeout, NAK, RNR, sequence error, drop, bad ICRC, address mismatch
+#     or send error; duplicate_request only along with rxe's early retransmissions.
 # Retried once (and said so): a cell whose only failure is the guest's perftest failing to
 # calibrate its clock under emulation ("Correlation coefficient r^2 ... Can't produce a
 # report"), and a cell whose only failure is that rxe resent after a full QP timeout
@@ -389,7 +388,8 @@ run_cell() {
         uside[0]=$UROCE
     fi
     uside=(env "UROCE_DEVICES=$udev" "LD_LIBRARY_PATH=$COMPAT" "UROCE_STATS_DIR=$STATS_DIR"
-        timeout "$TOOL_TIMEOUT" "${uside[@]}" -p "$port")
+        UROCE_STATS_KEEP=1 timeout "$TOOL_TIMEOUT" "${uside[@]}" -p "$port")
+    rm -f "$STATS_DIR"/*.exit.json
 
     # Background jobs are started without the nsx function, so that $! is the process itself
     # (ip netns exec execs the program) and can be signalled.
@@ -440,6 +440,11 @@ run_cell() {
     ns_counters >"$base.ns1"
     kill "$stp" 2>/dev/null
     wait "$stp" 2>/dev/null
+    # The uroce process's counters at its exit (UROCE_STATS_KEEP=1): the newest sample.
+    ip netns exec "$NS" env "UROCE_STATS_DIR=$STATS_DIR" "$UROCE" stat --exited --json \
+        >>"$base.ustat" 2>/dev/null
+    local exit_snaps
+    exit_snaps=$(ls "$STATS_DIR"/*.exit.json 2>/dev/null | wc -l)
     sleep 0.3
     kill -INT "$td" 2>/dev/null
     wait "$td" 2>/dev/null
@@ -562,10 +567,11 @@ run_cell() {
             fi
         done
         grep -qE '^(sent|rcvd)_pkts=[1-9]' "$base.ucounters" ||
-            info+=("the last uroce stat sample precedes the traffic (no packet counted yet)")
+            problems+=("uroce stat: the uroce process counted no packet")
+        grep -q '^exited=True' "$base.ucounters" ||
+            problems+=("uroce stat: no snapshot of the uroce process at its exit ($exit_snaps exit file(s))")
     else
-        # A process that lives only a few tens of milliseconds can end between two samples.
-        info+=("uroce stat caught no sample of the uroce process (it ran too briefly)")
+        problems+=("uroce stat: no snapshot of the uroce process")
     fi
 
     local line
@@ -658,7 +664,7 @@ for c in udp_InErrors udp_RcvbufErrors udp_InCsumErrors udp6_InErrors udp6_Rcvbu
 done
 echo "interop: rxe spurious timer retransmissions in all captures: $total_spurious; uroce retransmissions: $(cat "$OUT"/cells/*.analyze 2>/dev/null | sed -nE 's/.*retx_uroce=([0-9]+).*/\1/p' | awk '{s += $1} END {print s + 0}')"
 echo "interop: cells retried after a late answer from uroce: $late_retries (see the FAIL lines above; the failed attempts are in $OUT/cells/failed-attempts)"
-echo "interop: uroce counters: per cell in $OUT/cells/*.ucounters (last uroce stat sample of the process)"
+echo "interop: uroce counters: per cell in $OUT/cells/*.ucounters (the snapshot the uroce process left at its exit)"
 echo "interop: matrix ran in $((t_end - t_start)) s"
 cleanup
 finish

@@ -21,6 +21,9 @@
 //! or QP, only the counters that changed, as `+delta` over the interval. `--json` prints
 //! one object `{"dirs", "processes": [snapshot, ...], "removed_stale", "unanswered"}` (one
 //! per report with `--watch`), the snapshots as published, filtered by `-d` and `--qp`.
+//! `--exited` adds the last snapshots that processes run with `UROCE_STATS_KEEP=1` left at
+//! exit (`<pid>.exit.json` beside the sockets; marked `exited`), so the counters of a run
+//! that is over can still be read whole.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -85,6 +88,10 @@ pub struct Args {
     /// Print one JSON object (one per report with --watch).
     #[arg(long)]
     json: bool,
+    /// Also the processes that have exited, from the snapshot each left at exit when run
+    /// with UROCE_STATS_KEEP=1.
+    #[arg(long)]
+    exited: bool,
 }
 
 /// Runs `uroce stat`. Exit status 0, also when no uroce process is running (it says so);
@@ -100,8 +107,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.count == Some(0) {
         bail!("--count must be at least 1");
     }
+    let collect = || {
+        let mut c = stats::collect(ANSWER_TIMEOUT);
+        if args.exited {
+            let (snaps, bad) = stats::exited_in(&c.dirs);
+            c.processes.extend(snaps);
+            c.processes.sort_by_key(|s| s.pid);
+            c.unanswered.extend(bad);
+        }
+        c
+    };
     let Some(interval) = interval else {
-        let c = stats::collect(ANSWER_TIMEOUT);
+        let c = collect();
         let code = report(&args, &c, None);
         return Ok(code);
     };
@@ -109,7 +126,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut prev: Option<Prev> = None;
     let mut n = 0u64;
     loop {
-        let c = stats::collect(ANSWER_TIMEOUT);
+        let c = collect();
         if !args.json && prev.is_some() {
             print_out(&format!("--- +{:.2} s\n", start.elapsed().as_secs_f64()));
         }
@@ -319,7 +336,8 @@ fn text(processes: &[Snapshot], qp: Option<QpSel>, prev: Option<&Prev>) -> Strin
             } else {
                 format!(": {}", s.cmdline.join(" "))
             };
-            let _ = writeln!(out, "pid {} {}{cmd}", s.pid, s.program);
+            let gone = if s.exited { " (exited)" } else { "" };
+            let _ = writeln!(out, "pid {} {}{gone}{cmd}", s.pid, s.program);
             if s.devices.is_empty() {
                 let _ = writeln!(out, "  (no devices)");
             }

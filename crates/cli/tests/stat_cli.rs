@@ -1,7 +1,7 @@
 //! `uroce stat` end to end: the counters of a benchmark running in another process, read
 //! while it runs (they move), `-d` and `--qp` filters, `--watch` deltas, the socket a
 //! process leaves when killed (removed by the next `uroce stat`) and the one it removes
-//! itself at a normal exit.
+//! itself at a normal exit, and the snapshot it leaves at exit with `UROCE_STATS_KEEP=1`.
 //!
 //! Every test uses its own stats directory (`UROCE_STATS_DIR`), so processes of other
 //! tests on the machine are never seen, and its own device addresses (127.77.90.x).
@@ -272,6 +272,57 @@ fn a_normal_exit_removes_the_socket() {
         .expect("run devinfo");
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(!dir.exists());
+}
+
+#[test]
+fn an_exited_process_leaves_its_last_counters_when_asked() {
+    let dir = stats_dir("keep");
+    // A short run between two devices, with UROCE_STATS_KEEP=1: its snapshot at exit
+    // stays behind, with every packet it sent and received.
+    let o = uroce(&dir)
+        .env("UROCE_STATS_KEEP", "1")
+        .args(["bench", "write_bw", "--pair", "127.77.90.9,127.77.90.10"])
+        .args(["-s", "4096", "-n", "200"])
+        .output()
+        .expect("run the benchmark");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].ends_with(".exit.json"), "{names:?}");
+    let pid: u32 = names[0].trim_end_matches(".exit.json").parse().unwrap();
+
+    // Without --exited, nothing runs; with it, the process is there, marked exited.
+    let (v, _) = stat_json(&dir, &[]);
+    assert!(process(&v, pid).is_none(), "{v}");
+    let (v, _) = stat_json(&dir, &["--exited"]);
+    let p = process(&v, pid).unwrap_or_else(|| panic!("not listed: {v}"));
+    assert_eq!(p["exited"], true);
+    let d0 = device(p, "uroce0").expect("uroce0");
+    let d1 = device(p, "uroce1").expect("uroce1");
+    // 200 WRITEs of 4 KiB at the default MTU of 1024: at least 800 packets each way of
+    // data, and the responder's ACKs back.
+    assert!(counter(d0, "sent_pkts") >= 800, "{d0}");
+    assert!(counter(d1, "rcvd_pkts") >= 800, "{d1}");
+    assert_eq!(counter(d0, "sent_pkts"), counter(d1, "rcvd_pkts"), "{p}");
+    assert_eq!(counter(d1, "sent_pkts"), counter(d0, "rcvd_pkts"), "{p}");
+    let o = stat(&dir, &["--exited"]);
+    assert!(
+        text(&o.stdout).contains(&format!("pid {pid} uroce (exited)")),
+        "{}",
+        text(&o.stdout)
+    );
+
+    // A file that is not a snapshot is reported, not fatal.
+    std::fs::write(dir.join("4242.exit.json"), b"{ not json").unwrap();
+    let o = stat(&dir, &["--exited"]);
+    assert!(o.status.success());
+    assert!(text(&o.stderr).contains("4242"), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!("pid {pid} ")));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -58,6 +58,14 @@ pub const DIR_ENV: &str = "UROCE_STATS_DIR";
 /// Environment variable that turns publishing off (`0`, `off`, `no`, `false`).
 pub const ENABLE_ENV: &str = "UROCE_STATS";
 
+/// Environment variable that makes a publishing process leave its last snapshot behind at
+/// exit (`1`, `on`, `yes`, `true`): `DIR/<pid>.exit.json`, read by `uroce stat --exited`
+/// ([`exited_in`]). Off by default, so that ordinary runs leave no files.
+pub const KEEP_ENV: &str = "UROCE_STATS_KEEP";
+
+/// Largest exit snapshot read back (a hostile file cannot make the reader allocate more).
+const EXIT_SNAPSHOT_MAX: u64 = 16 << 20;
+
 /// The lowest QPN probed: QPNs 0 and 1 are special (SMI/GSI) and never handed out.
 const FIRST_PROBED_QPN: u32 = 2;
 
@@ -190,6 +198,11 @@ pub struct Snapshot {
     pub time_ms: u64,
     /// The process's running devices.
     pub devices: Vec<DeviceSnapshot>,
+    /// Written at the process's exit ([`KEEP_ENV`]): the process is gone, and QPs it
+    /// destroyed before exiting are no longer listed (their traffic stays in the port
+    /// counters).
+    #[serde(default)]
+    pub exited: bool,
 }
 
 impl Snapshot {
@@ -294,6 +307,7 @@ pub fn snapshot() -> Snapshot {
         cmdline,
         time_ms: now_ms(),
         devices,
+        exited: false,
     }
 }
 
@@ -429,9 +443,88 @@ extern "C" fn remove_at_exit() {
     if let Some((pid, path)) = PUBLISHED.get() {
         // A forked child inherits this handler; the socket is its parent's.
         if *pid == std::process::id() {
+            if keep_by_env() {
+                // Unwinding out of an atexit handler is undefined behaviour: a failure in
+                // the device code only loses the exit snapshot.
+                let _ = std::panic::catch_unwind(|| write_exit_snapshot(path));
+            }
             let _ = fs::remove_file(path);
         }
     }
+}
+
+fn keep_by_env() -> bool {
+    std::env::var(KEEP_ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "on" | "yes" | "true"
+        )
+    })
+}
+
+/// The exit snapshot's path for the socket `sock` (`DIR/<pid>.sock` → `DIR/<pid>.exit.json`).
+fn exit_path(sock: &Path) -> PathBuf {
+    sock.with_extension("exit.json")
+}
+
+/// Write the last snapshot next to the socket, under a temporary name first so a reader
+/// never sees half a file.
+fn write_exit_snapshot(sock: &Path) {
+    let mut snap = snapshot();
+    snap.exited = true;
+    let Ok(mut body) = serde_json::to_string(&snap) else {
+        return;
+    };
+    body.push('\n');
+    let path = exit_path(sock);
+    let tmp = path.with_extension("json.tmp");
+    if fs::write(&tmp, body).is_ok() && fs::rename(&tmp, &path).is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+}
+
+/// The exit snapshots (`<pid>.exit.json`, [`KEEP_ENV`]) in `dirs`, by ascending pid, and
+/// the files that could not be read or parsed, with the reason.
+pub fn exited_in(dirs: &[PathBuf]) -> (Vec<Snapshot>, Vec<Unanswered>) {
+    let mut snaps = Vec::new();
+    let mut bad = Vec::new();
+    for dir in dirs {
+        let Ok(rd) = fs::read_dir(dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".exit.json"))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let path = e.path();
+            match read_exit_snapshot(&path) {
+                Ok(s) => snaps.push(s),
+                Err(reason) => bad.push(Unanswered { pid, path, reason }),
+            }
+        }
+    }
+    snaps.sort_by_key(|s| s.pid);
+    (snaps, bad)
+}
+
+fn read_exit_snapshot(path: &Path) -> Result<Snapshot, String> {
+    let f = fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    f.take(EXIT_SNAPSHOT_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > EXIT_SNAPSHOT_MAX {
+        return Err(format!("larger than {EXIT_SNAPSHOT_MAX} bytes"));
+    }
+    let mut s: Snapshot =
+        serde_json::from_str(&text).map_err(|e| format!("not a snapshot: {e}"))?;
+    s.exited = true;
+    Ok(s)
 }
 
 /// The publisher thread: blocked in `accept()` until a client comes; each gets one
