@@ -30,6 +30,15 @@ uint64_t ibv_get_device_guid(struct ibv_device *device);
 int ibv_get_device_index(struct ibv_device *device);
 int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 const char *ibv_get_sysfs_path(void);
+struct ibv_context;
+struct ibv_pd;
+struct ibv_mr;
+struct ibv_context *ibv_open_device(struct ibv_device *device);
+int ibv_close_device(struct ibv_context *context);
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context);
+int ibv_dealloc_pd(struct ibv_pd *pd);
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access);
+int ibv_dereg_mr(struct ibv_mr *mr);
 
 static int failures;
 
@@ -92,6 +101,24 @@ int main(int argc, char **argv)
 	if (n >= 2)
 		CHECK(ibv_get_device_index(list[0]) != ibv_get_device_index(list[1]),
 		      "indices not unique");
+
+	/* A PD that an MR still uses cannot be deallocated (EBUSY, PD intact), as with
+	 * rdma-core's providers; once the MR is gone it can. */
+	{
+		static char mem[4096];
+		struct ibv_context *ctx = ibv_open_device(list[0]);
+		struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+		struct ibv_mr *mr = pd ? ibv_reg_mr(pd, mem, sizeof(mem), 1) : NULL;
+
+		CHECK(ctx && pd && mr, "open/alloc_pd/reg_mr: %s", strerror(errno));
+		if (mr) {
+			CHECK(ibv_dealloc_pd(pd) == EBUSY, "dealloc of a PD in use did not fail");
+			CHECK(ibv_dereg_mr(mr) == 0, "dereg_mr");
+			CHECK(ibv_dealloc_pd(pd) == 0, "dealloc of an unused PD failed");
+		}
+		if (ctx)
+			CHECK(ibv_close_device(ctx) == 0, "close_device");
+	}
 	ibv_free_device_list(list);
 
 	/* Devices outlive the list, and a second list hands out the same devices. */

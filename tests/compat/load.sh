@@ -181,7 +181,7 @@ if gcc -O1 -Wall -Wextra -Werror -o "$work/pure_api" tests/compat/pure_api.c \
         bad "pure functions differ from rdma-core 44: $(diff "$work/sys.out" "$work/ours.out" | head -5 | tr '\n' ' ')"
     fi
     UROCE_DEVICES=uroce0=127.0.0.1,uroce1=127.0.0.2 "$work/devlist" uroce0 uroce1 >"$work/devlist.out" 2>&1 \
-        && ok "device list, GUID, index, sysfs emulation" \
+        && ok "device list, GUID, index, sysfs emulation, PD busy while an MR uses it" \
         || bad "devlist: $(cat "$work/devlist.out")"
     UROCE_DEVICES=nonsense "$work/devlist" >"$work/devlist.out" 2>&1 \
         && ok "bad device list fails with EINVAL" || bad "devlist bad env: $(cat "$work/devlist.out")"

@@ -234,9 +234,27 @@ impl Ctx {
             Variant::Ud => (o.size + GRH_BYTES, GRH_BYTES),
             Variant::Rc | Variant::Srq => (o.size, 0),
         };
-        let buf = pd
+        let mut buf = pd
             .alloc_mr(recv_len, AccessFlags::LOCAL_WRITE)
             .context("Couldn't register MR")?;
+        // As rdma-core's rc/ud pp_init_ctx: the buffer starts as 0x7b bytes, and under
+        // --chk the first byte of every page is its page index (mod 1, so 0), which the
+        // run must preserve; srq_pingpong's buffer starts zeroed.
+        if o.variant != Variant::Srq {
+            let data = buf.as_mut_slice();
+            data.fill(0x7b);
+            if args.chk {
+                for chunk in data
+                    .get_mut(send_off..)
+                    .unwrap_or(&mut [])
+                    .chunks_mut(uroce::PAGE_SIZE)
+                {
+                    if let Some(b) = chunk.first_mut() {
+                        *b = 0;
+                    }
+                }
+            }
+        }
         let cqe = o.rx_depth + o.num_qp as u32;
         let cq = ctx
             .create_cq(cqe, channel.as_ref(), 0)

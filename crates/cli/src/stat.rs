@@ -415,6 +415,7 @@ mod tests {
                     qps: vec![],
                 },
             ],
+            exited: false,
         }
     }
 
@@ -425,6 +426,7 @@ mod tests {
             watch: None,
             count: None,
             json: false,
+            exited: false,
         }
     }
 

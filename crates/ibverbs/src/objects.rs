@@ -91,8 +91,14 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 /// `pd` came from [`ibv_alloc_pd`] and is not used after this call.
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
-        if pd.is_null() {
+        // SAFETY: per the contract, NULL or a live boxed UPd.
+        let Some(p) = (unsafe { upd(pd) }) else {
             return libc::EINVAL;
+        };
+        // As rdma-core's providers (the kernel's ib_dealloc_pd refuses a PD with users):
+        // EBUSY, PD intact, while MRs, QPs, SRQs or AHs still use it.
+        if p.pd.in_use() {
+            return libc::EBUSY;
         }
         // SAFETY: per the contract, the pointer is a leaked Box<UPd>, reclaimed once; its
         // context is live.

@@ -165,6 +165,12 @@ impl Pd {
 }
 
 impl Pd {
+    /// Whether MRs, QPs, SRQs, AHs or other handles still use this PD ([`Pd::dealloc`]
+    /// would fail with `EBUSY`).
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+
     /// `ibv_dealloc_pd`. `EBUSY` (PD handed back) while MRs, QPs, SRQs, AHs or other
     /// handles use it; dropping the last handle deallocates it too.
     pub fn dealloc(self) -> core::result::Result<(), (Error, Pd)> {
