@@ -3,10 +3,12 @@
 # report the same bandwidth and latency for the same test in the same run? (issue 7)
 #
 #   bench/perftest-parity.sh [ROUNDS]      # default 3 rounds, alternating stock / uroce
+#   PARITY_ONLY=atomic_bw bench/perftest-parity.sh 9     # only the tests matching a regex
 #
 # For each of the eight tests (bw: 64 KiB, atomics 8 B, message rate; lat: 2 B, atomics 8 B,
 # t_typical and t_avg),
-# each round runs the stock tool client/server pair and then the `uroce bench` pair, as two
+# each round runs the stock tool client/server pair and the `uroce bench` pair (stock first in
+# odd rounds, uroce first in even ones), as two
 # processes with their own embedded devices on $PARITY_ADDR_A/$PARITY_ADDR_B (default
 # 127.0.0.1 / 127.0.0.2). It prints every figure, the median of each side, and the ratio
 # uroce/stock; it exits 1 if any median ratio is outside 0.9–1.1. The machine is shared and
@@ -101,11 +103,22 @@ for spec in "ib_write_bw:5:-s 65536 -n 5000" "ib_read_bw:5:-s 65536 -n 2000" \
             "ib_send_lat:5,6:-s 2 -n 20000" "ib_atomic_lat:5,6:-n 20000"; do
     tool=${spec%%:*}; rest=${spec#*:}; cols=${rest%%:*}; args=${rest#*:}
     declare -A stock=() ours=()
+    if [ -n "${PARITY_ONLY:-}" ] && ! [[ $tool =~ $PARITY_ONLY ]]; then
+        continue
+    fi
     for r in $(seq "$rounds"); do
-        # shellcheck disable=SC2086
-        fs=$(run_pair stock "$tool" $args)
-        # shellcheck disable=SC2086
-        fu=$(run_pair uroce "$tool" $args)
+        # The order alternates too: whichever runs first in a round may fare differently.
+        if [ $((r % 2)) = 1 ]; then
+            # shellcheck disable=SC2086
+            fs=$(run_pair stock "$tool" $args)
+            # shellcheck disable=SC2086
+            fu=$(run_pair uroce "$tool" $args)
+        else
+            # shellcheck disable=SC2086
+            fu=$(run_pair uroce "$tool" $args)
+            # shellcheck disable=SC2086
+            fs=$(run_pair stock "$tool" $args)
+        fi
         for col in ${cols//,/ }; do
             s=$(figure "$fs" "$col"); u=$(figure "$fu" "$col")
             echo "$tool ($(unit "$tool" "$col")) round $r: stock=$s uroce=$u"
