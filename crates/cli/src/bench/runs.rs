@@ -607,9 +607,14 @@ fn bw_requester(
                     } else {
                         wr
                     };
+                    // Exactly perftest's signaling (run_iter_bw): every cq_mod-th WR and
+                    // the last one of an iterations run. cq_mod <= depth (clamped above), so
+                    // every window holds a signaled WR. Signaling more often (say, whenever
+                    // the window fills) lets the window refill sooner: for latency-bound
+                    // operations such as atomics that alone made `uroce bench` report up to
+                    // 1.5x perftest's message rate on the same device (issue 7).
                     let last_of_run = window.is_none() && k + 1 == per_qp;
-                    let window_full = j as u64 + 1 == n && k + 1 - ccnt[i] >= depth;
-                    let wr = if (k + 1) % cq_mod == 0 || last_of_run || window_full {
+                    let wr = if (k + 1) % cq_mod == 0 || last_of_run {
                         last_signaled[i] = k + 1;
                         wr.signaled()
                     } else {
