@@ -382,13 +382,14 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 /// `(pid, path)` of the socket this process published, for the exit handler.
 static PUBLISHED: OnceLock<(u32, PathBuf)> = OnceLock::new();
 
+/// Whether environment variable `name` is set to one of `words` (case and surrounding
+/// blanks ignored).
+fn env_is(name: &str, words: &[&str]) -> bool {
+    std::env::var(name).is_ok_and(|v| words.contains(&v.trim().to_ascii_lowercase().as_str()))
+}
+
 fn disabled_by_env() -> bool {
-    std::env::var(ENABLE_ENV).is_ok_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "0" | "off" | "no" | "false"
-        )
-    })
+    env_is(ENABLE_ENV, &["0", "off", "no", "false"])
 }
 
 /// Start publishing this process's counters (once per process; later calls return at
@@ -454,12 +455,7 @@ extern "C" fn remove_at_exit() {
 }
 
 fn keep_by_env() -> bool {
-    std::env::var(KEEP_ENV).is_ok_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "1" | "on" | "yes" | "true"
-        )
-    })
+    env_is(KEEP_ENV, &["1", "on", "yes", "true"])
 }
 
 /// The exit snapshot's path for the socket `sock` (`DIR/<pid>.sock` → `DIR/<pid>.exit.json`).
@@ -494,11 +490,7 @@ pub fn exited_in(dirs: &[PathBuf]) -> (Vec<Snapshot>, Vec<Unanswered>) {
         };
         for e in rd.flatten() {
             let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".exit.json"))
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
+            let Some(pid) = name.to_str().and_then(|n| pid_file_name(n, ".exit.json")) else {
                 continue;
             };
             let path = e.path();
@@ -575,7 +567,7 @@ pub fn endpoints(dir: &Path) -> io::Result<Vec<Endpoint>> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name();
-            let pid = parse_socket_name(name.to_str()?)?;
+            let pid = pid_file_name(name.to_str()?, ".sock")?;
             Some(Endpoint {
                 pid,
                 path: e.path(),
@@ -586,9 +578,9 @@ pub fn endpoints(dir: &Path) -> io::Result<Vec<Endpoint>> {
     Ok(eps)
 }
 
-/// `"<pid>.sock"` → pid.
-fn parse_socket_name(name: &str) -> Option<u32> {
-    let digits = name.strip_suffix(".sock")?;
+/// `"<pid><suffix>"` (`.sock`, `.exit.json`) → pid.
+fn pid_file_name(name: &str, suffix: &str) -> Option<u32> {
+    let digits = name.strip_suffix(suffix)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -728,7 +720,7 @@ fn remove_dead_temporaries(dir: &Path) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_suffix(".tmp"))
-            .and_then(parse_socket_name)
+            .and_then(|n| pid_file_name(n, ".sock"))
         else {
             continue;
         };
@@ -769,13 +761,13 @@ mod tests {
 
     #[test]
     fn socket_names() {
-        assert_eq!(parse_socket_name("123.sock"), Some(123));
-        assert_eq!(parse_socket_name("0.sock"), None);
-        assert_eq!(parse_socket_name(".sock"), None);
-        assert_eq!(parse_socket_name("12a.sock"), None);
-        assert_eq!(parse_socket_name("+12.sock"), None);
-        assert_eq!(parse_socket_name("123.sock.tmp"), None);
-        assert_eq!(parse_socket_name("99999999999999.sock"), None);
+        assert_eq!(pid_file_name("123.sock", ".sock"), Some(123));
+        assert_eq!(pid_file_name("0.sock", ".sock"), None);
+        assert_eq!(pid_file_name(".sock", ".sock"), None);
+        assert_eq!(pid_file_name("12a.sock", ".sock"), None);
+        assert_eq!(pid_file_name("+12.sock", ".sock"), None);
+        assert_eq!(pid_file_name("123.sock.tmp", ".sock"), None);
+        assert_eq!(pid_file_name("99999999999999.sock", ".sock"), None);
     }
 
     #[test]
