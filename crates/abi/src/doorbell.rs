@@ -40,6 +40,7 @@
 //! delivered before the engine actually blocks is not lost, only turned into a spurious
 //! return, which the engine handles by looping.
 
+use std::fmt;
 use std::sync::Arc;
 
 use core::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -64,6 +65,24 @@ pub const DEFAULT_DOORBELL_SLOTS: u32 = 1024;
 pub trait Wake: Send + Sync {
     /// Wake the engine. Called only after this thread swapped `parked` from 1 to 0.
     fn wake(&self);
+}
+
+/// The engine's work done on the library's own thread while the engine sleeps — what rxe
+/// and siw do when `ibv_post_send` transmits in the caller's context. Only an engine that
+/// runs in the caller's process can offer it (embedded mode,
+/// [`crate::provider::Provider::progress`]).
+///
+/// On a machine with more runnable threads than cores, an application that busy-polls its
+/// CQ and the engine thread it waits for share a core: each completion then waits until the
+/// scheduler hands the engine that core (milliseconds when it does not preempt the poller).
+/// Doing the engine's pass on the polling thread removes that hand-off.
+pub trait Progress: Send + Sync + fmt::Debug {
+    /// If the engine is parked and no other thread is doing its work, do one round of it on
+    /// this thread (drain doorbells, receive, fire due timers, serve queues, transmit) and
+    /// return `true`; whatever that round could not finish is handed to the engine (it is
+    /// woken). Returns `false` without doing anything while the engine is awake or busy:
+    /// the caller must then rely on the engine ([`Doorbells::ring`]'s wake-up protocol).
+    fn drive(&self) -> bool;
 }
 
 /// The engine's blocking primitive, with token semantics: it returns promptly if a
@@ -191,6 +210,20 @@ impl Doorbells {
     /// `waker.wake()` only if the engine is parked and this thread is the one that un-parked
     /// it; returns whether it did.
     pub fn ring(&self, slot: u32, waker: &dyn Wake) -> Result<bool> {
+        self.ring_or_drive(slot, waker, None)
+    }
+
+    /// [`Doorbells::ring`], but if the engine is parked, first offer the work to `progress`
+    /// ([`Progress::drive`]): when it ran the engine's round on this thread, the doorbell
+    /// has been served and the engine stays asleep (no wake-up). Otherwise the wake-up
+    /// protocol as in [`Doorbells::ring`]: the bit is set before `drive`, so either that
+    /// round drained it or the engine will.
+    pub fn ring_or_drive(
+        &self,
+        slot: u32,
+        waker: &dyn Wake,
+        progress: Option<&dyn Progress>,
+    ) -> Result<bool> {
         if slot >= self.page.layout.slots {
             return Err(AbiError::InvalidField {
                 field: "doorbell slot",
@@ -201,7 +234,13 @@ impl Doorbells {
             .bitmap_word(slot as usize / 64)?
             .fetch_or(1 << (slot % 64), SeqCst);
         let parked = self.page.parked()?;
-        if parked.load(SeqCst) != 0 && parked.swap(0, SeqCst) != 0 {
+        if parked.load(SeqCst) == 0 {
+            return Ok(false);
+        }
+        if progress.is_some_and(|p| p.drive()) {
+            return Ok(false);
+        }
+        if parked.swap(0, SeqCst) != 0 {
             waker.wake();
             return Ok(true);
         }

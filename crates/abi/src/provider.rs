@@ -11,6 +11,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 
+use crate::doorbell::Progress;
+
 /// Default device list when `UROCE_DEVICES` is unset.
 pub const DEFAULT_DEVICES: &str = "uroce0=127.0.0.1";
 
@@ -117,6 +119,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// Opens a new command channel (one per context) to `device`, starting the device first
     /// if this provider runs devices itself. The stream carries the command ABI of this crate.
     fn open(&self, device: &DeviceSpec) -> std::io::Result<UnixStream>;
+
+    /// The engine's work on the library's thread ([`crate::doorbell::Progress`]), if this
+    /// provider runs `device`'s engine in this process (embedded mode); `None` for a daemon.
+    fn progress(&self, device: &DeviceSpec) -> Option<std::sync::Arc<dyn Progress>> {
+        let _ = device;
+        None
+    }
 }
 
 #[cfg(test)]

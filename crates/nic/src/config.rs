@@ -109,6 +109,13 @@ pub struct DeviceConfig {
     /// quiet 2-core VM, two-process `uroce pingpong` went from 7.9 ms to ~0.4 ms per round
     /// trip). On by default; turn it off to keep the windows regardless of the load.
     pub park_when_contended: bool,
+    /// While the engine is parked, a library thread that finds its CQ empty or rings a
+    /// doorbell does the engine's work itself instead of waking it (`poll_cq` and
+    /// `post_send` run a pass; `abi::doorbell::Progress`), as rxe's `post_send` transmits
+    /// in the caller's context. On by default: with more runnable threads than cores, a
+    /// busy-polling application otherwise waits for the scheduler to give the engine its
+    /// core. Off: the library only ever wakes the engine.
+    pub app_progress: bool,
 }
 
 impl DeviceConfig {
@@ -126,6 +133,7 @@ impl DeviceConfig {
             max_busy_spin_us: 1_000_000,
             yield_when_idle: false,
             park_when_contended: true,
+            app_progress: true,
         }
     }
 

@@ -44,6 +44,9 @@ pub struct EngineCounters {
     /// Internal errors caught in the engine or the control plane (a bug; the device
     /// keeps running).
     pub engine_panics: u64,
+    /// Engine passes done on an application thread while the engine slept (in `poll_cq`
+    /// or `post_send`, `abi::doorbell::Progress`): the work it did not have to be woken for.
+    pub app_passes: u64,
 }
 
 impl EngineCounters {
@@ -66,6 +69,7 @@ impl EngineCounters {
             ("ring_corrupt", self.ring_corrupt),
             ("event_drops", self.event_drops),
             ("engine_panics", self.engine_panics),
+            ("app_passes", self.app_passes),
         ]
         .into_iter()
     }

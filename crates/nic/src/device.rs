@@ -270,4 +270,16 @@ impl Provider for EmbeddedProvider {
             .unwrap_or_else(|| DeviceConfig::from_spec(spec));
         start_device(cfg)?.open_context()
     }
+
+    fn progress(&self, spec: &DeviceSpec) -> Option<Arc<dyn abi::doorbell::Progress>> {
+        let dev = registry()
+            .iter()
+            .find(|d| d.cfg.name == spec.name && d.cfg.addr == spec.addr)
+            .cloned()?;
+        if !dev.cfg.app_progress {
+            return None;
+        }
+        let engine: Arc<dyn abi::doorbell::Progress> = dev.engine.clone();
+        Some(engine)
+    }
 }

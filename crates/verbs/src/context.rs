@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use abi::cmd::{Reply, ReplyHdr};
-use abi::doorbell::{DoorbellLayout, Doorbells};
+use abi::doorbell::{DoorbellLayout, Doorbells, Progress};
 use abi::shm::SharedMem;
 use abi::uverbs::{
     AsyncEventDesc, GetContext, GetContextResp, QueryDevice, QueryDeviceResp, QueryGid,
@@ -169,6 +169,8 @@ pub(crate) struct CtxInner {
     pub(crate) doorbells: Doorbells,
     doorbell_mem: Arc<SharedMem>,
     pub(crate) wake: sys::EventFdWake,
+    /// The engine's work on this thread while it sleeps (embedded mode only).
+    pub(crate) progress: Option<Arc<dyn Progress>>,
     pub(crate) max_inline: u32,
     num_comp_vectors: u32,
 }
@@ -212,6 +214,7 @@ impl Context {
         // The wake fd is ours too (a duplicate of the engine's eventfd), closed with the
         // context; −1 means the engine never parks.
         let wake_fd = sys::adopt_fd(drv.wake_fd as u32);
+        let progress = device.provider().progress(device.spec());
         let inner = CtxInner {
             device,
             chan: Mutex::new(chan),
@@ -220,6 +223,7 @@ impl Context {
             doorbells,
             doorbell_mem: mem,
             wake: sys::EventFdWake::new(wake_fd),
+            progress,
             max_inline: drv.max_inline_data.min(abi::fastpath::MAX_INLINE_DATA),
             num_comp_vectors: core.num_comp_vectors.max(1),
         };

@@ -398,21 +398,33 @@ impl Cq {
 
     /// `ibv_poll_cq`: move up to `wc.len()` completions into `wc`, oldest first; returns
     /// how many. Reads the CQ ring directly: no system call.
+    ///
+    /// An empty ring while the engine sleeps (embedded mode): the engine's work is done on
+    /// this thread ([`abi::doorbell::Progress`]) and the ring read once more, so a poller
+    /// that shares its core with the engine does not wait for the scheduler to hand it over.
     pub fn poll(&self, wc: &mut [Wc]) -> Result<usize> {
-        let mut ring = self.ring();
-        let n = ring_take(&mut ring.consumer, wc.len(), |i, w| {
+        self.poll_driving(wc.len(), |i, w| {
             if let Some(slot) = wc.get_mut(i) {
                 *slot = Wc::from_abi(w);
             }
-        })?;
-        Ok(n)
+        })
+    }
+
+    fn poll_driving(&self, max: usize, mut put: impl FnMut(usize, &uverbs::Wc)) -> Result<usize> {
+        let n = ring_take(&mut self.ring().consumer, max, &mut put)?;
+        if n > 0 || max == 0 {
+            return Ok(n);
+        }
+        match &self.0.ctx.0.progress {
+            Some(p) if p.drive() => ring_take(&mut self.ring().consumer, max, put),
+            _ => Ok(0),
+        }
     }
 
     /// As [`Cq::poll`], into the ABI layout (the first 48 bytes of `struct ibv_wc`), for
     /// a C-ABI library that copies completions out unchanged.
     pub fn poll_raw(&self, wc: &mut [uverbs::Wc]) -> Result<usize> {
-        let mut ring = self.ring();
-        ring_take(&mut ring.consumer, wc.len(), |i, w| {
+        self.poll_driving(wc.len(), |i, w| {
             if let Some(slot) = wc.get_mut(i) {
                 *slot = *w;
             }

@@ -697,14 +697,22 @@ impl Qp {
     /// [`PostError::index`] were posted.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         self.check_send_state("post_send")?;
-        let mut sq = self.sq();
-        let SendQueue { prod, limits, .. } = &mut *sq;
-        let (posted, err) = stage_sends(prod, limits, wrs);
+        let (posted, err) = {
+            let mut sq = self.sq();
+            let SendQueue { prod, limits, .. } = &mut *sq;
+            stage_sends(prod, limits, wrs)
+        };
         if posted > 0 {
             let ctx = self.ctx();
             // The slot was checked at creation, so ringing cannot fail; if it somehow did,
-            // the WRs are published and the next doorbell makes the engine find them.
-            let _ = ctx.0.doorbells.ring(self.0.sq_doorbell, &ctx.0.wake);
+            // the WRs are published and the next doorbell makes the engine find them. A
+            // parked engine's work is done on this thread if it can be (embedded mode), as
+            // rxe transmits in the caller's context.
+            let _ = ctx.0.doorbells.ring_or_drive(
+                self.0.sq_doorbell,
+                &ctx.0.wake,
+                ctx.0.progress.as_deref(),
+            );
         }
         match err {
             Some(e) => Err(e),
