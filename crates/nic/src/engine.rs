@@ -50,7 +50,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -97,6 +97,8 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(100);
 /// The idle spin while the cores are oversubscribed: a few passes, no window (measured on
 /// the 2-core VM: a 50 µs window there doubled two-process round trips).
 const CONTENDED_SPIN: Duration = Duration::from_micros(5);
+/// How often the engine re-reads its CPU affinity (one CPU: always contended).
+const AFFINITY_CHECK: Duration = Duration::from_secs(1);
 /// The wake eventfd's epoll token (devices' sockets use their ids, which start at 1).
 const WAKE_TOKEN: u64 = 0;
 /// Passes an application thread runs at most per [`EngineShared::drive`] before it leaves
@@ -122,6 +124,15 @@ pub(crate) struct EngineShared {
     /// While parked: the transport deadline the engine sleeps until (ns since `epoch`;
     /// `u64::MAX`: none). Work done for it that arms an earlier one must wake it.
     sleeps_until: AtomicU64,
+    /// The engine noticed recently that it shares its core (it was preempted in an idle
+    /// spin): a library thread that finds it awake then yields its core to it.
+    contended: AtomicBool,
+    /// The engine may run on one CPU only (its affinity mask), so it shares that CPU with
+    /// any application thread of the process that polls.
+    single_cpu: AtomicBool,
+    /// Calls of `drive` counted while `single_cpu`: an application thread is polling or
+    /// posting, on the engine's one CPU.
+    app_calls: AtomicU64,
 }
 
 /// What only the thread doing the engine's work touches.
@@ -206,6 +217,9 @@ impl EngineShared {
             }),
             epoch: Instant::now(),
             sleeps_until: AtomicU64::new(u64::MAX),
+            contended: AtomicBool::new(false),
+            single_cpu: AtomicBool::new(false),
+            app_calls: AtomicU64::new(0),
         });
         let s = shared.clone();
         std::thread::Builder::new()
@@ -233,11 +247,25 @@ impl EngineShared {
     /// free, do its work on the calling thread — passes until one finds nothing to do (at
     /// most [`DRIVE_PASSES`]) — then wake it only if work is left or a deadline was armed
     /// before the one it sleeps until.
+    ///
+    /// An engine that is awake (or whose work another thread is doing) while the cores are
+    /// oversubscribed is most likely waiting for this very core: the caller, about to spin
+    /// on an empty CQ, yields it (`sched_yield`) rather than make it wait for the end of a
+    /// scheduler slice.
     pub(crate) fn drive(&self) -> bool {
-        if !self.parked.load(SeqCst) {
-            return false;
+        if self.single_cpu.load(Relaxed) {
+            // Only then: on separate cores this line would bounce on every poll.
+            self.app_calls.fetch_add(1, Relaxed);
         }
-        let Ok(mut core) = self.core.try_lock() else {
+        let core = if self.parked.load(SeqCst) {
+            self.core.try_lock().ok()
+        } else {
+            None
+        };
+        let Some(mut core) = core else {
+            if self.contended.load(Relaxed) {
+                std::thread::yield_now();
+            }
             return false;
         };
         core.refresh(self);
@@ -362,6 +390,8 @@ fn run(shared: Arc<EngineShared>) {
     // engine lost its core), and until when the cores count as oversubscribed.
     let mut spun_at: Option<Instant> = None;
     let mut contended_until = Instant::now();
+    let mut seen_calls = 0u64;
+    let mut affinity_checked = Instant::now() - AFFINITY_CHECK;
     loop {
         // Held for this iteration (released between passes, and while asleep in `park`).
         let mut core = lock(&shared.core);
@@ -381,7 +411,27 @@ fn run(shared: Arc<EngineShared>) {
                 policy.preempted();
             }
         }
+        if contention_aware && t >= affinity_checked + AFFINITY_CHECK {
+            // Pinned to one CPU (taskset, a container's cpuset)?
+            affinity_checked = t;
+            let one = sys::cpus_allowed() == Some(1);
+            if shared.single_cpu.load(Relaxed) != one {
+                shared.single_cpu.store(one, Relaxed);
+            }
+        }
+        let calls = shared.app_calls.load(Relaxed);
+        if calls != seen_calls && contention_aware {
+            // Pinned to one CPU with an application thread that polls or posts: they share
+            // this CPU for as long as that goes on, so the engine parks right after its
+            // work and leaves the rest to the poller, rather than spin until the scheduler
+            // preempts it (a slice of milliseconds the application waits).
+            contended_until = t + CONTENDED_HOLD;
+        }
+        seen_calls = calls;
         let contended = t < contended_until;
+        if shared.contended.load(Relaxed) != contended {
+            shared.contended.store(contended, Relaxed);
+        }
         let idle = t.saturating_duration_since(last_progress);
         // Sockets are polled on every pass while work is recent; deeper into an idle spin
         // only every SOCKET_POLL_IDLE, so a long spin window is not a stream of recvmmsg.

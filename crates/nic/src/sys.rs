@@ -45,6 +45,19 @@ pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) {
     let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast::<c_void>(), 8) };
 }
 
+/// How many CPUs the calling thread may run on (its affinity mask), if the kernel says.
+pub(crate) fn cpus_allowed() -> Option<u32> {
+    // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { zeroed() };
+    // SAFETY: the kernel writes at most size_of::<cpu_set_t>() bytes into the live local.
+    let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: CPU_COUNT only reads the set.
+    u32::try_from(unsafe { libc::CPU_COUNT(&set) }).ok()
+}
+
 /// Reset an eventfd's counter (non-blocking read).
 pub(crate) fn eventfd_drain(fd: BorrowedFd<'_>) {
     let mut v: u64 = 0;
