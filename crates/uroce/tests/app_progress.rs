@@ -99,3 +99,23 @@ fn the_application_thread_does_a_parked_engine_s_work_and_nothing_is_lost() {
     ping_pong(&ec, &ed, 300, 3000);
     assert_eq!(app_passes("apoff0") + app_passes("apoff1"), 0);
 }
+
+#[test]
+fn threads_racing_to_do_the_engine_s_work_lose_nothing() {
+    // Four threads, each with its own connected pair on the same two parked-engine devices,
+    // post and poll at once: they contend for the engines' work (one at a time gets it,
+    // the others fall back to waking the engine) and every message must still arrive.
+    let (a, b) = (
+        parking_device("apmt0", "127.77.6.5", true),
+        parking_device("apmt1", "127.77.6.6", true),
+    );
+    let pairs: Vec<(End, End)> = (0..4)
+        .map(|_| connect(&a, &b, &PairOpts::default()).expect("connect"))
+        .collect();
+    std::thread::scope(|s| {
+        for (ea, eb) in &pairs {
+            s.spawn(move || ping_pong(ea, eb, 150, 1500));
+        }
+    });
+    assert!(app_passes("apmt0") + app_passes("apmt1") > 0);
+}
