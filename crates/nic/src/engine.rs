@@ -129,7 +129,8 @@ pub(crate) struct EngineShared {
     /// `u64::MAX`: none). Work done for it that arms an earlier one must wake it.
     sleeps_until: AtomicU64,
     /// The engine noticed recently that it shares its core (it was preempted in an idle
-    /// spin): a library thread that finds it awake then yields its core to it.
+    /// spin, or it is pinned to one CPU beside a polling application): pinned, a library
+    /// thread that finds it awake then yields the CPU to it.
     contended: AtomicBool,
     /// The engine may run on one CPU only (its affinity mask), so it shares that CPU with
     /// any application thread of the process that polls.
@@ -252,10 +253,11 @@ impl EngineShared {
     /// most [`DRIVE_PASSES`]) — then wake it only if work is left or a deadline was armed
     /// before the one it sleeps until.
     ///
-    /// An engine that is awake (or whose work another thread is doing) while the cores are
-    /// oversubscribed is most likely waiting for this very core: the caller, about to spin
-    /// on an empty CQ, yields it (`sched_yield`) rather than make it wait for the end of a
-    /// scheduler slice.
+    /// An engine pinned to one CPU that is awake (or whose work another thread is doing)
+    /// while contended is waiting for this very CPU: the caller, about to spin on an empty
+    /// CQ, yields it (`sched_yield`) rather than make it wait for the end of a scheduler
+    /// slice. With several CPUs the engine may well be running elsewhere, and a yield per
+    /// empty poll would be a system call per poll for nothing.
     pub(crate) fn drive(&self) -> bool {
         if self.single_cpu.load(Relaxed) {
             // Only then: on separate cores this line would bounce on every poll.
@@ -267,7 +269,7 @@ impl EngineShared {
             None
         };
         let Some(mut core) = core else {
-            if self.contended.load(Relaxed) {
+            if self.single_cpu.load(Relaxed) && self.contended.load(Relaxed) {
                 std::thread::yield_now();
             }
             return false;
