@@ -184,23 +184,26 @@ impl Core {
         progress
     }
 
-    /// Whether work is left that only another pass would do (the engine must not sleep).
-    fn work_left(&self) -> bool {
-        self.devs.iter().any(|d| {
-            d.io.force_rx
-                || !d.io.loopq.is_empty()
-                || !d.io.txq.is_empty()
-                || !d.dev.lock_engine().ready.is_empty()
-        })
+    /// After passes on a library thread: whether work is left that only another pass would
+    /// do (or a TX backlog), and the earliest transport deadline — one device lock each.
+    fn leftover(&self) -> (bool, Option<Time>) {
+        let mut left = false;
+        let mut next: Option<Time> = None;
+        for d in &self.devs {
+            let st = d.dev.lock_engine();
+            left |= unfinished(&d.io, &st) || !d.io.txq.is_empty();
+            if let Some(Reverse((t, _))) = st.timers.peek() {
+                next = Some(next.map_or(*t, |n| n.min(*t)));
+            }
+        }
+        (left, next)
     }
+}
 
-    /// The earliest transport deadline over the devices.
-    fn next_deadline(&self) -> Option<Time> {
-        self.devs
-            .iter()
-            .filter_map(|d| d.dev.lock_engine().timers.peek().map(|Reverse((t, _))| *t))
-            .min()
-    }
+/// Whether a device has work only another pass would do: ready QPs, a socket epoll said
+/// is readable, undelivered loopback packets.
+fn unfinished(io: &DevIo, st: &DevState) -> bool {
+    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty()
 }
 
 impl EngineShared {
@@ -280,10 +283,9 @@ impl EngineShared {
                 break;
             }
         }
-        let earlier = core
-            .next_deadline()
-            .is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
-        if core.work_left() || earlier {
+        let (left, next) = core.leftover();
+        let earlier = next.is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
+        if left || earlier {
             sys::eventfd_signal(self.wake.as_fd());
         }
         true
@@ -514,7 +516,7 @@ fn park(
         if let Some(Reverse((t, _))) = st.timers.peek() {
             next = Some(next.map_or(*t, |n| n.min(*t)));
         }
-        if !st.ready.is_empty() || d.io.force_rx || !d.io.loopq.is_empty() {
+        if unfinished(&d.io, &st) {
             may_sleep = false;
         }
         if !may_sleep {
