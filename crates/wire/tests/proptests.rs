@@ -245,8 +245,12 @@ proptest! {
         prop_assert_eq!(icrc::verify(&bad), is_masked);
     }
 
-    /// The UDP-socket receive check recovers ID and DF of any IPv4 frame, and rejects a frame
-    /// whose transport bytes were corrupted (single bit).
+    /// The UDP-socket receive check recovers ID and DF of any IPv4 frame, and never takes a
+    /// frame whose transport bytes were corrupted (single bit) for the sender's: the true ID
+    /// and DF no longer match (CRC-32 detects every single-bit error). Some other ID/DF pair
+    /// may match by chance — the documented false-accept rate of the unseen-ID check, 2^-15
+    /// per corrupted frame (wire::icrc module docs) — so "rejected" cannot be asserted for
+    /// every case: over 256 cases per run it failed about once in 130 runs.
     #[test]
     fn unseen_ident_recovery(p in arb_packet(), ident in any::<u16>(), df in any::<bool>(), udp in arb_udp(), pick in any::<prop::sample::Index>(), bit in 0u8..8) {
         let (src, dst) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
@@ -265,7 +269,11 @@ proptest! {
         if bth_masked {
             prop_assert_eq!(got, Some(icrc::UnseenIpv4 { ident, dont_frag: df }));
         } else {
-            prop_assert_eq!(got, None, "byte {} bit {} accepted", at, bit);
+            prop_assert_ne!(
+                got,
+                Some(icrc::UnseenIpv4 { ident, dont_frag: df }),
+                "byte {} bit {} accepted as the sender's frame", at, bit
+            );
         }
     }
 
