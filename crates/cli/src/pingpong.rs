@@ -189,14 +189,20 @@ fn check(args: &Args) -> Result<Opts> {
     })
 }
 
-/// One side's verbs objects.
+/// One side's verbs objects. Fields drop in declaration order, which is rdma-core's
+/// `pp_close_ctx` order: QPs, SRQ, AH, CQ, channel, and the MR last. With several QPs
+/// (srq) the peer may send one message more than `-n` (sends are posted while fewer than
+/// `-n` have *completed*), and it can arrive after this side's loop ended: it must find
+/// no QP (dropped, as on rxe) rather than a live QP whose receive buffer was just
+/// deregistered (a local protection error, NAKed as a remote operational error that
+/// fails the peer).
 struct Ctx {
-    buf: MrBuf,
-    cq: Cq,
-    channel: Option<CompChannel>,
     qps: Vec<Qp>,
     srq: Option<Srq>,
     ah: Option<Ah>,
+    cq: Cq,
+    channel: Option<CompChannel>,
+    buf: MrBuf,
     gid: Gid,
     /// Receive buffer bytes (ud: size + 40).
     recv_len: usize,
