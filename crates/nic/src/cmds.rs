@@ -95,12 +95,32 @@ fn dest_from(
 
 /// The ring geometry of a descriptor, attached as shared memory.
 fn attach_ring(
-    space: dma::AddressSpace,
+    space: dma::Space<'_>,
     desc: &RingDesc,
 ) -> Result<(std::sync::Arc<abi::shm::SharedMem>, RingLayout), Errno> {
     let layout = RingLayout::from_desc(desc).map_err(ring_errno)?;
     let mem = dma::shared_region(space, desc.addr, layout.bytes())?;
     Ok((mem, layout))
+}
+
+/// Whether executing this command checks application memory against the process's
+/// mappings — registering an MR, attaching rings or the doorbell page — so the control
+/// plane reads them before it takes the device lock (`dma::Maps`). A slow-path inline
+/// POST_SEND still reads them under the lock: it is rare, and deciding would mean walking
+/// its work requests twice.
+pub(crate) fn checks_mappings(bytes: &[u8]) -> bool {
+    matches!(
+        abi::decode_request(bytes),
+        Ok((
+            _,
+            Request::GetContext(..)
+                | Request::RegMr(..)
+                | Request::CreateCq(..)
+                | Request::ResizeCq(..)
+                | Request::CreateQp(..)
+                | Request::CreateSrq(..)
+        ))
+    )
 }
 
 impl DevState {
@@ -382,7 +402,7 @@ impl DevState {
         if d.doorbell_len < layout.bytes() as u64 {
             return Err(Errno::EINVAL);
         }
-        let mem = dma::shared_region(self.space, d.doorbell_addr, layout.bytes())?;
+        let mem = dma::shared_region(self.mem_space(), d.doorbell_addr, layout.bytes())?;
         let doorbells = DoorbellReceiver::attach(mem, 0, layout).map_err(ring_errno)?;
         let (lib_async, our_async) = sys::seqpacket_pair().map_err(|_| Errno::ENOMEM)?;
         let wake = self
@@ -545,7 +565,7 @@ impl DevState {
         }
         r.hca_va.checked_add(r.length).ok_or(Errno::EINVAL)?;
         let write = acc & (AccessFlags::LOCAL_WRITE.0 | remote_w) != 0;
-        let range = dma::user_range(self.space, r.start, r.length, write)?;
+        let range = dma::user_range(self.mem_space(), r.start, r.length, write)?;
         self.next_mr_key = self.next_mr_key.wrapping_add(1);
         let key8 = u32::from(self.next_mr_key);
         let idx = self
@@ -638,7 +658,7 @@ impl DevState {
                 .map(|(i, _)| i);
             Some(found.ok_or(Errno::EBADF)?)
         };
-        let (mem, layout) = attach_ring(self.space, &d.ring)?;
+        let (mem, layout) = attach_ring(self.mem_space(), &d.ring)?;
         if layout.slots() < c.cqe
             || layout.slots() > l.max_cqe.next_power_of_two()
             || layout.elem_size() < CQE_BYTES
@@ -692,7 +712,8 @@ impl DevState {
         if c.cqe == 0 || c.cqe > max {
             return Err(Errno::EINVAL);
         }
-        let (mem, layout) = attach_ring(self.space, &d.ring)?;
+        let space = dma::Space::new(self.space, self.maps.as_ref());
+        let (mem, layout) = attach_ring(space, &d.ring)?;
         if layout.slots() < c.cqe
             || layout.slots() > max.next_power_of_two()
             || layout.elem_size() < CQE_BYTES
@@ -791,7 +812,7 @@ impl DevState {
             return Err(Errno::EINVAL);
         }
         // Send queue ring: enough slots, and slots big enough for the SGEs / inline asked.
-        let (sq_mem, sq_layout) = attach_ring(self.space, &d.sq)?;
+        let (sq_mem, sq_layout) = attach_ring(self.mem_space(), &d.sq)?;
         let (sq_sge, sq_inline) = send_caps_for_elem(sq_layout.elem_size());
         let max_send_sge = sq_sge.min(l.max_sge);
         let max_inline = sq_inline.min(l.max_inline_data).min(MAX_INLINE_DATA);
@@ -806,7 +827,7 @@ impl DevState {
         let rq = match srq {
             Some(_) => None,
             None => {
-                let (mem, layout) = attach_ring(self.space, &d.rq)?;
+                let (mem, layout) = attach_ring(self.mem_space(), &d.rq)?;
                 let max_sge = ((layout.elem_size() as usize - RECV_WQE_HDR_BYTES)
                     / abi::uverbs::Sge::SIZE) as u32;
                 let max_sge = max_sge.min(MAX_SGE).min(l.max_sge);
@@ -1211,7 +1232,7 @@ impl DevState {
                 if s.length == 0 {
                     continue;
                 }
-                let r = dma::user_range(self.space, s.addr, u64::from(s.length), false)?;
+                let r = dma::user_range(self.mem_space(), s.addr, u64::from(s.length), false)?;
                 let start = data.len();
                 data.resize(start + s.length as usize, 0);
                 if !r.read(0, &mut data[start..]) {
@@ -1268,7 +1289,7 @@ impl DevState {
         if c.max_wr == 0 || c.max_wr > l.max_srq_wr || c.max_sge > l.max_srq_sge {
             return Err(Errno::EINVAL);
         }
-        let (mem, layout) = attach_ring(self.space, &d.ring)?;
+        let (mem, layout) = attach_ring(self.mem_space(), &d.ring)?;
         let max_sge =
             (((layout.elem_size() as usize - RECV_WQE_HDR_BYTES) / abi::uverbs::Sge::SIZE) as u32)
                 .min(MAX_SGE)

@@ -20,6 +20,7 @@ use abi::cmd::{CmdHdr, ExCmdHdr, CMD_FLAG_EXTENDED};
 use zerocopy::FromBytes;
 
 use crate::device::Device;
+use crate::dma::{self, AddressSpace};
 use crate::state::CtxId;
 use crate::sys::{self, Epoll, EPOLLHUP_ERR, EPOLLIN, EPOLLOUT};
 
@@ -204,11 +205,19 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
             Need::Unframeable => return Step::Close,
             Need::Complete(total) => {
                 let kick = {
-                    let mut st = dev.lock_cp();
                     let bytes = conn.inbuf.get(..total).unwrap_or(&[]);
+                    // Read the mappings a range check needs before taking the lock the
+                    // engine needs for every pass (a failed read leaves the check to read
+                    // them itself, and fail the same way).
+                    let maps = (dev.space == AddressSpace::Process
+                        && crate::cmds::checks_mappings(bytes))
+                    .then(dma::Maps::read)
+                    .and_then(Result::ok);
+                    let mut st = dev.lock_cp();
+                    st.maps = maps;
                     let (ctx, out) = (conn.ctx, &mut conn.out);
                     // A bug must cost one command (EIO), not the device's control plane.
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let kick = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         st.execute(ctx, bytes, out)
                     }))
                     .unwrap_or_else(|_| {
@@ -219,7 +228,9 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                             .map_or(0, u32::from_ne_bytes);
                         abi::cmd::encode_reply(word, Err(abi::Errno::EIO), 0, out);
                         false
-                    })
+                    });
+                    st.maps = None;
+                    kick
                 };
                 if kick {
                     dev.engine.kick();

@@ -28,6 +28,8 @@ pub(crate) struct Device {
     /// Process-unique id (the engine's epoll token for its socket).
     pub(crate) id: u64,
     pub(crate) cfg: DeviceConfig,
+    /// How command addresses name memory (as `DevState::space`, readable without the lock).
+    pub(crate) space: AddressSpace,
     state: Mutex<DevState>,
     /// Control-plane threads waiting for the lock: the engine lets them in between passes.
     cp_waiting: AtomicU32,
@@ -212,6 +214,7 @@ pub(crate) fn start_device_in(
             st
         }),
         cfg,
+        space,
         cp_waiting: AtomicU32::new(0),
         sock,
         engine: engine.clone(),

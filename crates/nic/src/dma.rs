@@ -4,6 +4,9 @@
 //! In embedded mode both live in this process at the addresses the library names. The
 //! control plane validates every range once, when it is registered or attached: it must be
 //! mapped (and writable if it will be written), as the kernel's `ib_umem_get` pins pages.
+//! The mappings come from `/proc/self/maps` ([`Maps`]), which the control plane reads before
+//! it takes the device lock: generating that text takes 17–25 µs for a small process (more
+//! with many libraries), and the engine needs the lock for every pass.
 //! After that the engine reaches it only through [`UserRange`] (bounds-checked copies and
 //! 8-byte atomics at offsets into the validated range) and [`abi::shm::SharedMem`] (the
 //! ring and doorbell protocol: atomic words only).
@@ -126,11 +129,15 @@ pub(crate) enum AddressSpace {
 }
 
 impl AddressSpace {
-    /// The host address of `[addr, end)`, checked mapped (and writable if `write`).
-    fn host(self, addr: u64, end: u64, write: bool) -> Result<usize, Errno> {
+    /// The host address of `[addr, end)`, checked mapped (and writable if `write`): against
+    /// `maps` if the caller read them already, else against the mappings read now.
+    fn host(self, maps: Option<&Maps>, addr: u64, end: u64, write: bool) -> Result<usize, Errno> {
         match self {
             AddressSpace::Process => {
-                check_mapped(addr, end, write)?;
+                match maps {
+                    Some(m) => m.check(addr, end, write)?,
+                    None => Maps::read()?.check(addr, end, write)?,
+                }
                 usize::try_from(addr).map_err(|_| Errno::EFAULT)
             }
             AddressSpace::Window { base, len } => {
@@ -146,10 +153,31 @@ impl AddressSpace {
     }
 }
 
+/// An address space and, for [`AddressSpace::Process`], optionally the process's mappings
+/// as read before the command took the device lock (`ctrl`: reading `/proc/self/maps`
+/// takes tens of µs, and the engine waits for the lock meanwhile).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Space<'a> {
+    kind: AddressSpace,
+    maps: Option<&'a Maps>,
+}
+
+impl<'a> Space<'a> {
+    pub(crate) fn new(kind: AddressSpace, maps: Option<&'a Maps>) -> Space<'a> {
+        Space { kind, maps }
+    }
+}
+
+impl From<AddressSpace> for Space<'static> {
+    fn from(kind: AddressSpace) -> Space<'static> {
+        Space { kind, maps: None }
+    }
+}
+
 /// Validate `len` bytes of application memory at `addr` (mapped, and writable if `write`).
 /// EINVAL for an empty or wrapping range, EFAULT if not mapped so.
-pub(crate) fn user_range(
-    space: AddressSpace,
+pub(crate) fn user_range<'a>(
+    space: impl Into<Space<'a>>,
     addr: u64,
     len: u64,
     write: bool,
@@ -159,15 +187,16 @@ pub(crate) fn user_range(
         return Err(Errno::EINVAL);
     }
     let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
-    let base = space.host(addr, end, write)?;
+    let space = space.into();
+    let base = space.kind.host(space.maps, addr, end, write)?;
     base.checked_add(len).ok_or(Errno::EFAULT)?;
     Ok(UserRange { base, len })
 }
 
 /// Attach `len` bytes of library memory at `addr` (ring or doorbell page) as a
 /// [`SharedMem`]: checked mapped and writable, 64-byte aligned, `len` a multiple of 8.
-pub(crate) fn shared_region(
-    space: AddressSpace,
+pub(crate) fn shared_region<'a>(
+    space: impl Into<Space<'a>>,
     addr: u64,
     len: usize,
 ) -> Result<Arc<SharedMem>, Errno> {
@@ -175,7 +204,8 @@ pub(crate) fn shared_region(
     if addr == 0 || usize::try_from(addr).is_err() {
         return Err(Errno::EFAULT);
     }
-    let host = space.host(addr, end, true)?;
+    let space = space.into();
+    let host = space.kind.host(space.maps, addr, end, true)?;
     // SAFETY: the range is mapped read-write (checked above, or inside the window its
     // owner keeps mapped). The library allocated it for the ring/doorbell protocol and
     // accesses it only through atomic words (abi::shm), and keeps it alive until the object
@@ -185,42 +215,104 @@ pub(crate) fn shared_region(
     Ok(Arc::new(mem))
 }
 
-/// Check that `[start, end)` is covered by consecutive mappings of this process that are
-/// readable (and writable if `write`), from `/proc/self/maps`.
-fn check_mapped(start: u64, end: u64, write: bool) -> Result<(), Errno> {
-    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|_| Errno::EFAULT)?;
-    let mut cur = start;
-    for line in maps.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
-            continue;
-        };
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
-            continue;
-        };
-        if b <= cur || a > cur {
-            continue;
-        }
-        let p = perms.as_bytes();
-        let readable = p.first() == Some(&b'r');
-        let writable = p.get(1) == Some(&b'w');
-        if !readable || (write && !writable) {
-            return Err(Errno::EFAULT);
-        }
-        cur = b;
-        if cur >= end {
-            return Ok(());
-        }
+/// One line of `/proc/self/maps`: `[start, end)` and whether it is readable, writable.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    read: bool,
+    write: bool,
+}
+
+/// This process's mappings, from `/proc/self/maps` (in address order, as the kernel
+/// lists them).
+#[derive(Debug, Default)]
+pub(crate) struct Maps(Vec<Mapping>);
+
+impl Maps {
+    pub(crate) fn read() -> Result<Maps, Errno> {
+        let text = std::fs::read_to_string("/proc/self/maps").map_err(|_| Errno::EFAULT)?;
+        Ok(Maps::parse(&text))
     }
-    Err(Errno::EFAULT)
+
+    fn parse(text: &str) -> Maps {
+        let mut v = Vec::new();
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            let (Some(range), Some(perms)) = (it.next(), it.next()) else {
+                continue;
+            };
+            let Some((a, b)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
+            else {
+                continue;
+            };
+            let p = perms.as_bytes();
+            v.push(Mapping {
+                start,
+                end,
+                read: p.first() == Some(&b'r'),
+                write: p.get(1) == Some(&b'w'),
+            });
+        }
+        Maps(v)
+    }
+
+    /// Check that `[start, end)` is covered by consecutive mappings that are readable (and
+    /// writable if `write`).
+    fn check(&self, start: u64, end: u64, write: bool) -> Result<(), Errno> {
+        let mut cur = start;
+        for m in &self.0 {
+            if m.end <= cur || m.start > cur {
+                continue;
+            }
+            if !m.read || (write && !m.write) {
+                return Err(Errno::EFAULT);
+            }
+            cur = m.end;
+            if cur >= end {
+                return Ok(());
+            }
+        }
+        Err(Errno::EFAULT)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maps_cover_consecutive_mappings_with_the_needed_rights() {
+        let m = Maps::parse(
+            "1000-3000 rw-p 00000000 00:00 0\n\
+             3000-4000 rw-p 00000000 00:00 0 [heap]\n\
+             5000-6000 r--p 00000000 08:01 42 /usr/lib/x\n\
+             garbage line\n\
+             6000-7000 ---p 00000000 00:00 0\n",
+        );
+        assert_eq!(m.check(0x1000, 0x4000, true), Ok(()));
+        assert_eq!(m.check(0x2fff, 0x3001, true), Ok(()));
+        // A hole at 0x4000.
+        assert_eq!(m.check(0x3800, 0x5800, false), Err(Errno::EFAULT));
+        // Read-only: fine to read, not to write.
+        assert_eq!(m.check(0x5000, 0x6000, false), Ok(()));
+        assert_eq!(m.check(0x5000, 0x6000, true), Err(Errno::EFAULT));
+        // No rights at all.
+        assert_eq!(m.check(0x5800, 0x6800, false), Err(Errno::EFAULT));
+        assert_eq!(m.check(0x8000, 0x8001, false), Err(Errno::EFAULT));
+        // Given a snapshot, a range check answers from it and does not read the mappings
+        // again: an empty one refuses memory that is mapped.
+        let buf = vec![1u8; 1 << 22];
+        let (a, e) = (buf.as_ptr() as u64, buf.as_ptr() as u64 + buf.len() as u64);
+        assert_eq!(Maps::read().unwrap().check(a, e, true), Ok(()));
+        let p = AddressSpace::Process;
+        assert!(user_range(Space::new(p, Some(&Maps::default())), a, 64, false).is_err());
+        assert!(user_range(Space::new(p, Some(&Maps::read().unwrap())), a, 64, true).is_ok());
+        assert!(user_range(p, a, 64, true).is_ok());
+    }
 
     #[test]
     fn validates_heap_and_rejects_garbage() {

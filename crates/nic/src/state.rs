@@ -267,6 +267,9 @@ pub(crate) struct DevState {
     pub(crate) next_mr_key: u8,
     /// How command addresses name memory (`dma::AddressSpace`).
     pub(crate) space: crate::dma::AddressSpace,
+    /// The process's mappings as read for the command being executed, before the lock was
+    /// taken (`ctrl::serve`); `None`: a range check reads them itself.
+    pub(crate) maps: Option<crate::dma::Maps>,
     /// A sealed device (`crate::fuzzing`): nothing it transmits leaves it (packets to
     /// other addresses are dropped as unroutable), and with no context open its MR key
     /// sequence starts over, so every session sees the same handles and keys.
@@ -298,8 +301,15 @@ impl DevState {
             err_rqs: Vec::new(),
             next_mr_key: 0,
             space: crate::dma::AddressSpace::Process,
+            maps: None,
             hermetic: false,
         }
+    }
+
+    /// The address space command addresses are checked in, with the mappings read for the
+    /// current command if any.
+    pub(crate) fn mem_space(&self) -> crate::dma::Space<'_> {
+        crate::dma::Space::new(self.space, self.maps.as_ref())
     }
 
     pub(crate) fn dev_ip(&self) -> IpAddr {
