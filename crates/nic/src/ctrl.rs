@@ -208,11 +208,12 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                     let bytes = conn.inbuf.get(..total).unwrap_or(&[]);
                     // Read the mappings a range check needs before taking the lock the
                     // engine needs for every pass (a failed read leaves the check to read
-                    // them itself, and fail the same way).
-                    let maps = (dev.space == AddressSpace::Process
-                        && crate::cmds::checks_mappings(bytes))
-                    .then(dma::Maps::read)
-                    .and_then(Result::ok);
+                    // them itself, and fail the same way). Decoding outside bytes: as
+                    // below, a bug must not cost the control plane.
+                    let checks = dev.space == AddressSpace::Process
+                        && std::panic::catch_unwind(|| crate::cmds::checks_mappings(bytes))
+                            .unwrap_or(false);
+                    let maps = checks.then(dma::Maps::read).and_then(Result::ok);
                     let mut st = dev.lock_cp();
                     st.maps = maps;
                     let (ctx, out) = (conn.ctx, &mut conn.out);
