@@ -31,14 +31,7 @@ fn pair(c: &mut Client, ty: QpType) -> Pair {
     let pd = c.alloc_pd();
     let cq_a = c.create_cq(64, -1, 0xa).unwrap();
     let cq_b = c.create_cq(64, -1, 0xb).unwrap();
-    let a = c
-        .create_qp(pd, cq_a.handle, cq_a.handle, ty, 16, None)
-        .unwrap();
-    let b = c
-        .create_qp(pd, cq_b.handle, cq_b.handle, ty, 16, None)
-        .unwrap();
-    c.connect_qp(a.handle, ty, b.qpn, IP);
-    c.connect_qp(b.handle, ty, a.qpn, IP);
+    let (a, b) = c.connected(pd, (cq_a.handle, cq_b.handle), ty, 16, IP);
     Pair {
         a,
         b,
@@ -229,14 +222,7 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
     let mk = |c: &mut Client| {
         let cq_a = c.create_cq(64, -1, 1).unwrap();
         let cq_b = c.create_cq(64, -1, 2).unwrap();
-        let a = c
-            .create_qp(pd, cq_a.handle, cq_a.handle, QpType::RC, 8, None)
-            .unwrap();
-        let b = c
-            .create_qp(pd, cq_b.handle, cq_b.handle, QpType::RC, 8, None)
-            .unwrap();
-        c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-        c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+        let (a, b) = c.connected(pd, (cq_a.handle, cq_b.handle), QpType::RC, 8, ip);
         (a, b, cq_a, cq_b)
     };
 
@@ -469,14 +455,7 @@ fn cq_overflow_raises_cq_err_and_moves_the_qp_to_err() {
     let ba = buf.as_ptr() as u64;
     let mut small = c.create_cq(2, -1, 0xcc).unwrap();
     let big = c.create_cq(16, -1, 0xdd).unwrap();
-    let mut a = c
-        .create_qp(pd, small.handle, small.handle, QpType::RC, 8, None)
-        .unwrap();
-    let b = c
-        .create_qp(pd, big.handle, big.handle, QpType::RC, 8, None)
-        .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    let (mut a, _b) = c.connected(pd, (small.handle, big.handle), QpType::RC, 8, ip);
     for i in 0..4 {
         c.post_send(
             &mut a,
@@ -519,14 +498,7 @@ fn completion_channel_gets_an_event_for_an_armed_cq() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, fd, 0xfeed).unwrap();
-    let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    let b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
     c.call(&Request::ReqNotifyCq(ReqNotifyCq {
         cq_handle: cq.handle,
         solicited_only: 0,
@@ -598,14 +570,7 @@ fn engine_parks_when_idle_and_a_doorbell_wakes_it() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, -1, 1).unwrap();
-    let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    let b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
     // Idle: the engine announces `parked` on our doorbell page (other tests in this
     // process may keep it busy for a while).
     let deadline = std::time::Instant::now() + TIMEOUT;
@@ -651,14 +616,7 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(32, -1, 1).unwrap();
-    let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    let mut b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    let (mut a, mut b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
 
     // Two receives posted, then the QP is moved to ERR: both flush, in order.
     c.post_recv(b.rq.as_mut().unwrap(), 1, &[sge(ba, 64, m.lkey)]);
@@ -855,14 +813,7 @@ fn measure_syscall_loop() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(64, -1, 1).unwrap();
-    let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 64, None)
-        .unwrap();
-    let b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 64, None)
-        .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 64, ip);
     let mut out = [0u8; 64];
     for i in 0..n {
         let w = write_wqe(i, WrOpcode::RDMA_WRITE, ba + 4096, m.rkey);
@@ -903,14 +854,7 @@ fn ipv6_device_uses_its_address_as_gid_and_loops_back() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, -1, 1).unwrap();
-    let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    let b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
-        .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, "::1");
-    c.connect_qp(b.handle, QpType::RC, a.qpn, "::1");
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, "::1");
     buf[..4].copy_from_slice(b"six!");
     c.post_send(
         &mut a,

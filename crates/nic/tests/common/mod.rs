@@ -351,6 +351,23 @@ impl Client {
     }
 
     /// RESET → INIT → RTR → RTS for an RC/UC QP talking to `dest_qpn` at `dest_ip`.
+    /// Two QPs of type `ty` on PD `pd` with `depth` WRs each, A completing on CQ `cqs.0` and
+    /// B on `cqs.1`, connected to each other through the device at `ip`.
+    pub fn connected(
+        &mut self,
+        pd: u32,
+        cqs: (u32, u32),
+        ty: abi::QpType,
+        depth: u32,
+        ip: &str,
+    ) -> (QpH, QpH) {
+        let a = self.create_qp(pd, cqs.0, cqs.0, ty, depth, None).unwrap();
+        let b = self.create_qp(pd, cqs.1, cqs.1, ty, depth, None).unwrap();
+        self.connect_qp(a.handle, ty, b.qpn, ip);
+        self.connect_qp(b.handle, ty, a.qpn, ip);
+        (a, b)
+    }
+
     pub fn connect_qp(&mut self, qp: u32, ty: abi::QpType, dest_qpn: u32, dest_ip: &str) {
         let all = abi::AccessFlags::LOCAL_WRITE.0
             | abi::AccessFlags::REMOTE_WRITE.0
