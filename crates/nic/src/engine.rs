@@ -71,12 +71,16 @@ use crate::config::DeviceConfig;
 use crate::device::Device;
 use crate::spin::{SpinBounds, SpinPolicy};
 use crate::state::*;
-use crate::sys::{self, Epoll, MsgBatch, EPOLLIN};
+use crate::sys::{self, Epoll, MsgBatch, Sent, EPOLLIN};
 
 /// Packet buffer: the largest path MTU, the longest header, the ICRC.
 const PKT_BUF: usize = 4096 + transport::MAX_HEADER_LEN + ICRC_LEN + 16;
-/// Datagrams per `recvmmsg` / `sendmmsg`.
+/// Messages per `recvmmsg`.
 const BATCH: usize = 32;
+/// Datagrams per `sendmmsg` (runs of them go as GSO sends: `sys::MsgBatch::send`).
+const TX_BATCH: usize = 128;
+/// Receive buffer: a message of datagrams the kernel coalesced (UDP GRO) is at most 64 KiB.
+const RX_BUF: usize = 1 << 16;
 /// Packets one QP may build per service before others get a turn.
 const TX_BUDGET: usize = 64;
 /// UDP datagrams queued before QPs stop transmitting (socket back-pressure).
@@ -310,16 +314,51 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A datagram waiting for the socket: `buf[..len]` (BTH .. ICRC) to `dst`, its ICRC computed
+/// for IPv4 Identification `ident` (0, unless a GSO send will number it: `flush_tx`).
+#[derive(Debug)]
+struct Datagram {
+    buf: Vec<u8>,
+    len: usize,
+    dst: SocketAddr,
+    ident: u16,
+}
+
+impl Datagram {
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or(&[])
+    }
+
+    /// Make the ICRC (IPv4) the one for Identification `ident`.
+    fn set_ident(&mut self, ident: u16) {
+        if ident == self.ident || !self.dst.is_ipv4() || self.len < ICRC_LEN {
+            return;
+        }
+        let t = self.len - ICRC_LEN;
+        if let Some(tail) = self.buf.get_mut(t..self.len) {
+            let crc = icrc::v4_with_ident(icrc::read_icrc(tail), t, self.ident, ident);
+            tail.copy_from_slice(&icrc::icrc_wire_bytes(crc));
+            self.ident = ident;
+        }
+    }
+}
+
 /// Engine-private per-device I/O state (not behind the device lock).
 #[derive(Debug)]
 pub(crate) struct DevIo {
     pool: Vec<Vec<u8>>,
     /// Same-device packets: buffer, length, payload left in the source MRs.
     loopq: VecDeque<(Vec<u8>, usize, DeferList)>,
-    txq: VecDeque<(Vec<u8>, usize, SocketAddr)>,
+    txq: VecDeque<Datagram>,
     rx_bufs: Vec<Vec<u8>>,
     rx: MsgBatch,
     tx: MsgBatch,
+    /// GSO sends (runs of datagrams in one system call) to IPv4 loopback peers, and how the
+    /// kernel numbers their IDs (`sys::loopback_gso_ids`; `None`: off, for good once the
+    /// kernel refused one for want of segmentation offload). Elsewhere each datagram goes
+    /// alone: how a NIC's segmentation offload numbers IPv4 IDs — which the ICRC covers, and
+    /// rxe and RoCE NICs check — is not known here.
+    gso: Option<sys::GsoIds>,
     force_rx: bool,
 }
 
@@ -329,9 +368,10 @@ impl DevIo {
             pool: Vec::new(),
             loopq: VecDeque::new(),
             txq: VecDeque::new(),
-            rx_bufs: vec![vec![0u8; PKT_BUF]; BATCH],
+            rx_bufs: (0..BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
             rx: MsgBatch::new(BATCH),
-            tx: MsgBatch::new(BATCH),
+            tx: MsgBatch::new(TX_BATCH),
+            gso: sys::loopback_gso_ids(),
             force_rx: true,
         }
     }
@@ -1035,36 +1075,58 @@ fn route(
             return;
         }
     }
-    io.txq.push_back((
+    io.txq.push_back(Datagram {
         buf,
-        t.len + ICRC_LEN,
-        SocketAddr::new(dest.ip, ROCE_V2_PORT),
-    ));
+        len: t.len + ICRC_LEN,
+        dst: SocketAddr::new(dest.ip, ROCE_V2_PORT),
+        ident: 0,
+    });
 }
 
 fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
     let mut progress = false;
+    let mut groups = [0usize; TX_BATCH];
+    // After a refused GSO send, the next message goes datagram by datagram.
+    let mut single_first = false;
     while !io.txq.is_empty() {
-        let n = io.txq.len().min(BATCH);
+        let n = io.txq.len().min(TX_BATCH);
+        let planned = plan_sends(&mut io.txq, n, io.gso, single_first, &mut groups);
+        single_first = false;
         let txq = &io.txq;
-        let r = io.tx.send(&dev.sock, n, |i| match txq.get(i) {
-            Some((b, len, dst)) => (b.get(..*len).unwrap_or(&[]), *dst),
-            None => (&[][..], SocketAddr::new(dev.cfg.addr, ROCE_V2_PORT)),
-        });
+        let r = io
+            .tx
+            .send(&dev.sock, &groups[..planned], |i| match txq.get(i) {
+                Some(d) => (d.bytes(), d.dst),
+                None => (&[][..], SocketAddr::new(dev.cfg.addr, ROCE_V2_PORT)),
+            });
         match r {
-            Ok(0) => break, // socket buffer full: retry on the next pass
-            Ok(k) => {
+            Sent::Took(0) => break, // socket buffer full: retry on the next pass
+            Sent::Took(k) => {
                 for _ in 0..k {
-                    if let Some((b, _, _)) = io.txq.pop_front() {
-                        io.pool.push(b);
+                    if let Some(d) = io.txq.pop_front() {
+                        io.pool.push(d.buf);
                     }
                 }
                 progress = true;
             }
-            Err(_) => {
+            Sent::Refused(k, e) if k > 1 => {
+                // A GSO send refused: where segmentation offload is missing (EIO, EINVAL,
+                // EOPNOTSUPP) send datagram by datagram from now on; otherwise (EMSGSIZE:
+                // one of them is too large) the next try sends them one by one, so only the
+                // culprit is dropped.
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+                ) {
+                    io.gso = None;
+                }
+                single_first = true;
+                progress = true;
+            }
+            Sent::Refused(..) => {
                 // The first datagram was refused (e.g. EMSGSIZE with DF): drop it.
-                if let Some((b, _, _)) = io.txq.pop_front() {
-                    io.pool.push(b);
+                if let Some(d) = io.txq.pop_front() {
+                    io.pool.push(d.buf);
                 }
                 st.res.counters.xmit_discards += 1;
                 progress = true;
@@ -1072,6 +1134,49 @@ fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
         }
     }
     progress
+}
+
+/// Cut the first `n` queued datagrams into messages (`groups`; returns how many): runs to an
+/// IPv4 loopback peer that one GSO send can carry (`sys::gso_run`), every other datagram
+/// alone (and the first alone if `single_first`). Each datagram's ICRC is made the one for
+/// the IPv4 ID the kernel will give it: its place in its run if the kernel counts, else 0.
+fn plan_sends(
+    txq: &mut VecDeque<Datagram>,
+    n: usize,
+    gso: Option<sys::GsoIds>,
+    single_first: bool,
+    groups: &mut [usize],
+) -> usize {
+    let mut i = 0;
+    let mut h = 0;
+    while i < n && h < groups.len() {
+        let loopback_v4 = |k: usize| {
+            txq.get(k)
+                .is_some_and(|d| matches!(d.dst.ip(), IpAddr::V4(a) if a.is_loopback()))
+        };
+        let g = match gso {
+            Some(_) if !(single_first && i == 0) && loopback_v4(i) => sys::gso_run(i, n, |k| {
+                txq.get(k)
+                    .map_or((0, SocketAddr::from(([0, 0, 0, 0], 0))), |d| (d.len, d.dst))
+            }),
+            _ => 1,
+        };
+        for (pos, k) in (i..i + g).enumerate() {
+            let ident = match gso {
+                Some(sys::GsoIds::Counting) if g > 1 => u16::try_from(pos).unwrap_or(0),
+                _ => 0,
+            };
+            if let Some(d) = txq.get_mut(k) {
+                d.set_ident(ident);
+            }
+        }
+        if let Some(slot) = groups.get_mut(h) {
+            *slot = g;
+        }
+        h += 1;
+        i += g;
+    }
+    h
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1082,16 +1187,27 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
     for _ in 0..4 {
         let n = io.rx.recv(&dev.sock, &mut io.rx_bufs).unwrap_or(0);
         for i in 0..n {
-            let Some((len, from, truncated)) = io.rx.received(i) else {
+            let Some(m) = io.rx.received(i) else {
                 continue;
             };
-            let c = &mut st.res.counters;
-            if truncated {
-                c.port_rcv_errors += 1;
+            if m.truncated {
+                st.res.counters.port_rcv_errors += 1;
                 continue;
             }
-            if let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..len)) {
-                handle_datagram(st, data, from, now);
+            let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
+                continue;
+            };
+            // Coalesced by the kernel (UDP GRO): datagrams of `segment` bytes back to back —
+            // on loopback, one GSO send, whose ICRCs a counting kernel's sender made for IDs
+            // 0, 1, 2, … (`plan_sends`): the first guess at each one's ID.
+            let counting = io.gso == Some(sys::GsoIds::Counting);
+            for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
+                let likely = if counting {
+                    u16::try_from(j).unwrap_or(0)
+                } else {
+                    0
+                };
+                handle_datagram(st, d, m.from, likely, now);
             }
         }
         any |= n > 0;
@@ -1104,7 +1220,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
 
 /// One datagram from the socket: parse, verify the ICRC as far as a UDP socket allows
 /// (IPv4: the ID and DF the socket hides are solved for; wire::icrc docs), deliver.
-fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, now: Time) {
+fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, likely_ident: u16, now: Time) {
     let dev_ip = st.cfg.addr;
     let c = &mut st.res.counters;
     let Ok((pkt, crc)) = transport::wire::roce::parse_datagram(data) else {
@@ -1122,11 +1238,19 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, now: Time) 
     let udp_len = 8 + data.len();
     let grh = match (from.ip(), dev_ip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            // Fast path: what this NIC and Linux senders with PMTU discovery send (ID 0,
-            // DF) is one plain CRC; otherwise solve for the ID/DF bits the socket hides.
-            let likely = IpRepr::v4_socket(s, d, 0, 64);
+            // Fast path: what this NIC and Linux senders with PMTU discovery send (ID 0 —
+            // or its place in a GSO send, `likely_ident` — and DF) is one plain CRC;
+            // otherwise solve for the ID/DF bits the socket hides.
+            let likely = IpRepr::V4 {
+                src: s,
+                dst: d,
+                dscp_ecn: 0,
+                ttl: 64,
+                ident: likely_ident,
+                dont_frag: true,
+            };
             if icrc::compute_for(&likely, &udp, transport_bytes) == Ok(crc) {
-                v4_grh(s, d, 0, true, udp_len)
+                v4_grh(s, d, likely_ident, true, udp_len)
             } else {
                 match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc) {
                     Some(u) => v4_grh(s, d, u.ident, u.dont_frag, udp_len),
@@ -1291,4 +1415,94 @@ fn deliver(
         res.post_async(ctx, h, event::SRQ_LIMIT_REACHED);
     }
     make_ready(qps, ready, qpn);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    const SRC: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+
+    /// A datagram of `len` transport bytes to `dst`:4791 with its ICRC for ID 0, as `route`
+    /// queues it.
+    fn dgram(fill: u8, len: usize, dst: Ipv4Addr) -> Datagram {
+        let mut buf = vec![fill; len];
+        let ip = IpRepr::v4_socket(SRC, dst, 0, 64);
+        let crc = icrc::compute_for(&ip, &UdpRepr::roce(ROCE_V2_PORT), &buf).unwrap();
+        buf.extend_from_slice(&icrc::icrc_wire_bytes(crc));
+        Datagram {
+            buf,
+            len: len + ICRC_LEN,
+            dst: SocketAddr::new(dst.into(), ROCE_V2_PORT),
+            ident: 0,
+        }
+    }
+
+    /// The IPv4 ID each queued datagram's ICRC is right for (exactly, over the bytes).
+    fn idents(q: &VecDeque<Datagram>) -> Vec<u16> {
+        q.iter()
+            .map(|d| {
+                let IpAddr::V4(dst) = d.dst.ip() else {
+                    unreachable!()
+                };
+                let (t, w) = d.bytes().split_at(d.len - ICRC_LEN);
+                (0..=u16::MAX)
+                    .find(|&ident| {
+                        let ip = IpRepr::V4 {
+                            src: SRC,
+                            dst,
+                            dscp_ecn: 0,
+                            ttl: 64,
+                            ident,
+                            dont_frag: true,
+                        };
+                        icrc::compute_for(&ip, &UdpRepr::roce(ROCE_V2_PORT), t)
+                            == Ok(icrc::read_icrc(w))
+                    })
+                    .expect("some ID")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gso_runs_only_to_ipv4_loopback_and_icrcs_follow_the_kernel_s_numbering() {
+        let lo = Ipv4Addr::new(127, 0, 0, 2);
+        let far = Ipv4Addr::new(10, 0, 0, 2);
+        let queue = || -> VecDeque<Datagram> {
+            let mut q: VecDeque<Datagram> = (0..4).map(|i| dgram(i, 1024, lo)).collect();
+            q.push_back(dgram(4, 100, lo)); // shorter: ends the run
+            q.push_back(dgram(5, 1024, far)); // not loopback: alone
+            q.push_back(dgram(6, 1024, far));
+            q.push_back(dgram(7, 64, lo));
+            q.push_back(dgram(8, 64, lo));
+            q
+        };
+        let mut groups = [0usize; TX_BATCH];
+
+        // A counting kernel: IDs 0, 1, 2, … within each run, 0 for datagrams alone.
+        let mut q = queue();
+        let h = plan_sends(&mut q, 9, Some(sys::GsoIds::Counting), false, &mut groups);
+        assert_eq!(groups[..h], [5, 1, 1, 2]);
+        assert_eq!(idents(&q), [0, 1, 2, 3, 4, 0, 0, 0, 1]);
+        // Planned again differently (after a refusal: the first alone, then GSO off), the
+        // ICRCs follow.
+        let h = plan_sends(&mut q, 9, Some(sys::GsoIds::Counting), true, &mut groups);
+        assert_eq!(groups[..h], [1, 4, 1, 1, 2]);
+        assert_eq!(idents(&q), [0, 0, 1, 2, 3, 0, 0, 0, 1]);
+        let h = plan_sends(&mut q, 9, None, false, &mut groups);
+        assert_eq!(groups[..h], [1; 9]);
+        assert_eq!(idents(&q), [0; 9]);
+
+        // A kernel that keeps the ID: the same runs, every ICRC stays the one for ID 0.
+        let mut q = queue();
+        let h = plan_sends(&mut q, 9, Some(sys::GsoIds::Fixed), false, &mut groups);
+        assert_eq!(groups[..h], [5, 1, 1, 2]);
+        assert_eq!(idents(&q), [0; 9]);
+        // Only the first `n` are planned.
+        let mut q = queue();
+        let h = plan_sends(&mut q, 3, Some(sys::GsoIds::Counting), false, &mut groups);
+        assert_eq!(groups[..h], [3]);
+        assert_eq!(idents(&q), [0, 1, 2, 0, 0, 0, 0, 0, 0]);
+    }
 }

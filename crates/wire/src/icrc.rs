@@ -224,6 +224,23 @@ pub fn verify_udp_v4_unseen_ident(
     })
 }
 
+/// The ICRC of the same IPv4 packet (`transport_len` bytes from the BTH to the last pad byte)
+/// with Identification `to` where `icrc` was computed for `from`: CRC-32 is affine, so only the
+/// contributions of the ID bits that differ change it — no pass over the data. For senders
+/// whose kernel numbers the datagrams of one GSO send 1, 2, … after the first.
+pub fn v4_with_ident(icrc: u32, transport_len: usize, from: u16, to: u16) -> u32 {
+    let diff = from ^ to;
+    if diff == 0 {
+        return icrc;
+    }
+    let c = unseen_v4_contributions(transport_len);
+    c.iter()
+        .take(16)
+        .enumerate()
+        .filter(|&(bit, _)| diff >> bit & 1 == 1)
+        .fold(icrc, |acc, (_, &v)| acc ^ v)
+}
+
 /// Linear ICRC contributions of IPv4 ID bits 0..15 (index = bit number) and DF (index 16), for a
 /// packet with `transport_len` bytes from the BTH to the last pad byte.
 fn unseen_v4_contributions(transport_len: usize) -> [u32; 17] {
@@ -447,6 +464,33 @@ mod tests {
             for (i, &ci) in c.iter().enumerate() {
                 let others: Vec<u32> = (0..17).filter(|&j| j != i).map(|j| c[j]).collect();
                 assert_eq!(gf2::solve(&others, ci), None);
+            }
+        }
+    }
+
+    #[test]
+    fn v4_with_ident_is_the_icrc_computed_with_that_id() {
+        let (s, d) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
+        let udp = UdpRepr::roce(4791);
+        for len in [12usize, 100, 4096 + 12] {
+            let t: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let with = |ident| {
+                let ip = IpRepr::V4 {
+                    src: s,
+                    dst: d,
+                    dscp_ecn: 0,
+                    ttl: 64,
+                    ident,
+                    dont_frag: true,
+                };
+                compute_for(&ip, &udp, &t).unwrap()
+            };
+            for (from, to) in [(0u16, 1u16), (0, 63), (5, 0), (0x1234, 0xfedc), (9, 9)] {
+                assert_eq!(
+                    v4_with_ident(with(from), len, from, to),
+                    with(to),
+                    "{len} {from}->{to}"
+                );
             }
         }
     }
