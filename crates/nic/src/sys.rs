@@ -585,8 +585,6 @@ pub(crate) fn loopback_gso_ids() -> Option<GsoIds> {
 }
 
 fn probe_gso_ids() -> io::Result<Option<GsoIds>> {
-    use transport::wire::icrc;
-    use transport::wire::ip::{IpRepr, UdpRepr};
     let tx = bind_roce_udp(
         "127.0.0.1:0"
             .parse()
@@ -594,23 +592,9 @@ fn probe_gso_ids() -> io::Result<Option<GsoIds>> {
     )?;
     let rx = UdpSocket::bind("127.0.0.1:0")?;
     let (src, dst) = (tx.local_addr()?, rx.local_addr()?);
-    let (SocketAddr::V4(s4), SocketAddr::V4(d4)) = (src, dst) else {
+    let Some(msgs) = icrc_datagrams(src, dst, 2, 64) else {
         return Ok(None);
     };
-    let udp = UdpRepr {
-        src_port: src.port(),
-        dst_port: dst.port(),
-        checksum: 0,
-    };
-    let ip0 = IpRepr::v4_socket(*s4.ip(), *d4.ip(), 0, 64);
-    let msgs: Vec<Vec<u8>> = (0..2u8)
-        .map(|i| {
-            let mut m = vec![i; 64];
-            let crc = icrc::compute_for(&ip0, &udp, &m).unwrap_or(0);
-            m.extend_from_slice(&icrc::icrc_wire_bytes(crc));
-            m
-        })
-        .collect();
     let mut batch = MsgBatch::new(2);
     if !matches!(
         batch.send(&tx, &[2], |i| (&msgs[i][..], dst)),
@@ -627,17 +611,55 @@ fn probe_gso_ids() -> io::Result<Option<GsoIds>> {
             second = Some(d.to_vec());
         }
     }
-    let Some(d) = second.filter(|d| d.len() == 68) else {
-        return Ok(None);
+    Ok(match second.and_then(|d| unseen_v4_ident(src, dst, &d)) {
+        Some((0, true)) => Some(GsoIds::Fixed),
+        Some((1, true)) => Some(GsoIds::Counting),
+        _ => None,
+    })
+}
+
+/// `count` datagrams of `len` transport bytes (BTH on; the i-th filled with byte i) from
+/// `src` to `dst`, each ending in its ICRC for IPv4 ID 0 with DF. `None` unless both are IPv4.
+fn icrc_datagrams(src: SocketAddr, dst: SocketAddr, count: u8, len: usize) -> Option<Vec<Vec<u8>>> {
+    use transport::wire::icrc;
+    use transport::wire::ip::IpRepr;
+    let (s4, d4, udp) = v4_flow(src, dst)?;
+    let ip0 = IpRepr::v4_socket(s4, d4, 0, 64);
+    (0..count)
+        .map(|i| {
+            let mut m = vec![i; len];
+            let crc = icrc::compute_for(&ip0, &udp, &m).ok()?;
+            m.extend_from_slice(&icrc::icrc_wire_bytes(crc));
+            Some(m)
+        })
+        .collect()
+}
+
+/// The IPv4 ID and DF a datagram from `src` to `dst` (transport bytes and ICRC) was sent
+/// with, recovered from its ICRC.
+fn unseen_v4_ident(src: SocketAddr, dst: SocketAddr, datagram: &[u8]) -> Option<(u16, bool)> {
+    use transport::wire::icrc;
+    let (s4, d4, udp) = v4_flow(src, dst)?;
+    let t = datagram.get(..datagram.len().checked_sub(4)?)?;
+    let w = datagram.get(t.len()..)?;
+    let u = icrc::verify_udp_v4_unseen_ident(s4, d4, &udp, t, icrc::read_icrc(w))?;
+    Some((u.ident, u.dont_frag))
+}
+
+/// The addresses and UDP header of an IPv4 flow from `src` to `dst` (`None` otherwise).
+fn v4_flow(
+    src: SocketAddr,
+    dst: SocketAddr,
+) -> Option<(Ipv4Addr, Ipv4Addr, transport::wire::ip::UdpRepr)> {
+    let (SocketAddr::V4(s4), SocketAddr::V4(d4)) = (src, dst) else {
+        return None;
     };
-    let (t, w) = d.split_at(64);
-    Ok(
-        match icrc::verify_udp_v4_unseen_ident(*s4.ip(), *d4.ip(), &udp, t, icrc::read_icrc(w)) {
-            Some(u) if u.dont_frag && u.ident == 0 => Some(GsoIds::Fixed),
-            Some(u) if u.dont_frag && u.ident == 1 => Some(GsoIds::Counting),
-            _ => None,
-        },
-    )
+    let udp = transport::wire::ip::UdpRepr {
+        src_port: src.port(),
+        dst_port: dst.port(),
+        checksum: 0,
+    };
+    Some((*s4.ip(), *d4.ip(), udp))
 }
 
 /// One received message ([`MsgBatch::received`]).
@@ -909,29 +931,11 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         // or 0, 1, 2, … as `loopback_gso_ids` found. Every datagram here carries the ICRC for
         // ID 0; the receiver (a plain socket: the kernel cuts the send up on the way in, as
         // it does before a device without UDP segmentation offload) recovers each one's ID.
-        use transport::wire::icrc;
-        use transport::wire::ip::{IpRepr, UdpRepr};
         let a = bind_roce_udp("127.0.0.1:0".parse().unwrap()).unwrap();
         let plain = UdpSocket::bind("127.0.0.1:0").unwrap();
         plain.set_nonblocking(true).unwrap();
         let (src, dst) = (a.local_addr().unwrap(), plain.local_addr().unwrap());
-        let (SocketAddr::V4(s4), SocketAddr::V4(d4)) = (src, dst) else {
-            unreachable!()
-        };
-        let udp = UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
-            checksum: 0,
-        };
-        let ip0 = IpRepr::v4_socket(*s4.ip(), *d4.ip(), 0, 64);
-        let msgs: Vec<Vec<u8>> = (0..6u8)
-            .map(|i| {
-                let mut m = vec![i; 512];
-                let crc = icrc::compute_for(&ip0, &udp, &m).unwrap();
-                m.extend_from_slice(&icrc::icrc_wire_bytes(crc));
-                m
-            })
-            .collect();
+        let msgs = icrc_datagrams(src, dst, 6, 512).unwrap();
         let mut tx = MsgBatch::new(8);
         let sent = tx.send(&a, &[6], |i| (&msgs[i][..], dst));
         assert!(matches!(sent, Sent::Took(6)), "{sent:?}");
@@ -940,24 +944,11 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         assert_eq!(got, msgs);
         let ids: Vec<(u16, bool)> = got
             .iter()
-            .map(|d| {
-                let (t, w) = d.split_at(d.len() - 4);
-                let u = icrc::verify_udp_v4_unseen_ident(
-                    *s4.ip(),
-                    *d4.ip(),
-                    &udp,
-                    t,
-                    icrc::read_icrc(w),
-                )
-                .expect("some ID/DF matches");
-                (u.ident, u.dont_frag)
-            })
+            .map(|d| unseen_v4_ident(src, dst, d).expect("some ID/DF matches"))
             .collect();
         // One of the two numberings, and the probe the engine relies on says which.
-        let (fixed, counting): (Vec<_>, Vec<_>) = (
-            (0..6).map(|_| (0, true)).collect(),
-            (0..6).map(|k| (k, true)).collect(),
-        );
+        let fixed: Vec<(u16, bool)> = (0..6).map(|_| (0, true)).collect();
+        let counting: Vec<(u16, bool)> = (0..6).map(|k| (k, true)).collect();
         match loopback_gso_ids() {
             Some(GsoIds::Fixed) => assert_eq!(ids, fixed),
             Some(GsoIds::Counting) => assert_eq!(ids, counting),
