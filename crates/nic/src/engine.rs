@@ -1111,9 +1111,9 @@ fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
             }
             Sent::Refused(k, e) if k > 1 => {
                 // A GSO send refused: where segmentation offload is missing (EIO, EINVAL,
-                // EOPNOTSUPP) send datagram by datagram from now on; otherwise (EMSGSIZE:
-                // one of them is too large) the next try sends them one by one, so only the
-                // culprit is dropped.
+                // EOPNOTSUPP) send datagram by datagram from now on; otherwise (EMSGSIZE)
+                // the next try sends the run's first datagram alone — the largest of the
+                // run, so if one is too large it is — and only that one is dropped.
                 if matches!(
                     e.raw_os_error(),
                     Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
