@@ -105,22 +105,23 @@ fn attach_ring(
 
 /// Whether executing this command checks application memory against the process's
 /// mappings — registering an MR, attaching rings or the doorbell page — so the control
-/// plane reads them before it takes the device lock (`dma::Maps`). A slow-path inline
-/// POST_SEND still reads them under the lock: it is rare, and deciding would mean walking
-/// its work requests twice.
+/// plane reads them before it takes the device lock (`dma::Maps`). Only the header is read
+/// (the command is decoded once, under the lock). A slow-path inline POST_SEND still reads
+/// the mappings under the lock: it is rare, and deciding would mean walking its work
+/// requests twice.
 pub(crate) fn checks_mappings(bytes: &[u8]) -> bool {
-    matches!(
-        abi::decode_request(bytes),
-        Ok((
-            _,
-            Request::GetContext(..)
-                | Request::RegMr(..)
-                | Request::CreateCq(..)
-                | Request::ResizeCq(..)
-                | Request::CreateQp(..)
-                | Request::CreateSrq(..)
-        ))
-    )
+    use abi::cmd::Command;
+    Frame::parse(bytes).is_ok_and(|f| {
+        matches!(
+            f.command,
+            Command::GET_CONTEXT
+                | Command::REG_MR
+                | Command::CREATE_CQ
+                | Command::RESIZE_CQ
+                | Command::CREATE_QP
+                | Command::CREATE_SRQ
+        )
+    })
 }
 
 impl DevState {

@@ -128,13 +128,26 @@ pub(crate) enum AddressSpace {
     Window { base: usize, len: usize },
 }
 
-impl AddressSpace {
+/// An address space and, for [`AddressSpace::Process`], optionally the process's mappings
+/// as read before the command took the device lock (`ctrl`: reading `/proc/self/maps`
+/// takes tens of µs, and the engine waits for the lock meanwhile).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Space<'a> {
+    kind: AddressSpace,
+    maps: Option<&'a Maps>,
+}
+
+impl<'a> Space<'a> {
+    pub(crate) fn new(kind: AddressSpace, maps: Option<&'a Maps>) -> Space<'a> {
+        Space { kind, maps }
+    }
+
     /// The host address of `[addr, end)`, checked mapped (and writable if `write`): against
-    /// `maps` if the caller read them already, else against the mappings read now.
-    fn host(self, maps: Option<&Maps>, addr: u64, end: u64, write: bool) -> Result<usize, Errno> {
-        match self {
+    /// the mappings given, else against the mappings read now.
+    fn host(self, addr: u64, end: u64, write: bool) -> Result<usize, Errno> {
+        match self.kind {
             AddressSpace::Process => {
-                match maps {
+                match self.maps {
                     Some(m) => m.check(addr, end, write)?,
                     None => Maps::read()?.check(addr, end, write)?,
                 }
@@ -150,21 +163,6 @@ impl AddressSpace {
                     .ok_or(Errno::EFAULT)
             }
         }
-    }
-}
-
-/// An address space and, for [`AddressSpace::Process`], optionally the process's mappings
-/// as read before the command took the device lock (`ctrl`: reading `/proc/self/maps`
-/// takes tens of µs, and the engine waits for the lock meanwhile).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Space<'a> {
-    kind: AddressSpace,
-    maps: Option<&'a Maps>,
-}
-
-impl<'a> Space<'a> {
-    pub(crate) fn new(kind: AddressSpace, maps: Option<&'a Maps>) -> Space<'a> {
-        Space { kind, maps }
     }
 }
 
@@ -187,8 +185,7 @@ pub(crate) fn user_range<'a>(
         return Err(Errno::EINVAL);
     }
     let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
-    let space = space.into();
-    let base = space.kind.host(space.maps, addr, end, write)?;
+    let base = space.into().host(addr, end, write)?;
     base.checked_add(len).ok_or(Errno::EFAULT)?;
     Ok(UserRange { base, len })
 }
@@ -204,8 +201,7 @@ pub(crate) fn shared_region<'a>(
     if addr == 0 || usize::try_from(addr).is_err() {
         return Err(Errno::EFAULT);
     }
-    let space = space.into();
-    let host = space.kind.host(space.maps, addr, end, true)?;
+    let host = space.into().host(addr, end, true)?;
     // SAFETY: the range is mapped read-write (checked above, or inside the window its
     // owner keeps mapped). The library allocated it for the ring/doorbell protocol and
     // accesses it only through atomic words (abi::shm), and keeps it alive until the object

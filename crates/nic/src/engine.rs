@@ -1150,12 +1150,11 @@ fn plan_sends(
     let mut i = 0;
     let mut h = 0;
     while i < n && h < groups.len() {
-        let loopback_v4 = |k: usize| {
-            txq.get(k)
-                .is_some_and(|d| matches!(d.dst.ip(), IpAddr::V4(a) if a.is_loopback()))
-        };
+        let loopback_v4 = txq
+            .get(i)
+            .is_some_and(|d| matches!(d.dst.ip(), IpAddr::V4(a) if a.is_loopback()));
         let g = match gso {
-            Some(_) if !(single_first && i == 0) && loopback_v4(i) => sys::gso_run(i, n, |k| {
+            Some(_) if !(single_first && i == 0) && loopback_v4 => sys::gso_run(i, n, |k| {
                 txq.get(k)
                     .map_or((0, SocketAddr::from(([0, 0, 0, 0], 0))), |d| (d.len, d.dst))
             }),
@@ -1184,6 +1183,9 @@ fn plan_sends(
 
 fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
     let mut any = false;
+    // A coalesced message (UDP GRO) is, on loopback, one GSO send, whose ICRCs a counting
+    // kernel's sender made for IDs 0, 1, 2, … (`plan_sends`): the first guess at each ID.
+    let counting = io.gso == Some(sys::GsoIds::Counting);
     for _ in 0..4 {
         let n = io.rx.recv(&dev.sock, &mut io.rx_bufs).unwrap_or(0);
         for i in 0..n {
@@ -1197,10 +1199,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
             let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
                 continue;
             };
-            // Coalesced by the kernel (UDP GRO): datagrams of `segment` bytes back to back —
-            // on loopback, one GSO send, whose ICRCs a counting kernel's sender made for IDs
-            // 0, 1, 2, … (`plan_sends`): the first guess at each one's ID.
-            let counting = io.gso == Some(sys::GsoIds::Counting);
+            // Coalesced by the kernel (UDP GRO): datagrams of `segment` bytes back to back.
             for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
                 let likely = if counting {
                     u16::try_from(j).unwrap_or(0)
