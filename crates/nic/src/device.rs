@@ -30,6 +30,11 @@ pub(crate) struct Device {
     pub(crate) cfg: DeviceConfig,
     /// How command addresses name memory (as `DevState::space`, readable without the lock).
     pub(crate) space: AddressSpace,
+    /// GSO sends to IPv4 loopback peers, for a device on an IPv4 loopback address: how the
+    /// kernel numbers their IDs (`sys::loopback_gso_ids`; `None`: no GSO). Probed here, at
+    /// start, not on the engine thread, whose sockets would otherwise come and go under a
+    /// running application.
+    pub(crate) gso: Option<sys::GsoIds>,
     state: Mutex<DevState>,
     /// Control-plane threads waiting for the lock: the engine lets them in between passes.
     cp_waiting: AtomicU32,
@@ -213,6 +218,10 @@ pub(crate) fn start_device_in(
             st.hermetic = hermetic;
             st
         }),
+        gso: match cfg.addr {
+            std::net::IpAddr::V4(a) if a.is_loopback() => sys::loopback_gso_ids(),
+            _ => None,
+        },
         cfg,
         space,
         cp_waiting: AtomicU32::new(0),

@@ -164,7 +164,7 @@ impl Core {
             if !self.devs.iter().any(|e| Arc::ptr_eq(&e.dev, d)) {
                 self.devs.push(EngineDev {
                     dev: d.clone(),
-                    io: DevIo::new(),
+                    io: DevIo::new(d.gso),
                 });
             }
         }
@@ -354,8 +354,8 @@ pub(crate) struct DevIo {
     rx: MsgBatch,
     tx: MsgBatch,
     /// GSO sends (runs of datagrams in one system call) to IPv4 loopback peers, and how the
-    /// kernel numbers their IDs (`sys::loopback_gso_ids`; `None`: off, for good once the
-    /// kernel refused one for want of segmentation offload). Elsewhere each datagram goes
+    /// kernel numbers their IDs (`Device::gso`; `None`: off, for good once the kernel
+    /// refused one for want of segmentation offload). Elsewhere each datagram goes
     /// alone: how a NIC's segmentation offload numbers IPv4 IDs — which the ICRC covers, and
     /// rxe and RoCE NICs check — is not known here.
     gso: Option<sys::GsoIds>,
@@ -363,7 +363,7 @@ pub(crate) struct DevIo {
 }
 
 impl DevIo {
-    fn new() -> DevIo {
+    fn new(gso: Option<sys::GsoIds>) -> DevIo {
         DevIo {
             pool: Vec::new(),
             loopq: VecDeque::new(),
@@ -371,7 +371,7 @@ impl DevIo {
             rx_bufs: (0..BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
             rx: MsgBatch::new(BATCH),
             tx: MsgBatch::new(TX_BATCH),
-            gso: sys::loopback_gso_ids(),
+            gso,
             force_rx: true,
         }
     }
