@@ -421,3 +421,91 @@ fn daemon_socket_mode_decides_for_an_unprivileged_user() {
     assert_eq!(get(&f, "daemon-socket", None)["status"], "pass");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn running_device_holds_the_port_and_its_error_counters_warn() {
+    let addr = "127.88.17.9";
+    let devices = format!("s0={addr}");
+    let dir = stats_dir("running");
+    // A perftest server: opens its device, then waits for a client that never comes. Its
+    // TCP port may be taken by another test: then it exits and the next port is tried.
+    let start = |port: u32| {
+        let child = Command::new(env!("CARGO_BIN_EXE_uroce"))
+            .args(["bench", "write_bw", "-p", &port.to_string()])
+            .env("UROCE_DEVICES", &devices)
+            .env("UROCE_STATS_DIR", &dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start a uroce server");
+        Child(child)
+    };
+    let mut port = 20_000 + std::process::id() % 20_000;
+    let mut server = start(port);
+    let run = || {
+        doctor(&devices, None, &[], |c| {
+            c.env("UROCE_STATS_DIR", &dir);
+        })
+        .0
+    };
+    let held_by = |f: &[Value], pid: u32| {
+        get(f, "udp-4791", Some("s0"))["value"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("bound by uroce process {pid} "))
+    };
+    // Poll (bounded by a count, not a clock) until the server's device is up.
+    let mut f = run();
+    for _ in 0..150 {
+        // The process publishes before its device is listed: wait for both.
+        let listed = f
+            .iter()
+            .any(|x| x["check"] == "counters" && x["device"] == "s0");
+        if held_by(&f, server.0.id()) && listed {
+            break;
+        }
+        if server.0.try_wait().unwrap().is_some() {
+            port += 1;
+            server = start(port);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        f = run();
+    }
+    let p = get(&f, "udp-4791", Some("s0"));
+    assert_eq!(p["status"], "pass", "{p:#?}");
+    assert!(held_by(&f, server.0.id()), "{p:#?}");
+    let c = get(&f, "counters", Some("s0"));
+    assert_eq!(c["status"], "pass", "{c:#?}");
+
+    // A datagram that is no RoCEv2 packet: the device drops it as malformed.
+    let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&[0xAB; 40], (addr, 4791)).unwrap();
+    for _ in 0..100 {
+        f = run();
+        if get(&f, "counters", Some("s0"))["status"] == "warn" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let c = get(&f, "counters", Some("s0"));
+    assert_eq!(c["status"], "warn", "{c:#?}");
+    let v = c["value"].as_str().unwrap();
+    assert!(
+        v.contains("port_rcv_errors=") || v.contains("rcvd_icrc_err="),
+        "{v}"
+    );
+    assert!(!c["fix"].as_str().unwrap().is_empty());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

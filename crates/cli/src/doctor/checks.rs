@@ -120,13 +120,16 @@ pub enum Memlock {
     Bytes(u64),
 }
 
+/// Mode bits, owner uid and gid of a file.
+pub type Owner = (u32, u32, u32);
+
 /// A daemon socket found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SocketFile {
     pub path: String,
     /// Mode bits, uid and gid of the socket and of each directory above it (which need
     /// search permission), socket first; `None` where it could not be stat'ed.
-    pub chain: Vec<(String, Option<(u32, u32, u32)>)>,
+    pub chain: Vec<(String, Option<Owner>)>,
     /// Whether it is a socket at all.
     pub is_socket: bool,
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::checks::{Bind, Device, Host, Iface, Memlock, Rules, SocketFile};
+use super::checks::{Bind, Device, Host, Iface, Memlock, Owner, Rules, SocketFile};
 use super::firewall::ROCE_PORT;
 
 /// How long to wait for each running uroce process's counters (as `uroce stat`).
@@ -397,7 +397,7 @@ fn rules_of(tool: &'static str, args: &[&str]) -> Option<Rules> {
 }
 
 /// Mode, uid and gid of `p` and of each directory above it.
-fn stat_chain(p: &Path) -> Vec<(String, Option<(u32, u32, u32)>)> {
+fn stat_chain(p: &Path) -> Vec<(String, Option<Owner>)> {
     let mut out = Vec::new();
     let mut cur = Some(p);
     while let Some(c) = cur {
