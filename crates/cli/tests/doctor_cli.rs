@@ -187,7 +187,57 @@ fn address_not_on_this_host_fails() {
         .as_str()
         .unwrap()
         .contains("address not local"));
+    assert_eq!(get(&f, "route", Some("t0"))["status"], "fail");
     assert_eq!(code, 1);
+}
+
+#[test]
+fn hugepages_short_of_mr_size_fail() {
+    // No test machine has a tebibyte of free huge pages.
+    let (f, code) = doctor(
+        "t0=127.0.0.1",
+        None,
+        &["--hugepages", "--mr-size", "1T"],
+        |_| {},
+    );
+    let h = get(&f, "hugepages", None);
+    assert_eq!(h["status"], "fail", "{h:#?}");
+    assert!(
+        h["fix"].as_str().unwrap().contains("vm.nr_hugepages="),
+        "{h:#?}"
+    );
+    assert_eq!(code, 1);
+    // Not asked for: information only (the transparent huge page mode).
+    let (f, _) = doctor("t0=127.0.0.1", None, &[], |_| {});
+    assert_eq!(status(&f, "hugepages"), "info");
+}
+
+#[test]
+fn one_allowed_cpu_warns() {
+    let (f, _) = doctor("t0=127.0.0.1", None, &[], |c| {
+        // SAFETY: runs in the forked child before exec; sched_setaffinity is a plain
+        // system call on a set built on the stack.
+        unsafe {
+            c.pre_exec(|| {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let c = get(&f, "cpus", None);
+    assert_eq!(c["status"], "warn", "{c:#?}");
+    assert!(
+        c["value"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 CPUs available (0)"),
+        "{c:#?}"
+    );
+    assert!(c["fix"].as_str().unwrap().contains("park_when_contended"));
 }
 
 #[test]

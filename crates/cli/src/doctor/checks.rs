@@ -615,7 +615,7 @@ pub fn ecn(h: &Host, d: &Device) -> Finding {
         dev,
         Status::Info,
         format!("device ECN: not implemented yet in uroce devices{}", qdisc.map(|q| format!("; {q}")).unwrap_or_default()),
-        "uroce sends RoCEv2 with ECN not-ECT and DSCP 0 and neither sends nor reacts to CNPs (no DCQCN yet); net.ipv4.tcp_ecn concerns TCP only. On a lossy fabric, drops are recovered by retransmission alone",
+        "uroce's UDP sockets set no TOS / traffic class, so its packets leave with DSCP 0 and ECN not-ECT, and it neither sends nor reacts to CNPs (no DCQCN yet); net.ipv4.tcp_ecn concerns TCP only. On a lossy fabric, drops are recovered by retransmission alone",
         "",
     )
 }

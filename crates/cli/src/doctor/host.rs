@@ -263,9 +263,9 @@ pub fn parse_proc_udp(text: &str, v6: bool) -> Vec<(IpAddr, u64)> {
     out
 }
 
-/// The process holding a UDP 4791 socket on `addr` (or on the wildcard address), when
-/// `/proc` lets this user see it.
-fn udp_owner(fs: &Fs, addr: IpAddr) -> Option<(u32, String)> {
+/// Inodes of the UDP 4791 sockets bound to `addr` or to the wildcard address, from
+/// `/proc/net/udp{,6}` (every socket of this network namespace, whoever owns it).
+fn udp_inodes(fs: &Fs, addr: IpAddr) -> Vec<u64> {
     let mut inodes = Vec::new();
     for (file, v6) in [("/proc/net/udp", false), ("/proc/net/udp6", true)] {
         let text = fs.read(file).unwrap_or_default();
@@ -279,6 +279,12 @@ fn udp_owner(fs: &Fs, addr: IpAddr) -> Option<(u32, String)> {
             }
         }
     }
+    inodes
+}
+
+/// The process holding one of the sockets `inodes`, when `/proc` lets this user see it
+/// (root sees every process's descriptors, a user only their own).
+fn socket_owner(fs: &Fs, inodes: &[u64]) -> Option<(u32, String)> {
     if inodes.is_empty() {
         return None;
     }
@@ -337,19 +343,30 @@ fn bind_state(
                 program: p.program.clone(),
             })
     };
+    let in_use = |inodes: &[u64]| {
+        let owner = socket_owner(fs, inodes);
+        by_uroce(owner.as_ref().map(|o| o.0))
+            .or_else(|| {
+                if owner.is_none() {
+                    by_uroce(None)
+                } else {
+                    None
+                }
+            })
+            .unwrap_or(Bind::Other { owner })
+    };
+    // Known taken: no need to try. Otherwise bind for an instant, which also tells whether
+    // the address is local; a uroce process starting in that very instant would be refused
+    // the port, so the socket is closed at once.
+    let inodes = udp_inodes(fs, addr);
+    if !inodes.is_empty() {
+        return in_use(&inodes);
+    }
     match UdpSocket::bind(sa) {
         Ok(_) => Bind::Free,
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-            let owner = udp_owner(fs, addr);
-            by_uroce(owner.as_ref().map(|o| o.0))
-                .or_else(|| {
-                    if owner.is_none() {
-                        by_uroce(None)
-                    } else {
-                        None
-                    }
-                })
-                .unwrap_or(Bind::Other { owner })
+            // Taken between the look at /proc and the bind.
+            in_use(&udp_inodes(fs, addr))
         }
         Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Bind::NotLocal,
         Err(e) => Bind::Error(e.to_string()),
