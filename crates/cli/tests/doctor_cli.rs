@@ -462,6 +462,15 @@ fn daemon_socket_mode_decides_for_an_unprivileged_user() {
             assert!(d["fix"].as_str().unwrap().contains("chmod"), "{d:#?}");
             assert_eq!(code, 1);
         }
+        if have("iptables") {
+            // The rules cannot be read without root: said, not guessed.
+            let fw = get(&f, "firewall", Some("t0"));
+            assert_eq!(fw["status"], "warn", "{fw:#?}");
+            assert!(
+                fw["value"].as_str().unwrap().contains("not readable"),
+                "{fw:#?}"
+            );
+        }
     }
     // Root may connect whatever the mode.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -195,21 +195,27 @@ fn qdiscs() -> Vec<(String, String)> {
         .collect()
 }
 
+/// An interface's settings under `/sys/class/net/IF` and `/proc/sys/net/ipv4/conf/IF`;
+/// `flags` are its `IFF_*` flags.
+pub fn iface_files(fs: &Fs, name: &str, flags: u32) -> Iface {
+    Iface {
+        name: name.to_string(),
+        loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
+        up: flags & libc::IFF_UP as u32 != 0,
+        mtu: fs.read_num(&format!("/sys/class/net/{name}/mtu")),
+        numa_node: fs.read_num(&format!("/sys/class/net/{name}/device/numa_node")),
+        rp_filter: fs.read_num(&format!("/proc/sys/net/ipv4/conf/{name}/rp_filter")),
+        ..Iface::default()
+    }
+}
+
 fn interfaces(fs: &Fs) -> Vec<Iface> {
     let mut out: Vec<Iface> = Vec::new();
     for (name, flags, addr) in ifaddrs().unwrap_or_default() {
         let i = match out.iter().position(|i| i.name == name) {
             Some(i) => i,
             None => {
-                out.push(Iface {
-                    name: name.clone(),
-                    loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
-                    up: flags & libc::IFF_UP as u32 != 0,
-                    mtu: fs.read_num(&format!("/sys/class/net/{name}/mtu")),
-                    numa_node: fs.read_num(&format!("/sys/class/net/{name}/device/numa_node")),
-                    rp_filter: fs.read_num(&format!("/proc/sys/net/ipv4/conf/{name}/rp_filter")),
-                    ..Iface::default()
-                });
+                out.push(iface_files(fs, &name, flags));
                 out.len() - 1
             }
         };
@@ -631,6 +637,41 @@ mod tests {
         h.mr_size = Some(1 << 20);
         assert_eq!(memlock(&h).status, Status::Fail);
         assert_eq!(clocksource(&h).status, Status::Warn);
+        // An interface: a NIC on NUMA node 1 with a 576-byte MTU and strict rp_filter.
+        put("sys/class/net/eth9/mtu", "576\n");
+        put("sys/class/net/eth9/device/numa_node", "1\n");
+        put("proc/sys/net/ipv4/conf/eth9/rp_filter", "1\n");
+        put("proc/sys/net/ipv4/conf/all/rp_filter", "0\n");
+        put("proc/sys/net/ipv4/conf/eth8/rp_filter", "0\n");
+        let fsr = Fs { root: root.clone() };
+        let mut eth9 = iface_files(&fsr, "eth9", libc::IFF_UP as u32);
+        assert_eq!(
+            (eth9.mtu, eth9.numa_node, eth9.rp_filter),
+            (Some(576), Some(1), Some(1))
+        );
+        assert!(eth9.up && !eth9.loopback);
+        eth9.addrs = vec!["10.0.0.9".parse().unwrap()];
+        let eth8 = iface_files(&fsr, "eth8", libc::IFF_UP as u32);
+        assert_eq!(eth8.numa_node, None, "no device directory: virtual");
+        h.ifaces = vec![eth9, eth8];
+        h.rp_filter_all = fsr.read_num("/proc/sys/net/ipv4/conf/all/rp_filter");
+        let d = super::super::checks::Device {
+            name: "t".into(),
+            addr: "10.0.0.9".parse().unwrap(),
+            active_mtu: 1024,
+            bind: super::super::checks::Bind::Free,
+            route: None,
+        };
+        use super::super::checks::{mtu, numa, rp_filter};
+        assert_eq!(mtu(&h, &d).status, Status::Fail);
+        assert_eq!(rp_filter(&h, &d).status, Status::Warn);
+        assert_eq!(
+            numa(&h, &d).status,
+            Status::Warn,
+            "allowed CPUs 0-3, node 1 has only 2-3"
+        );
+        h.affinity = vec![2, 3];
+        assert_eq!(numa(&h, &d).status, Status::Pass);
         let _ = fs::remove_dir_all(&root);
     }
 }
