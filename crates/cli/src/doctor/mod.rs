@@ -20,6 +20,10 @@ use checks::{Finding, Status};
 
 /// `uroce doctor` options.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 when every check passes (INFO lines included), \
+    1 when any check FAILs, 3 when the worst is a WARN, 2 on a usage or internal error."
+)]
 pub struct Args {
     /// Check device NAME only (repeatable; default: every device in UROCE_DEVICES).
     #[arg(short = 'd', long = "ib-dev", value_name = "NAME")]
