@@ -405,30 +405,36 @@ fn nft_target(rule: &str) -> &str {
 }
 
 fn nft_chain(rules: &[String], policy: Option<&str>, pkt: &Packet<'_>) -> Verdict {
+    // A jump into another chain is not followed; that chain may accept the packet (as
+    // firewalld's zone chains do), so a drop after it is only a "may drop".
     let mut maybe: Option<String> = None;
+    let mut jumped = false;
     for r in rules {
         let a = nft_rule_applies(r, pkt);
         if a == Applies::No {
             continue;
         }
-        let definite = a == Applies::Yes && maybe.is_none();
+        let definite = a == Applies::Yes && maybe.is_none() && !jumped;
         match nft_target(r) {
             "accept" if definite => return Verdict::Accepted(Some(r.clone())),
             "drop" | "reject" if definite => return Verdict::Dropped(r.clone()),
             "drop" | "reject" => {
                 maybe.get_or_insert_with(|| r.clone());
             }
-            // Jumps into other chains are not followed: their drops are not seen.
-            _ => {}
+            "accept" | "return" | "" => {}
+            _ => jumped = true,
         }
     }
     if let Some(m) = maybe {
         return Verdict::MayDrop(m);
     }
     if policy == Some("drop") {
-        return Verdict::Dropped(
-            "policy drop on an input hook chain, no rule accepts udp 4791".into(),
-        );
+        let why = "policy drop on an input hook chain, no rule accepts udp 4791";
+        return if jumped {
+            Verdict::MayDrop(format!("{why} (rules in chains it jumps to not read)"))
+        } else {
+            Verdict::Dropped(why.into())
+        };
     }
     Verdict::Accepted(None)
 }
@@ -527,6 +533,9 @@ mod tests {
         );
         let ct = rs.replace("udp dport 4791", "ct state new udp dport 4791");
         assert!(matches!(nft(&ct, &p), Verdict::MayDrop(_)));
+        // A jump that is not followed may accept: a later drop only "may" apply.
+        let jump = "table inet firewalld {\n\tchain filter_INPUT {\n\t\ttype filter hook input priority filter + 10; policy accept;\n\t\tct state { established, related } accept\n\t\tjump filter_INPUT_ZONES\n\t\treject with icmpx admin-prohibited\n\t}\n}\n";
+        assert!(matches!(nft(jump, &p), Verdict::MayDrop(_)));
         // iptables-nft's translation.
         let xt = "table ip filter {\n\tchain INPUT {\n\t\ttype filter hook input priority filter; policy accept;\n\t\tmeta l4proto udp udp dport 4791 counter packets 0 bytes 0 drop\n\t}\n}\n";
         assert!(matches!(nft(xt, &p), Verdict::Dropped(_)));
