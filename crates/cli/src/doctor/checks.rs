@@ -400,7 +400,7 @@ pub fn firewall(h: &Host, d: &Device) -> Vec<Finding> {
 /// Bytes of headers around an IBTA-MTU payload in one RoCEv2 datagram, counted as the
 /// interface MTU counts them (the IP packet): IP, UDP 8, BTH 12, the largest extension
 /// headers of a payload-carrying packet (RDMA WRITE first/only with immediate: RETH 16 +
-/// ImmDt 4; IBTA Vol 1 §9.2), ICRC 4 (RoCEv2: IBTA Annex A17.4.5).
+/// ImmDt 4; IBTA Vol 1 chapter 9, Linux rxe_opcode.c), ICRC 4 (IBTA Annex A17, RoCEv2).
 pub fn roce_overhead(addr: IpAddr) -> u32 {
     let ip = if addr.is_ipv4() { 20 } else { 40 };
     ip + 8 + 12 + 16 + 4 + 4
@@ -570,7 +570,8 @@ pub fn rp_filter(h: &Host, d: &Device) -> Finding {
     if i.loopback {
         return finding("rp_filter", dev, Status::Pass, format!("{}: loopback", i.name), "packets between local addresses keep the route they were sent with: no reverse-path check", "");
     }
-    // The kernel uses the larger of conf/all and conf/IF (ip-sysctl.rst, rp_filter).
+    // The kernel uses the larger of conf/all and conf/IF
+    // (Documentation/networking/ip-sysctl.rst, rp_filter).
     let eff = h.rp_filter_all.unwrap_or(0).max(i.rp_filter.unwrap_or(0));
     let others = h.ifaces.iter().filter(|x| !x.loopback && x.up).count();
     let value = format!(
@@ -845,7 +846,8 @@ pub fn clocksource(h: &Host) -> Finding {
             "",
         );
     };
-    // These are read by the vDSO without a system call (arch/x86/entry/vdso, arm64 vdso).
+    // Clock sources the vDSO reads without a system call (a vdso_clock_mode in their
+    // kernel clocksource driver: tsc, kvm-clock, the arm64 arch timer, Hyper-V TSC page).
     let fast = matches!(
         cs,
         "tsc" | "kvm-clock" | "arch_sys_counter" | "hyperv_clocksource_tsc_page"

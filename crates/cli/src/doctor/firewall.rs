@@ -9,7 +9,7 @@
 
 use std::net::IpAddr;
 
-/// RoCEv2's UDP destination port (IBTA Annex A17, RoCEv2 §A17.4.5.1).
+/// RoCEv2's UDP destination port (IANA, IBTA Annex A17; Linux ROCE_V2_UDP_DPORT).
 pub const ROCE_PORT: u16 = 4791;
 
 /// The packet asked about: UDP to `addr`:4791 arriving on interface `iface`.
