@@ -568,3 +568,44 @@ fn running_device_holds_the_port_and_its_error_counters_warn() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn nft_drop_rule_in_a_namespace_fails() {
+    if !have("nft") {
+        eprintln!("SKIPPED: nft missing (apt-get install nftables)");
+        return;
+    }
+    let Some(ns) = Netns::new("nft") else { return };
+    ns.sh("nft add table inet udoc && nft add chain inet udoc input '{ type filter hook input priority 0; policy accept; }'");
+    let (f, _) = ns.doctor("t0=127.0.0.1");
+    assert_eq!(get(&f, "firewall", Some("t0"))["status"], "pass");
+    ns.sh("nft add rule inet udoc input udp dport '{ 53, 4791 }' counter drop");
+    let (f, code) = ns.doctor("t0=127.0.0.1");
+    let fw = get(&f, "firewall", Some("t0"));
+    assert_eq!(fw["status"], "fail", "{fw:#?}");
+    assert!(fw["value"].as_str().unwrap().contains("4791"), "{fw:#?}");
+    assert_eq!(code, 1);
+    // Only from some sources: cannot be decided, so a warning.
+    ns.sh("nft flush chain inet udoc input && nft add rule inet udoc input ip saddr 10.0.0.0/8 udp dport 4791 drop");
+    let (f, _) = ns.doctor("t0=127.0.0.1");
+    assert_eq!(get(&f, "firewall", Some("t0"))["status"], "warn");
+}
+
+#[test]
+fn ipv6_loopback_device() {
+    let (f, _) = doctor("t6=::1", None, &[], |_| {});
+    // (udp-4791 is not asserted free: another program may use [::1]:4791 meanwhile.)
+    for check in ["device", "mtu", "rp_filter"] {
+        let x = get(&f, check, Some("t6"));
+        assert_eq!(x["status"], "pass", "{x:#?}");
+    }
+    // A socket on [::1]:4791 is found in /proc/net/udp6.
+    let taken = std::net::UdpSocket::bind("[::1]:4791");
+    let Ok(_taken) = taken else {
+        eprintln!("SKIPPED (taken half): [::1]:4791 busy");
+        return;
+    };
+    let (f, _) = doctor("t6=::1", None, &[], |_| {});
+    let p = get(&f, "udp-4791", Some("t6"));
+    assert_eq!(p["status"], "fail", "{p:#?}");
+}
