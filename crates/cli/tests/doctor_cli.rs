@@ -50,12 +50,16 @@ fn doctor(
         None => Command::new(bin),
     };
     cmd.arg("doctor").arg("--json").args(args);
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let own_stats = stats_dir(&format!("run{n}"));
     cmd.env("UROCE_DEVICES", devices)
-        .env("UROCE_STATS_DIR", stats_dir("run"))
+        .env("UROCE_STATS_DIR", &own_stats)
         .env_remove("UROCE_DAEMON")
         .env_remove("XDG_RUNTIME_DIR");
     tweak(&mut cmd);
     let out = cmd.output().expect("run uroce doctor");
+    let _ = std::fs::remove_dir_all(&own_stats);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let findings: Vec<Value> = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
@@ -243,13 +247,15 @@ fn one_allowed_cpu_warns() {
 #[test]
 fn text_output_and_exit_status() {
     let bin = env!("CARGO_BIN_EXE_uroce");
+    let dir = stats_dir("text");
     let out = Command::new(bin)
         .args(["doctor", "--mr-size", "1K"])
         .env("UROCE_DEVICES", "t0=127.0.0.1")
-        .env("UROCE_STATS_DIR", stats_dir("text"))
+        .env("UROCE_STATS_DIR", &dir)
         .env_remove("UROCE_DAEMON")
         .output()
         .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert!(
