@@ -243,9 +243,11 @@ pub fn device_address(h: &Host, d: &Device) -> Finding {
             dev,
             Status::Fail,
             format!("{} is on no interface", d.addr),
-            "an embedded device binds UDP 4791 on its address; the kernel refuses an address this host does not have (EADDRNOTAVAIL)",
+            "an embedded device binds UDP 4791 on its address; the kernel refuses \
+                an address this host does not have (EADDRNOTAVAIL)",
             format!(
-                "add the address (ip addr add {}/{} dev IFACE) or set UROCE_DEVICES={}=<an address of this host>",
+                "add the address (ip addr add {}/{} dev IFACE) or set \
+                    UROCE_DEVICES={}=<an address of this host>",
                 d.addr,
                 if d.addr.is_ipv4() { 24 } else { 64 },
                 d.name
@@ -267,13 +269,22 @@ pub fn udp_port(d: &Device) -> Finding {
     let dev = Some(d.name.as_str());
     let at = format!("{}:{}", d.addr, firewall::ROCE_PORT);
     match &d.bind {
-        Bind::Free => finding("udp-4791", dev, Status::Pass, format!("{at} free"), "a uroce process can bind it", ""),
+        Bind::Free => finding(
+            "udp-4791",
+            dev,
+            Status::Pass,
+            format!("{at} free"),
+            "a uroce process can bind it",
+            "",
+        ),
         Bind::Uroce { pid, program } => finding(
             "udp-4791",
             dev,
             Status::Pass,
             format!("{at} bound by uroce process {pid} ({program})"),
-            "the device is running; another process opening the same device name and address will fail to bind until it exits (no daemon to share it yet)",
+            "the device is running; another process opening the same device name \
+                and address will fail to bind until it exits (no daemon to share it \
+                yet)",
             "",
         ),
         Bind::Other { owner } => finding(
@@ -284,10 +295,18 @@ pub fn udp_port(d: &Device) -> Finding {
                 Some((pid, comm)) => format!("{at} bound by another program: pid {pid} ({comm})"),
                 None => format!("{at} bound by another program (owner not visible to this user)"),
             },
-            "a uroce device cannot start on this address: another socket holds the port (rdma_rxe on this address, or a test tool)",
+            "a uroce device cannot start on this address: another socket holds \
+                the port (rdma_rxe on this address, or a test tool)",
             match owner {
-                Some((pid, comm)) => format!("stop {comm} (pid {pid}) or give the device another address in UROCE_DEVICES"),
-                None => format!("find the owner with `ss -ulpn sport = :{}` as root, stop it or use another address", firewall::ROCE_PORT),
+                Some((pid, comm)) => format!(
+                    "stop {comm} (pid {pid}) or give the device another address in \
+                    UROCE_DEVICES"
+                ),
+                None => format!(
+                    "find the owner with `ss -ulpn sport = :{}` as root, stop it or use \
+                    another address",
+                    firewall::ROCE_PORT
+                ),
             },
         ),
         Bind::NotLocal => finding(
@@ -298,7 +317,14 @@ pub fn udp_port(d: &Device) -> Finding {
             "see the device check",
             "give the device an address of this host",
         ),
-        Bind::Error(e) => finding("udp-4791", dev, Status::Warn, format!("{at}: {e}"), "binding a test socket failed", "run as a user allowed to bind UDP sockets"),
+        Bind::Error(e) => finding(
+            "udp-4791",
+            dev,
+            Status::Warn,
+            format!("{at}: {e}"),
+            "binding a test socket failed",
+            "run as a user allowed to bind UDP sockets",
+        ),
     }
 }
 
@@ -358,16 +384,26 @@ pub fn firewall(h: &Host, d: &Device) -> Vec<Finding> {
             dev,
             Status::Fail,
             format!("{target}: dropped by `{rule}`"),
-            "the packet filter discards RoCEv2 to this device: peers see retries, then IBV_WC_RETRY_EXC_ERR",
-            format!("accept it first: iptables -I INPUT -p udp --dport {0} -j ACCEPT (nft: add rule inet filter input udp dport {0} accept), or delete that rule", firewall::ROCE_PORT),
+            "the packet filter discards RoCEv2 to this device: peers see retries, \
+                then IBV_WC_RETRY_EXC_ERR",
+            format!(
+                "accept it first: iptables -I INPUT -p udp --dport {0} -j ACCEPT \
+                (nft: add rule inet filter input udp dport {0} accept), or delete \
+                that rule",
+                firewall::ROCE_PORT
+            ),
         ),
         Verdict::MayDrop(rule) => finding(
             "firewall",
             dev,
             Status::Warn,
             format!("{target}: may be dropped by `{rule}`"),
-            "a DROP/REJECT rule with conditions this check cannot evaluate (source, conntrack state, ...) may apply to RoCEv2",
-            format!("make sure udp dport {} is accepted before it", firewall::ROCE_PORT),
+            "a DROP/REJECT rule with conditions this check cannot evaluate \
+                (source, conntrack state, ...) may apply to RoCEv2",
+            format!(
+                "make sure udp dport {} is accepted before it",
+                firewall::ROCE_PORT
+            ),
         ),
         Verdict::Accepted(_) if seen.is_empty() && !unreadable.is_empty() => finding(
             "firewall",
@@ -390,7 +426,11 @@ pub fn firewall(h: &Host, d: &Device) -> Vec<Finding> {
             dev,
             Status::Pass,
             format!("{target}: not dropped ({})", seen.join(", ")),
-            if unreadable.is_empty() { String::new() } else { format!("unreadable: {}", unreadable.join("; ")) },
+            if unreadable.is_empty() {
+                String::new()
+            } else {
+                format!("unreadable: {}", unreadable.join("; "))
+            },
             "",
         ),
     };
@@ -449,8 +489,15 @@ pub fn mtu(h: &Host, d: &Device) -> Finding {
             dev,
             Status::Fail,
             value,
-            "full-size packets exceed the interface MTU; they leave with DF set and the kernel refuses them (EMSGSIZE, counted as xmit_discards): transfers larger than the interface allows never complete",
-            format!("ip link set dev {} mtu {} (and on the path), or give the device a smaller active MTU", i.name, need.max(1500)),
+            "full-size packets exceed the interface MTU; they leave with DF set \
+                and the kernel refuses them (EMSGSIZE, counted as xmit_discards): \
+                transfers larger than the interface allows never complete",
+            format!(
+                "ip link set dev {} mtu {} (and on the path), or give the device a \
+                smaller active MTU",
+                i.name,
+                need.max(1500)
+            ),
         )
     }
 }
@@ -473,7 +520,15 @@ pub fn numa(h: &Host, d: &Device) -> Finding {
             );
         }
         Some(n) if n < 0 => {
-            return finding("numa", dev, Status::Pass, format!("{}: numa_node -1", i.name), "the platform reports no NUMA node for this device (one node, or no locality information)", "");
+            return finding(
+                "numa",
+                dev,
+                Status::Pass,
+                format!("{}: numa_node -1", i.name),
+                "the platform reports no NUMA node for this device (one node, or no \
+                locality information)",
+                "",
+            );
         }
         Some(n) => n,
     };
@@ -494,7 +549,11 @@ pub fn numa(h: &Host, d: &Device) -> Finding {
         cpulist(cpus),
         cpulist(&h.affinity)
     );
-    let fix = format!("run the application on node {node}: numactl --cpunodebind={node} --membind={node} PROGRAM (or taskset -c {})", cpulist(cpus));
+    let fix = format!(
+        "run the application on node {node}: numactl --cpunodebind={node} \
+        --membind={node} PROGRAM (or taskset -c {})",
+        cpulist(cpus)
+    );
     if local == h.affinity.len() {
         finding(
             "numa",
@@ -568,7 +627,15 @@ pub fn rp_filter(h: &Host, d: &Device) -> Finding {
         return finding("rp_filter", dev, Status::Info, "no interface", "", "");
     };
     if i.loopback {
-        return finding("rp_filter", dev, Status::Pass, format!("{}: loopback", i.name), "packets between local addresses keep the route they were sent with: no reverse-path check", "");
+        return finding(
+            "rp_filter",
+            dev,
+            Status::Pass,
+            format!("{}: loopback", i.name),
+            "packets between local addresses keep the route they were sent with: \
+            no reverse-path check",
+            "",
+        );
     }
     // The kernel uses the larger of conf/all and conf/IF
     // (Documentation/networking/ip-sysctl.rst, rp_filter).
@@ -586,8 +653,14 @@ pub fn rp_filter(h: &Host, d: &Device) -> Finding {
             dev,
             Status::Warn,
             value,
-            "strict reverse-path filtering drops packets whose source is routed back through another interface: with several interfaces (asymmetric or multi-rail RoCE), replies from peers can vanish",
-            format!("sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{}.rp_filter=2 (loose)", i.name),
+            "strict reverse-path filtering drops packets whose source is routed \
+                back through another interface: with several interfaces (asymmetric \
+                or multi-rail RoCE), replies from peers can vanish",
+            format!(
+                "sysctl -w net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.{}.rp_filter=2 \
+                (loose)",
+                i.name
+            ),
         )
     } else {
         finding("rp_filter", dev, Status::Pass, value, "", "")
@@ -598,10 +671,42 @@ pub fn rp_filter(h: &Host, d: &Device) -> Finding {
 pub fn route(d: &Device) -> Finding {
     let dev = Some(d.name.as_str());
     match &d.route {
-        None => finding("route", dev, Status::Info, "ip(8) not available", "route not checked", "install iproute2"),
-        Some(Ok(line)) if line.starts_with("local ") => finding("route", dev, Status::Pass, line.clone(), "the address is local", ""),
-        Some(Ok(line)) => finding("route", dev, Status::Fail, line.clone(), "the route table does not deliver this address locally: packets to the device leave the host", format!("add the address to an interface: ip addr add {} dev IFACE", d.addr)),
-        Some(Err(e)) => finding("route", dev, Status::Fail, format!("ip route get {}: {e}", d.addr), "no route to the device's address", format!("ip addr add {} dev IFACE", d.addr)),
+        None => finding(
+            "route",
+            dev,
+            Status::Info,
+            "ip(8) not available",
+            "route not checked",
+            "install iproute2",
+        ),
+        Some(Ok(line)) if line.starts_with("local ") => finding(
+            "route",
+            dev,
+            Status::Pass,
+            line.clone(),
+            "the address is local",
+            "",
+        ),
+        Some(Ok(line)) => finding(
+            "route",
+            dev,
+            Status::Fail,
+            line.clone(),
+            "the route table does not deliver this address locally: packets to \
+            the device leave the host",
+            format!(
+                "add the address to an interface: ip addr add {} dev IFACE",
+                d.addr
+            ),
+        ),
+        Some(Err(e)) => finding(
+            "route",
+            dev,
+            Status::Fail,
+            format!("ip route get {}: {e}", d.addr),
+            "no route to the device's address",
+            format!("ip addr add {} dev IFACE", d.addr),
+        ),
     }
 }
 
@@ -615,8 +720,14 @@ pub fn ecn(h: &Host, d: &Device) -> Finding {
         "ecn",
         dev,
         Status::Info,
-        format!("device ECN: not implemented yet in uroce devices{}", qdisc.map(|q| format!("; {q}")).unwrap_or_default()),
-        "uroce's UDP sockets set no TOS / traffic class, so its packets leave with DSCP 0 and ECN not-ECT, and it neither sends nor reacts to CNPs (no DCQCN yet); net.ipv4.tcp_ecn concerns TCP only. On a lossy fabric, drops are recovered by retransmission alone",
+        format!(
+            "device ECN: not implemented yet in uroce devices{}",
+            qdisc.map(|q| format!("; {q}")).unwrap_or_default()
+        ),
+        "uroce's UDP sockets set no TOS / traffic class, so its packets leave \
+            with DSCP 0 and ECN not-ECT, and it neither sends nor reacts to CNPs \
+            (no DCQCN yet); net.ipv4.tcp_ecn concerns TCP only. On a lossy \
+            fabric, drops are recovered by retransmission alone",
         "",
     )
 }
@@ -625,8 +736,24 @@ pub fn ecn(h: &Host, d: &Device) -> Finding {
 pub fn daemon_socket(h: &Host) -> Finding {
     if h.sockets.is_empty() {
         return match &h.daemon_env {
-            Some(p) => finding("daemon-socket", None, Status::Fail, format!("UROCE_DAEMON={p}: missing"), "UROCE_DAEMON names a socket that does not exist", "start the daemon or unset UROCE_DAEMON"),
-            None => finding("daemon-socket", None, Status::Info, "embedded mode", "no daemon socket (UROCE_DAEMON, /run/uroce/uverbs*, $XDG_RUNTIME_DIR/uroce/uverbs*): every process runs its devices itself", ""),
+            Some(p) => finding(
+                "daemon-socket",
+                None,
+                Status::Fail,
+                format!("UROCE_DAEMON={p}: missing"),
+                "UROCE_DAEMON names a socket that does not exist",
+                "start the daemon or unset UROCE_DAEMON",
+            ),
+            None => finding(
+                "daemon-socket",
+                None,
+                Status::Info,
+                "embedded mode",
+                "no daemon socket (UROCE_DAEMON, /run/uroce/uverbs*, \
+                $XDG_RUNTIME_DIR/uroce/uverbs*): every process runs its devices \
+                itself",
+                "",
+            ),
         };
     }
     let mut bad = Vec::new();
@@ -648,8 +775,19 @@ pub fn daemon_socket(h: &Host) -> Finding {
             None,
             Status::Fail,
             format!("{}: {why}", s.path),
-            format!("uid {} cannot connect (connect(2) on a Unix socket needs write permission on it and search permission on every directory above): Permission denied, as opening /dev/infiniband/uverbs0 without the rdma group", h.uid),
-            format!("chmod 0660 {0} && chgrp GROUP {0}, then add the user to it (usermod -aG GROUP USER; the socket is owned by uid {owner_uid} gid {owner_gid}), or chmod 0666 {0}", s.path),
+            format!(
+                "uid {} cannot connect (connect(2) on a Unix socket needs write \
+                permission on it and search permission on every directory above): \
+                Permission denied, as opening /dev/infiniband/uverbs0 without the \
+                rdma group",
+                h.uid
+            ),
+            format!(
+                "chmod 0660 {0} && chgrp GROUP {0}, then add the user to it (usermod \
+                -aG GROUP USER; the socket is owned by uid {owner_uid} gid \
+                {owner_gid}), or chmod 0666 {0}",
+                s.path
+            ),
         );
     }
     finding(
@@ -707,7 +845,9 @@ pub const DEFAULT_MR_SIZE: u64 = 64 << 20;
 /// RLIMIT_MEMLOCK vs the memory to register.
 pub fn memlock(h: &Host) -> Finding {
     let want = h.mr_size.unwrap_or(DEFAULT_MR_SIZE);
-    let note = "uroce registers memory without pinning it and does not need this limit; rdma-core on a real NIC pins every registered page and ibv_reg_mr fails with ENOMEM above it";
+    let note = "uroce registers memory without pinning it and does not need this \
+        limit; rdma-core on a real NIC pins every registered page and \
+        ibv_reg_mr fails with ENOMEM above it";
     let limit = match &h.memlock {
         Memlock::Unknown => {
             return finding(
@@ -754,7 +894,12 @@ pub fn memlock(h: &Host) -> Finding {
     if limit >= want {
         return finding("memlock", None, Status::Pass, value, note, "");
     }
-    let fix = format!("ulimit -l {} (or unlimited) in the launching shell; persistently `* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd service", want.div_ceil(1024));
+    let fix = format!(
+        "ulimit -l {} (or unlimited) in the launching shell; persistently `* \
+        - memlock unlimited` in /etc/security/limits.conf, \
+        LimitMEMLOCK=infinity for a systemd service",
+        want.div_ceil(1024)
+    );
     let status = if h.mr_size.is_some() {
         Status::Fail
     } else {
@@ -803,8 +948,12 @@ pub fn hugepages(h: &Host) -> Finding {
             None,
             Status::Fail,
             value,
-            "mapping buffers from hugetlbfs fails (and, on real NICs, ibv_reg_mr then fails with ENOMEM)",
-            format!("sysctl -w vm.nr_hugepages={pages} (at boot: hugepages={pages} on the kernel command line)"),
+            "mapping buffers from hugetlbfs fails (and, on real NICs, ibv_reg_mr \
+                then fails with ENOMEM)",
+            format!(
+                "sysctl -w vm.nr_hugepages={pages} (at boot: hugepages={pages} on the \
+                kernel command line)"
+            ),
         )
     }
 }
@@ -819,8 +968,13 @@ pub fn cpus(h: &Host) -> Finding {
             None,
             Status::Warn,
             value,
-            "the engine thread and the application's pollers (and a peer process on the same host) share cores: a spinning thread can take the core the other needs, so latency grows with scheduler slices",
-            "keep nic::DeviceConfig::park_when_contended and app_progress on (the defaults: the engine parks when preempted and the poller does its work); pin client and server to different CPUs (taskset -c); do not set dedicated_engine per device",
+            "the engine thread and the application's pollers (and a peer process \
+                on the same host) share cores: a spinning thread can take the core \
+                the other needs, so latency grows with scheduler slices",
+            "keep nic::DeviceConfig::park_when_contended and app_progress on (the \
+                defaults: the engine parks when preempted and the poller does its \
+                work); pin client and server to different CPUs (taskset -c); do not \
+                set dedicated_engine per device",
         )
     } else {
         finding(
@@ -867,8 +1021,11 @@ pub fn clocksource(h: &Host) -> Finding {
             None,
             Status::Warn,
             cs,
-            "clock reads are system calls or slow device reads: every engine pass and timer check costs more",
-            "use tsc if the CPU has an invariant TSC: echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource (boot: clocksource=tsc)",
+            "clock reads are system calls or slow device reads: every engine pass \
+                and timer check costs more",
+            "use tsc if the CPU has an invariant TSC: echo tsc > \
+                /sys/devices/system/clocksource/clocksource0/current_clocksource \
+                (boot: clocksource=tsc)",
         )
     }
 }
@@ -877,11 +1034,60 @@ pub fn clocksource(h: &Host) -> Finding {
 /// table: CQ overflow, RNR, sequence errors and retries, drops).
 pub fn counters(h: &Host) -> Vec<Finding> {
     const GROUPS: &[(&[&str], &str, &str)] = &[
-        (&["cq_overflow"], "completions were lost to a full CQ (the QP went to error): latency spikes then failures", "create larger CQs (at least the sum of the queues' depths) or poll them more often"),
-        (&["rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err", "rcv_no_wqe_drop"], "a SEND arrived before a receive was posted (Receiver Not Ready): the sender backs off for the RNR timer", "post receives before the peer sends (and keep the RQ full); raise rnr_retry / min_rnr_timer"),
-        (&["rcvd_seq_err", "out_of_seq_request", "retry_exceeded_err", "retransmissions", "local_ack_timeouts"], "packets were lost or reordered on the path: go-back-N retransmission stalls the QP for the ACK timeout", "look for loss on the path: interface drops (ip -s link), the firewall check above, PFC/ECN on the switches; raise timeout/retry_cnt only as a stopgap"),
-        (&["rcvd_icrc_err", "port_rcv_errors"], "received packets failed the ICRC or were malformed", "a peer computes the ICRC differently or something rewrites packets (NAT, a middlebox changing DSCP/TTL is fine, ports or payload are not); capture with tcpdump udp port 4791 and `uroce decode`"),
-        (&["dropped_pkts", "xmit_discards", "rcvd_unknown_qp", "rcvd_addr_mismatch"], "packets were dropped (the kernel refused a send, or no QP/peer matched)", "xmit_discards: the interface MTU (mtu check); unknown QP / address mismatch: a peer talking to a destroyed QP or through NAT. Drops without ECN marks: enable ECN on the path (uroce devices do not react to it yet)"),
+        (
+            &["cq_overflow"],
+            "completions were lost to a full CQ (the QP went to error): latency \
+            spikes then failures",
+            "create larger CQs (at least the sum of the queues' depths) or poll \
+            them more often",
+        ),
+        (
+            &[
+                "rcvd_rnr_err",
+                "send_rnr_err",
+                "retry_rnr_exceeded_err",
+                "rcv_no_wqe_drop",
+            ],
+            "a SEND arrived before a receive was posted (Receiver Not Ready): the \
+            sender backs off for the RNR timer",
+            "post receives before the peer sends (and keep the RQ full); raise \
+            rnr_retry / min_rnr_timer",
+        ),
+        (
+            &[
+                "rcvd_seq_err",
+                "out_of_seq_request",
+                "retry_exceeded_err",
+                "retransmissions",
+                "local_ack_timeouts",
+            ],
+            "packets were lost or reordered on the path: go-back-N retransmission \
+            stalls the QP for the ACK timeout",
+            "look for loss on the path: interface drops (ip -s link), the \
+            firewall check above, PFC/ECN on the switches; raise \
+            timeout/retry_cnt only as a stopgap",
+        ),
+        (
+            &["rcvd_icrc_err", "port_rcv_errors"],
+            "received packets failed the ICRC or were malformed",
+            "a peer computes the ICRC differently or something rewrites packets \
+            (NAT, a middlebox changing DSCP/TTL is fine, ports or payload are \
+            not); capture with tcpdump udp port 4791 and `uroce decode`",
+        ),
+        (
+            &[
+                "dropped_pkts",
+                "xmit_discards",
+                "rcvd_unknown_qp",
+                "rcvd_addr_mismatch",
+            ],
+            "packets were dropped (the kernel refused a send, or no QP/peer \
+            matched)",
+            "xmit_discards: the interface MTU (mtu check); unknown QP / address \
+            mismatch: a peer talking to a destroyed QP or through NAT. Drops \
+            without ECN marks: enable ECN on the path (uroce devices do not \
+            react to it yet)",
+        ),
     ];
     let mut out = Vec::new();
     if h.running.is_empty() {
