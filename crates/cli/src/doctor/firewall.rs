@@ -55,9 +55,18 @@ fn port_spec_has(spec: &str) -> bool {
                 .split_once(':')
                 .or_else(|| p.split_once('-'))
                 .unwrap_or((p, p));
-            let lo = if lo.is_empty() { Some(0) } else { lo.parse::<u32>().ok() };
-            let hi = if hi.is_empty() { Some(65535) } else { hi.parse::<u32>().ok() };
-            matches!((lo, hi), (Some(l), Some(h)) if l <= u32::from(ROCE_PORT) && u32::from(ROCE_PORT) <= h)
+            let lo = if lo.is_empty() {
+                Some(0)
+            } else {
+                lo.parse::<u32>().ok()
+            };
+            let hi = if hi.is_empty() {
+                Some(65535)
+            } else {
+                hi.parse::<u32>().ok()
+            };
+            let port = u32::from(ROCE_PORT);
+            matches!((lo, hi), (Some(l), Some(h)) if l <= port && port <= h)
         })
 }
 
@@ -259,7 +268,8 @@ fn walk_ipt(rules: &[IptRule], chain: &str, depth: u32) -> Option<Verdict> {
 /// family that sees IPv4/IPv6: ip, ip6, inet), each walked in order.
 pub fn nft(text: &str, pkt: &Packet<'_>) -> Verdict {
     let mut worst = Verdict::Accepted(None);
-    let mut chain: Option<(bool, Vec<String>, Option<String>)> = None; // (input hook, rules, policy)
+    // The chain being read: (hooked on input, its rules, its policy).
+    let mut chain: Option<(bool, Vec<String>, Option<String>)> = None;
     let mut family_ok = true;
     for raw in text.lines() {
         let line = raw.trim();
