@@ -244,6 +244,9 @@ open_enum! {
         /// uroce driver-private: read one P_Key table entry ([`crate::uverbs::QueryPkey`]).
         /// The kernel serves this through sysfs.
         UROCE_QUERY_PKEY = 0x81,
+        /// uroce driver-private: the device's Communication Manager
+        /// ([`crate::uverbs::CmCmd`]; the kernel's `ib_ucm`/`rdma_ucm` character devices).
+        UROCE_CM = 0x82,
     }
 }
 

@@ -48,6 +48,7 @@ errnos! {
     EPROTO = 71, "Protocol error (malformed reply).";
     EOVERFLOW = 75, "Value too large.";
     EOPNOTSUPP = 95, "Operation not supported: unknown or unimplemented command (uapi_get_method).";
+    EADDRINUSE = 98, "Address in use (a CM listener already has the service ID and address).";
     ETIMEDOUT = 110, "Timed out.";
 }
 

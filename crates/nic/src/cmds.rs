@@ -180,6 +180,11 @@ impl DevState {
                 Ok(())
             }
             Request::QueryGid(q) => self.query_gid(q, resp),
+            Request::Cm(c) => {
+                let r = self.cm_command(ctx, c, resp);
+                *kick = true;
+                r
+            }
             Request::QueryPkey(q) => {
                 if q.port_num != 1 || q.index >= u32::from(PKEY_TBL_LEN) {
                     return Err(Errno::EINVAL);
@@ -1362,6 +1367,9 @@ impl DevState {
         for i in self.res.chans.indices_where(|o| o.ctx == ctx) {
             self.res.chans.remove(i);
         }
+        let now = self.engine.now();
+        self.gsi.close_context(ctx, now);
+        self.arm_gsi();
         self.res.ctxs.remove(&ctx);
         if self.hermetic && self.res.ctxs.is_empty() {
             // Nothing can hold a key or QPN of this device any more (no peers, no

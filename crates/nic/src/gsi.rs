@@ -9,10 +9,16 @@
 //! device's own address, UDP otherwise), and keeps the CM's deadline in the engine's timer
 //! heap under the index [`GSI_TIMER`].
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::os::fd::{AsFd, OwnedFd};
 
-use cm::{Cm, CmConfig, CmEvent};
+use abi::uverbs::{cm_event, CmEventDesc};
+use cm::{Cm, CmConfig, CmEvent, CmId};
+use transport::wire::cm::{pd_len, CmMadRepr, CmMsg, MsgRef, RejRepr};
+use zerocopy::IntoBytes;
+
+use crate::state::{ip_to_gid, CtxId};
 use transport::wire::bth::BthRepr;
 use transport::wire::mad::MAD_LEN;
 use transport::wire::{DethRepr, Opcode, Psn, Qkey, Qpn, RocePacketRepr};
@@ -34,7 +40,12 @@ pub(crate) struct Gsi {
     psn: Psn,
     /// The deadline queued in the engine's timer heap, if any.
     armed: Option<Time>,
+    /// Events of IDs no context owns ([`crate::DeviceHandle::with_cm`] users).
     events: VecDeque<CmEvent>,
+    /// Which context owns each CM ID created through UROCE_CM.
+    pub(crate) owners: HashMap<u32, CtxId>,
+    /// Each context's CM event channel (our end).
+    pub(crate) chans: HashMap<CtxId, OwnedFd>,
     pub(crate) counters: GsiCounters,
 }
 
@@ -58,6 +69,8 @@ impl Gsi {
             psn: Psn::new(0),
             armed: None,
             events: VecDeque::new(),
+            owners: HashMap::new(),
+            chans: HashMap::new(),
             counters: GsiCounters::default(),
         }
     }
@@ -76,15 +89,55 @@ impl Gsi {
         self.collect();
     }
 
-    /// Move the CM's new events to the consumer queue.
+    /// Hand the CM's new events to their consumers: the event channel of the context that
+    /// owns the ID (a new connection belongs to its listener's context), or the local queue.
     pub(crate) fn collect(&mut self) {
         while let Some(e) = self.cm.poll_event() {
-            if self.events.len() >= EVENTS_MAX {
-                self.events.pop_front();
-                self.counters.events_dropped += 1;
+            let owner = match &e {
+                CmEvent::ConnectRequest { listen, id, .. }
+                | CmEvent::SidrRequest { listen, id, .. } => {
+                    let o = self.owners.get(&listen.0).copied();
+                    if let Some(o) = o {
+                        self.owners.insert(id.0, o);
+                    }
+                    o
+                }
+                other => self.owners.get(&event_id(other).0).copied(),
+            };
+            match owner {
+                Some(ctx) => {
+                    let sent = self.chans.get(&ctx).is_some_and(|fd| {
+                        crate::sys::send_message(fd.as_fd(), describe(&e).as_bytes()).is_ok()
+                    });
+                    if !sent {
+                        self.counters.events_dropped += 1;
+                    }
+                }
+                None => {
+                    if self.events.len() >= EVENTS_MAX {
+                        self.events.pop_front();
+                        self.counters.events_dropped += 1;
+                    }
+                    self.events.push_back(e);
+                }
             }
-            self.events.push_back(e);
         }
+    }
+
+    /// A context closed: let go of every CM ID it owned and of its channel.
+    pub(crate) fn close_context(&mut self, ctx: CtxId, now: Time) {
+        let ids: Vec<u32> = self
+            .owners
+            .iter()
+            .filter(|(_, c)| **c == ctx)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.cm.destroy(now, CmId(id));
+            self.owners.remove(&id);
+        }
+        self.chans.remove(&ctx);
+        self.collect();
     }
 
     /// The next event for the consumer.
@@ -160,4 +213,90 @@ pub(crate) fn id_seed() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     t ^ (u64::from(std::process::id()) << 32)
+}
+
+/// The ID an event concerns.
+fn event_id(e: &CmEvent) -> CmId {
+    match e {
+        CmEvent::ConnectRequest { id, .. }
+        | CmEvent::ConnectResponse { id, .. }
+        | CmEvent::Established { id }
+        | CmEvent::Rejected { id, .. }
+        | CmEvent::Unreachable { id }
+        | CmEvent::Disconnected { id, .. }
+        | CmEvent::TimewaitExit { id }
+        | CmEvent::SidrRequest { id, .. }
+        | CmEvent::SidrReply { id, .. } => *id,
+    }
+}
+
+/// An event as the channel carries it: kind, IDs, peer, and the message behind it.
+fn describe(e: &CmEvent) -> CmEventDesc {
+    let mut d = CmEventDesc {
+        id: event_id(e).0,
+        ..CmEventDesc::default()
+    };
+    let mut msg = None;
+    match e {
+        CmEvent::ConnectRequest {
+            listen, peer, req, ..
+        } => {
+            d.kind = cm_event::CONNECT_REQUEST;
+            d.listen = listen.0;
+            d.peer = ip_to_gid(*peer);
+            msg = Some(CmMsg::Req(req.clone()));
+        }
+        CmEvent::ConnectResponse { rep, .. } => {
+            d.kind = cm_event::CONNECT_RESPONSE;
+            msg = Some(CmMsg::Rep(rep.clone()));
+        }
+        CmEvent::Established { .. } => d.kind = cm_event::ESTABLISHED,
+        CmEvent::Rejected {
+            reason,
+            private_data,
+            ..
+        } => {
+            d.kind = cm_event::REJECTED;
+            msg = Some(CmMsg::Rej(Box::new(RejRepr {
+                local_comm_id: 0,
+                remote_comm_id: 0,
+                message_rejected: MsgRef::REQ,
+                reject_info_len: 0,
+                reason: *reason,
+                ari: [0; pd_len::ARI],
+                private_data: **private_data,
+            })));
+        }
+        CmEvent::Unreachable { .. } => d.kind = cm_event::UNREACHABLE,
+        CmEvent::Disconnected { timed_out, .. } => {
+            d.kind = cm_event::DISCONNECTED;
+            if *timed_out {
+                d.flags |= CmEventDesc::FLAG_TIMED_OUT;
+            }
+        }
+        CmEvent::TimewaitExit { .. } => d.kind = cm_event::TIMEWAIT_EXIT,
+        CmEvent::SidrRequest {
+            listen, peer, req, ..
+        } => {
+            d.kind = cm_event::SIDR_REQUEST;
+            d.listen = listen.0;
+            d.peer = ip_to_gid(*peer);
+            msg = Some(CmMsg::SidrReq(req.clone()));
+        }
+        CmEvent::SidrReply { rep, .. } => {
+            d.kind = cm_event::SIDR_REPLY;
+            msg = Some(CmMsg::SidrRep(rep.clone()));
+        }
+    }
+    if let Some(msg) = msg {
+        let m = CmMadRepr {
+            tid: 0,
+            attr_mod: 0,
+            msg,
+        };
+        if m.emit(d.mad.as_flattened_mut()).is_ok() {
+            d.flags |= CmEventDesc::FLAG_MAD;
+        }
+    }
+    d
 }

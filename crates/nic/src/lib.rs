@@ -66,6 +66,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cm_cmds;
 mod cmds;
 mod config;
 mod counters;

@@ -365,6 +365,8 @@ impl DevState {
             ("comp_channels", r.chans.len()),
             ("qps", self.qps.len()),
             ("owing_qps", r.owing_qps as usize),
+            ("cm_ids", self.gsi.owners.len()),
+            ("cm_channels", self.gsi.chans.len()),
         ];
         counts
             .iter()

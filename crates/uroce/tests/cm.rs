@@ -272,3 +272,147 @@ fn req_to_a_port_nobody_listens_on_is_rejected_with_reason_8() {
     });
     assert_eq!(reason, RejReason::INVALID_SERVICE_ID);
 }
+
+/// The same connection through the context's CM channel (the UROCE_CM commands): events on
+/// the channel fd, IDs owned by the context that made them, the listener gone with its
+/// context.
+#[test]
+fn cm_channel_connects_and_keeps_ids_to_their_context() {
+    use uroce::cm::{CmAccept, CmConnect, CmEvent as Ev, CmId as Id};
+    let (da, db) = (dev("cmd0", "127.77.34.1"), dev("cmd1", "127.77.34.2"));
+    let (a, b) = (side(&da), side(&db));
+    let (cma, cmb) = (
+        a.ctx.cm_channel().expect("a"),
+        b.ctx.cm_channel().expect("b"),
+    );
+    assert_eq!(
+        a.ctx.cm_channel().expect_err("one per context").errno(),
+        Errno::EEXIST
+    );
+    let get = |ch: &uroce::cm::CmChannel| {
+        ch.get_event(Some(Duration::from_secs(10)))
+            .expect("read event")
+            .expect("an event within 10 s")
+    };
+    let sid = ServiceId::rdma_ip(PortSpace::TCP, 7200);
+    let listen = cmb.listen(sid, Some(b.gid.to_ip())).expect("listen");
+    assert_eq!(
+        cmb.listen(sid, None).expect_err("taken").errno(),
+        Errno(98),
+        "EADDRINUSE"
+    );
+
+    let (ip_a, ip_b) = (a.gid.to_ip(), b.gid.to_ip());
+    let mut p = CmConnect::new(&a.qp, ip_b, sid, 0x10_0000);
+    p.private_data = private_data(ip_a, ip_b, b"hi");
+    // A QP that is not this context's is refused.
+    let other = side(&da);
+    let mut stolen = p.clone();
+    stolen.qpn = other.qp.qp_num();
+    assert_eq!(
+        cma.connect(&stolen).expect_err("foreign QP").errno(),
+        Errno::EINVAL
+    );
+    let active = cma.connect(&p).expect("connect");
+
+    let (pid, req) = match get(&cmb) {
+        Ev::ConnectRequest {
+            id,
+            listen: l,
+            peer,
+            req,
+        } => {
+            assert_eq!((l, peer), (listen, ip_a));
+            (id, req)
+        }
+        e => panic!("expected a request, got {e:?}"),
+    };
+    assert_eq!(&req.private_data[CMA_HDR_LEN..CMA_HDR_LEN + 2], b"hi");
+    // Another context of the same device cannot answer for this one.
+    let intruder = side(&db);
+    let ich = intruder.ctx.cm_channel().expect("channel");
+    let acc = CmAccept {
+        qpn: b.qp.qp_num(),
+        rq_psn: 0x20_0000,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    assert_eq!(
+        ich.accept(pid, &acc).expect_err("not its ID").errno(),
+        Errno::EINVAL
+    );
+    b.qp.connect(
+        &QpEndpoint {
+            qpn: req.local_qpn.value(),
+            psn: 0x20_0000,
+            gid: Gid(req.primary.local_gid),
+        },
+        &opts(req.starting_psn.value()),
+    )
+    .expect("passive RTS");
+    cmb.accept(pid, &acc).expect("accept");
+    let rep = match get(&cma) {
+        Ev::ConnectResponse { id, rep } if id == active => rep,
+        e => panic!("expected the response, got {e:?}"),
+    };
+    a.qp.connect(
+        &QpEndpoint {
+            qpn: rep.local_qpn.value(),
+            psn: 0x10_0000,
+            gid: b.gid,
+        },
+        &opts(rep.starting_psn.value()),
+    )
+    .expect("active RTS");
+    cma.establish(active).expect("rtu");
+    assert_eq!(get(&cmb), Ev::Established { id: pid });
+
+    let mut src = a.pd.alloc_mr(1000, ALL_ACCESS).expect("mr");
+    src.copy_from_slice(&pattern(9, 1000));
+    let dst = b.pd.alloc_mr(1000, ALL_ACCESS).expect("mr");
+    b.qp.post_recv(&[RecvWr::new(1, &[dst.sge(0, 1000)])])
+        .expect("recv");
+    a.qp.post_send(&[SendWr::send(2, &[src.sge(0, 1000)]).signaled()])
+        .expect("send");
+    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).byte_len, 1000);
+    assert_eq!(&dst[..], &pattern(9, 1000)[..]);
+
+    cmb.disconnect(pid).expect("dreq");
+    assert_eq!(
+        get(&cma),
+        Ev::Disconnected {
+            id: active,
+            timed_out: false
+        }
+    );
+    cma.disconnect(active).expect("drep");
+    assert_eq!(
+        get(&cmb),
+        Ev::Disconnected {
+            id: pid,
+            timed_out: false
+        }
+    );
+    assert_eq!(get(&cma), Ev::TimewaitExit { id: active });
+    assert_eq!(get(&cmb), Ev::TimewaitExit { id: pid });
+    cma.destroy(active).expect("destroy");
+    assert_eq!(
+        cma.destroy(active).expect_err("gone").errno(),
+        Errno::EINVAL
+    );
+
+    // The listener leaves with its context: the same request is now refused with reason 8.
+    drop((cmb, b, dst, intruder, ich));
+    let again = cma.connect(&p).expect("connect");
+    match get(&cma) {
+        Ev::Rejected { id, reason, .. } => {
+            assert_eq!((id, reason), (again, RejReason::INVALID_SERVICE_ID.0));
+        }
+        e => panic!("expected a REJ, got {e:?}"),
+    }
+    let _: Id = again;
+}

@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod asyncio;
+pub mod cm;
 mod context;
 mod cq;
 mod device;
