@@ -394,7 +394,18 @@ def selftest():
           and counts["uroce_unanswered"] == 2
           and counts["uroce_answers"] == 1 and counts["rxe_unanswered"] == 1)
     print(f"analyze: selftest {'ok' if ok else 'FAILED'}: {counts} {problems}")
-    return 0 if ok else 1
+    # A real uroce defect recorded in the lab (testdata/interop/README.md): uroce resent a
+    # SEND First 13 µs after sending it while rxe answered in 2 ms. It must stay a problem.
+    real = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
+                        "interop", "rc_pingpong_m512_spurious_retx.pcap")
+    counts, problems = analyze(real, {ipaddress.ip_address(u)}, 4.096 * (1 << 14), True)
+    real_ok = (counts["retx_uroce"] == 1 and counts["retx_uroce_peer_late"] == 0
+               and len(problems) == 1
+               and problems[0].startswith("frame 18: uroce retransmitted 10.77.0.1 "
+                                          "qp=0x00001d psn=0x16dc61"))
+    print(f"analyze: selftest (recorded early retransmission) {'ok' if real_ok else 'FAILED'}: "
+          f"{problems}")
+    return 0 if ok and real_ok else 1
 
 
 def stat_last(path):
