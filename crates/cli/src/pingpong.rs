@@ -1,5 +1,5 @@
 //! `uroce pingpong [rc|ud|srq] [SERVER]`: rdma-core 44's `ibv_rc_pingpong`,
-//! `ibv_ud_pingpong` and `ibv_srq_pingpong` (reference `perftest-exchange.md` §7), so a
+//! `ibv_ud_pingpong` and `ibv_srq_pingpong` (docs/perftest.md §7), so a
 //! uroce process pairs with another uroce process or with the real tools.
 //!
 //! * Same options and defaults (`-p 18515`, `-s 4096` (ud: 1024), `-n 1000`, `-r 500`,

@@ -1,6 +1,6 @@
 //! Device configuration: name, address, MTU and resource limits.
 //!
-//! The limits default to Linux rxe's (`rxe_param.h`, reference/wire-facts.md §8.5) where the
+//! The limits default to Linux rxe's (`rxe_param.h`, docs/abi.md §10) where the
 //! layouts of this project allow them, and are what QUERY_DEVICE reports.
 
 use std::net::IpAddr;
@@ -76,7 +76,7 @@ pub struct DeviceConfig {
     /// Resource limits.
     pub limits: Limits,
     /// Run this device on its own engine thread instead of the process-wide shared one
-    /// (DESIGN.md §4: on a 2-core machine, more spinning threads than cores hurt).
+    /// (docs/architecture.md §4: on a 2-core machine, more spinning threads than cores hurt).
     pub dedicated_engine: bool,
     /// How long the engine keeps polling without progress before it parks, in µs, at
     /// least: the start and minimum of its adaptive spin window (`spin` module docs).

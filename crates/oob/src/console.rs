@@ -1,4 +1,4 @@
-//! perftest 4.5-0.17's console output, byte for byte (reference `perftest-exchange.md` §6),
+//! perftest 4.5-0.17's console output, byte for byte (docs/perftest.md §6),
 //! and the statistics behind its result lines.
 //!
 //! Functions returning one line return it without the final newline; functions returning

@@ -1,6 +1,6 @@
 //! rdma-core 44's `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong`: the address
 //! message, the exchange over TCP port 18515 and the console lines (reference
-//! `perftest-exchange.md` §7).
+//! docs/perftest.md §7).
 //!
 //! The message is `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the GID as 32 hex digits in wire
 //! order) plus its NUL: 52 bytes. rc and ud exchange one each way and the client ends with

@@ -8,16 +8,16 @@
 //! * [`num`] — protocol numbers: 24-bit [`Psn`] with wrapping comparison, [`Qpn`], [`Msn`], keys.
 //! * [`opcode`] — the one opcode table (RC, UC, UD, CNP) every parser and builder reads.
 //! * [`bth`], [`deth`], [`reth`], [`atomic_eth`], [`aeth`], [`atomic_ack_eth`], [`immdt`],
-//!   [`ieth`] — the base and extended transport headers (wire-facts §1.4, §1.5).
+//!   [`ieth`] — the base and extended transport headers (docs/wire.md §1.4, §1.5).
 //! * [`roce`] — a whole transport packet, BTH through pad ([`RocePacketRepr`]).
-//! * [`ip`] — the IPv4/IPv6 + UDP encapsulation of RoCEv2 (wire-facts §1.1–§1.3).
-//! * [`icrc`] — the invariant CRC (wire-facts §3), including the receive-side check for a UDP
+//! * [`ip`] — the IPv4/IPv6 + UDP encapsulation of RoCEv2 (docs/wire.md §1.1–§1.3).
+//! * [`icrc`] — the invariant CRC (docs/wire.md §3), including the receive-side check for a UDP
 //!   socket that cannot see the IPv4 Identification field.
 //! * [`frame`] — build and parse a complete L3 frame (IP header through ICRC).
 //! * [`fuzzing`] — the function the `wire_parse` fuzz target drives.
 //!
 //! All multi-byte fields are big-endian except the ICRC, which is sent least-significant byte
-//! first (wire-facts §3.4).
+//! first (docs/wire.md §3.4).
 #![forbid(unsafe_code)]
 
 mod bytes;

@@ -1,6 +1,6 @@
 //! One end of a benchmark: its verbs objects, the perftest-side steps the out-of-band
 //! exchange calls ([`BenchHooks`]), and the console output perftest prints at those
-//! points (reference `perftest-exchange.md` §6).
+//! points (docs/perftest.md §6).
 //!
 //! The same `Side` runs in every topology: as a client or server process talking TCP to
 //! its peer (which may be the real perftest), or as one of two threads of one process

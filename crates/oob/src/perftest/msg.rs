@@ -1,4 +1,4 @@
-//! The perftest message catalogue (reference `perftest-exchange.md` §2): encoders that
+//! The perftest message catalogue (docs/perftest.md §2): encoders that
 //! produce perftest's exact bytes, and decoders of untrusted bytes that never panic.
 //!
 //! | id | message | bytes | here |
