@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# uroce against Linux Soft-RoCE (rdma_rxe), both directions (issue 6; issue 7 item 4).
+# uroce against Linux Soft-RoCE (rdma_rxe), both directions.
 #
 #   sudo tests/interop/run.sh                  # build, lab up, whole matrix, lab down
 #   sudo tests/interop/run.sh --no-build       # use target/release/uroce and target/compat as they are

@@ -38,7 +38,7 @@
 //!
 //! The channel carries one outstanding command at a time (request, then its reply); a
 //! library with several threads serializes them, so no tag is needed. The control plane
-//! accepts only GET_CONTEXT until a GET_CONTEXT has succeeded (§8.1).
+//! accepts only GET_CONTEXT until a GET_CONTEXT has succeeded (§1).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 

@@ -416,7 +416,7 @@ fn connect_rc(qp: &Qp, args: &Args, mtu: Mtu, my_psn: u32, rem: &PpDest) -> Resu
 }
 
 /// The address vector toward `rem`: global (GRH) only when the peer's GID has an
-/// interface id, hop limit 1, as the tools build it (reference §7.1).
+/// interface id, hop limit 1, as the tools build it (docs/perftest.md §7.1).
 fn ah_for(args: &Args, rem: &PpDest) -> AhAttr {
     AhAttr {
         grh: GlobalRoute {

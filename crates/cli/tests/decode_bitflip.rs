@@ -1,4 +1,4 @@
-//! Issue 2, "Done when": any single flipped bit in the ICRC-covered bytes of a packet makes
+//! Any single flipped bit in the ICRC-covered bytes of a packet makes
 //! `uroce decode` report `icrc=bad` for that packet.
 //!
 //! For one packet of every (opcode, IP version) found in the shipped and lab captures, this

@@ -2,7 +2,7 @@
 //! namespaces in `scripts/netfault-test.sh`, with loss, reordering, duplication and corruption
 //! on the kernel path between them): the client moves `--bytes` by RDMA WRITE and then
 //! `--bytes` by SEND over one RC QP, the server verifies every byte, and each prints a
-//! one-line JSON summary with its device's port counters (issue 4, second "Done when").
+//! one-line JSON summary with its device's port counters.
 //!
 //! ```text
 //! netfault_peer --server [--dev 10.79.0.1]                  # in namespace nfa

@@ -1,4 +1,4 @@
-//! Counters of this process's devices, published to other processes (issue 5 item 2).
+//! Counters of this process's devices, published to other processes (`uroce stat`).
 //!
 //! A uroce device lives inside the application (embedded mode, docs/architecture.md §5), so there
 //! is no sysfs `hw_counters` directory and no kernel `rdma stat` to ask. Instead every process

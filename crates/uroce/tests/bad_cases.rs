@@ -1,6 +1,7 @@
-//! The bad cases of issue 4's "Done when", on one device and between two devices: each
-//! must end in the status IBA prescribes (docs/wire.md §5, §7.1), at the side that should
-//! see it, with nothing written where nothing may be.
+//! Bad cases (wrong keys, access, PD, receive buffer, RNR, CQ overflow, states, teardown),
+//! on one device and between two devices: each must end in the status IBA prescribes
+//! (docs/wire.md §5, §7.1), at the side that should see it, with nothing written where
+//! nothing may be.
 
 mod common;
 

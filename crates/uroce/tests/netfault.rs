@@ -1,4 +1,4 @@
-//! Issue 4, second "Done when": two uroce devices in two network namespaces, with loss 5 %,
+//! Two uroce devices in two network namespaces, with loss 5 %,
 //! reordering 25 %, duplication 2 % and corruption 1 % on the real kernel path between them,
 //! move 256 MiB by RDMA WRITE and 256 MiB by SEND, every byte verified, and the devices'
 //! counters show the retransmissions and the ICRC drops.
