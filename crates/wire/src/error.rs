@@ -36,6 +36,11 @@ pub enum Error {
     /// The ICRC does not match (only from [`crate::frame::ParsedFrame::check_icrc`] and similar
     /// explicit checks; parsers report a bad ICRC as a flag, not an error).
     BadIcrc,
+    /// A MAD whose header is not a Communication Manager Send (base version 1, class 0x07, class
+    /// version 2, method 0x03), which the CM agent never sees (kernel mad.c validate_mad).
+    NotCm,
+    /// A CM MAD with an attribute ID this CM does not handle.
+    UnknownAttribute,
 }
 
 /// Result alias for the wire layer.
@@ -56,6 +61,8 @@ impl fmt::Display for Error {
             Error::BadPad => "bad BTH pad count",
             Error::HeaderMismatch => "extension headers do not match the opcode",
             Error::BadIcrc => "bad ICRC",
+            Error::NotCm => "not a CM Send MAD",
+            Error::UnknownAttribute => "unknown CM attribute ID",
         };
         f.write_str(s)
     }

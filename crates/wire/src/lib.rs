@@ -13,6 +13,9 @@
 //! * [`ip`] — the IPv4/IPv6 + UDP encapsulation of RoCEv2 (docs/wire.md §1.1–§1.3).
 //! * [`icrc`] — the invariant CRC (docs/wire.md §3), including the receive-side check for a UDP
 //!   socket that cannot see the IPv4 Identification field.
+//! * [`mad`], [`cm`] — management datagrams on QP1 and the Communication Manager messages
+//!   (REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ, SIDR_REP) with rdma_cm's `cma_hdr` and
+//!   Service IDs.
 //! * [`frame`] — build and parse a complete L3 frame (IP header through ICRC).
 //! * [`fuzzing`] — the function the `wire_parse` fuzz target drives.
 //!
@@ -34,10 +37,12 @@ pub mod ieth;
 pub mod immdt;
 pub mod reth;
 
+pub mod cm;
 pub mod frame;
 pub mod fuzzing;
 pub mod icrc;
 pub mod ip;
+pub mod mad;
 pub mod roce;
 
 pub use aeth::{AckKind, AethRepr, NakCode, Syndrome};
