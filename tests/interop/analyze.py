@@ -26,8 +26,10 @@ sender (uroce = the packets whose IP source is ADDR, rxe = every other one):
   error (uroce's timer fired early or ignored an ACK); one that comes when rxe had let
   a request wait a full QP timeout or more, and rxe did answer it later, is the IBTA's
   local ACK timeout doing its job (IBTA Vol 1 ch. 9, reliable service: go-back-N from
-  the oldest unacknowledged PSN) against a slow peer, and is only counted (retx_uroce_peer_late)
-  — the emulated rxe VM sometimes takes longer than 67 ms to answer.
+  the oldest unacknowledged PSN) against a slow peer, and is only counted
+  (retx_uroce_peer_late) — the emulated rxe VM sometimes takes longer than 67 ms to
+  answer. One that an rxe sequence NAK or RNR NAK asked for is counted too
+  (retx_uroce_after_nak): the NAK is the problem reported.
 * NAKs: any AETH whose syndrome is a NAK (PSN sequence error, invalid request, remote
   access or operational error) or an RNR NAK, from either side.
 * with --pingpong: the bytes of the SEND messages (reassembled from FIRST/MIDDLE/LAST,
@@ -151,11 +153,13 @@ def analyze(path, uroce, timeout_us, pingpong):
     rxe_frames = []
     awaiting = []  # rxe requests that await uroce's answer: (t, psn, src, dst, frame)
     answers = []  # uroce's answer times, ms
-    # uroce's RC requests: (src, dst, dqp, psn) -> [time sent, frame, time answered or None]
+    # uroce's RC requests: (src, dst, dqp, psn) ->
+    #     [time sent, frame, time answered or None, time a NAK asked to resend it or None]
     u_sent = {}
     u_waiting = []  # keys of u_sent not answered yet, oldest first
     rxe_answers = []  # rxe's answer times to uroce's requests, ms
     peer_late = []  # (frame, key) of uroce retransmissions made while rxe was late
+    after_nak = 0  # uroce retransmissions a NAK asked for (the NAK is the problem reported)
     try:
         for n, (t, data) in enumerate(frames(path), 1):
             r = roce(data)
@@ -180,7 +184,7 @@ def analyze(path, uroce, timeout_us, pingpong):
                     seen[key] = t
                     if who == "uroce" and opcode < 0x20:
                         ukey = (src, dst, dqp, psn)
-                        u_sent[ukey] = [t, n, None]
+                        u_sent[ukey] = [t, n, None, None]
                         u_waiting.append(ukey)
                 else:
                     retx[who] += 1
@@ -190,8 +194,10 @@ def analyze(path, uroce, timeout_us, pingpong):
                     elif who == "uroce":
                         verdict = judge_uroce_retx(t, (src, dst, dqp, psn), u_sent, u_waiting,
                                                    timeout_us)
-                        if verdict is None:
+                        if verdict == "late":
                             peer_late.append((n, (src, dst, dqp, psn)))
+                        elif verdict == "nak":
+                            after_nak += 1
                         else:
                             problems.append(
                                 f"frame {n}: uroce retransmitted {src} qp=0x{dqp:06x} "
@@ -232,6 +238,12 @@ def analyze(path, uroce, timeout_us, pingpong):
                         rxe_answers.append((t - u_sent[k][0]) * 1e3)
                     else:
                         keep.append(k)
+                        # A sequence NAK or RNR NAK asks for its PSN and everything after it
+                        # again (IBTA Vol 1 ch. 9, reliable service).
+                        if nak and k[0] == dst and k[1] == src and u_sent[k][3] is None and \
+                                (k[3] - psn) % (1 << 24) < ANSWER_WINDOW and \
+                                ((ib[12] >> 5) == 1 or ib[12] == 0x60):
+                            u_sent[k][3] = t
                 u_waiting[:] = keep
             if opcode in _AETH and len(ib) >= 16:
                 syn = ib[12]
@@ -280,6 +292,7 @@ def analyze(path, uroce, timeout_us, pingpong):
             late_ok += 1
     counts = {"packets_uroce": packets["uroce"], "packets_rxe": packets["rxe"],
               "retx_uroce": retx["uroce"], "retx_uroce_peer_late": late_ok,
+              "retx_uroce_after_nak": after_nak,
               "retx_rxe": retx["rxe"],
               "rxe_spurious_retx": spurious, "naks": naks,
               "uroce_answers": len(answers),
@@ -301,20 +314,22 @@ def analyze(path, uroce, timeout_us, pingpong):
 
 
 def judge_uroce_retx(t, key, u_sent, u_waiting, timeout_us):
-    """None when uroce's retransmission of `key` at time `t` is a local ACK timeout against
-    a late rxe, else why it is an error."""
+    """"late" when uroce's retransmission of `key` at time `t` is a local ACK timeout
+    against a late rxe, "nak" when an rxe NAK asked for it, else why it is an error."""
     entry = u_sent.get(key)
     if entry is None:
         return "and the original was not an RC request (nothing to time out)"
     if entry[2] is not None and entry[2] <= t:
         return (f"after rxe had answered it {(entry[2] - entry[0]) * 1e3:.1f} ms after the "
                 f"original")
+    if entry[3] is not None and entry[3] <= t:
+        return "nak"
     # The timer restarts on every acknowledgement, so when it fires the oldest request
     # still unanswered on that QP has waited at least one QP timeout.
     oldest = min((u_sent[k][0] for k in u_waiting if k[:3] == key[:3]), default=entry[0])
     waited_us = (t - oldest) * 1e6
     if waited_us + TIMER_SLACK_US >= timeout_us:
-        return None
+        return "late"
     return (f"while the oldest request rxe had not answered on that QP had waited only "
             f"{waited_us / 1000:.1f} ms (QP timeout {timeout_us / 1000:.1f} ms)")
 
@@ -362,6 +377,11 @@ def selftest():
         # rxe never answers: a resend after a full timeout is still a problem
         (0.500, frame(u, r, 0x04, 0x21, 0x700000, msg)),
         (0.600, frame(u, r, 0x04, 0x21, 0x700000, msg)),
+        # an RNR NAK asks for a resend: the NAK is the problem, not the resend
+        (0.700, frame(u, r, 0x04, 0x21, 0x800000, msg)),
+        (0.701, frame(r, u, 0x11, 0x20, 0x800000, bytes([0x2C, 0, 0, 1]))),
+        (0.712, frame(u, r, 0x04, 0x21, 0x800000, msg)),
+        (0.713, frame(r, u, 0x11, 0x20, 0x800000, ack)),
     ]
     fd, path = tempfile.mkstemp(suffix=".pcap")
     try:
@@ -383,14 +403,15 @@ def selftest():
             "frame 16: uroce retransmitted 10.77.0.1 qp=0x000021 psn=0x600000 20.0 ms after "
             "the original, while the oldest request rxe had not answered on that QP had "
             "waited only 20.0 ms",
+            "frame 21: rxe (10.77.0.11) sent RNR NAK qp=0x000020 psn=0x800000",
             "frame 19: uroce retransmitted 10.77.0.1 qp=0x000021 psn=0x700000, which rxe "
             "never answered"]
     ok = (len(problems) == len(want)
           and all(p.startswith(w) for p, w in zip(problems, want))
-          and counts["rxe_spurious_retx"] == 1 and counts["naks"] == 1
-          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 5
-          and counts["retx_uroce_peer_late"] == 2
-          and counts["rxe_answers"] == 4 and counts["rxe_answer_max_ms"] == 80.0
+          and counts["rxe_spurious_retx"] == 1 and counts["naks"] == 2
+          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 6
+          and counts["retx_uroce_peer_late"] == 2 and counts["retx_uroce_after_nak"] == 1
+          and counts["rxe_answers"] == 5 and counts["rxe_answer_max_ms"] == 80.0
           and counts["uroce_unanswered"] == 2
           and counts["uroce_answers"] == 1 and counts["rxe_unanswered"] == 1)
     print(f"analyze: selftest {'ok' if ok else 'FAILED'}: {counts} {problems}")

@@ -41,7 +41,8 @@
 #     what it moves: rxe's duplicate_request and uroce's retransmissions and
 #     local_ack_timeouts, each at most the number of such retransmissions. A uroce
 #     retransmission after rxe had answered, or before any request had waited a full QP
-#     timeout, fails the cell. Then rxe's
+#     timeout, fails the cell (one that an rxe NAK asked for is counted; the NAK fails
+#     the cell). Then rxe's
 #     spurious timer retransmissions: rxe's retransmit timer fires one QP timeout after
 #     the first packet of a run whatever was acknowledged since, and then resends what is
 #     outstanding at that instant — also between two rxe hosts under this emulation; one
