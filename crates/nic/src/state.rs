@@ -60,6 +60,18 @@ pub(crate) struct Dest {
     pub(crate) hop_limit: u8,
 }
 
+impl Dest {
+    /// `ip` with the header values Linux uses for MADs: traffic class 0, hop limit 64.
+    pub(crate) fn roce(ip: IpAddr) -> Dest {
+        Dest {
+            ip,
+            flow_label: 0,
+            traffic_class: 0,
+            hop_limit: 64,
+        }
+    }
+}
+
 /// The IP address a RoCE v2 GID stands for (IPv4-mapped or IPv6).
 pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
     let v6 = std::net::Ipv6Addr::from(gid);
@@ -270,6 +282,8 @@ pub(crate) struct DevState {
     /// The process's mappings as read for the command being executed, before the lock was
     /// taken (`ctrl::serve`); `None`: a range check reads them itself.
     pub(crate) maps: Option<crate::dma::Maps>,
+    /// QP 1 and the Communication Manager.
+    pub(crate) gsi: crate::gsi::Gsi,
     /// A sealed device (`crate::fuzzing`): nothing it transmits leaves it (packets to
     /// other addresses are dropped as unroutable), and with no context open its MR key
     /// sequence starts over, so every session sees the same handles and keys.
@@ -278,6 +292,7 @@ pub(crate) struct DevState {
 
 impl DevState {
     pub(crate) fn new(cfg: DeviceConfig, engine: Arc<EngineShared>) -> DevState {
+        let gsi = crate::gsi::Gsi::new(abi::provider::node_guid(cfg.addr), crate::gsi::id_seed());
         DevState {
             cfg,
             engine,
@@ -302,7 +317,22 @@ impl DevState {
             next_mr_key: 0,
             space: crate::dma::AddressSpace::Process,
             maps: None,
+            gsi,
             hermetic: false,
+        }
+    }
+
+    /// Whether the CM has anything going (a listener, a connection, a lookup): then the
+    /// socket must be read even when no QP talks to another device.
+    pub(crate) fn gsi_live(&self) -> bool {
+        self.gsi.cm.live_ids() > 0
+    }
+
+    /// Queue the CM's next deadline in the timer heap (if earlier than the one queued).
+    pub(crate) fn arm_gsi(&mut self) {
+        if let Some(t) = self.gsi.arm() {
+            self.timers
+                .push(std::cmp::Reverse((t, crate::gsi::GSI_TIMER)));
         }
     }
 

@@ -1,0 +1,274 @@
+//! The Communication Manager on the wire: RC QPs connected through REQ/REP/RTU MADs on QP 1
+//! (between two devices over UDP, and on one device through its internal loopback), data
+//! through the connection both ways, then DREQ/DREP and timewait; a REQ nobody listens for
+//! is rejected with reason 8. The CM is driven through the device handle (the layer the
+//! rdma_cm library will sit on).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nic::cm::{AcceptParams, CmEvent, CmId, ConnectParams};
+use nic::DeviceHandle;
+use uroce::pair::ALL_ACCESS;
+use uroce::*;
+use wire::cm::{CmaHdr, PortSpace, RejReason, ServiceId, CMA_HDR_LEN};
+use wire::{Psn, Qpn};
+
+struct Side {
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    gid: Gid,
+    dev: DeviceHandle,
+}
+
+fn side(d: &Device) -> Side {
+    let ctx = d.open().expect("open");
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = ctx.create_cq(64, None, 0).expect("cq");
+    let cap = QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .expect("qp");
+    let gid = ctx.query_gid(1, 0).expect("gid");
+    let dev = nic::device(d.name()).expect("the embedded device runs");
+    Side {
+        ctx,
+        pd,
+        cq,
+        qp,
+        gid,
+        dev,
+    }
+}
+
+/// Events polled from a device but not yet taken, per device name: on one device the active
+/// and the passive side share the event queue, and one side's wait must not lose the other's.
+static STASH: Mutex<BTreeMap<String, Vec<CmEvent>>> = Mutex::new(BTreeMap::new());
+
+/// The first event of `dev` that `pick` takes, within 10 s (the others stay for later waits).
+fn wait_event<T>(dev: &DeviceHandle, mut pick: impl FnMut(&CmEvent) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        {
+            let mut stash = STASH.lock().unwrap_or_else(|e| e.into_inner());
+            let q = stash.entry(dev.name().to_string()).or_default();
+            while let Some(e) = dev.cm_poll_event() {
+                q.push(e);
+            }
+            if let Some(i) = q.iter().position(|e| pick(e).is_some()) {
+                let e = q.remove(i);
+                return pick(&e).expect("picked");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no such CM event within 10 s on {}",
+            dev.name()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn private_data(src: IpAddr, dst: IpAddr, user: &[u8]) -> Vec<u8> {
+    let mut pd = vec![0u8; CMA_HDR_LEN];
+    CmaHdr {
+        cma_version: 0,
+        src_port: 51000,
+        src,
+        dst,
+    }
+    .emit(&mut pd)
+    .expect("cma_hdr");
+    pd.extend_from_slice(user);
+    pd
+}
+
+fn connect_params(a: &Side, b: &Side, port: u16, rq_psn: u32) -> ConnectParams {
+    let (ia, ib) = (a.gid.to_ip(), b.gid.to_ip());
+    ConnectParams {
+        peer: ib,
+        service_id: ServiceId::rdma_ip(PortSpace::TCP, port),
+        local_gid: a.gid.0,
+        remote_gid: b.gid.0,
+        local_qpn: Qpn::new(a.qp.qp_num()),
+        starting_psn: Psn::new(rq_psn),
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: 3,
+        transport_type: 0,
+        srq: false,
+        flow_label: 0,
+        traffic_class: 0,
+        hop_limit: 64,
+        private_data: private_data(ia, ib, b"hello"),
+    }
+}
+
+fn opts(sq_psn: u32) -> ConnectOpts {
+    ConnectOpts {
+        sq_psn,
+        ..ConnectOpts::default()
+    }
+}
+
+/// Connect `a` (active) to `b` (passive, listening on `port`) through the CM and check the
+/// connection carries data both ways; then disconnect and wait for timewait to end.
+fn connect_through_cm(a: &Side, b: &Side, port: u16) {
+    let sid = ServiceId::rdma_ip(PortSpace::TCP, port);
+    let listen = b.dev.with_cm(|cm, _| cm.listen(sid, None)).expect("listen");
+    let (a_rq_psn, b_rq_psn) = (0x12_3456, 0xAB_CDEF);
+    let p = connect_params(a, b, port, a_rq_psn);
+    let active = a
+        .dev
+        .with_cm(|cm, now| cm.connect(now, &p))
+        .expect("connect");
+
+    // Passive: the request names our listener and the active QP; bring our QP to RTS with
+    // its values, then answer with the REP.
+    let (pid, req) = wait_event(&b.dev, |e| match e {
+        CmEvent::ConnectRequest {
+            listen: l, id, req, ..
+        } if *l == listen => Some((*id, req.clone())),
+        _ => None,
+    });
+    assert_eq!(req.local_qpn, Qpn::new(a.qp.qp_num()));
+    assert_eq!(
+        &req.private_data[CMA_HDR_LEN..CMA_HDR_LEN + 5],
+        b"hello",
+        "private data after rdma_cm's header"
+    );
+    let remote_a = QpEndpoint {
+        qpn: req.local_qpn.value(),
+        psn: b_rq_psn,
+        gid: Gid(req.primary.local_gid),
+    };
+    b.qp.connect(&remote_a, &opts(req.starting_psn.value()))
+        .expect("passive QP to RTS");
+    let accept = AcceptParams {
+        local_qpn: Qpn::new(b.qp.qp_num()),
+        starting_psn: Psn::new(b_rq_psn),
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: b"welcome".to_vec(),
+    };
+    b.dev
+        .with_cm(|cm, now| cm.accept(now, pid, &accept))
+        .expect("accept");
+
+    // Active: the response carries the passive QP; RTS, then the RTU.
+    let rep = wait_event(&a.dev, |e| match e {
+        CmEvent::ConnectResponse { id, rep } if *id == active => Some(rep.clone()),
+        _ => None,
+    });
+    assert_eq!(rep.local_qpn, Qpn::new(b.qp.qp_num()));
+    assert_eq!(&rep.private_data[..7], b"welcome");
+    let remote_b = QpEndpoint {
+        qpn: rep.local_qpn.value(),
+        psn: a_rq_psn,
+        gid: b.gid,
+    };
+    a.qp.connect(&remote_b, &opts(rep.starting_psn.value()))
+        .expect("active QP to RTS");
+    a.dev
+        .with_cm(|cm, now| cm.establish(now, active))
+        .expect("establish");
+    wait_event(&b.dev, |e| {
+        matches!(e, CmEvent::Established { id } if *id == pid).then_some(())
+    });
+
+    // Data both ways through the connection the CM set up.
+    for (tx, rx, seed) in [(a, b, 3u8), (b, a, 4u8)] {
+        let mut src = tx.pd.alloc_mr(4096, ALL_ACCESS).expect("mr");
+        let data = pattern(seed, 4096);
+        src.copy_from_slice(&data);
+        let dst = rx.pd.alloc_mr(4096, ALL_ACCESS).expect("mr");
+        rx.qp
+            .post_recv(&[RecvWr::new(1, &[dst.sge(0, 4096)])])
+            .expect("post_recv");
+        tx.qp
+            .post_send(&[SendWr::send(2, &[src.sge(0, 4096)]).signaled()])
+            .expect("post_send");
+        assert_eq!(wait1(&tx.cq).status, WcStatus::SUCCESS);
+        let r = wait1(&rx.cq);
+        assert_eq!((r.status, r.byte_len), (WcStatus::SUCCESS, 4096));
+        assert_eq!(&dst[..], &data[..]);
+    }
+
+    // Disconnect from the active side; the passive side answers its DREQ.
+    a.dev
+        .with_cm(|cm, now| cm.disconnect(now, active))
+        .expect("disconnect");
+    wait_event(&b.dev, |e| {
+        matches!(e, CmEvent::Disconnected { id, timed_out: false } if *id == pid).then_some(())
+    });
+    b.dev
+        .with_cm(|cm, now| cm.disconnect(now, pid))
+        .expect("drep");
+    wait_event(&a.dev, |e| {
+        matches!(e, CmEvent::Disconnected { id, timed_out: false } if *id == active).then_some(())
+    });
+    for (dev, id) in [(&a.dev, active), (&b.dev, pid)] {
+        wait_event(dev, |e| {
+            matches!(e, CmEvent::TimewaitExit { id: t } if *t == id).then_some(())
+        });
+        dev.with_cm(|cm, now| cm.destroy(now, id));
+    }
+    b.dev.with_cm(|cm, now| cm.destroy(now, listen));
+    // No MAD needed a second try on this clean path.
+    for dev in [&a.dev, &b.dev] {
+        assert_eq!(dev.with_cm(|cm, _| cm.stats().retransmits), 0);
+    }
+    let _ = (&a.ctx, &b.ctx);
+}
+
+/// Each test has devices of its own: a device's CM events go to whoever polls them.
+fn dev(name: &str, addr: &str) -> Device {
+    uroce::device(name, addr.parse().expect("address"))
+}
+
+#[test]
+fn rc_connection_through_the_cm_between_two_devices() {
+    let (da, db) = (dev("cma0", "127.77.31.1"), dev("cma1", "127.77.31.2"));
+    let (a, b) = (side(&da), side(&db));
+    connect_through_cm(&a, &b, 7174);
+}
+
+#[test]
+fn rc_connection_through_the_cm_on_one_device() {
+    let da = dev("cmb0", "127.77.32.1");
+    let (a, b) = (side(&da), side(&da));
+    connect_through_cm(&a, &b, 7175);
+}
+
+#[test]
+fn req_to_a_port_nobody_listens_on_is_rejected_with_reason_8() {
+    let (da, db) = (dev("cmc0", "127.77.33.1"), dev("cmc1", "127.77.33.2"));
+    let (a, b) = (side(&da), side(&db));
+    let p = connect_params(&a, &b, 7999, 1);
+    let id: CmId = a
+        .dev
+        .with_cm(|cm, now| cm.connect(now, &p))
+        .expect("connect");
+    let reason = wait_event(&a.dev, |e| match e {
+        CmEvent::Rejected { id: r, reason, .. } if *r == id => Some(*reason),
+        _ => None,
+    });
+    assert_eq!(reason, RejReason::INVALID_SERVICE_ID);
+}
