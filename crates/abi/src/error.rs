@@ -3,7 +3,7 @@
 //! The control plane answers every malformed command with an errno in the reply header
 //! (see [`crate::cmd::ReplyHdr`]); it never panics on outside bytes. The errno values follow
 //! what Linux `ib_uverbs_write()` / `verify_hdr()` return for the same fault
-//! (reference/wire-facts.md §8.1), so a later drop-in `libibverbs.so.1` can hand them to
+//! (docs/abi.md §1), so a later drop-in `libibverbs.so.1` can hand them to
 //! applications unchanged.
 
 use core::fmt;
@@ -194,7 +194,7 @@ pub enum AbiError {
 }
 
 impl AbiError {
-    /// The errno the control plane returns for this error (reference/wire-facts.md §8.1).
+    /// The errno the control plane returns for this error (docs/abi.md §1).
     pub fn errno(&self) -> Errno {
         match self {
             AbiError::Truncated { .. }

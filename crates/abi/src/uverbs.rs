@@ -1,9 +1,9 @@
-//! Command payloads: the core structs of `ib_user_verbs.h` (reference/wire-facts.md §8.3),
+//! Command payloads: the core structs of `ib_user_verbs.h` (docs/abi.md §3),
 //! uroce's driver-specific data, and [`Request`], the typed decode of a whole command.
 //!
 //! Sizes and offsets are asserted at compile time against x86-64 gcc `sizeof`/`offsetof`
-//! (wire-facts §8.3, §7.5). All fields are host-endian (the uverbs ABI is), except those
-//! typed big-endian (`node_guid`) and the `imm_data` half of the `ex` unions, which holds the
+//! (docs/abi.md §3, docs/wire.md §7.5). All fields are host-endian (the uverbs ABI is), except
+//! those typed big-endian (`node_guid`) and the `imm_data` half of the `ex` unions, which holds the
 //! four immediate bytes in network order, as in `ibv_wc.imm_data` (`__be32`).
 //!
 //! # Driver-specific data (uroce)
@@ -113,7 +113,7 @@ abi_struct! {
         pub max_mr_size: u64,
         /// Supported page sizes.
         pub page_size_cap: u64,
-        /// Vendor id (uroce reports 0xffffff like rxe; ibverbs-abi.md §9).
+        /// Vendor id (uroce reports 0xffffff like rxe; docs/compat.md §9).
         pub vendor_id: u32,
         /// Vendor part id (0: keeps perftest on its generic path).
         pub vendor_part_id: u32,
@@ -476,7 +476,7 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `ib_uverbs_wc` = the first 48 bytes of `struct ibv_wc` (wire-facts §7.5). Also the
+    /// `ib_uverbs_wc` = the first 48 bytes of `struct ibv_wc` (docs/wire.md §7.5). Also the
     /// first 48 bytes of every CQE in a CQ ring ([`crate::fastpath::Cqe`]).
     ///
     /// `opcode` holds [`crate::verbs_consts::WcOpcode`], `status`

@@ -1,6 +1,6 @@
 //! `uroce stat [-d NAME] [--qp N|all] [--watch SECS [-c N]] [--json]`: port and per-QP
 //! counters of every running uroce process, like iproute2's `rdma statistic show` and the
-//! sysfs `hw_counters` of a Linux RDMA device (DESIGN.md §4, issue 5 item 2).
+//! sysfs `hw_counters` of a Linux RDMA device (docs/architecture.md §4).
 //!
 //! uroce devices run inside their applications, so the counters come from the stats
 //! endpoint each uroce process publishes ([`uroce::stats`]: one Unix socket per process,

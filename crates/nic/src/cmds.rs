@@ -162,7 +162,7 @@ impl DevState {
         if let Request::GetContext(_, d) = req {
             return self.get_context(ctx, d, resp);
         }
-        // Before GET_CONTEXT only GET_CONTEXT is accepted (wire-facts §8.1).
+        // Before GET_CONTEXT only GET_CONTEXT is accepted (docs/abi.md §1).
         if !self.res.ctxs.contains_key(&ctx) {
             return Err(Errno::EINVAL);
         }
@@ -448,7 +448,7 @@ impl DevState {
         Ok(())
     }
 
-    /// QUERY_DEVICE, modelled on rxe (`rxe_param.h`; wire-facts §8.5).
+    /// QUERY_DEVICE, modelled on rxe (`rxe_param.h`; docs/abi.md §10).
     pub(crate) fn query_device(&self) -> QueryDeviceResp {
         let l = &self.cfg.limits;
         let guid = abi::provider::node_guid(self.dev_ip());
@@ -552,7 +552,7 @@ impl DevState {
             | AccessFlags::REMOTE_READ.0
             | AccessFlags::REMOTE_ATOMIC.0;
         if acc & !supported != 0 {
-            // LOCAL_WRITE ..= FLUSH_PERSISTENT (wire-facts §7.3).
+            // LOCAL_WRITE ..= FLUSH_PERSISTENT (docs/wire.md §7.3).
             let known = (1u32 << 10) - 1;
             return Err(if acc & !known == 0 {
                 Errno::EOPNOTSUPP
@@ -995,7 +995,7 @@ impl DevState {
     }
 
     /// MODIFY_QP: device checks (AV, P_Key index, RD atomic limits), then the transport's
-    /// transition table and value checks (wire-facts §6.2); any failure is EINVAL.
+    /// transition table and value checks (docs/wire.md §6.2); any failure is EINVAL.
     fn modify_qp(&mut self, ctx: CtxId, m: &ModifyQp) -> Result<(), Errno> {
         let dev_ip = self.dev_ip();
         let max_rd = self.cfg.limits.max_qp_rd_atom;
@@ -1081,7 +1081,7 @@ impl DevState {
         }
         qpo.qp.set_port_mtu(port_mtu);
         if qpo.qp.state() == QpState::Reset {
-            // RESET empties the rings without completions (wire-facts §6.2 notes).
+            // RESET empties the rings without completions (docs/wire.md §6.2 notes).
             if let Ok(n) = qpo.sq.available() {
                 let _ = qpo.sq.release(n);
             }

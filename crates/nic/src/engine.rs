@@ -1,5 +1,5 @@
 //! The engine: the NIC's doorbell, DMA and transport processing, one thread for every
-//! device of the process by default (DESIGN.md §4).
+//! device of the process by default (docs/architecture.md §4).
 //!
 //! # A pass (per device, under the device lock)
 //!

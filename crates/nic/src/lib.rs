@@ -1,5 +1,5 @@
 //! The uroce software RoCEv2 NIC: the control plane that plays the kernel behind the
-//! uverbs command ABI, and the engine that plays the NIC (DESIGN.md §1–§5).
+//! uverbs command ABI, and the engine that plays the NIC (docs/architecture.md §1–§5).
 //!
 //! # Use
 //!

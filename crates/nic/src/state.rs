@@ -81,7 +81,7 @@ pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
     }
 }
 
-/// The RoCE v2 GID of an address (wire-facts §1.1).
+/// The RoCE v2 GID of an address (docs/wire.md §1.1).
 pub(crate) fn ip_to_gid(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -274,7 +274,7 @@ pub(crate) struct DevState {
     /// QPs that may send or receive through the socket (UD, or a remote AV).
     pub(crate) remote_qps: usize,
     /// QPs in ERR with their own RQ: receives the library posts to the ring now flush
-    /// (wire-facts §6.3), and no doorbell announces them, so each awake pass looks.
+    /// (docs/wire.md §6.3), and no doorbell announces them, so each awake pass looks.
     pub(crate) err_rqs: Vec<u32>,
     pub(crate) next_mr_key: u8,
     /// How command addresses name memory (`dma::AddressSpace`).
@@ -394,7 +394,7 @@ pub(crate) fn make_ready(qps: &mut Slab<QpObj>, ready: &mut VecDeque<u32>, idx: 
     }
 }
 
-/// A transport completion as the CQE's `ibv_wc` (wire-facts §7.5; flags in libibverbs values).
+/// A transport completion as the CQE's `ibv_wc` (docs/wire.md §7.5; flags in libibverbs values).
 pub(crate) fn to_wc(c: &Completion) -> Wc {
     let mut wc = Wc {
         wr_id: c.wr_id,
@@ -781,8 +781,8 @@ fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// Registered memory as one QP sees it: keys resolve in the device's MR table, and the MR
-/// must belong to the QP's PD (DESIGN.md §4, the NIC's MTT). Every failure is an error the
-/// transport turns into the prescribed completion status or NAK.
+/// must belong to the QP's PD (docs/architecture.md §4, the NIC's MTT). Every failure is an error
+/// the transport turns into the prescribed completion status or NAK.
 pub(crate) struct DmaView<'a> {
     pub(crate) mrs: &'a Slab<Mr>,
     pub(crate) pd: u32,
@@ -958,7 +958,7 @@ impl Memory for DmaView<'_> {
 }
 
 /// Flush every receive WQE still in a QP's own RQ ring with WR_FLUSH_ERR (the QP is in
-/// ERR: wire-facts §6.3 rule 3). Returns how many.
+/// ERR: docs/wire.md §6.3 rule 3). Returns how many.
 pub(crate) fn flush_rq_ring(res: &mut Resources, rq: &mut RecvRing, qpn: u32, recv_cq: u32) -> u32 {
     let mut n = 0;
     if rq.refresh().is_err() {

@@ -16,7 +16,7 @@ pub enum Error {
     /// The IP version nibble is neither 4 nor 6.
     BadVersion,
     /// IPv4 header length is not 5 words. RoCEv2 never uses IPv4 options
-    /// (wire-facts §3.2: rxe only handles a 20-byte header; we treat IHL≠5 as malformed).
+    /// (docs/wire.md §3.2: rxe only handles a 20-byte header; we treat IHL≠5 as malformed).
     BadIhl,
     /// IPv4 flags/fragment offset: reserved bit set, or the packet is a fragment.
     BadIpFlags,
@@ -24,12 +24,12 @@ pub enum Error {
     BadLength,
     /// Not a RoCEv2 packet: IP protocol is not UDP or UDP destination port is not 4791.
     NotRoce,
-    /// BTH transport header version is not 0 (wire-facts §0: receivers drop others).
+    /// BTH transport header version is not 0 (docs/wire.md §0: receivers drop others).
     BadTver,
     /// The BTH opcode is not in the opcode table.
     UnknownOpcode,
     /// BTH PadCnt is larger than the bytes after the headers, does not pad the payload to a
-    /// 4-byte boundary, or is nonzero on an opcode that carries no payload (wire-facts §1.6).
+    /// 4-byte boundary, or is nonzero on an opcode that carries no payload (docs/wire.md §1.6).
     BadPad,
     /// A `Repr`'s extension headers disagree with what the opcode table says its opcode carries.
     HeaderMismatch,
