@@ -1742,10 +1742,11 @@ impl<'a> SgeList<'a> {
 // Typed requests
 
 /// A fully decoded command: core struct, uroce driver data, and for posts the WR lists.
-#[allow(missing_docs)] // each variant is named after its command and holds the structs above
-// One slow-path command is decoded at a time, on the stack: the CM command's 336 bytes beside
-// the others' few dozen cost nothing worth a box.
-#[allow(clippy::large_enum_variant)]
+///
+/// Each variant is named after its command and holds the structs above. One slow-path
+/// command is decoded at a time, on the stack: the CM command's 336 bytes beside the others'
+/// few dozen cost nothing worth a box.
+#[allow(missing_docs, clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
     GetContext(GetContext, UroceGetContext),
