@@ -171,7 +171,7 @@ impl fmt::Debug for CmChannel {
     }
 }
 
-fn gid_of(ip: IpAddr) -> [u8; 16] {
+pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),

@@ -56,6 +56,7 @@ mod error;
 mod mem;
 mod pd;
 mod qp;
+pub mod rdma_cm;
 mod srq;
 mod sys;
 mod wr;

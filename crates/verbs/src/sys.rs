@@ -137,3 +137,24 @@ impl abi::doorbell::Wake for EventFdWake {
         }
     }
 }
+
+/// Reset an eventfd's count to 0 (not readable until the next add).
+pub(crate) fn eventfd_drain(fd: BorrowedFd<'_>) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live u64.
+    let _ = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            (&mut v as *mut u64).cast(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+}
+
+/// Four random bytes from the kernel, or `None` if it cannot give them now.
+pub(crate) fn random_u32() -> Option<u32> {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    (n == 4).then_some(u32::from_ne_bytes(b))
+}

@@ -1,0 +1,763 @@
+//! rdma_cm: connections by IP address and port over the devices' Communication Managers —
+//! what librdmacm and the kernel's `drivers/infiniband/core/cma.c` do together on Linux.
+//!
+//! * An [`EventChannel`] delivers [`RdmaCmEvent`]s for the [`RdmaCmId`]s created on it; its
+//!   fd is pollable (`rdma_create_event_channel`).
+//! * An ID resolves a destination address to a local device ([`RdmaCmId::resolve_addr`]: the
+//!   kernel's route lookup picks the source address, whose device serves the ID) and a route
+//!   ([`RdmaCmId::resolve_route`]: path MTU), then connects ([`RdmaCmId::connect`]) or binds
+//!   and listens ([`RdmaCmId::bind_addr`], [`RdmaCmId::listen`]).
+//! * Connections use the reliable-connected port space (`RDMA_PS_TCP`): the CM REQ carries
+//!   rdma_cm's 36-byte header (version, IP version, source port, both addresses) before the
+//!   consumer's private data (≤ 56 bytes); the Service ID is `0x0000000001060000 | port`
+//!   (kernel cma.c `cma_format_hdr`, `rdma_get_service_id`).
+//! * With a QP on the ID ([`RdmaCmId::create_qp`]) the QP transitions happen here, as
+//!   librdmacm makes them: INIT at creation; RTR and RTS with the peer's values before the
+//!   RTU (active) or the REP (passive); ERR at disconnect.
+//!
+//! One thread per process reads the devices' CM channels and hands each event to the
+//! channel of the ID it concerns (it sleeps in `poll` when nothing happens).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crate::cm::{CmAccept, CmChannel, CmConnect, CmEvent, CmId};
+use crate::cm::{CmaHdr, PortSpace, ServiceId, CMA_HDR_LEN};
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::pd::Pd;
+use crate::qp::{ConnectOpts, Qp, QpAttr, QpEndpoint, QpInitAttr};
+use crate::{AccessFlags, Errno, Gid, Mtu, QpAttrMask, QpState};
+
+/// rdma_cm event types (`enum rdma_cm_event_type`, same values and meanings).
+#[allow(missing_docs)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RdmaCmEventKind {
+    AddrResolved = 0,
+    AddrError = 1,
+    RouteResolved = 2,
+    RouteError = 3,
+    ConnectRequest = 4,
+    ConnectResponse = 5,
+    ConnectError = 6,
+    Unreachable = 7,
+    Rejected = 8,
+    Established = 9,
+    Disconnected = 10,
+    DeviceRemoval = 11,
+    MulticastJoin = 12,
+    MulticastError = 13,
+    AddrChange = 14,
+    TimewaitExit = 15,
+}
+
+/// Connection parameters (`struct rdma_conn_param`).
+#[allow(missing_docs)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data: at most 56 bytes to connect, 196 to accept, 148 to reject.
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    /// The peer's QPN (in events) or ours when the ID has no QP.
+    pub qp_num: u32,
+}
+
+/// One event (`struct rdma_cm_event`).
+#[allow(missing_docs)]
+#[derive(Clone)]
+pub struct RdmaCmEvent {
+    pub kind: RdmaCmEventKind,
+    /// The ID the event is for: for CONNECT_REQUEST, the new ID of the connection.
+    pub id: RdmaCmId,
+    /// For CONNECT_REQUEST: the listening ID.
+    pub listen_id: Option<RdmaCmId>,
+    /// 0, a negative errno, or (REJECTED) the reject reason.
+    pub status: i32,
+    /// The peer's connection parameters and private data (full CM field length after
+    /// rdma_cm's header, as Linux reports it).
+    pub param: ConnParam,
+}
+
+impl fmt::Debug for RdmaCmEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RdmaCmEvent")
+            .field("kind", &self.kind)
+            .field("status", &self.status)
+            .field("private_data_len", &self.param.private_data.len())
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The process-wide hub: one context and CM channel per device, the reader thread.
+
+struct DevCm {
+    ctx: Context,
+    cm: Arc<CmChannel>,
+}
+
+#[derive(Default)]
+struct Hub {
+    devs: HashMap<String, Arc<DevCm>>,
+    /// (device, CM ID) → the rdma_cm ID.
+    ids: HashMap<(String, u32), Weak<IdInner>>,
+    reader: bool,
+}
+
+fn hub() -> MutexGuard<'static, Hub> {
+    static HUB: OnceLock<Mutex<Hub>> = OnceLock::new();
+    HUB.get_or_init(|| Mutex::new(Hub::default()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn dev_cm(dev: &Device) -> Result<Arc<DevCm>> {
+    let mut h = hub();
+    if let Some(d) = h.devs.get(dev.name()) {
+        return Ok(d.clone());
+    }
+    let ctx = dev.open()?;
+    let cm = Arc::new(ctx.cm_channel()?);
+    let d = Arc::new(DevCm { ctx, cm });
+    h.devs.insert(dev.name().to_string(), d.clone());
+    if !h.reader {
+        h.reader = true;
+        std::thread::Builder::new()
+            .name("uroce-rdma-cm".into())
+            .spawn(reader)
+            .map_err(|e| Error::channel("rdma_cm", &e))?;
+    }
+    Ok(d)
+}
+
+/// The reader thread: wait on every device's CM channel, route each event.
+fn reader() {
+    loop {
+        let devs: Vec<(String, Arc<DevCm>)> = hub()
+            .devs
+            .iter()
+            .map(|(n, d)| (n.clone(), d.clone()))
+            .collect();
+        let mut fds: Vec<libc::pollfd> = devs
+            .iter()
+            .map(|(_, d)| libc::pollfd {
+                fd: d.cm.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // New devices join within this bound.
+        let _ = crate::sys::poll(&mut fds, 200);
+        for (name, d) in &devs {
+            while let Ok(Some(e)) = d.cm.try_get_event() {
+                route(name, d, e);
+            }
+        }
+    }
+}
+
+fn find(dev: &str, id: CmId) -> Option<RdmaCmId> {
+    hub()
+        .ids
+        .get(&(dev.to_string(), id.0))
+        .and_then(Weak::upgrade)
+        .map(RdmaCmId)
+}
+
+fn register(dev: &str, id: CmId, inner: &Arc<IdInner>) {
+    hub()
+        .ids
+        .insert((dev.to_string(), id.0), Arc::downgrade(inner));
+}
+
+fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
+    match e {
+        CmEvent::ConnectRequest {
+            id,
+            listen,
+            peer,
+            req,
+        } => {
+            let Some(l) = find(dev, listen) else {
+                let _ = d.cm.reject(id, 28, &[]);
+                return;
+            };
+            let Ok(hdr) = CmaHdr::parse(&req.private_data) else {
+                let _ = d.cm.reject(id, 28, &[]);
+                return;
+            };
+            let lst = l.state();
+            let child = Arc::new(IdInner {
+                chan: l.0.chan.clone(),
+                ps: l.0.ps,
+                st: Mutex::new(IdState {
+                    dev: lst.dev.clone(),
+                    src: Some(SocketAddr::new(hdr.dst, lst.src.map_or(0, |s| s.port()))),
+                    dst: Some(SocketAddr::new(peer, hdr.src_port)),
+                    cm: Some(id),
+                    path_mtu: Mtu(req.path_mtu.into()),
+                    peer_req: Some(req.clone()),
+                    ..IdState::default()
+                }),
+            });
+            drop(lst);
+            register(dev, id, &child);
+            let param = ConnParam {
+                private_data: req.private_data[CMA_HDR_LEN..].to_vec(),
+                // Swapped as the kernel reports them (cm.c cm_format_req_event).
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                srq: req.srq,
+                qp_num: req.local_qpn.value(),
+            };
+            l.0.chan.push(RdmaCmEvent {
+                kind: RdmaCmEventKind::ConnectRequest,
+                id: RdmaCmId(child),
+                listen_id: Some(l.clone()),
+                status: 0,
+                param,
+            });
+        }
+        other => {
+            let Some(id) = find(dev, other.id()) else {
+                return;
+            };
+            id.on_cm_event(d, other);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Event channels
+
+struct ChanInner {
+    q: Mutex<VecDeque<RdmaCmEvent>>,
+    /// Readable while events are queued (an eventfd counting them).
+    efd: OwnedFd,
+}
+
+/// `struct rdma_event_channel`: where a set of IDs report.
+#[derive(Clone)]
+pub struct EventChannel(Arc<ChanInner>);
+
+impl fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventChannel")
+            .field("fd", &self.0.efd.as_raw_fd())
+            .finish()
+    }
+}
+
+impl EventChannel {
+    /// `rdma_create_event_channel`.
+    pub fn new() -> Result<EventChannel> {
+        let efd =
+            crate::sys::eventfd().map_err(|e| Error::channel("rdma_create_event_channel", &e))?;
+        Ok(EventChannel(Arc::new(ChanInner {
+            q: Mutex::new(VecDeque::new()),
+            efd,
+        })))
+    }
+
+    fn push(&self, e: RdmaCmEvent) {
+        self.0
+            .q
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(e);
+        crate::sys::eventfd_signal(self.0.efd.as_raw_fd());
+    }
+
+    /// The next event, if one is queued.
+    pub fn try_get_event(&self) -> Option<RdmaCmEvent> {
+        let mut q = self.0.q.lock().unwrap_or_else(|p| p.into_inner());
+        let e = q.pop_front();
+        if q.is_empty() {
+            crate::sys::eventfd_drain(self.0.efd.as_fd());
+        }
+        e
+    }
+
+    /// `rdma_get_cm_event`: the next event, waiting up to `timeout` (`None`: forever).
+    pub fn get_event(&self, timeout: Option<Duration>) -> Option<RdmaCmEvent> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(e) = self.try_get_event() {
+                return Some(e);
+            }
+            let ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX)
+                }
+            };
+            let _ = crate::sys::wait_readable(self.0.efd.as_fd(), ms);
+        }
+    }
+}
+
+impl AsRawFd for EventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.efd.as_raw_fd()
+    }
+}
+
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.efd.as_fd()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// IDs
+
+#[derive(Default)]
+struct IdState {
+    dev: Option<Arc<DevCm>>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    cm: Option<CmId>,
+    qp: Option<Qp>,
+    path_mtu: Mtu,
+    /// Our receive PSN (chosen at connect / accept).
+    rq_psn: u32,
+    /// Passive: the REQ that created the ID.
+    peer_req: Option<Box<crate::cm::ReqRepr>>,
+    listening: bool,
+}
+
+struct IdInner {
+    chan: EventChannel,
+    ps: PortSpace,
+    st: Mutex<IdState>,
+}
+
+/// `struct rdma_cm_id`. Cheap to clone.
+#[derive(Clone)]
+pub struct RdmaCmId(Arc<IdInner>);
+
+impl fmt::Debug for RdmaCmId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.state();
+        f.debug_struct("RdmaCmId")
+            .field("src", &st.src)
+            .field("dst", &st.dst)
+            .finish()
+    }
+}
+
+impl PartialEq for RdmaCmId {
+    fn eq(&self, other: &RdmaCmId) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+fn einval(op: &'static str, what: &str) -> Error {
+    Error::local(op, Errno::EINVAL, what.to_string())
+}
+
+fn random_u32() -> u32 {
+    crate::sys::random_u32().unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x1234_5678, |d| d.subsec_nanos())
+    })
+}
+
+/// The device serving local address `ip` among the configured ones.
+fn device_for(ip: IpAddr) -> Result<Device> {
+    crate::devices()?
+        .into_iter()
+        .find(|d| d.addr() == ip)
+        .ok_or_else(|| {
+            Error::local(
+                "rdma_resolve_addr",
+                Errno(19), // ENODEV
+                format!("no uroce device has address {ip}"),
+            )
+        })
+}
+
+/// The source address the kernel would use toward `dst` (its route lookup), if any.
+fn route_source(dst: IpAddr) -> Option<IpAddr> {
+    let any: SocketAddr = match dst {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().ok()?,
+        IpAddr::V6(_) => "[::]:0".parse().ok()?,
+    };
+    let s = UdpSocket::bind(any).ok()?;
+    s.connect(SocketAddr::new(dst, 4791)).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+impl RdmaCmId {
+    /// `rdma_create_id` in port space `ps` (only [`PortSpace::TCP`], reliable connections,
+    /// for now: others give EOPNOTSUPP).
+    pub fn new(chan: &EventChannel, ps: PortSpace) -> Result<RdmaCmId> {
+        if ps != PortSpace::TCP {
+            return Err(Error::local(
+                "rdma_create_id",
+                Errno::EOPNOTSUPP,
+                "only RDMA_PS_TCP is supported",
+            ));
+        }
+        Ok(RdmaCmId(Arc::new(IdInner {
+            chan: chan.clone(),
+            ps,
+            st: Mutex::new(IdState::default()),
+        })))
+    }
+
+    fn state(&self) -> MutexGuard<'_, IdState> {
+        self.0.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn event(&self, kind: RdmaCmEventKind, status: i32, param: ConnParam) {
+        self.0.chan.push(RdmaCmEvent {
+            kind,
+            id: self.clone(),
+            listen_id: None,
+            status,
+            param,
+        });
+    }
+
+    /// The verbs context of the device the ID is bound to (`id->verbs`).
+    pub fn context(&self) -> Option<Context> {
+        self.state().dev.as_ref().map(|d| d.ctx.clone())
+    }
+
+    /// The ID's QP (`id->qp`).
+    pub fn qp(&self) -> Option<Qp> {
+        self.state().qp.clone()
+    }
+
+    /// Local address and port.
+    pub fn src_addr(&self) -> Option<SocketAddr> {
+        self.state().src
+    }
+
+    /// Remote address and port.
+    pub fn dst_addr(&self) -> Option<SocketAddr> {
+        self.state().dst
+    }
+
+    /// `rdma_bind_addr`: bind to a local address of a device (port 0: any free port).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let dev = device_for(addr.ip())?;
+        let d = dev_cm(&dev)?;
+        let mut st = self.state();
+        let port = if addr.port() == 0 {
+            (random_u32() % 28232 + 32768) as u16
+        } else {
+            addr.port()
+        };
+        st.src = Some(SocketAddr::new(addr.ip(), port));
+        st.path_mtu = Mtu::MTU_1024;
+        st.dev = Some(d);
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: pick the local device toward `dst` (from `src` if given, else by
+    /// the kernel's route), then report ADDR_RESOLVED (or ADDR_ERROR).
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
+        let local = match src {
+            Some(s) => Some(s),
+            None => self.state().src,
+        };
+        let ip = match local {
+            Some(s) => s.ip(),
+            None => match route_source(dst.ip()) {
+                Some(ip) => ip,
+                None => {
+                    self.event(RdmaCmEventKind::AddrError, -113, ConnParam::default()); // EHOSTUNREACH
+                    return Ok(());
+                }
+            },
+        };
+        let bound = match device_for(ip) {
+            Ok(_) => self.bind_addr(SocketAddr::new(ip, local.map_or(0, |l| l.port()))),
+            Err(e) => Err(e),
+        };
+        match bound {
+            Ok(()) => {
+                self.state().dst = Some(dst);
+                self.event(RdmaCmEventKind::AddrResolved, 0, ConnParam::default());
+            }
+            Err(_) => self.event(RdmaCmEventKind::AddrError, -19, ConnParam::default()),
+        }
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: RoCE needs no path query; reports ROUTE_RESOLVED.
+    pub fn resolve_route(&self) -> Result<()> {
+        if self.state().dst.is_none() {
+            return Err(einval("rdma_resolve_route", "address not resolved"));
+        }
+        self.event(RdmaCmEventKind::RouteResolved, 0, ConnParam::default());
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: an RC QP on the ID's device and `pd`, moved to INIT.
+    pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        const OP: &str = "rdma_create_qp";
+        if self.state().dev.is_none() {
+            return Err(einval(OP, "ID not bound to a device"));
+        }
+        let qp = pd.create_qp(attr)?;
+        let a = QpAttr {
+            qp_state: QpState::INIT,
+            port_num: 1,
+            qp_access_flags: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            ..QpAttr::default()
+        };
+        qp.modify(
+            &a,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )?;
+        self.state().qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// `rdma_connect`: send the REQ (rdma_cm header + `p.private_data`, ≤ 56 bytes).
+    pub fn connect(&self, p: &ConnParam) -> Result<()> {
+        const OP: &str = "rdma_connect";
+        if p.private_data.len() > 56 {
+            return Err(einval(OP, "private data longer than 56 bytes"));
+        }
+        let mut st = self.state();
+        let (Some(d), Some(src), Some(dst)) = (st.dev.clone(), st.src, st.dst) else {
+            return Err(einval(OP, "route not resolved"));
+        };
+        let qp = st.qp.clone().ok_or_else(|| einval(OP, "no QP on the ID"))?;
+        let mut pd = vec![0u8; CMA_HDR_LEN];
+        CmaHdr {
+            cma_version: CmaHdr::VERSION,
+            src_port: src.port(),
+            src: src.ip(),
+            dst: dst.ip(),
+        }
+        .emit(&mut pd)
+        .map_err(|_| einval(OP, "source and destination of different families"))?;
+        pd.extend_from_slice(&p.private_data);
+        let rq_psn = random_u32() & 0xFF_FFFF;
+        let mut c = CmConnect::new(
+            &qp,
+            dst.ip(),
+            ServiceId::rdma_ip(self.0.ps, dst.port()),
+            rq_psn,
+        );
+        c.responder_resources = p.responder_resources;
+        c.initiator_depth = p.initiator_depth;
+        c.retry_count = p.retry_count.min(7);
+        c.rnr_retry_count = p.rnr_retry_count.min(7);
+        c.srq = p.srq;
+        c.path_mtu = st.path_mtu.0 as u8;
+        c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
+        c.private_data = pd;
+        let id = d.cm.connect(&c)?;
+        st.cm = Some(id);
+        st.rq_psn = rq_psn;
+        let name = d.ctx.device().name().to_string();
+        drop(st);
+        register(&name, id, &self.0);
+        Ok(())
+    }
+
+    /// `rdma_listen`: listen on the bound address and port (the device's CM).
+    pub fn listen(&self, _backlog: i32) -> Result<()> {
+        const OP: &str = "rdma_listen";
+        let mut st = self.state();
+        let (Some(d), Some(src)) = (st.dev.clone(), st.src) else {
+            return Err(einval(OP, "ID not bound"));
+        };
+        let id =
+            d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), Some(src.ip()))?;
+        st.cm = Some(id);
+        st.listening = true;
+        let name = d.ctx.device().name().to_string();
+        drop(st);
+        register(&name, id, &self.0);
+        Ok(())
+    }
+
+    /// `rdma_accept`: bring the QP to RTS with the request's values and send the REP
+    /// (`p.private_data` ≤ 196 bytes).
+    pub fn accept(&self, p: &ConnParam) -> Result<()> {
+        const OP: &str = "rdma_accept";
+        let mut st = self.state();
+        let (Some(d), Some(id), Some(req)) = (st.dev.clone(), st.cm, st.peer_req.clone()) else {
+            return Err(einval(OP, "not a connection request"));
+        };
+        let qp = st.qp.clone().ok_or_else(|| einval(OP, "no QP on the ID"))?;
+        let rq_psn = random_u32() & 0xFF_FFFF;
+        let remote = QpEndpoint {
+            qpn: req.local_qpn.value(),
+            psn: rq_psn,
+            gid: Gid(req.primary.local_gid),
+        };
+        qp.connect(
+            &remote,
+            &opts(st.path_mtu, req.starting_psn.value(), p, &req),
+        )?;
+        d.cm.accept(
+            id,
+            &CmAccept {
+                qpn: qp.qp_num(),
+                rq_psn,
+                responder_resources: p.responder_resources,
+                initiator_depth: p.initiator_depth,
+                rnr_retry_count: p.rnr_retry_count.min(7),
+                srq: p.srq,
+                private_data: p.private_data.clone(),
+            },
+        )?;
+        st.rq_psn = rq_psn;
+        Ok(())
+    }
+
+    /// `rdma_reject` (REJ reason 28, consumer defined; private data ≤ 148 bytes).
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let st = self.state();
+        let (Some(d), Some(id)) = (st.dev.clone(), st.cm) else {
+            return Err(einval("rdma_reject", "not a connection request"));
+        };
+        d.cm.reject(id, 28, private_data)
+    }
+
+    /// `rdma_disconnect`: the QP to ERR, then DREQ (or DREP to the peer's DREQ).
+    pub fn disconnect(&self) -> Result<()> {
+        let st = self.state();
+        let (Some(d), Some(id)) = (st.dev.clone(), st.cm) else {
+            return Err(einval("rdma_disconnect", "not connected"));
+        };
+        if let Some(qp) = &st.qp {
+            let _ = qp.set_state(QpState::ERR);
+        }
+        d.cm.disconnect(id)
+    }
+
+    /// `rdma_destroy_id`: let go of the CM ID (a connection still up is disconnected).
+    pub fn destroy(self) {
+        let st = self.state();
+        if let (Some(d), Some(id)) = (st.dev.clone(), st.cm) {
+            let _ = d.cm.destroy(id);
+            hub().ids.remove(&(d.ctx.device().name().to_string(), id.0));
+        }
+    }
+
+    /// A device CM event for this ID.
+    fn on_cm_event(&self, d: &Arc<DevCm>, e: CmEvent) {
+        use RdmaCmEventKind as K;
+        match e {
+            CmEvent::ConnectResponse { id, rep } => {
+                let (qp, mtu, rq_psn) = {
+                    let st = self.state();
+                    (st.qp.clone(), st.path_mtu, st.rq_psn)
+                };
+                let param = ConnParam {
+                    private_data: rep.private_data.to_vec(),
+                    responder_resources: rep.initiator_depth,
+                    initiator_depth: rep.responder_resources,
+                    retry_count: 0,
+                    rnr_retry_count: rep.rnr_retry_count,
+                    srq: rep.srq,
+                    qp_num: rep.local_qpn.value(),
+                };
+                let Some(qp) = qp else {
+                    self.event(K::ConnectResponse, 0, param);
+                    return;
+                };
+                let dst_gid = self
+                    .state()
+                    .dst
+                    .map(|a| Gid(crate::cm::gid_of(a.ip())))
+                    .unwrap_or_default();
+                let remote = QpEndpoint {
+                    qpn: rep.local_qpn.value(),
+                    psn: rq_psn,
+                    gid: dst_gid,
+                };
+                let mut o = ConnectOpts {
+                    path_mtu: mtu,
+                    sq_psn: rep.starting_psn.value(),
+                    ..ConnectOpts::default()
+                };
+                o.max_rd_atomic = rep.responder_resources.max(1);
+                o.max_dest_rd_atomic = rep.initiator_depth.max(1);
+                match qp.connect(&remote, &o).and_then(|()| d.cm.establish(id)) {
+                    Ok(()) => self.event(K::Established, 0, param),
+                    Err(e) => {
+                        let _ = d.cm.reject(id, 28, &[]);
+                        self.event(K::ConnectError, -e.errno().0, param);
+                    }
+                }
+            }
+            CmEvent::Established { .. } => self.event(K::Established, 0, ConnParam::default()),
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => {
+                if let Some(qp) = self.state().qp.clone() {
+                    let _ = qp.set_state(QpState::ERR);
+                }
+                self.event(
+                    K::Rejected,
+                    i32::from(reason),
+                    ConnParam {
+                        private_data,
+                        ..ConnParam::default()
+                    },
+                );
+            }
+            CmEvent::Unreachable { .. } => self.event(K::Unreachable, -110, ConnParam::default()),
+            CmEvent::Disconnected { timed_out, .. } => {
+                if let Some(qp) = self.state().qp.clone() {
+                    let _ = qp.set_state(QpState::ERR);
+                }
+                let status = if timed_out { -110 } else { 0 };
+                self.event(K::Disconnected, status, ConnParam::default());
+            }
+            CmEvent::TimewaitExit { .. } => self.event(K::TimewaitExit, 0, ConnParam::default()),
+            CmEvent::ConnectRequest { .. }
+            | CmEvent::SidrRequest { .. }
+            | CmEvent::SidrReply { .. } => {}
+        }
+    }
+}
+
+/// QP attributes of the passive side from the REQ (kernel cma.c rdma_init_qp_attr with
+/// cm.c cm_init_qp_rtr_attr / cm_init_qp_rts_attr).
+fn opts(mtu: Mtu, sq_psn: u32, p: &ConnParam, req: &crate::cm::ReqRepr) -> ConnectOpts {
+    ConnectOpts {
+        path_mtu: mtu,
+        sq_psn,
+        timeout: req.primary.local_ack_timeout.max(1),
+        retry_cnt: req.retry_count,
+        rnr_retry: p.rnr_retry_count.min(7),
+        max_rd_atomic: p.initiator_depth.max(1),
+        max_dest_rd_atomic: p.responder_resources.max(1),
+        ..ConnectOpts::default()
+    }
+}
