@@ -75,8 +75,8 @@ trap 'rm -rf "$work"' EXIT
 declare -A nodes=(
     [libibverbs.so.1]="IBVERBS_1.0 IBVERBS_1.1 IBVERBS_1.5 IBVERBS_1.6 IBVERBS_1.7 IBVERBS_1.8 IBVERBS_1.9 IBVERBS_1.10 IBVERBS_1.11 IBVERBS_1.12 IBVERBS_1.13 IBVERBS_1.14 IBVERBS_PRIVATE_34"
     [librdmacm.so.1]="RDMACM_1.0 RDMACM_1.1 RDMACM_1.2 RDMACM_1.3"
-    [libmlx5.so.1]="MLX5_1.3 MLX5_1.7 MLX5_1.10 MLX5_1.21"
-    [libefa.so.1]="EFA_1.1"
+    [libmlx5.so.1]="MLX5_1.0 MLX5_1.1 MLX5_1.2 MLX5_1.3 MLX5_1.4 MLX5_1.5 MLX5_1.6 MLX5_1.7 MLX5_1.8 MLX5_1.9 MLX5_1.10 MLX5_1.11 MLX5_1.12 MLX5_1.13 MLX5_1.14 MLX5_1.15 MLX5_1.16 MLX5_1.17 MLX5_1.18 MLX5_1.19 MLX5_1.20 MLX5_1.21 MLX5_1.22 MLX5_1.23 MLX5_1.24"
+    [libefa.so.1]="EFA_1.0 EFA_1.1 EFA_1.2"
 )
 for so in "${!nodes[@]}"; do
     f="$lib/$so"
@@ -91,6 +91,19 @@ for so in "${!nodes[@]}"; do
     unversioned=$(readelf -W --dyn-syms "$f" | awk '$7!="UND" && $5=="GLOBAL" && $8 !~ /@/ {print $8}')
     [ -z "$unversioned" ] && ok "$so exports only versioned symbols" \
         || bad "$so exports unversioned symbols: $(echo $unversioned | head -c 300)"
+done
+
+# The stubs export every function, under the same version, that rdma-core 44's libraries do
+# (providers/mlx5/libmlx5.map, providers/efa/libefa.map, librdmacm/librdmacm.map), the old
+# mlx5dv_init_obj@MLX5_1.0 included.
+for so in libmlx5.so.1 libefa.so.1 librdmacm.so.1; do
+    sys=/usr/lib/x86_64-linux-gnu/$so
+    [ -f "$sys" ] || { echo "skip $so: no system $sys to compare with"; continue; }
+    funcs() { readelf -W --dyn-syms "$1" | awk '$7!="UND" && $5=="GLOBAL" && $4=="FUNC" {print $8}' | sort -u; }
+    absent=$(comm -23 <(funcs "$sys") <(funcs "$lib/$so") | tr '\n' ' ')
+    n=$(funcs "$sys" | wc -l)
+    [ -z "$absent" ] && ok "$so exports all $n functions of rdma-core 44's, same versions" \
+        || bad "$so lacks: $absent"
 done
 
 # The full rdma-core 44 default-version set is exported (strategy A as well as B, §6.3).
