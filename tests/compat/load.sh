@@ -15,8 +15,9 @@
 #   3. the loader agrees: `ldd -r` resolves every tool's libraries from target/compat with no
 #      missing symbol or version, and each tool starts without a loader error (§0: -z now);
 #   4. `ibv_devices` lists exactly the devices of UROCE_DEVICES;
-#   5. the device-free functions give byte-identical results to the system libraries, and
-#      the device list / GUID / sysfs emulation behave (tests/compat/*.c);
+#   5. the device-free functions give byte-identical results to the system libraries, the
+#      device list / GUID / sysfs emulation behave, and failing verbs set errno
+#      (tests/compat/*.c);
 #   6. `ibv_devinfo -v` opens the device and describes it; its GUID matches ibv_devices'.
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
@@ -200,6 +201,22 @@ if gcc -O1 -Wall -Wextra -Werror -o "$work/pure_api" tests/compat/pure_api.c \
         && ok "bad device list fails with EINVAL" || bad "devlist bad env: $(cat "$work/devlist.out")"
 else
     bad "compiling the C ABI programs"
+fi
+
+# Failing verbs set errno as rdma-core's do (tests/compat/errno.c, built with rdma-core's own
+# <infiniband/verbs.h> from libibverbs-dev, so the inline verbs are rdma-core's too).
+if [ ! -f /usr/include/infiniband/verbs.h ] && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 || true
+fi
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+    echo "skip errno.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/errno" tests/compat/errno.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    out=$(UROCE_DEVICES="uroce0=${COMPAT_ADDR_A:-127.0.0.1}" timeout 30 "$work/errno" 2>&1)
+    if [ $? = 0 ]; then ok "failing verbs set errno as rdma-core's ($(tail -1 <<<"$out"))"
+    else bad "errno.c: $(tr '\n' ' ' <<<"$out")"; fi
+else
+    bad "compiling tests/compat/errno.c"
 fi
 
 # ---- 6. ibv_devinfo -v opens the device and describes it ----

@@ -29,7 +29,7 @@ use crate::context::{errno_of, uctx, ObjKind};
 use crate::cq::ucq;
 use crate::objects::{ah_attr_from_c, ah_attr_to_c, uah, upd};
 use crate::types::*;
-use crate::util::{guard, set_errno};
+use crate::util::{errno_ret, guard, guard_errno, set_errno};
 
 /// WRs converted and posted per `verbs` call (one doorbell each).
 pub const CHUNK: usize = 32;
@@ -221,7 +221,7 @@ pub(crate) unsafe extern "C" fn op_post_send(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(at) };
         }
-        err
+        errno_ret(err)
     };
     // SAFETY: per the contract.
     let Some(q) = (unsafe { qp.cast::<UQp>().as_ref() }).and_then(|q| q.qp.as_ref()) else {
@@ -332,7 +332,7 @@ unsafe fn post_recv_list(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(at) };
         }
-        err
+        errno_ret(err)
     };
     let mut cur = wr;
     while !cur.is_null() {
@@ -389,7 +389,7 @@ pub(crate) unsafe extern "C" fn op_post_recv(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(wr) };
         }
-        return libc::EINVAL;
+        return errno_ret(libc::EINVAL);
     };
     // SAFETY: forwarded contract.
     unsafe { post_recv_list(wr, bad_wr, |w| q.post_recv(w)) }
@@ -410,7 +410,7 @@ pub(crate) unsafe extern "C" fn op_post_srq_recv(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(wr) };
         }
-        return libc::EINVAL;
+        return errno_ret(libc::EINVAL);
     };
     // SAFETY: forwarded contract.
     unsafe { post_recv_list(wr, bad_wr, |w| s.post_recv(w)) }
@@ -588,7 +588,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let uq = qp.cast::<UQp>();
         // SAFETY: per the contract.
         let (Some(q), Some(a)) = (unsafe { uq.as_ref() }.and_then(|q| q.qp.as_ref()), unsafe {
@@ -621,7 +621,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let uq = qp.cast::<UQp>();
         // SAFETY: per the contract.
         let Some(q) = (unsafe { uq.as_ref() }).and_then(|q| q.qp.as_ref()) else {
@@ -659,7 +659,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 /// # Safety
 /// `qp` came from [`ibv_create_qp`]; after success it is not used again.
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let uq = qp.cast::<UQp>();
         if uq.is_null() {
             return libc::EINVAL;
@@ -747,7 +747,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract.
         let (Some(s), Some(a)) = (
             unsafe { srq.cast::<USrq>().as_ref() }.and_then(|s| s.srq.as_ref()),
@@ -772,7 +772,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
 /// # Safety
 /// `srq` is a live SRQ; `attr` is valid for a write.
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract.
         let Some(s) = (unsafe { srq.cast::<USrq>().as_ref() }).and_then(|s| s.srq.as_ref()) else {
             return libc::EINVAL;
@@ -802,7 +802,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 /// # Safety
 /// `srq` came from [`ibv_create_srq`]; after success it is not used again.
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let us = srq.cast::<USrq>();
         if us.is_null() {
             return libc::EINVAL;
