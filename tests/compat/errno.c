@@ -122,6 +122,35 @@ int main(void)
 	EXPECT_MINUS1(ibv_query_gid(ctx, 1, 100000, &gid), EINVAL);
 	EXPECT_MINUS1(ibv_query_pkey(ctx, 1, 100000, &pkey), EINVAL);
 
+	/* ibv_create_qp_ex takes what rxe takes without the ibv_wr_* interface: comp_mask
+	 * PD | CREATE_FLAGS with create_flags 0; other flags and fields are EOPNOTSUPP. */
+	struct ibv_qp_init_attr_ex qx = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = qia.cap,
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+		.pd = pd,
+	};
+	struct ibv_qp *qp2 = ibv_create_qp_ex(ctx, &qx);
+	CHECK(qp2 != NULL && qx.cap.max_send_wr >= 4,
+	      "ibv_create_qp_ex(PD | CREATE_FLAGS, flags 0): %s", strerror(errno));
+	if (qp2)
+		CHECK(ibv_destroy_qp(qp2) == 0, "destroying the ibv_create_qp_ex QP");
+	qx.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+	errno = 0;
+	CHECK(ibv_create_qp_ex(ctx, &qx) == NULL && errno == EOPNOTSUPP,
+	      "ibv_create_qp_ex(create_flags SCATTER_FCS): errno %d, want EOPNOTSUPP", errno);
+	qx.create_flags = 0;
+	qx.comp_mask |= IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+	errno = 0;
+	CHECK(ibv_create_qp_ex(ctx, &qx) == NULL && errno == EOPNOTSUPP,
+	      "ibv_create_qp_ex(MAX_TSO_HEADER): errno %d, want EOPNOTSUPP", errno);
+	qx.comp_mask = IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	errno = 0;
+	CHECK(ibv_create_qp_ex(ctx, &qx) == NULL && errno == EINVAL,
+	      "ibv_create_qp_ex without a PD: errno %d, want EINVAL", errno);
+
 	/* Features a software RoCE device does not have: EOPNOTSUPP. */
 	errno = 0;
 	CHECK(ibv_import_pd(ctx, 1) == NULL && errno == EOPNOTSUPP,

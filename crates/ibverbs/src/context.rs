@@ -148,6 +148,7 @@ fn open(dev: &'static UDevice) -> Result<Box<UContext>, c_int> {
     vctx.sz = core::mem::size_of::<verbs_context>();
     vctx.query_port = Some(op_query_port);
     vctx.query_device_ex = Some(op_query_device_ex);
+    vctx.create_qp_ex = Some(crate::qp::op_create_qp_ex);
     let c = &mut vctx.context;
     c.device = core::ptr::from_ref(&dev.ibv).cast_mut();
     c.ops.poll_cq = Some(crate::cq::op_poll_cq);

@@ -436,6 +436,47 @@ fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
     }
 }
 
+/// The `create_qp_ex` op (the inline `ibv_create_qp_ex` calls it for any `comp_mask` other
+/// than `IBV_QP_INIT_ATTR_PD` alone). It accepts what rdma-core's rxe provider accepts
+/// without the extended post-send interface (`check_qp_init_attr` in `providers/rxe/rxe.c`):
+/// `comp_mask` within `PD | CREATE_FLAGS`, `create_flags` 0 (rxe supports no creation flag),
+/// and then creates the QP as [`ibv_create_qp`] does. Any other `comp_mask` bit or creation
+/// flag is EOPNOTSUPP, as rxe answers; so is `SEND_OPS_FLAGS`, because uroce does not offer
+/// the `ibv_wr_*` interface. Without `IBV_QP_INIT_ATTR_PD` there is no PD: EINVAL.
+///
+/// # Safety
+/// `context` is a live context; `attr` is valid, with live CQs (and SRQ) of that context.
+pub(crate) unsafe extern "C" fn op_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    let fail = |e: c_int| {
+        set_errno(e);
+        core::ptr::null_mut()
+    };
+    // SAFETY: per the contract.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: a non-NULL PD of the application's (contract).
+    if unsafe { (*a.pd).context } != context {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: `ibv_qp_init_attr_ex` begins with the fields of `ibv_qp_init_attr`, in the same
+    // order and at the same offsets (rdma-core's verbs.h defines it so), so `attr` is also a
+    // valid `ibv_qp_init_attr`; the granted capacities are written back into `a.cap`.
+    unsafe { ibv_create_qp(a.pd, attr.cast::<ibv_qp_init_attr>()) }
+}
+
 /// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)`: the granted
 /// capacities are written back into `init_attr->cap` (perftest reads `max_inline_data`).
 ///
