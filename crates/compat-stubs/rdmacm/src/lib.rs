@@ -310,7 +310,7 @@ mod tests {
         assert_eq!(errno(), libc::ENODEV);
         // SAFETY: NULL is allowed.
         assert!(unsafe { rdma_get_devices(core::ptr::null_mut()) }.is_null());
-        let mut res: *mut c_void = 1 as *mut c_void;
+        let mut res: *mut c_void = core::ptr::dangling_mut();
         set_errno(0);
         // SAFETY: NULL strings and hints are never read; res is a valid slot.
         let r = unsafe {
