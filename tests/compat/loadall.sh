@@ -23,8 +23,8 @@
 #      four libraries from target/compat and reports no undefined symbol of theirs and no
 #      missing version node of theirs (symbols a plugin takes from its host program, such as
 #      a Python module's Py* imports, are not ours and are not counted).
-# Then `ucx_info -v`, `ucx_info -d` and `fi_info -p verbs` must start (no loader error); what
-# they print is shown. Ends with "N passed, M failed"; exit status 1 if anything failed.
+# Then `ucx_info -v`, `ucx_info -d` and `fi_info -p verbs` must start (no loader error), what
+# they print is shown, and every pyverbs module imports. Ends with "N passed, M failed"; exit status 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -172,6 +172,31 @@ if command -v ucx_info >/dev/null 2>&1; then
     starts "ucx_info -d" ucx_info -d
 fi
 command -v fi_info >/dev/null 2>&1 && starts "fi_info -p verbs" fi_info -p verbs
+
+# pyverbs: every module imports (the mlx5/efa ones need the full stub libraries) and the
+# device list shows the configured device.
+if [ -d /usr/lib/python3/dist-packages/pyverbs ] && [ -x /usr/bin/python3 ]; then
+    out=$(LD_LIBRARY_PATH="$lib" LD_BIND_NOW=1 UROCE_DEVICES="uroce0=${COMPAT_ADDR_A:-127.0.0.1}" \
+        timeout 60 /usr/bin/python3 - 2>&1 <<'PY'
+import importlib, pkgutil, pyverbs
+names = [m.name for m in pkgutil.walk_packages(pyverbs.__path__, 'pyverbs.')]
+bad = []
+for n in names:
+    try:
+        importlib.import_module(n)
+    except Exception as e:
+        bad.append(f"{n}: {e!r}")
+import pyverbs.device as d
+devs = [x.name.decode() for x in d.get_device_list()]
+print(f"{len(names)} modules, failed {bad}, devices {devs}")
+PY
+)
+    if grep -qE "modules, failed \[\], devices \['uroce0'\]" <<<"$out"; then
+        ok "pyverbs imports against target/compat ($out)"
+    else
+        bad "pyverbs: $(tail -3 <<<"$out" | tr '\n' ' ')"
+    fi
+fi
 
 [ ${#skipped[@]} = 0 ] || echo "loadall: packages not tested (not installable here): ${skipped[*]}"
 echo "loadall: $pass passed, $fail failed"
