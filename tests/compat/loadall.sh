@@ -198,6 +198,6 @@ PY
     fi
 fi
 
-[ ${#skipped[@]} = 0 ] || echo "loadall: packages not tested (not installable here): ${skipped[*]}"
+[ ${#skipped[@]} = 0 ] || echo "loadall: packages not tested (not installed, or not installable here): ${skipped[*]}"
 echo "loadall: $pass passed, $fail failed"
 [ "$fail" = 0 ]
