@@ -17,6 +17,9 @@ cargo test --workspace
 echo "== drop-in C libraries: loader and symbol versions (tests/compat/load.sh)"
 bash tests/compat/load.sh
 
+echo "== drop-in C libraries: every ELF object of the rdma-core users in Debian loads (tests/compat/loadall.sh)"
+bash tests/compat/loadall.sh --no-build
+
 echo "== drop-in C libraries: stock tools end to end (tests/compat/tools.sh)"
 bash tests/compat/tools.sh
 

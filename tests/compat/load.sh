@@ -15,8 +15,9 @@
 #   3. the loader agrees: `ldd -r` resolves every tool's libraries from target/compat with no
 #      missing symbol or version, and each tool starts without a loader error (§0: -z now);
 #   4. `ibv_devices` lists exactly the devices of UROCE_DEVICES;
-#   5. the device-free functions give byte-identical results to the system libraries, and
-#      the device list / GUID / sysfs emulation behave (tests/compat/*.c);
+#   5. the device-free functions give byte-identical results to the system libraries, the
+#      device list / GUID / sysfs emulation behave, and failing verbs set errno
+#      (tests/compat/*.c);
 #   6. `ibv_devinfo -v` opens the device and describes it; its GUID matches ibv_devices'.
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
@@ -75,8 +76,8 @@ trap 'rm -rf "$work"' EXIT
 declare -A nodes=(
     [libibverbs.so.1]="IBVERBS_1.0 IBVERBS_1.1 IBVERBS_1.5 IBVERBS_1.6 IBVERBS_1.7 IBVERBS_1.8 IBVERBS_1.9 IBVERBS_1.10 IBVERBS_1.11 IBVERBS_1.12 IBVERBS_1.13 IBVERBS_1.14 IBVERBS_PRIVATE_34"
     [librdmacm.so.1]="RDMACM_1.0 RDMACM_1.1 RDMACM_1.2 RDMACM_1.3"
-    [libmlx5.so.1]="MLX5_1.3 MLX5_1.7 MLX5_1.10 MLX5_1.21"
-    [libefa.so.1]="EFA_1.1"
+    [libmlx5.so.1]="MLX5_1.0 MLX5_1.1 MLX5_1.2 MLX5_1.3 MLX5_1.4 MLX5_1.5 MLX5_1.6 MLX5_1.7 MLX5_1.8 MLX5_1.9 MLX5_1.10 MLX5_1.11 MLX5_1.12 MLX5_1.13 MLX5_1.14 MLX5_1.15 MLX5_1.16 MLX5_1.17 MLX5_1.18 MLX5_1.19 MLX5_1.20 MLX5_1.21 MLX5_1.22 MLX5_1.23 MLX5_1.24"
+    [libefa.so.1]="EFA_1.0 EFA_1.1 EFA_1.2"
 )
 for so in "${!nodes[@]}"; do
     f="$lib/$so"
@@ -91,6 +92,19 @@ for so in "${!nodes[@]}"; do
     unversioned=$(readelf -W --dyn-syms "$f" | awk '$7!="UND" && $5=="GLOBAL" && $8 !~ /@/ {print $8}')
     [ -z "$unversioned" ] && ok "$so exports only versioned symbols" \
         || bad "$so exports unversioned symbols: $(echo $unversioned | head -c 300)"
+done
+
+# The stubs export every function, under the same version, that rdma-core 44's libraries do
+# (providers/mlx5/libmlx5.map, providers/efa/libefa.map, librdmacm/librdmacm.map), the old
+# mlx5dv_init_obj@MLX5_1.0 included.
+for so in libmlx5.so.1 libefa.so.1 librdmacm.so.1; do
+    sys=/usr/lib/x86_64-linux-gnu/$so
+    [ -f "$sys" ] || { echo "skip $so: no system $sys to compare with"; continue; }
+    funcs() { readelf -W --dyn-syms "$1" | awk '$7!="UND" && $5=="GLOBAL" && $4=="FUNC" {print $8}' | sort -u; }
+    absent=$(comm -23 <(funcs "$sys") <(funcs "$lib/$so") | tr '\n' ' ')
+    n=$(funcs "$sys" | wc -l)
+    [ -z "$absent" ] && ok "$so exports all $n functions of rdma-core 44's, same versions" \
+        || bad "$so lacks: $absent"
 done
 
 # The full rdma-core 44 default-version set is exported (strategy A as well as B, §6.3).
@@ -187,6 +201,22 @@ if gcc -O1 -Wall -Wextra -Werror -o "$work/pure_api" tests/compat/pure_api.c \
         && ok "bad device list fails with EINVAL" || bad "devlist bad env: $(cat "$work/devlist.out")"
 else
     bad "compiling the C ABI programs"
+fi
+
+# Failing verbs set errno as rdma-core's do (tests/compat/errno.c, built with rdma-core's own
+# <infiniband/verbs.h> from libibverbs-dev, so the inline verbs are rdma-core's too).
+if [ ! -f /usr/include/infiniband/verbs.h ] && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 || true
+fi
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+    echo "skip errno.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/errno" tests/compat/errno.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    out=$(UROCE_DEVICES="uroce0=${COMPAT_ADDR_A:-127.0.0.1}" timeout 30 "$work/errno" 2>&1)
+    if [ $? = 0 ]; then ok "failing verbs set errno as rdma-core's ($(tail -1 <<<"$out"))"
+    else bad "errno.c: $(tr '\n' ' ' <<<"$out")"; fi
+else
+    bad "compiling tests/compat/errno.c"
 fi
 
 # ---- 6. ibv_devinfo -v opens the device and describes it ----

@@ -19,7 +19,7 @@ use uroce::{Context, DeviceSpec, Errno, EventType};
 
 use crate::device::{lookup, UDevice};
 use crate::types::*;
-use crate::util::{fill_cstr, guard, is_nonblocking, set_blocking, set_errno};
+use crate::util::{fill_cstr, guard, guard_errno, is_nonblocking, set_blocking, set_errno};
 
 /// `ibv_context` offset inside [`UContext`]: the `verbs_context` comes first.
 pub(crate) const CTX_OFFSET: usize = offset_of!(verbs_context, context);
@@ -148,6 +148,7 @@ fn open(dev: &'static UDevice) -> Result<Box<UContext>, c_int> {
     vctx.sz = core::mem::size_of::<verbs_context>();
     vctx.query_port = Some(op_query_port);
     vctx.query_device_ex = Some(op_query_device_ex);
+    vctx.create_qp_ex = Some(crate::qp::op_create_qp_ex);
     let c = &mut vctx.context;
     c.device = core::ptr::from_ref(&dev.ibv).cast_mut();
     c.ops.poll_cq = Some(crate::cq::op_poll_cq);
@@ -203,7 +204,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 /// # Safety
 /// `context` came from [`ibv_open_device`] and is not used after this call.
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         if context.is_null() {
             return libc::EINVAL;
         }
@@ -284,7 +285,7 @@ pub unsafe extern "C" fn ibv_query_device(
     context: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract.
         let Some(u) = (unsafe { uctx(context) }) else {
             return libc::EINVAL;
@@ -313,7 +314,7 @@ unsafe extern "C" fn op_query_device_ex(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: the inline passes the application's context.
         let Some(u) = (unsafe { uctx(context) }) else {
             return libc::EINVAL;
@@ -417,9 +418,7 @@ unsafe extern "C" fn op_query_port(
     len: usize,
 ) -> c_int {
     // SAFETY: the inline passes a buffer of `len` bytes.
-    guard(libc::EIO, || unsafe {
-        query_port_into(context, port, attr, len)
-    })
+    guard_errno(|| unsafe { query_port_into(context, port, attr, len) })
 }
 
 /// `int ibv_query_port(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *)`:
@@ -434,9 +433,7 @@ pub unsafe extern "C" fn ibv_query_port(
     attr: *mut ibv_port_attr,
 ) -> c_int {
     // SAFETY: the compat struct is COMPAT_PORT_ATTR_LEN bytes.
-    guard(libc::EIO, || unsafe {
-        query_port_into(context, port, attr, COMPAT_PORT_ATTR_LEN)
-    })
+    guard_errno(|| unsafe { query_port_into(context, port, attr, COMPAT_PORT_ATTR_LEN) })
 }
 
 /// `int ibv_query_gid(struct ibv_context *, uint8_t, int, union ibv_gid *)`: 0 (an empty
@@ -506,7 +503,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract.
         let Some(u) = (unsafe { uctx(context) }) else {
             return libc::EINVAL;
@@ -550,7 +547,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    guard(-(libc::EIO as isize), || {
+    let r = guard(-(libc::EIO as isize), || {
         // SAFETY: per the contract.
         let Some(u) = (unsafe { uctx(context) }) else {
             return -(libc::EINVAL as isize);
@@ -591,7 +588,11 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             }
         }
         isize::try_from(n).unwrap_or(isize::MAX)
-    })
+    });
+    if r < 0 {
+        set_errno(c_int::try_from(-r).unwrap_or(libc::EIO));
+    }
+    r
 }
 
 /// `int ibv_query_gid_type(ctx, port_num, index, enum ibv_gid_type_sysfs *)`

@@ -20,7 +20,7 @@ use abi::uverbs;
 
 use crate::context::{errno_of, uctx, ObjKind, UContext};
 use crate::types::*;
-use crate::util::{guard, is_nonblocking, set_blocking, set_errno};
+use crate::util::{errno_ret, guard, guard_errno, is_nonblocking, set_blocking, set_errno};
 
 // The poll path reinterprets the caller's `ibv_wc` array as the ABI's `Wc` (CQE prefix).
 const _: () = {
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 /// # Safety
 /// `channel` came from [`ibv_create_comp_channel`]; after success it is not used again.
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         if channel.is_null() {
             return libc::EINVAL;
         }
@@ -206,7 +206,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 /// # Safety
 /// `cq` is a live CQ.
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let c = cq.cast::<UCq>();
         // SAFETY: per the contract.
         let Some(inner) = (unsafe { c.as_ref() }).and_then(|c| c.cq.as_ref()) else {
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 /// # Safety
 /// `cq` came from [`ibv_create_cq`]; after success it is not used again.
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let c = cq.cast::<UCq>();
         // SAFETY: NULL or a live boxed UCq per the contract.
         let Some(uc) = (unsafe { c.as_ref() }) else {
@@ -389,6 +389,7 @@ pub(crate) unsafe extern "C" fn op_poll_cq(
 ) -> c_int {
     // SAFETY: per the contract.
     let Some(inner) = (unsafe { ucq(cq) }).and_then(|c| c.cq.as_ref()) else {
+        set_errno(libc::EINVAL);
         return -1;
     };
     let n = usize::try_from(num_entries).unwrap_or(0);
@@ -400,7 +401,10 @@ pub(crate) unsafe extern "C" fn op_poll_cq(
     let out = unsafe { core::slice::from_raw_parts_mut(wc.cast::<uverbs::Wc>(), n) };
     match inner.poll_raw(out) {
         Ok(got) => c_int::try_from(got).unwrap_or(c_int::MAX),
-        Err(_) => -1,
+        Err(e) => {
+            set_errno(errno_of(&e));
+            -1
+        }
     }
 }
 
@@ -412,10 +416,10 @@ pub(crate) unsafe extern "C" fn op_poll_cq(
 pub(crate) unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: per the contract.
     let Some(inner) = (unsafe { ucq(cq) }).and_then(|c| c.cq.as_ref()) else {
-        return libc::EINVAL;
+        return errno_ret(libc::EINVAL);
     };
     match inner.req_notify(solicited_only != 0) {
         Ok(()) => 0,
-        Err(e) => errno_of(&e),
+        Err(e) => errno_ret(errno_of(&e)),
     }
 }

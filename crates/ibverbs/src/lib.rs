@@ -58,9 +58,13 @@
 //! `ibv_copy_*_kern` converters (no-ops; system librdmacm only), the provider interface
 //! (`ibv_cmd_*`, `execute_ioctl`, `_verbs_init_and_alloc_context`, `verbs_open_device`,
 //! `verbs_init_cq`, `verbs_set_ops`, `verbs_uninit_context`, `__verbs_log`), and every
-//! extended `verbs_context` op except `query_port` and `query_device_ex` (NULL slots: the
-//! inlines `ibv_create_cq_ex`, `ibv_create_qp_ex` with send ops, `ibv_alloc_dm`, … fail
-//! with EOPNOTSUPP as for a device without them).
+//! extended `verbs_context` op except `query_port`, `query_device_ex` and `create_qp_ex`
+//! (NULL slots: the inlines `ibv_create_cq_ex`, `ibv_alloc_dm`, … fail with EOPNOTSUPP as
+//! for a device without them; `create_qp_ex` itself refuses `send_ops_flags`).
+//!
+//! Errors follow rdma-core's conventions: an `int` verb returns the errno value and stores it
+//! in `errno` as well; pointer-returning verbs give NULL with `errno` set; the few documented
+//! as −1 (`ibv_query_gid`, `ibv_query_pkey`, `ibv_get_cq_event`, …) set `errno`.
 //!
 //! # Safety
 //!

@@ -12,7 +12,7 @@ use uroce::{AccessFlags, AhAttr, Gid, GlobalRoute, Wc, WcFlags};
 
 use crate::context::{errno_of, release, retain, uctx};
 use crate::types::*;
-use crate::util::{guard, set_errno};
+use crate::util::{guard, guard_errno, set_errno};
 
 /// A protection domain.
 #[repr(C)]
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 /// # Safety
 /// `pd` came from [`ibv_alloc_pd`] and is not used after this call.
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract, NULL or a live boxed UPd.
         let Some(p) = (unsafe { upd(pd) }) else {
             return libc::EINVAL;
@@ -209,7 +209,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 /// # Safety
 /// `mr` came from an `ibv_reg_mr*` call; after success it is not used again.
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         if mr.is_null() {
             return libc::EINVAL;
         }
@@ -311,7 +311,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 /// # Safety
 /// `ah` came from [`ibv_create_ah`] and no posted WR still refers to it.
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         if ah.is_null() {
             return libc::EINVAL;
         }

@@ -29,7 +29,7 @@ use crate::context::{errno_of, uctx, ObjKind};
 use crate::cq::ucq;
 use crate::objects::{ah_attr_from_c, ah_attr_to_c, uah, upd};
 use crate::types::*;
-use crate::util::{guard, set_errno};
+use crate::util::{errno_ret, guard, guard_errno, set_errno};
 
 /// WRs converted and posted per `verbs` call (one doorbell each).
 pub const CHUNK: usize = 32;
@@ -221,7 +221,7 @@ pub(crate) unsafe extern "C" fn op_post_send(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(at) };
         }
-        err
+        errno_ret(err)
     };
     // SAFETY: per the contract.
     let Some(q) = (unsafe { qp.cast::<UQp>().as_ref() }).and_then(|q| q.qp.as_ref()) else {
@@ -332,7 +332,7 @@ unsafe fn post_recv_list(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(at) };
         }
-        err
+        errno_ret(err)
     };
     let mut cur = wr;
     while !cur.is_null() {
@@ -389,7 +389,7 @@ pub(crate) unsafe extern "C" fn op_post_recv(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(wr) };
         }
-        return libc::EINVAL;
+        return errno_ret(libc::EINVAL);
     };
     // SAFETY: forwarded contract.
     unsafe { post_recv_list(wr, bad_wr, |w| q.post_recv(w)) }
@@ -410,7 +410,7 @@ pub(crate) unsafe extern "C" fn op_post_srq_recv(
             // SAFETY: valid for a write per the contract.
             unsafe { bad_wr.write(wr) };
         }
-        return libc::EINVAL;
+        return errno_ret(libc::EINVAL);
     };
     // SAFETY: forwarded contract.
     unsafe { post_recv_list(wr, bad_wr, |w| s.post_recv(w)) }
@@ -434,6 +434,47 @@ fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
         max_recv_sge: c.max_recv_sge,
         max_inline_data: c.max_inline_data,
     }
+}
+
+/// The `create_qp_ex` op (the inline `ibv_create_qp_ex` calls it for any `comp_mask` other
+/// than `IBV_QP_INIT_ATTR_PD` alone). It accepts what rdma-core's rxe provider accepts
+/// without the extended post-send interface (`check_qp_init_attr` in `providers/rxe/rxe.c`):
+/// `comp_mask` within `PD | CREATE_FLAGS`, `create_flags` 0 (rxe supports no creation flag),
+/// and then creates the QP as [`ibv_create_qp`] does. Any other `comp_mask` bit or creation
+/// flag is EOPNOTSUPP, as rxe answers; so is `SEND_OPS_FLAGS`, because uroce does not offer
+/// the `ibv_wr_*` interface. Without `IBV_QP_INIT_ATTR_PD` there is no PD: EINVAL.
+///
+/// # Safety
+/// `context` is a live context; `attr` is valid, with live CQs (and SRQ) of that context.
+pub(crate) unsafe extern "C" fn op_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    let fail = |e: c_int| {
+        set_errno(e);
+        core::ptr::null_mut()
+    };
+    // SAFETY: per the contract.
+    let Some(a) = (unsafe { attr.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: a non-NULL PD of the application's (contract).
+    if unsafe { (*a.pd).context } != context {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: `ibv_qp_init_attr_ex` begins with the fields of `ibv_qp_init_attr`, in the same
+    // order and at the same offsets (rdma-core's verbs.h defines it so), so `attr` is also a
+    // valid `ibv_qp_init_attr`; the granted capacities are written back into `a.cap`.
+    unsafe { ibv_create_qp(a.pd, attr.cast::<ibv_qp_init_attr>()) }
 }
 
 /// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)`: the granted
@@ -588,7 +629,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let uq = qp.cast::<UQp>();
         // SAFETY: per the contract.
         let (Some(q), Some(a)) = (unsafe { uq.as_ref() }.and_then(|q| q.qp.as_ref()), unsafe {
@@ -621,7 +662,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let uq = qp.cast::<UQp>();
         // SAFETY: per the contract.
         let Some(q) = (unsafe { uq.as_ref() }).and_then(|q| q.qp.as_ref()) else {
@@ -659,7 +700,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 /// # Safety
 /// `qp` came from [`ibv_create_qp`]; after success it is not used again.
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let uq = qp.cast::<UQp>();
         if uq.is_null() {
             return libc::EINVAL;
@@ -747,7 +788,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract.
         let (Some(s), Some(a)) = (
             unsafe { srq.cast::<USrq>().as_ref() }.and_then(|s| s.srq.as_ref()),
@@ -772,7 +813,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
 /// # Safety
 /// `srq` is a live SRQ; `attr` is valid for a write.
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         // SAFETY: per the contract.
         let Some(s) = (unsafe { srq.cast::<USrq>().as_ref() }).and_then(|s| s.srq.as_ref()) else {
             return libc::EINVAL;
@@ -802,7 +843,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 /// # Safety
 /// `srq` came from [`ibv_create_srq`]; after success it is not used again.
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard(libc::EIO, || {
+    guard_errno(|| {
         let us = srq.cast::<USrq>();
         if us.is_null() {
             return libc::EINVAL;

@@ -11,12 +11,13 @@ use core::ffi::{c_int, c_uint, c_void};
 
 use crate::util::set_errno;
 
-/// `int f(...)` returning a positive errno, as rdma-core's `int` verbs do.
+/// `int f(...)` returning a positive errno (also stored in `errno`), as rdma-core's `int`
+/// verbs do; 0 is success.
 macro_rules! errno_stubs {
     ($err:expr => $($(#[$m:meta])* $name:ident),* $(,)?) => {$(
         $(#[$m])*
         pub extern "C" fn $name() -> c_int {
-            $err
+            crate::util::errno_ret($err)
         }
     )*};
 }
@@ -116,8 +117,9 @@ errno_stubs!(0 =>
 );
 
 /// `ibv_qp_to_qp_ex`: NULL, as upstream for a QP created without `send_ops_flags`; uroce
-/// creates no extended QPs (perftest then uses the old post-send path, §0 item 6).
+/// creates no extended QPs (perftest then uses the old post-send path). errno EOPNOTSUPP.
 pub extern "C" fn ibv_qp_to_qp_ex() -> *mut c_void {
+    set_errno(libc::EOPNOTSUPP);
     core::ptr::null_mut()
 }
 

@@ -127,6 +127,9 @@ pub struct ibv_context {
 /// `verbs_context.query_port`: called by the inline `ibv_query_port` with `port_attr_len` 52.
 pub type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+/// `verbs_context.create_qp_ex`.
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
 /// `verbs_context.query_device_ex`: called by the inline `ibv_query_device_ex` with 400.
 pub type QueryDeviceExFn = unsafe extern "C" fn(
     *mut ibv_context,
@@ -174,7 +177,9 @@ pub struct verbs_context {
     pub ibv_create_flow: AnyFn,
     pub abi_placeholder1: AnyFn,
     pub open_qp: AnyFn,
-    pub create_qp_ex: AnyFn,
+    /// Called by the inline `ibv_create_qp_ex` unless `comp_mask` is exactly
+    /// `IBV_QP_INIT_ATTR_PD`.
+    pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: AnyFn,
     pub create_srq_ex: AnyFn,
     pub open_xrcd: AnyFn,
@@ -741,6 +746,8 @@ pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
 pub const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1;
+/// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 
 const _: () = {
     assert!(size_of::<pthread_mutex_t>() == 40);
@@ -938,6 +945,13 @@ const _: () = {
     assert!(offset_of!(ibv_qp_init_attr_ex, comp_mask) == 60);
     assert!(offset_of!(ibv_qp_init_attr_ex, pd) == 64);
     assert!(offset_of!(ibv_qp_init_attr_ex, create_flags) == 80);
+    // The `create_qp_ex` op hands an `ibv_qp_init_attr_ex` to `ibv_create_qp` as its prefix.
+    assert!(offset_of!(ibv_qp_init_attr_ex, cap) == offset_of!(ibv_qp_init_attr, cap));
+    assert!(offset_of!(ibv_qp_init_attr_ex, qp_type) == offset_of!(ibv_qp_init_attr, qp_type));
+    assert!(
+        offset_of!(ibv_qp_init_attr_ex, sq_sig_all) == offset_of!(ibv_qp_init_attr, sq_sig_all)
+    );
+    assert!(size_of::<ibv_qp_init_attr>() <= size_of::<ibv_qp_init_attr_ex>());
     assert!(offset_of!(ibv_qp_init_attr_ex, max_tso_header) == 84);
     assert!(offset_of!(ibv_qp_init_attr_ex, rwq_ind_tbl) == 88);
     assert!(offset_of!(ibv_qp_init_attr_ex, rx_hash_conf) == 96);

@@ -10,6 +10,22 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e }
 }
 
+/// Returns `r`, storing it in `errno` too when it is a positive errno value. rdma-core's `int`
+/// verbs return the errno of a failure and leave the same value in `errno` (the failed uverbs
+/// `write`/`ioctl` set it), and callers test either one.
+pub(crate) fn errno_ret(r: c_int) -> c_int {
+    if r > 0 {
+        set_errno(r);
+    }
+    r
+}
+
+/// [`guard`] for an entry point returning 0 or a positive errno: a panic becomes EIO, and
+/// every error value is also stored in `errno` ([`errno_ret`]).
+pub(crate) fn guard_errno(f: impl FnOnce() -> c_int) -> c_int {
+    errno_ret(guard(libc::EIO, f))
+}
+
 /// The calling thread's `errno`.
 #[cfg(test)]
 pub(crate) fn errno() -> c_int {
@@ -110,6 +126,23 @@ mod tests {
             libc::close(fds[0]);
             libc::close(fds[1]);
         }
+    }
+
+    #[test]
+    fn errors_are_stored_in_errno() {
+        set_errno(0);
+        assert_eq!(guard_errno(|| 0), 0);
+        assert_eq!(errno(), 0);
+        assert_eq!(guard_errno(|| libc::EBUSY), libc::EBUSY);
+        assert_eq!(errno(), libc::EBUSY);
+        set_errno(libc::ENOENT);
+        assert_eq!(errno_ret(-1), -1);
+        assert_eq!(errno(), libc::ENOENT);
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = guard_errno(|| panic!("boom"));
+        std::panic::set_hook(prev);
+        assert_eq!((r, errno()), (libc::EIO, libc::EIO));
     }
 
     #[test]

@@ -714,6 +714,8 @@ impl DevState {
         resp: &mut Vec<u8>,
     ) -> Result<(), Errno> {
         let max = self.cfg.limits.max_cqe;
+        own(&self.res.cqs, ctx, c.cq_handle)?;
+        let in_flight = self.signaled_in_flight(c.cq_handle)?;
         let cq = own_mut(&mut self.res.cqs, ctx, c.cq_handle)?;
         if c.cqe == 0 || c.cqe > max {
             return Err(Errno::EINVAL);
@@ -728,7 +730,12 @@ impl DevState {
         }
         let mut old = Consumer::attach(cq.mem.clone(), 0, cq.layout).map_err(ring_errno)?;
         let pending = old.available().map_err(ring_errno)?;
-        if pending > layout.slots() {
+        // Never fewer slots than completions the CQ still owes the application: the CQEs not
+        // yet polled plus one for each signaled send WQE still in flight (rxe refuses only
+        // the first part, `rxe_cq_chk_attr`; a shrink right after posting would otherwise
+        // overrun the new ring and lose completions). Posted receives are not counted: they
+        // complete only when a message arrives, as with any CQ sized by the application.
+        if pending.saturating_add(in_flight) > layout.slots() {
             return Err(Errno::EINVAL);
         }
         let mut new = Producer::attach(mem.clone(), 0, layout).map_err(ring_errno)?;
@@ -754,6 +761,25 @@ impl DevState {
             },
         );
         Ok(())
+    }
+
+    /// Send WQEs posted to QPs whose send CQ is `cq` that will complete into it: every
+    /// posted, not yet completed WQE that is signaled (or of a `sq_sig_all` QP), and any
+    /// the engine could not parse (a bad WQE always completes). A WQE leaves its ring only
+    /// once its completion is written or it is known to need none.
+    fn signaled_in_flight(&mut self, cq: u32) -> Result<u32, Errno> {
+        let mut n = 0u32;
+        for (_, q) in self.qps.iter_mut_all().filter(|(_, q)| q.send_cq == cq) {
+            let posted = q.sq.available().map_err(ring_errno)?;
+            for i in 0..posted {
+                let signaled = q.sq_sig_all
+                    || q.sq
+                        .read_struct::<SendWqe>(i)
+                        .map_or(true, |w| w.send_flags & SendFlags::SIGNALED.0 != 0);
+                n = n.saturating_add(u32::from(signaled));
+            }
+        }
+        Ok(n)
     }
 
     /// POLL_CQ: consume CQEs from the ring on the library's behalf (its consumer index in

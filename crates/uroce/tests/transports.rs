@@ -326,6 +326,92 @@ fn async_adapter_waits_for_completion_events() {
     drop(src);
 }
 
+// ibv_resize_cq never loses a completion: right after posting seven signaled WRs, a shrink
+// below seven is refused with EINVAL (the completions are in flight or unpolled, and the
+// device owes all of them), every completion arrives, and once they are polled the same
+// shrink succeeds. Unsignaled WRs are not owed.
+#[test]
+fn resize_cq_refuses_shrink_below_owed_completions() {
+    for topo in [Topo::SameDevice, Topo::TwoDevices] {
+        let (a, b) = rc(topo);
+        let src = buf(&a, 64);
+        let dst = buf(&b, 64);
+        let s = [src.sge(0, 8)];
+        let wrs: Vec<SendWr<'_>> = (0..7)
+            .map(|i| SendWr::write(i, &s, dst.addr(), dst.rkey()).signaled())
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        let err = a.cq.resize(2).expect_err("shrink below 7 owed completions");
+        assert_eq!(err.errno(), Errno::EINVAL, "{err}");
+        let w = wait(&a.cq, 7);
+        assert_eq!(
+            w.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            (0..7).collect::<Vec<_>>()
+        );
+        assert!(w.iter().all(|w| w.status == WcStatus::SUCCESS));
+        let n = a.cq.resize(2).expect("shrink with nothing owed");
+        assert!(n >= 2);
+        // One signaled WR behind unsignaled ones fits a CQ of two.
+        let wrs: Vec<SendWr<'_>> = (10..15)
+            .map(|i| {
+                let w = SendWr::write(i, &s, dst.addr(), dst.rkey());
+                if i == 14 {
+                    w.signaled()
+                } else {
+                    w
+                }
+            })
+            .collect();
+        a.qp.post_send(&wrs).unwrap();
+        a.cq.resize(2).expect("unsignaled WRs are not owed");
+        assert_eq!(wait1(&a.cq).wr_id, 14);
+        drop(b);
+    }
+}
+
+// The same while the completions are certainly still in flight: the peer address has no
+// device, so no WR can complete before the transport gives up (retry exceeded, the rest
+// flushed). Each of the seven still reaches the CQ.
+#[test]
+fn resize_cq_counts_sends_in_flight() {
+    let (dev, _) = topo_devices(Topo::SameDevice);
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None, 0).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::RC, &cq, PairOpts::default().cap))
+        .unwrap();
+    let nobody = QpEndpoint {
+        qpn: 0x77,
+        psn: 0,
+        gid: Gid::from("127.0.0.77".parse::<std::net::IpAddr>().unwrap()),
+    };
+    let opts = ConnectOpts {
+        timeout: 1,
+        retry_cnt: 1,
+        ..ConnectOpts::default()
+    };
+    qp.connect(&nobody, &opts).unwrap();
+    let src = pd.alloc_mr(64, ALL_ACCESS).unwrap();
+    let s = [src.sge(0, 8)];
+    let wrs: Vec<SendWr<'_>> = (0..7)
+        .map(|i| SendWr::write(i, &s, 0x1000, 0x1234).signaled())
+        .collect();
+    qp.post_send(&wrs).unwrap();
+    let err = cq.resize(2).expect_err("shrink below 7 sends in flight");
+    assert_eq!(err.errno(), Errno::EINVAL, "{err}");
+    let w = wait(&cq, 7);
+    assert_eq!(
+        w.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (0..7).collect::<Vec<_>>()
+    );
+    assert_eq!(w[0].status, WcStatus::RETRY_EXC_ERR, "{w:?}");
+    assert!(
+        w[1..].iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR),
+        "{w:?}"
+    );
+}
+
 // ibv_resize_cq: unpolled completions move to the new ring in order, and the CQ keeps
 // working at its new size.
 #[test]

@@ -1,7 +1,7 @@
 //! `librdmacm.so.1` for uroce — for now the loader half of it.
 //!
 //! Every perftest binary, rping and ucmatose NEED librdmacm, and the system one cannot work
-//! without the kernel's `/dev/infiniband/rdma_cm` (docs/compat.md §10), so uroce ships its own.
+//! without the kernel's `/dev/infiniband/rdma_cm`, so uroce ships its own.
 //! This version exports the complete `RDMACM_1.0`–`1.3` symbol set of rdma-core 44, so
 //! every rdmacm program loads, and:
 //!
@@ -9,11 +9,14 @@
 //!   strings), `rpoll` and `rselect` (on ordinary descriptors an rsocket-aware poll *is*
 //!   `poll`/`select`, and no rsocket can exist here), `rdma_freeaddrinfo`,
 //!   `rdma_free_devices` (nothing to free: nothing is ever allocated);
+//! * reports no RDMA CM device where librdmacm itself would without the kernel's `rdma_cm`:
+//!   `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and `rdma_getaddrinfo`
+//!   (`EAI_SYSTEM`, errno ENODEV);
 //! * fails everything else with `ENOSYS` in the C shape (−1 + errno, NULL + errno, a
 //!   zero port, or nothing for `void` functions). perftest uses rdma_cm only with `-R`/`-z`.
 //!
-//! The real connection manager (§10: event channel, ID state machine, CM exchange) comes
-//! later on top of uroce's libibverbs.
+//! The real connection manager (event channel, ID state machine, CM exchange) comes later on
+//! top of uroce's libibverbs.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
 //! owns the arguments, so a callee that ignores them fits any prototype. Return types do
@@ -82,7 +85,6 @@ int_minus1!(
     rdma_disconnect,
     rdma_get_cm_event,
     rdma_get_request,
-    rdma_getaddrinfo,
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
@@ -100,7 +102,52 @@ int_minus1!(
     rdma_set_local_ece,
 );
 
-null_ptr!(rdma_create_event_channel, rdma_get_devices);
+null_ptr!(rdma_create_event_channel);
+
+/// Why the connection manager is unavailable, as librdmacm reports it when it finds no
+/// `rdma_cm` device (`ucma_init()` failing in `librdmacm/cma.c`).
+const NO_CM_DEVICE: c_int = libc::ENODEV;
+
+/// `struct ibv_context **rdma_get_devices(int *num_devices)`: no RDMA CM device, so NULL with
+/// errno ENODEV and `*num_devices = 0`, as librdmacm answers when `ucma_init()` fails
+/// (`librdmacm/cma.c`). Callers that read the count without checking the pointer (libfabric's
+/// verbs provider) see zero devices.
+///
+/// # Safety
+/// `num_devices` is NULL or points to a writable `int`.
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut c_void {
+    if !num_devices.is_null() {
+        // SAFETY: non-NULL, and the caller's contract makes it a writable int.
+        unsafe { *num_devices = 0 };
+    }
+    set_errno(NO_CM_DEVICE);
+    core::ptr::null_mut()
+}
+
+/// `getaddrinfo(3)`'s "system error" code (`EAI_SYSTEM` in glibc's `<netdb.h>`): the reason is
+/// in `errno`.
+const EAI_SYSTEM: c_int = -11;
+
+/// `int rdma_getaddrinfo(node, service, hints, struct rdma_addrinfo **res)`: no RDMA CM
+/// device, so `*res` is NULL and the result is `EAI_SYSTEM` with errno ENODEV. Callers print
+/// the result with `gai_strerror`, which then says "System error" rather than misreading
+/// librdmacm's −1 as `EAI_BADFLAGS`; those that test `errno` find ENODEV.
+///
+/// # Safety
+/// `res` is NULL or points to a writable pointer.
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    _node: *const c_char,
+    _service: *const c_char,
+    _hints: *const c_void,
+    res: *mut *mut c_void,
+) -> c_int {
+    if !res.is_null() {
+        // SAFETY: non-NULL, and the caller's contract makes it a writable pointer slot.
+        unsafe { *res = core::ptr::null_mut() };
+    }
+    set_errno(NO_CM_DEVICE);
+    EAI_SYSTEM
+}
 
 void_noop!(
     rdma_destroy_event_channel,
@@ -111,13 +158,15 @@ void_noop!(
     rdma_freeaddrinfo,
 );
 
-/// `__be16 rdma_get_src_port(struct rdma_cm_id *)`: 0, as for an unbound id.
+/// `__be16 rdma_get_src_port(struct rdma_cm_id *)`: 0, as for an unbound id; errno ENOSYS.
 pub extern "C" fn rdma_get_src_port() -> u16 {
+    set_errno(NOT_YET);
     0
 }
 
-/// `__be16 rdma_get_dst_port(struct rdma_cm_id *)`: 0, as for an unconnected id.
+/// `__be16 rdma_get_dst_port(struct rdma_cm_id *)`: 0, as for an unconnected id; errno ENOSYS.
 pub extern "C" fn rdma_get_dst_port() -> u16 {
+    set_errno(NOT_YET);
     0
 }
 
@@ -250,6 +299,34 @@ mod tests {
         assert!(rdma_create_event_channel().is_null());
         assert_eq!(rread(), -1);
         assert_eq!(riowrite(), 0);
+    }
+
+    #[test]
+    fn no_devices_and_no_addresses() {
+        let mut n: c_int = 7;
+        // SAFETY: a valid int to write the count into.
+        assert!(unsafe { rdma_get_devices(&mut n) }.is_null());
+        assert_eq!(n, 0);
+        assert_eq!(errno(), libc::ENODEV);
+        // SAFETY: NULL is allowed.
+        assert!(unsafe { rdma_get_devices(core::ptr::null_mut()) }.is_null());
+        let mut res: *mut c_void = core::ptr::dangling_mut();
+        set_errno(0);
+        // SAFETY: NULL strings and hints are never read; res is a valid slot.
+        let r = unsafe {
+            rdma_getaddrinfo(
+                core::ptr::null(),
+                core::ptr::null(),
+                core::ptr::null(),
+                &mut res,
+            )
+        };
+        assert_eq!(r, EAI_SYSTEM);
+        assert!(res.is_null());
+        assert_eq!(errno(), libc::ENODEV);
+        // SAFETY: gai_strerror returns a static string for every code.
+        let msg = unsafe { core::ffi::CStr::from_ptr(libc::gai_strerror(r)) };
+        assert_eq!(msg.to_str().unwrap(), "System error");
     }
 
     #[test]

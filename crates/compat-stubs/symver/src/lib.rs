@@ -29,7 +29,18 @@
 //! ibv_open_device
 //! node IBVERBS_PRIVATE_34
 //! verbs_allow_disassociate_destroy data 1   # a zero-initialised, writable 1-byte object
+//! node LIB_1.0
+//! old_fn compat     # also exported as `old_fn@LIB_1.0` (not the default version)
+//! node LIB_1.2 LIB_1.0
+//! old_fn            # `old_fn@@LIB_1.2`, the version new links bind to
 //! ```
+//!
+//! A `compat` entry is the second, older version of a function whose default version is
+//! listed in a later node, as rdma-core's `COMPAT_SYMVER_FUNC` makes (`mlx5dv_init_obj@MLX5_1.0`
+//! beside `mlx5dv_init_obj@@MLX5_1.2`). Programs linked against the old library bind to
+//! `name@OLD`; both versions run the one Rust function `name`. Its entry point is a separate
+//! label, versioned with `.symver label, name@OLD`; the version script lists `name` in the old
+//! node too, as rdma-core's maps do, which is what makes the linker export `name@OLD`.
 //!
 //! A build script calls [`emit`]; the library then does
 //! `include!(concat!(env!("OUT_DIR"), "/exports.rs"));` at its crate root (outside
@@ -47,6 +58,9 @@ pub enum Kind {
     Func,
     /// A zero-initialised writable data object of this many bytes.
     Data(usize),
+    /// A function's older, non-default version (`name@NODE`); the Rust item `name` implements
+    /// it, and the same name must also be listed as a [`Kind::Func`] in some node.
+    Compat,
 }
 
 /// One exported symbol.
@@ -103,6 +117,7 @@ fn is_node_name(s: &str) -> bool {
 pub fn parse(text: &str) -> Result<Vec<Node>, TableError> {
     let mut nodes: Vec<Node> = Vec::new();
     let mut seen_symbols: HashSet<String> = HashSet::new();
+    let mut compat: Vec<(usize, String)> = Vec::new();
     for (idx, raw) in text.lines().enumerate() {
         let line = idx + 1;
         let err = |message: String| TableError { line, message };
@@ -138,6 +153,7 @@ pub fn parse(text: &str) -> Result<Vec<Node>, TableError> {
             [symbol, rest @ ..] => {
                 let kind = match rest {
                     [] => Kind::Func,
+                    ["compat"] => Kind::Compat,
                     ["data", size] => match size.parse::<usize>() {
                         Ok(n) if (1..=4096).contains(&n) => Kind::Data(n),
                         _ => return Err(err(format!("bad data size `{size}`"))),
@@ -147,7 +163,15 @@ pub fn parse(text: &str) -> Result<Vec<Node>, TableError> {
                 if !is_ident(symbol) {
                     return Err(err(format!("bad symbol name `{symbol}`")));
                 }
-                if !seen_symbols.insert((*symbol).to_string()) {
+                if kind == Kind::Compat {
+                    let node = nodes.last().map(|n| n.name.as_str());
+                    if let Some(node) = node {
+                        if compat.iter().any(|(_, s)| s == &format!("{symbol}@{node}")) {
+                            return Err(err(format!("`{symbol}@{node}` listed twice")));
+                        }
+                        compat.push((line, format!("{symbol}@{node}")));
+                    }
+                } else if !seen_symbols.insert((*symbol).to_string()) {
                     return Err(err(format!("symbol `{symbol}` listed twice")));
                 }
                 let export = Export {
@@ -160,6 +184,19 @@ pub fn parse(text: &str) -> Result<Vec<Node>, TableError> {
                 }
             }
             [] => {}
+        }
+    }
+    for (line, versioned) in compat {
+        let name = versioned.split('@').next().unwrap_or("");
+        let has_default = nodes
+            .iter()
+            .flat_map(|n| &n.symbols)
+            .any(|e| e.kind == Kind::Func && e.name == name);
+        if !has_default {
+            return Err(TableError {
+                line,
+                message: format!("compat `{versioned}` has no default version in any node"),
+            });
         }
     }
     Ok(nodes)
@@ -216,6 +253,19 @@ pub fn exports_source(nodes: &[Node]) -> String {
             let _ = writeln!(operands, "    f{funcs} = sym {n},");
             funcs += 1;
         }
+        for e in node.symbols.iter().filter(|e| e.kind == Kind::Compat) {
+            let n = &e.name;
+            let label = compat_label(n, &node.name);
+            line(&format!(".globl {label}"));
+            line(&format!(".type {label},@function"));
+            line(".p2align 4");
+            line(&format!("{label}:"));
+            line(&format!("jmp {{f{funcs}}}"));
+            line(&format!(".size {label}, .-{label}"));
+            line(&format!(".symver {label}, {n}@{}", node.name));
+            let _ = writeln!(operands, "    f{funcs} = sym {n},");
+            funcs += 1;
+        }
     }
     line(".popsection");
     for node in nodes {
@@ -240,13 +290,20 @@ pub fn exports_source(nodes: &[Node]) -> String {
     )
 }
 
-/// All exported symbol names with their node, in table order.
+/// The entry-point label of a compat version: `__compat_<name>_<node>` with the node's dots
+/// as underscores (`local: *` keeps the label itself unexported; `name@NODE` is exported).
+fn compat_label(name: &str, node: &str) -> String {
+    format!("__compat_{name}_{}", node.replace('.', "_"))
+}
+
+/// All default-version exports (`name@@NODE`) with their node, in table order.
 pub fn exports(nodes: &[Node]) -> Vec<(&str, &str)> {
     nodes
         .iter()
         .flat_map(|n| {
             n.symbols
                 .iter()
+                .filter(|s| s.kind != Kind::Compat)
                 .map(move |s| (s.name.as_str(), n.name.as_str()))
         })
         .collect()
@@ -345,6 +402,30 @@ node LIB_PRIVATE_1
         assert!(src.contains("\".symver flag, flag@@LIB_PRIVATE_1\","));
         assert!(!src.contains("sym flag"));
         assert_eq!(src.matches(".symver").count(), 4);
+    }
+
+    #[test]
+    fn compat_versions() {
+        let table = "node L_1.0\nf compat\ng\nnode L_1.2 L_1.0\nf\n";
+        let nodes = parse(table).unwrap();
+        assert_eq!(nodes[0].symbols[0].kind, Kind::Compat);
+        assert_eq!(exports(&nodes), [("g", "L_1.0"), ("f", "L_1.2")]);
+        let script = version_script(&nodes);
+        assert!(
+            script.starts_with("L_1.0 {\n  global:\n    f;\n    g;\n"),
+            "{script}"
+        );
+        let src = exports_source(&nodes);
+        assert!(src.contains("\".symver f, f@@L_1.2\","));
+        assert!(src.contains("\"__compat_f_L_1_0:\","));
+        assert!(src.contains("\".symver __compat_f_L_1_0, f@L_1.0\","));
+        assert_eq!(src.matches("= sym f,").count(), 2);
+        for (text, line) in [
+            ("node A\nf compat\n", 2),
+            ("node A\nf compat\nf compat\nf\n", 3),
+        ] {
+            assert_eq!(parse(text).expect_err(text).line, line, "{text:?}");
+        }
     }
 
     #[test]
