@@ -107,10 +107,16 @@ for so in libmlx5.so.1 libefa.so.1 librdmacm.so.1; do
         || bad "$so lacks: $absent"
 done
 
-# The full rdma-core 44 default-version set is exported (strategy A as well as B, §6.3).
-nexp=$(readelf -W --dyn-syms "$lib/libibverbs.so.1" | awk '$7!="UND" && $8 ~ /@@/' | wc -l)
-[ "$nexp" = 146 ] && ok "libibverbs.so.1 exports 146 versioned symbols" \
-    || bad "libibverbs.so.1 exports $nexp versioned symbols, expected 146"
+# The full rdma-core 44 default-version set is exported (strategy A as well as B, §6.3),
+# plus uroce's own rdma_cm entry points under UROCE_PRIVATE_1.0 (what librdmacm.so.1
+# forwards to).
+nexp=$(readelf -W --dyn-syms "$lib/libibverbs.so.1" | awk '$7!="UND" && $8 ~ /@@/ && $8 !~ /@@UROCE_PRIVATE_1.0$/' | wc -l)
+[ "$nexp" = 146 ] && ok "libibverbs.so.1 exports 146 versioned symbols of rdma-core 44" \
+    || bad "libibverbs.so.1 exports $nexp versioned symbols of rdma-core's nodes, expected 146"
+nown=$(readelf -W --dyn-syms "$lib/libibverbs.so.1" | awk '$7!="UND" && $8 ~ /^uroce_rdma_.*@@UROCE_PRIVATE_1.0$/' | wc -l)
+nfwd=$(grep -c '^uroce_rdma_' crates/ibverbs/exports.txt)
+[ "$nown" = "$nfwd" ] && [ "$nown" -gt 0 ] && ok "libibverbs.so.1 exports its $nown uroce_rdma_* functions under UROCE_PRIVATE_1.0" \
+    || bad "libibverbs.so.1 exports $nown uroce_rdma_* functions, exports.txt lists $nfwd"
 dynsyms=$(readelf -W --dyn-syms "$lib/libibverbs.so.1")
 grep -qE ' 1 OBJECT +GLOBAL DEFAULT .* verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34' <<<"$dynsyms" \
     && ok "verbs_allow_disassociate_destroy is a 1-byte object" \

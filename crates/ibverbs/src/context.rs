@@ -141,6 +141,22 @@ fn open(dev: &'static UDevice) -> Result<Box<UContext>, c_int> {
     let spec: DeviceSpec = dev.spec.clone();
     let device = uroce::device(&spec.name, spec.addr);
     let ctx = device.open().map_err(|e| errno_of(&e))?;
+    Ok(context_for(dev, ctx))
+}
+
+/// A C context for a verbs context opened elsewhere (the one rdma_cm's IDs of a device
+/// share), leaked like one from [`ibv_open_device`]; `None` if its device is not one of
+/// the configured ones.
+pub(crate) fn wrap_context(ctx: Context) -> Option<*mut ibv_context> {
+    let name = ctx.device().name().to_string();
+    let dev = crate::device::configured()
+        .ok()?
+        .into_iter()
+        .find(|d| d.spec.name == name)?;
+    Some(Box::leak(context_for(dev, ctx)).ibv())
+}
+
+fn context_for(dev: &'static UDevice, ctx: Context) -> Box<UContext> {
     // SAFETY: an all-zero bit pattern is valid for verbs_context: every field is a raw
     // pointer, an `Option` of a function pointer (None), an integer, or a pthread object
     // (overwritten with its initializer below).
@@ -164,14 +180,14 @@ fn open(dev: &'static UDevice) -> Result<Box<UContext>, c_int> {
     c.num_comp_vectors = c_int::try_from(ctx.num_comp_vectors().max(1)).unwrap_or(1);
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     c.abi_compat = VERBS_ABI_IS_EXTENDED;
-    Ok(Box::new(UContext {
+    Box::new(UContext {
         vctx,
         dev,
         ctx,
         objects: Mutex::new(HashMap::new()),
         lock: Mutex::new(()),
         live: AtomicUsize::new(0),
-    }))
+    })
 }
 
 /// `struct ibv_context *ibv_open_device(struct ibv_device *)`: NULL + errno on failure

@@ -80,6 +80,7 @@ pub mod cq;
 pub mod device;
 pub mod objects;
 pub mod qp;
+pub mod rdmacm;
 pub mod strings;
 pub mod stubs;
 pub mod types;
@@ -93,6 +94,7 @@ pub use cq::*;
 pub use device::*;
 pub use objects::*;
 pub use qp::*;
+pub use rdmacm::*;
 pub use strings::*;
 pub use stubs::*;
 

@@ -61,6 +61,18 @@ pub struct USrq {
     srq: Option<uroce::Srq>,
 }
 
+impl UQp {
+    /// The verbs QP behind it (rdma_cm moves it through its states).
+    pub(crate) fn verbs_qp(&self) -> Option<uroce::Qp> {
+        self.qp.clone()
+    }
+
+    /// Record a state the QP was moved to outside `ibv_modify_qp` (`qp->state`).
+    pub(crate) fn set_state(&mut self, state: u32) {
+        self.ibv.state = state;
+    }
+}
+
 impl std::fmt::Debug for UQp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UQp").field("qp", &self.qp).finish()

@@ -121,10 +121,18 @@ impl CmConnect {
     /// READ/atomic each way, 7 retries, 7 RNR retries (infinite), MTU 1024, hop limit 64.
     pub fn new(qp: &Qp, peer: IpAddr, service_id: ServiceId, rq_psn: u32) -> CmConnect {
         CmConnect {
+            uc: qp.qp_type() == QpType::UC,
+            ..CmConnect::new_for_qpn(qp.qp_num(), peer, service_id, rq_psn)
+        }
+    }
+
+    /// The same for an RC QP known only by number (a QP the consumer manages itself).
+    pub fn new_for_qpn(qpn: u32, peer: IpAddr, service_id: ServiceId, rq_psn: u32) -> CmConnect {
+        CmConnect {
             peer,
             service_id,
-            qpn: qp.qp_num(),
-            uc: qp.qp_type() == QpType::UC,
+            qpn,
+            uc: false,
             rq_psn,
             responder_resources: 1,
             initiator_depth: 1,

@@ -262,8 +262,8 @@ impl fmt::Debug for EventChannel {
 impl EventChannel {
     /// `rdma_create_event_channel`.
     pub fn new() -> Result<EventChannel> {
-        let efd =
-            crate::sys::eventfd().map_err(|e| Error::channel("rdma_create_event_channel", &e))?;
+        let efd = crate::sys::eventfd_blocking()
+            .map_err(|e| Error::channel("rdma_create_event_channel", &e))?;
         Ok(EventChannel(Arc::new(ChanInner {
             q: Mutex::new(VecDeque::new()),
             efd,
@@ -283,7 +283,7 @@ impl EventChannel {
     pub fn try_get_event(&self) -> Option<RdmaCmEvent> {
         let mut q = self.0.q.lock().unwrap_or_else(|p| p.into_inner());
         let e = q.pop_front();
-        if q.is_empty() {
+        if q.is_empty() && crate::sys::wait_readable(self.0.efd.as_fd(), 0).unwrap_or(false) {
             crate::sys::eventfd_drain(self.0.efd.as_fd());
         }
         e
@@ -339,6 +339,8 @@ struct IdState {
     /// Passive: the REQ that created the ID.
     peer_req: Option<Box<crate::cm::ReqRepr>>,
     listening: bool,
+    /// Bound to the wildcard address: listen for any address of the device.
+    wildcard: bool,
 }
 
 struct IdInner {
@@ -436,6 +438,19 @@ impl RdmaCmId {
         });
     }
 
+    /// A number that identifies this ID (and its clones) for its lifetime.
+    pub fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// The name of the device the ID is bound to.
+    pub fn device_name(&self) -> Option<String> {
+        self.state()
+            .dev
+            .as_ref()
+            .map(|d| d.ctx.device().name().to_string())
+    }
+
     /// The verbs context of the device the ID is bound to (`id->verbs`).
     pub fn context(&self) -> Option<Context> {
         self.state().dev.as_ref().map(|d| d.ctx.clone())
@@ -458,9 +473,22 @@ impl RdmaCmId {
 
     /// `rdma_bind_addr`: bind to a local address of a device (port 0: any free port).
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
-        let dev = device_for(addr.ip())?;
+        // The wildcard address binds to the first device of the family (listeners there take
+        // requests for any of its addresses).
+        let wildcard = addr.ip().is_unspecified();
+        let dev = if wildcard {
+            crate::devices()?
+                .into_iter()
+                .find(|d| d.addr().is_ipv4() == addr.is_ipv4() || addr.is_ipv6())
+                .ok_or_else(|| {
+                    Error::local("rdma_bind_addr", Errno(19), "no uroce device configured")
+                })?
+        } else {
+            device_for(addr.ip())?
+        };
         let d = dev_cm(&dev)?;
         let mut st = self.state();
+        st.wildcard = wildcard;
         let port = if addr.port() == 0 {
             (random_u32() % 28232 + 32768) as u16
         } else {
@@ -489,9 +517,22 @@ impl RdmaCmId {
                 }
             },
         };
-        let bound = match device_for(ip) {
-            Ok(_) => self.bind_addr(SocketAddr::new(ip, local.map_or(0, |l| l.port()))),
-            Err(e) => Err(e),
+        // Loopback destinations on a host whose devices sit on other loopback addresses (one
+        // device per process, 127.0.0.x): the first configured device of the family serves.
+        let ip = match device_for(ip) {
+            Ok(_) => Some(ip),
+            Err(_) if local.is_none() && dst.ip().is_loopback() => crate::devices()
+                .ok()
+                .and_then(|ds| {
+                    ds.into_iter()
+                        .find(|d| d.addr().is_ipv4() == dst.ip().is_ipv4())
+                })
+                .map(|d| d.addr()),
+            Err(_) => None,
+        };
+        let bound = match ip {
+            Some(ip) => self.bind_addr(SocketAddr::new(ip, local.map_or(0, |l| l.port()))),
+            None => Err(einval("rdma_resolve_addr", "no device")),
         };
         match bound {
             Ok(()) => {
@@ -514,11 +555,17 @@ impl RdmaCmId {
 
     /// `rdma_create_qp`: an RC QP on the ID's device and `pd`, moved to INIT.
     pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
-        const OP: &str = "rdma_create_qp";
         if self.state().dev.is_none() {
-            return Err(einval(OP, "ID not bound to a device"));
+            return Err(einval("rdma_create_qp", "ID not bound to a device"));
         }
         let qp = pd.create_qp(attr)?;
+        self.attach_qp(&qp)?;
+        Ok(qp)
+    }
+
+    /// Make `qp` (created on the ID's context) the ID's QP, moved to INIT with every remote
+    /// access right, as `rdma_create_qp` leaves it.
+    pub fn attach_qp(&self, qp: &Qp) -> Result<()> {
         let a = QpAttr {
             qp_state: QpState::INIT,
             port_num: 1,
@@ -536,7 +583,23 @@ impl RdmaCmId {
                 | QpAttrMask::ACCESS_FLAGS,
         )?;
         self.state().qp = Some(qp.clone());
-        Ok(qp)
+        Ok(())
+    }
+
+    /// `rdma_destroy_qp`'s part: the ID forgets its QP.
+    pub fn detach_qp(&self) {
+        self.state().qp = None;
+    }
+
+    /// `rdma_establish`: after CONNECT_RESPONSE on an ID without a QP (the consumer moved its
+    /// own QP to RTS), send the RTU.
+    pub fn establish(&self) -> Result<()> {
+        let st = self.state();
+        let (Some(d), Some(id)) = (st.dev.clone(), st.cm) else {
+            return Err(einval("rdma_establish", "not connecting"));
+        };
+        drop(st);
+        d.cm.establish(id)
     }
 
     /// `rdma_connect`: send the REQ (rdma_cm header + `p.private_data`, ≤ 56 bytes).
@@ -549,7 +612,6 @@ impl RdmaCmId {
         let (Some(d), Some(src), Some(dst)) = (st.dev.clone(), st.src, st.dst) else {
             return Err(einval(OP, "route not resolved"));
         };
-        let qp = st.qp.clone().ok_or_else(|| einval(OP, "no QP on the ID"))?;
         let mut pd = vec![0u8; CMA_HDR_LEN];
         CmaHdr {
             cma_version: CmaHdr::VERSION,
@@ -561,12 +623,12 @@ impl RdmaCmId {
         .map_err(|_| einval(OP, "source and destination of different families"))?;
         pd.extend_from_slice(&p.private_data);
         let rq_psn = random_u32() & 0xFF_FFFF;
-        let mut c = CmConnect::new(
-            &qp,
-            dst.ip(),
-            ServiceId::rdma_ip(self.0.ps, dst.port()),
-            rq_psn,
-        );
+        let sid = ServiceId::rdma_ip(self.0.ps, dst.port());
+        let mut c = match &st.qp {
+            Some(qp) => CmConnect::new(qp, dst.ip(), sid, rq_psn),
+            None if p.qp_num != 0 => CmConnect::new_for_qpn(p.qp_num, dst.ip(), sid, rq_psn),
+            None => return Err(einval(OP, "no QP on the ID and no qp_num")),
+        };
         c.responder_resources = p.responder_resources;
         c.initiator_depth = p.initiator_depth;
         c.retry_count = p.retry_count.min(7);
@@ -591,8 +653,9 @@ impl RdmaCmId {
         let (Some(d), Some(src)) = (st.dev.clone(), st.src) else {
             return Err(einval(OP, "ID not bound"));
         };
+        let bind = (!st.wildcard).then_some(src.ip());
         let id =
-            d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), Some(src.ip()))?;
+            d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), bind)?;
         st.cm = Some(id);
         st.listening = true;
         let name = d.ctx.device().name().to_string();

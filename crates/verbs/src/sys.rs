@@ -158,3 +158,15 @@ pub(crate) fn random_u32() -> Option<u32> {
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     (n == 4).then_some(u32::from_ne_bytes(b))
 }
+
+/// A blocking, close-on-exec eventfd: a consumer may switch it to non-blocking itself (an
+/// rdma_cm channel's fd), and readers here check readability before they read.
+pub(crate) fn eventfd_blocking() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd has no memory arguments.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created by eventfd and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

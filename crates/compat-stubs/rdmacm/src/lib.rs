@@ -1,28 +1,30 @@
-//! `librdmacm.so.1` for uroce — for now the loader half of it.
+//! `librdmacm.so.1` for uroce.
 //!
 //! Every perftest binary, rping and ucmatose NEED librdmacm, and the system one cannot work
-//! without the kernel's `/dev/infiniband/rdma_cm`, so uroce ships its own.
-//! This version exports the complete `RDMACM_1.0`–`1.3` symbol set of rdma-core 44, so
-//! every rdmacm program loads, and:
+//! without the kernel's `/dev/infiniband/rdma_cm`, so uroce ships its own. It exports the
+//! complete `RDMACM_1.0`–`1.3` symbol set of rdma-core 44, so every rdmacm program loads.
 //!
-//! * implements what needs no connection manager: `rdma_event_str` (rdma-core's exact
-//!   strings), `rpoll` and `rselect` (on ordinary descriptors an rsocket-aware poll *is*
-//!   `poll`/`select`, and no rsocket can exist here), `rdma_freeaddrinfo`,
-//!   `rdma_free_devices` (nothing to free: nothing is ever allocated);
-//! * reports no RDMA CM device where librdmacm itself would without the kernel's `rdma_cm`:
-//!   `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and `rdma_getaddrinfo`
-//!   (`EAI_SYSTEM`, errno ENODEV);
-//! * fails everything else with `ENOSYS` in the C shape (−1 + errno, NULL + errno, a
-//!   zero port, or nothing for `void` functions). perftest uses rdma_cm only with `-R`/`-z`.
-//!
-//! The real connection manager (event channel, ID state machine, CM exchange) comes later on
-//! top of uroce's libibverbs.
+//! * The connection manager proper — event channels, IDs, address and route resolution,
+//!   QP creation on an ID, connect/listen/accept/reject/disconnect/establish, events,
+//!   options, `rdma_getaddrinfo` — lives in uroce's `libibverbs.so.1` beside the verbs
+//!   objects it hands out (`id->verbs`, `id->qp`, `id->pd`), exported there as
+//!   `uroce_rdma_*`; each function here forwards to its twin, found once with `dlsym`. Under
+//!   another libibverbs (the system's) they fail with ENOSYS, as before.
+//! * `rdma_event_str` (rdma-core's exact strings), `rpoll` and `rselect` (on ordinary
+//!   descriptors an rsocket-aware poll *is* `poll`/`select`, and no rsocket can exist here)
+//!   are implemented here.
+//! * Not built yet, failing with `ENOSYS` in the C shape (−1 + errno, NULL + errno, or
+//!   nothing for `void` functions): the synchronous endpoint API (`rdma_create_ep`,
+//!   `rdma_get_request`), SRQs on IDs, multicast, ECE, `rdma_init_qp_attr`,
+//!   `rdma_create_qp_ex`, `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and
+//!   rsockets.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
 //! owns the arguments, so a callee that ignores them fits any prototype. Return types do
 //! matter and follow the C prototypes (`int`, `ssize_t`, `off_t`, `size_t`, pointers).
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns the calling thread's errno slot, valid for writes.
@@ -51,16 +53,6 @@ macro_rules! ssize_minus1 {
     )*};
 }
 
-macro_rules! null_ptr {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("`", stringify!($name), "(...)`: NULL, errno ENOSYS (no connection manager yet).")]
-        pub extern "C" fn $name() -> *mut c_void {
-            set_errno(NOT_YET);
-            core::ptr::null_mut()
-        }
-    )*};
-}
-
 macro_rules! void_noop {
     ($($name:ident),* $(,)?) => {$(
         #[doc = concat!("`void ", stringify!($name), "(...)`: nothing to release (nothing is ever created).")]
@@ -71,38 +63,101 @@ macro_rules! void_noop {
 // ---- rdma_cm core (RDMACM_1.0 .. 1.3) ----
 
 int_minus1!(
-    rdma_accept,
-    rdma_ack_cm_event,
-    rdma_bind_addr,
-    rdma_connect,
     rdma_create_ep,
-    rdma_create_id,
-    rdma_create_qp,
     rdma_create_qp_ex,
     rdma_create_srq,
     rdma_create_srq_ex,
-    rdma_destroy_id,
-    rdma_disconnect,
-    rdma_get_cm_event,
     rdma_get_request,
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
-    rdma_listen,
-    rdma_migrate_id,
-    rdma_notify,
-    rdma_reject,
-    rdma_resolve_addr,
-    rdma_resolve_route,
-    rdma_set_option,
-    rdma_establish,
     rdma_init_qp_attr,
     rdma_get_remote_ece,
     rdma_reject_ece,
     rdma_set_local_ece,
 );
 
-null_ptr!(rdma_create_event_channel);
+/// The address of uroce's libibverbs function `name` (NUL-terminated), looked up once and
+/// kept in `slot`; NULL when the loaded libibverbs is not uroce's.
+fn resolve(slot: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    // SAFETY: dlsym with the default handle and a NUL-terminated name only reads.
+    let mut f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if f.is_null() {
+        // A program that links librdmacm without libibverbs: load ours (it is in the same
+        // directory on LD_LIBRARY_PATH) and look there.
+        // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is kept for the
+        // process's life.
+        f = unsafe {
+            let h = libc::dlopen(
+                c"libibverbs.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_GLOBAL,
+            );
+            if h.is_null() {
+                core::ptr::null_mut()
+            } else {
+                libc::dlsym(h, name.as_ptr())
+            }
+        };
+    }
+    slot.store(f, Ordering::Release);
+    f
+}
+
+/// Functions forwarded to uroce's libibverbs (`uroce_<name>`), with what they return when it
+/// is not loaded (errno ENOSYS).
+macro_rules! forward {
+    ($(fn $name:ident($($a:ident: $t:ty),*) -> $r:ty = $fail:expr;)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: forwarded to uroce's libibverbs.")]
+        ///
+        /// # Safety
+        /// The C API contract of the function of the same name in `rdma_cma.h`.
+        #[allow(clippy::unused_unit)] // `void` functions fail with `()`
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            static SLOT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+            let f = resolve(&SLOT, const { match CStr::from_bytes_with_nul(concat!("uroce_", stringify!($name), "\0").as_bytes()) { Ok(c) => c, Err(_) => panic!("name") } });
+            if f.is_null() {
+                set_errno(NOT_YET);
+                return $fail;
+            }
+            // SAFETY: `f` is uroce's implementation of this very prototype.
+            let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { core::mem::transmute(f) };
+            // SAFETY: the caller's contract, passed on unchanged.
+            unsafe { f($($a),*) }
+        }
+    )*};
+}
+
+type P = *mut c_void;
+
+forward! {
+    fn rdma_create_event_channel() -> P = core::ptr::null_mut();
+    fn rdma_destroy_event_channel(channel: P) -> () = ();
+    fn rdma_create_id(channel: P, id: *mut P, context: P, ps: u32) -> c_int = -1;
+    fn rdma_destroy_id(id: P) -> c_int = -1;
+    fn rdma_bind_addr(id: P, addr: P) -> c_int = -1;
+    fn rdma_resolve_addr(id: P, src: P, dst: P, timeout_ms: c_int) -> c_int = -1;
+    fn rdma_resolve_route(id: P, timeout_ms: c_int) -> c_int = -1;
+    fn rdma_create_qp(id: P, pd: P, attr: P) -> c_int = -1;
+    fn rdma_destroy_qp(id: P) -> () = ();
+    fn rdma_connect(id: P, param: P) -> c_int = -1;
+    fn rdma_listen(id: P, backlog: c_int) -> c_int = -1;
+    fn rdma_accept(id: P, param: P) -> c_int = -1;
+    fn rdma_reject(id: P, private_data: *const c_void, len: u8) -> c_int = -1;
+    fn rdma_disconnect(id: P) -> c_int = -1;
+    fn rdma_establish(id: P) -> c_int = -1;
+    fn rdma_notify(id: P, event: c_int) -> c_int = -1;
+    fn rdma_get_cm_event(channel: P, event: *mut P) -> c_int = -1;
+    fn rdma_ack_cm_event(event: P) -> c_int = -1;
+    fn rdma_set_option(id: P, level: c_int, optname: c_int, optval: P, optlen: usize) -> c_int = -1;
+    fn rdma_migrate_id(id: P, channel: P) -> c_int = -1;
+    fn rdma_get_src_port(id: P) -> u16 = 0;
+    fn rdma_get_dst_port(id: P) -> u16 = 0;
+    fn rdma_freeaddrinfo(res: P) -> () = ();
+}
 
 /// Why the connection manager is unavailable, as librdmacm reports it when it finds no
 /// `rdma_cm` device (`ucma_init()` failing in `librdmacm/cma.c`).
@@ -128,19 +183,32 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 /// in `errno`.
 const EAI_SYSTEM: c_int = -11;
 
-/// `int rdma_getaddrinfo(node, service, hints, struct rdma_addrinfo **res)`: no RDMA CM
-/// device, so `*res` is NULL and the result is `EAI_SYSTEM` with errno ENODEV. Callers print
-/// the result with `gai_strerror`, which then says "System error" rather than misreading
-/// librdmacm's −1 as `EAI_BADFLAGS`; those that test `errno` find ENODEV.
+/// `int rdma_getaddrinfo(node, service, hints, struct rdma_addrinfo **res)`: forwarded to
+/// uroce's libibverbs. Without it, no RDMA CM device: `*res` is NULL and the result is
+/// `EAI_SYSTEM` with errno ENODEV (callers print it with `gai_strerror`: "System error").
 ///
 /// # Safety
-/// `res` is NULL or points to a writable pointer.
+/// `res` is NULL or points to a writable pointer; the rest as `rdma_getaddrinfo(3)`.
 pub unsafe extern "C" fn rdma_getaddrinfo(
-    _node: *const c_char,
-    _service: *const c_char,
-    _hints: *const c_void,
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const c_void,
     res: *mut *mut c_void,
 ) -> c_int {
+    static SLOT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let f = resolve(&SLOT, c"uroce_rdma_getaddrinfo");
+    if !f.is_null() {
+        type F = unsafe extern "C" fn(
+            *const c_char,
+            *const c_char,
+            *const c_void,
+            *mut *mut c_void,
+        ) -> c_int;
+        // SAFETY: `f` is uroce's implementation of this prototype.
+        let f: F = unsafe { core::mem::transmute(f) };
+        // SAFETY: the caller's contract, passed on unchanged.
+        return unsafe { f(node, service, hints, res) };
+    }
     if !res.is_null() {
         // SAFETY: non-NULL, and the caller's contract makes it a writable pointer slot.
         unsafe { *res = core::ptr::null_mut() };
@@ -149,26 +217,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     EAI_SYSTEM
 }
 
-void_noop!(
-    rdma_destroy_event_channel,
-    rdma_destroy_qp,
-    rdma_destroy_srq,
-    rdma_destroy_ep,
-    rdma_free_devices,
-    rdma_freeaddrinfo,
-);
-
-/// `__be16 rdma_get_src_port(struct rdma_cm_id *)`: 0, as for an unbound id; errno ENOSYS.
-pub extern "C" fn rdma_get_src_port() -> u16 {
-    set_errno(NOT_YET);
-    0
-}
-
-/// `__be16 rdma_get_dst_port(struct rdma_cm_id *)`: 0, as for an unconnected id; errno ENOSYS.
-pub extern "C" fn rdma_get_dst_port() -> u16 {
-    set_errno(NOT_YET);
-    0
-}
+void_noop!(rdma_destroy_srq, rdma_destroy_ep, rdma_free_devices,);
 
 /// `enum rdma_cm_event_type` names, indexed by value (librdmacm's `rdma_event_str`).
 const EVENT_NAMES: &[&core::ffi::CStr] = &[
@@ -293,10 +342,17 @@ mod tests {
     }
 
     #[test]
-    fn cm_calls_fail_cleanly() {
-        assert_eq!(rdma_create_id(), -1);
+    fn cm_calls_fail_cleanly_without_uroce_s_libibverbs() {
+        let mut id: P = core::ptr::null_mut();
+        // SAFETY: the forwarder finds no uroce libibverbs in a test binary and touches
+        // nothing.
+        let r =
+            unsafe { rdma_create_id(core::ptr::null_mut(), &mut id, core::ptr::null_mut(), 0x106) };
+        assert_eq!(r, -1);
         assert_eq!(errno(), libc::ENOSYS);
-        assert!(rdma_create_event_channel().is_null());
+        // SAFETY: as above.
+        assert!(unsafe { rdma_create_event_channel() }.is_null());
+        assert_eq!(rdma_create_ep(), -1);
         assert_eq!(rread(), -1);
         assert_eq!(riowrite(), 0);
     }

@@ -1,0 +1,1003 @@
+//! The rdma_cm C ABI (rdma-core 44's `rdma_cma.h`), implemented here beside the verbs
+//! objects it hands out (`id->verbs`, `id->qp`, `id->pd`) and exported from this library as
+//! `uroce_rdma_*` under the private node `UROCE_PRIVATE_1.0`; uroce's `librdmacm.so.1`
+//! forwards each `rdma_*` call to its `uroce_rdma_*` twin. The logic is `verbs::rdma_cm`'s;
+//! this module only converts between C structs and it.
+//!
+//! Layouts (x86-64, asserted below) are rdma-core 44's: `struct rdma_cm_id` 416 bytes,
+//! `struct rdma_cm_event` 80, `struct rdma_conn_param` 24, `struct rdma_addrinfo` 96.
+//!
+//! Per device, the IDs share one verbs context (the one whose CM channel carries their
+//! connections) and one default PD, as librdmacm's `cma_device` does.
+
+use core::ffi::{c_char, c_int, c_void};
+use core::mem::{offset_of, size_of};
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use uroce::cm::PortSpace;
+use uroce::rdma_cm::{ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind, RdmaCmId};
+
+use crate::context::{errno_of, wrap_context};
+use crate::qp::UQp;
+use crate::types::*;
+use crate::util::{guard, guard_errno, is_nonblocking, set_errno};
+
+// ---------------------------------------------------------------------------------------
+// C layouts
+
+/// `struct rdma_ib_addr` inside the route (40 bytes with padding).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdma_ib_addr {
+    pub sgid: [u64; 2],
+    pub dgid: [u64; 2],
+    pub pkey: u16,
+    _pad: [u8; 6],
+}
+
+/// `struct rdma_route` (312 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdma_route {
+    /// `struct sockaddr_storage`-sized, 8-aligned.
+    pub src_addr: [u64; 16],
+    pub dst_addr: [u64; 16],
+    pub ibaddr: rdma_ib_addr,
+    pub path_rec: *mut c_void,
+    pub num_paths: c_int,
+}
+
+/// `struct rdma_cm_id` (416 bytes).
+#[repr(C)]
+#[derive(Debug)]
+pub struct rdma_cm_id {
+    pub verbs: *mut ibv_context,
+    pub channel: *mut rdma_event_channel,
+    pub context: *mut c_void,
+    pub qp: *mut ibv_qp,
+    pub route: rdma_route,
+    pub ps: u32,
+    pub port_num: u8,
+    pub event: *mut rdma_cm_event,
+    pub send_cq_channel: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq_channel: *mut c_void,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub pd: *mut ibv_pd,
+    pub qp_type: u32,
+}
+
+/// `struct rdma_event_channel`: `{ int fd; }`, what applications read.
+#[repr(C)]
+#[derive(Debug)]
+pub struct rdma_event_channel {
+    pub fd: c_int,
+}
+
+/// `struct rdma_conn_param` (24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdma_conn_param {
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub qp_num: u32,
+}
+
+/// `struct rdma_cm_event` (80 bytes); `param` is the 56-byte union of `rdma_conn_param` and
+/// `rdma_ud_param`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct rdma_cm_event {
+    pub id: *mut rdma_cm_id,
+    pub listen_id: *mut rdma_cm_id,
+    pub event: u32,
+    pub status: c_int,
+    pub param: [u64; 7],
+}
+
+/// `struct rdma_addrinfo` (96 bytes).
+#[repr(C)]
+#[derive(Debug)]
+pub struct rdma_addrinfo {
+    pub ai_flags: c_int,
+    pub ai_family: c_int,
+    pub ai_qp_type: c_int,
+    pub ai_port_space: c_int,
+    pub ai_src_len: u32,
+    pub ai_dst_len: u32,
+    pub ai_src_addr: *mut libc::sockaddr,
+    pub ai_dst_addr: *mut libc::sockaddr,
+    pub ai_src_canonname: *mut c_char,
+    pub ai_dst_canonname: *mut c_char,
+    pub ai_route_len: usize,
+    pub ai_route: *mut c_void,
+    pub ai_connect_len: usize,
+    pub ai_connect: *mut c_void,
+    pub ai_next: *mut rdma_addrinfo,
+}
+
+const _: () = {
+    assert!(size_of::<rdma_route>() == 312);
+    assert!(size_of::<rdma_cm_id>() == 416);
+    assert!(offset_of!(rdma_cm_id, route) == 32);
+    assert!(offset_of!(rdma_cm_id, ps) == 344);
+    assert!(offset_of!(rdma_cm_id, port_num) == 348);
+    assert!(offset_of!(rdma_cm_id, event) == 352);
+    assert!(offset_of!(rdma_cm_id, pd) == 400);
+    assert!(offset_of!(rdma_cm_id, qp_type) == 408);
+    assert!(size_of::<rdma_conn_param>() == 24);
+    assert!(offset_of!(rdma_conn_param, qp_num) == 16);
+    assert!(size_of::<rdma_cm_event>() == 80);
+    assert!(offset_of!(rdma_cm_event, param) == 24);
+    assert!(size_of::<rdma_addrinfo>() == 96);
+    assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
+};
+
+const RDMA_PS_TCP: u32 = 0x0106;
+const IBV_QPT_RC: u32 = 2;
+const RAI_PASSIVE: c_int = 1;
+const RAI_NUMERICHOST: c_int = 2;
+
+// ---------------------------------------------------------------------------------------
+// Our objects behind the C pointers
+
+/// An event channel: the C struct first.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UEvChannel {
+    ch: rdma_event_channel,
+    rust: EventChannel,
+}
+
+/// An ID: the C struct first.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UCmId {
+    id: rdma_cm_id,
+    rust: RdmaCmId,
+    /// Events delivered for this ID and not acked yet (`rdma_destroy_id` waits for 0).
+    pending: AtomicUsize,
+}
+
+/// An event: the C struct first, then the private data it points at.
+#[repr(C)]
+struct UEvent {
+    ev: rdma_cm_event,
+    private_data: Vec<u8>,
+}
+
+/// Per process: IDs by their `verbs::rdma_cm` key, the C context and default PD per device.
+#[derive(Default)]
+struct Registry {
+    ids: HashMap<usize, usize>,
+    ctxs: HashMap<String, usize>,
+    pds: HashMap<String, usize>,
+}
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static R: OnceLock<Mutex<Registry>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(Registry::default()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// # Safety
+/// `id` is NULL or an ID from `uroce_rdma_create_id` (or an event) not destroyed yet.
+unsafe fn ucm<'a>(id: *mut rdma_cm_id) -> Option<&'a mut UCmId> {
+    // SAFETY: a non-NULL ID pointer is the first field of a live boxed UCmId.
+    unsafe { id.cast::<UCmId>().as_mut() }
+}
+
+fn sockaddr_of(a: SocketAddr) -> [u64; 16] {
+    let mut out = [0u64; 16];
+    let bytes: &mut [u8] = bytemuck_u64(&mut out);
+    match a {
+        SocketAddr::V4(v4) => {
+            bytes[0..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            bytes[2..4].copy_from_slice(&v4.port().to_be_bytes());
+            bytes[4..8].copy_from_slice(&v4.ip().octets());
+        }
+        SocketAddr::V6(v6) => {
+            bytes[0..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            bytes[2..4].copy_from_slice(&v6.port().to_be_bytes());
+            bytes[4..8].copy_from_slice(&v6.flowinfo().to_be_bytes());
+            bytes[8..24].copy_from_slice(&v6.ip().octets());
+            bytes[24..28].copy_from_slice(&v6.scope_id().to_ne_bytes());
+        }
+    }
+    out
+}
+
+fn bytemuck_u64(a: &mut [u64; 16]) -> &mut [u8] {
+    // A [u64; 16] is 128 initialized bytes with no padding.
+    let len = size_of::<[u64; 16]>();
+    let p = a.as_mut_ptr().cast::<u8>();
+    // SAFETY: `p` points at `len` bytes of `a`, borrowed mutably for the result's lifetime.
+    unsafe { core::slice::from_raw_parts_mut(p, len) }
+}
+
+/// Reads a `struct sockaddr` (AF_INET or AF_INET6).
+///
+/// # Safety
+/// `sa` is NULL or points at a sockaddr of the length its family implies.
+unsafe fn addr_from(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    // SAFETY: non-NULL per the contract; the family is read first.
+    let fam = c_int::from(unsafe { sa.as_ref() }?.sa_family);
+    if fam == libc::AF_INET {
+        // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+        let s = unsafe { &*sa.cast::<libc::sockaddr_in>() };
+        Some(SocketAddr::V4(SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+            u16::from_be(s.sin_port),
+        )))
+    } else if fam == libc::AF_INET6 {
+        // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+        let s = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
+        Some(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(s.sin6_addr.s6_addr),
+            u16::from_be(s.sin6_port),
+            u32::from_be(s.sin6_flowinfo),
+            s.sin6_scope_id,
+        )))
+    } else {
+        None
+    }
+}
+
+fn fail(e: c_int) -> c_int {
+    set_errno(e);
+    -1
+}
+
+fn fail_with(e: &uroce::Error) -> c_int {
+    fail(errno_of(e))
+}
+
+/// The C context and default PD of the ID's device (created once per device).
+fn device_objects(id: &RdmaCmId) -> Option<(*mut ibv_context, *mut ibv_pd)> {
+    let name = id.device_name()?;
+    let mut r = registry();
+    if let (Some(c), Some(p)) = (r.ctxs.get(&name), r.pds.get(&name)) {
+        return Some((*c as *mut ibv_context, *p as *mut ibv_pd));
+    }
+    let ctx = id.context()?;
+    let c = wrap_context(ctx)?;
+    // SAFETY: `c` is a live context we just wrapped.
+    let p = unsafe { crate::objects::ibv_alloc_pd(c) };
+    if p.is_null() {
+        return None;
+    }
+    r.ctxs.insert(name.clone(), c as usize);
+    r.pds.insert(name, p as usize);
+    Some((c, p))
+}
+
+/// Refresh the C view of an ID after the Rust side bound it or learned addresses.
+fn sync(u: &mut UCmId) {
+    if u.id.verbs.is_null() {
+        if let Some((c, p)) = device_objects(&u.rust) {
+            u.id.verbs = c;
+            u.id.pd = p;
+        }
+    }
+    if let Some(a) = u.rust.src_addr() {
+        u.id.route.src_addr = sockaddr_of(a);
+    }
+    if let Some(a) = u.rust.dst_addr() {
+        u.id.route.dst_addr = sockaddr_of(a);
+    }
+    u.id.port_num = 1;
+}
+
+fn new_id(rust: RdmaCmId, chan: *mut rdma_event_channel, context: *mut c_void) -> *mut UCmId {
+    // SAFETY: an all-zero rdma_cm_id is valid: pointers NULL, integers 0.
+    let mut id: rdma_cm_id = unsafe { core::mem::zeroed() };
+    id.channel = chan;
+    id.context = context;
+    id.ps = RDMA_PS_TCP;
+    id.qp_type = IBV_QPT_RC;
+    let key = rust.key();
+    let b = Box::into_raw(Box::new(UCmId {
+        id,
+        rust,
+        pending: AtomicUsize::new(0),
+    }));
+    registry().ids.insert(key, b as usize);
+    b
+}
+
+// ---------------------------------------------------------------------------------------
+// The API
+
+/// `struct rdma_event_channel *rdma_create_event_channel(void)`.
+pub extern "C" fn uroce_rdma_create_event_channel() -> *mut rdma_event_channel {
+    guard(core::ptr::null_mut(), || {
+        uroce::init();
+        match EventChannel::new() {
+            Ok(rust) => {
+                use std::os::fd::AsRawFd;
+                let fd = rust.as_raw_fd();
+                Box::into_raw(Box::new(UEvChannel {
+                    ch: rdma_event_channel { fd },
+                    rust,
+                }))
+                .cast()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `void rdma_destroy_event_channel(struct rdma_event_channel *)`.
+///
+/// # Safety
+/// `channel` came from [`uroce_rdma_create_event_channel`] and is not used afterwards.
+pub unsafe extern "C" fn uroce_rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
+    guard((), || {
+        if !channel.is_null() {
+            // SAFETY: per the contract, a leaked Box<UEvChannel> owned again exactly once.
+            drop(unsafe { Box::from_raw(channel.cast::<UEvChannel>()) });
+        }
+    })
+}
+
+/// `int rdma_create_id(channel, &id, context, ps)`: RDMA_PS_TCP with a channel (the
+/// synchronous mode of a NULL channel and the other port spaces are EOPNOTSUPP for now).
+///
+/// # Safety
+/// `channel` is a live channel; `id` is valid for a write.
+pub unsafe extern "C" fn uroce_rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: u32,
+) -> c_int {
+    guard(-1, || {
+        if id.is_null() {
+            return fail(libc::EINVAL);
+        }
+        if channel.is_null() || ps != RDMA_PS_TCP {
+            return fail(libc::EOPNOTSUPP);
+        }
+        // SAFETY: a live channel per the contract.
+        let ch = unsafe { &*channel.cast::<UEvChannel>() };
+        match RdmaCmId::new(&ch.rust, PortSpace::TCP) {
+            Ok(rust) => {
+                let b = new_id(rust, channel, context);
+                // SAFETY: valid for a write per the contract.
+                unsafe { id.write(b.cast()) };
+                0
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_destroy_id(struct rdma_cm_id *)`: waits until the ID's events are acked.
+///
+/// # Safety
+/// `id` is a live ID, not used afterwards.
+pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        while u.pending.load(Ordering::Acquire) > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        registry().ids.remove(&u.rust.key());
+        // SAFETY: a leaked Box<UCmId> owned again exactly once.
+        let b = unsafe { Box::from_raw(id.cast::<UCmId>()) };
+        b.rust.clone().destroy();
+        0
+    })
+}
+
+/// `int rdma_bind_addr(id, addr)`.
+///
+/// # Safety
+/// `id` is a live ID; `addr` a valid sockaddr.
+pub unsafe extern "C" fn uroce_rdma_bind_addr(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let (Some(u), Some(a)) = (unsafe { ucm(id) }, unsafe { addr_from(addr) }) else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.bind_addr(a) {
+            Ok(()) => {
+                sync(u);
+                0
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_resolve_addr(id, src, dst, timeout_ms)`.
+///
+/// # Safety
+/// `id` is a live ID; `src` NULL or a sockaddr; `dst` a sockaddr.
+pub unsafe extern "C" fn uroce_rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let (Some(u), Some(d)) = (unsafe { ucm(id) }, unsafe { addr_from(dst) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: per the contract.
+        let s = unsafe { addr_from(src) }.filter(|s| !s.ip().is_unspecified());
+        match u.rust.resolve_addr(s, d) {
+            Ok(()) => {
+                sync(u);
+                0
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_resolve_route(id, timeout_ms)`.
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_resolve_route(
+    id: *mut rdma_cm_id,
+    _timeout_ms: c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.resolve_route() {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_create_qp(id, pd, qp_init_attr)`: the QP on the ID's context (its default PD
+/// when `pd` is NULL), in INIT, at `id->qp`.
+///
+/// # Safety
+/// `id` is a live ID bound to a device; `pd` NULL or a PD of `id->verbs`; `attr` valid.
+pub unsafe extern "C" fn uroce_rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        sync(u);
+        let pd = if pd.is_null() { u.id.pd } else { pd };
+        if pd.is_null() || attr.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: per the contract: a live PD and a valid init attr.
+        let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
+        if qp.is_null() {
+            return -1;
+        }
+        // SAFETY: `qp` is the live QP just created.
+        let Some(q) = (unsafe { qp.cast::<UQp>().as_mut() }) else {
+            return fail(libc::EINVAL);
+        };
+        let Some(vq) = q.verbs_qp() else {
+            return fail(libc::EINVAL);
+        };
+        if let Err(e) = u.rust.attach_qp(&vq) {
+            // SAFETY: our own QP, destroyed once.
+            unsafe { crate::qp::ibv_destroy_qp(qp) };
+            return fail_with(&e);
+        }
+        q.set_state(QP_STATE_INIT);
+        u.id.qp = qp;
+        // SAFETY: a valid init attr per the contract.
+        let a = unsafe { &*attr };
+        u.id.send_cq = a.send_cq;
+        u.id.recv_cq = a.recv_cq;
+        u.id.srq = a.srq;
+        0
+    })
+}
+
+/// `void rdma_destroy_qp(id)`.
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_destroy_qp(id: *mut rdma_cm_id) {
+    guard((), || {
+        // SAFETY: per the contract.
+        if let Some(u) = unsafe { ucm(id) } {
+            u.rust.detach_qp();
+            if !u.id.qp.is_null() {
+                // SAFETY: the QP rdma_create_qp made, destroyed once.
+                unsafe { crate::qp::ibv_destroy_qp(u.id.qp) };
+                u.id.qp = core::ptr::null_mut();
+            }
+        }
+    })
+}
+
+/// # Safety
+/// `p` is NULL or a valid `rdma_conn_param` whose private data pointer covers its length.
+unsafe fn param_from(p: *const rdma_conn_param) -> ConnParam {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { p.as_ref() }) else {
+        return ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+    };
+    let pd = if p.private_data.is_null() || p.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's buffer of `private_data_len` bytes.
+        unsafe {
+            core::slice::from_raw_parts(
+                p.private_data.cast::<u8>(),
+                usize::from(p.private_data_len),
+            )
+        }
+        .to_vec()
+    };
+    // 0xFF means "the device's maximum" (RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH).
+    let cap = |v: u8| if v == 0xFF { 16 } else { v };
+    ConnParam {
+        private_data: pd,
+        responder_resources: cap(p.responder_resources),
+        initiator_depth: cap(p.initiator_depth),
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: p.srq != 0,
+        qp_num: p.qp_num,
+    }
+}
+
+/// `int rdma_connect(id, conn_param)`.
+///
+/// # Safety
+/// `id` is a live ID; `param` NULL or valid.
+pub unsafe extern "C" fn uroce_rdma_connect(
+    id: *mut rdma_cm_id,
+    param: *mut rdma_conn_param,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: per the contract.
+        let p = unsafe { param_from(param) };
+        match u.rust.connect(&p) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_listen(id, backlog)`.
+///
+/// # Safety
+/// `id` is a live, bound ID.
+pub unsafe extern "C" fn uroce_rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.listen(backlog) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_accept(id, conn_param)`.
+///
+/// # Safety
+/// `id` is a live ID from a CONNECT_REQUEST; `param` NULL or valid.
+pub unsafe extern "C" fn uroce_rdma_accept(
+    id: *mut rdma_cm_id,
+    param: *mut rdma_conn_param,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: per the contract.
+        let p = unsafe { param_from(param) };
+        match u.rust.accept(&p) {
+            Ok(()) => {
+                set_qp_state(u, QP_STATE_RTS);
+                0
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_reject(id, private_data, len)`.
+///
+/// # Safety
+/// `id` is a live ID; `pd` covers `len` bytes.
+pub unsafe extern "C" fn uroce_rdma_reject(
+    id: *mut rdma_cm_id,
+    pd: *const c_void,
+    len: u8,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        let data = if pd.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: per the contract.
+            unsafe { core::slice::from_raw_parts(pd.cast::<u8>(), usize::from(len)) }
+        };
+        match u.rust.reject(data) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_disconnect(id)`.
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.disconnect() {
+            Ok(()) => {
+                set_qp_state(u, QP_STATE_ERR);
+                0
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// `int rdma_establish(id)` (RDMACM_1.2).
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.establish() {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+const QP_STATE_INIT: u32 = 1;
+const QP_STATE_RTS: u32 = 3;
+const QP_STATE_ERR: u32 = 6;
+
+fn set_qp_state(u: &mut UCmId, s: u32) {
+    // SAFETY: `id->qp` is NULL or the live QP rdma_create_qp made.
+    if let Some(q) = unsafe { u.id.qp.cast::<UQp>().as_mut() } {
+        q.set_state(s);
+    }
+}
+
+/// `int rdma_get_cm_event(channel, &event)`: blocks unless the channel's fd was made
+/// non-blocking (then −1, EAGAIN when none is waiting).
+///
+/// # Safety
+/// `channel` is a live channel; `event` valid for a write.
+pub unsafe extern "C" fn uroce_rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    guard(-1, || {
+        if channel.is_null() || event.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: a live channel per the contract.
+        let ch = unsafe { &*channel.cast::<UEvChannel>() };
+        let e = if is_nonblocking(ch.ch.fd) {
+            match ch.rust.try_get_event() {
+                Some(e) => e,
+                None => return fail(libc::EAGAIN),
+            }
+        } else {
+            match ch.rust.get_event(None) {
+                Some(e) => e,
+                None => return fail(libc::EIO),
+            }
+        };
+        let ev = to_c(channel, e);
+        // SAFETY: valid for a write per the contract.
+        unsafe { event.write(ev) };
+        0
+    })
+}
+
+/// The C event for `e`, allocating the C ID of a new connection.
+fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event {
+    let listen = e
+        .listen_id
+        .as_ref()
+        .and_then(|l| registry().ids.get(&l.key()).copied())
+        .unwrap_or(0) as *mut UCmId;
+    let known = registry().ids.get(&e.id.key()).copied();
+    let id = match known {
+        Some(p) => p as *mut UCmId,
+        None => {
+            // SAFETY: `listen` is NULL or a live registered ID.
+            let context =
+                unsafe { listen.as_ref() }.map_or(core::ptr::null_mut(), |l| l.id.context);
+            new_id(e.id.clone(), channel, context)
+        }
+    };
+    // SAFETY: `id` is a live registered ID (found or just made).
+    let u = unsafe { &mut *id };
+    sync(u);
+    u.pending.fetch_add(1, Ordering::AcqRel);
+    if matches!(e.kind, RdmaCmEventKind::Established) && !u.id.qp.is_null() {
+        set_qp_state(u, QP_STATE_RTS);
+    }
+    if matches!(
+        e.kind,
+        RdmaCmEventKind::Disconnected | RdmaCmEventKind::Rejected
+    ) {
+        set_qp_state(u, QP_STATE_ERR);
+    }
+    let mut b = Box::new(UEvent {
+        // SAFETY: all-zero is a valid rdma_cm_event (NULL pointers, zero integers).
+        ev: unsafe { core::mem::zeroed() },
+        private_data: e.param.private_data.clone(),
+    });
+    b.ev.id = id.cast();
+    b.ev.listen_id = listen.cast();
+    b.ev.event = e.kind as u32;
+    b.ev.status = e.status;
+    let cp = rdma_conn_param {
+        private_data: if b.private_data.is_empty() {
+            core::ptr::null()
+        } else {
+            b.private_data.as_ptr().cast()
+        },
+        private_data_len: u8::try_from(b.private_data.len()).unwrap_or(u8::MAX),
+        responder_resources: e.param.responder_resources,
+        initiator_depth: e.param.initiator_depth,
+        flow_control: 0,
+        retry_count: e.param.retry_count,
+        rnr_retry_count: e.param.rnr_retry_count,
+        srq: u8::from(e.param.srq),
+        qp_num: e.param.qp_num,
+    };
+    // SAFETY: `param` is 56 bytes, 8-aligned; a 24-byte rdma_conn_param fits at its start.
+    unsafe {
+        core::ptr::addr_of_mut!(b.ev.param)
+            .cast::<rdma_conn_param>()
+            .write(cp)
+    };
+    Box::into_raw(b).cast()
+}
+
+/// `int rdma_ack_cm_event(event)`.
+///
+/// # Safety
+/// `event` came from [`uroce_rdma_get_cm_event`] and is not used afterwards.
+pub unsafe extern "C" fn uroce_rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    guard(-1, || {
+        if event.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: per the contract, a leaked Box<UEvent> owned again exactly once.
+        let b = unsafe { Box::from_raw(event.cast::<UEvent>()) };
+        // SAFETY: the event's ID stays alive until its events are acked.
+        if let Some(u) = unsafe { b.ev.id.cast::<UCmId>().as_ref() } {
+            u.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        0
+    })
+}
+
+/// `int rdma_set_option(id, level, optname, optval, optlen)`: TOS, REUSEADDR, AFONLY and
+/// ACK_TIMEOUT are accepted (the device's defaults apply), anything else is ENOSYS.
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    _optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    guard(-1, || {
+        if id.is_null() {
+            return fail(libc::EINVAL);
+        }
+        if level == 0 && (0..=3).contains(&optname) {
+            0
+        } else {
+            fail(libc::ENOSYS)
+        }
+    })
+}
+
+/// `int rdma_migrate_id(id, channel)`.
+///
+/// # Safety
+/// `id` is a live ID; `channel` a live channel.
+pub unsafe extern "C" fn uroce_rdma_migrate_id(
+    _id: *mut rdma_cm_id,
+    _channel: *mut rdma_event_channel,
+) -> c_int {
+    fail(libc::ENOSYS)
+}
+
+/// `uint16_t rdma_get_src_port(id)` (network order).
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    guard(0, || {
+        // SAFETY: per the contract.
+        unsafe { ucm(id) }
+            .and_then(|u| u.rust.src_addr())
+            .map_or(0, |a| a.port().to_be())
+    })
+}
+
+/// `uint16_t rdma_get_dst_port(id)` (network order).
+///
+/// # Safety
+/// `id` is a live ID.
+pub unsafe extern "C" fn uroce_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    guard(0, || {
+        // SAFETY: per the contract.
+        unsafe { ucm(id) }
+            .and_then(|u| u.rust.dst_addr())
+            .map_or(0, |a| a.port().to_be())
+    })
+}
+
+/// `int rdma_getaddrinfo(node, service, hints, &res)`: one result (the first address
+/// `getaddrinfo` gives), as librdmacm converts it: a passive lookup fills `ai_src_addr`,
+/// otherwise `ai_dst_addr`; RC over RDMA_PS_TCP.
+///
+/// # Safety
+/// `node`/`service` NULL or C strings; `hints` NULL or valid; `res` valid for a write.
+pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    guard(libc::EAI_FAIL, || {
+        if res.is_null() {
+            set_errno(libc::EINVAL);
+            return libc::EAI_SYSTEM;
+        }
+        // SAFETY: per the contract.
+        let h = unsafe { hints.as_ref() };
+        let flags = h.map_or(0, |h| h.ai_flags);
+        // SAFETY: an all-zero addrinfo is a valid hints struct.
+        let mut gh: libc::addrinfo = unsafe { core::mem::zeroed() };
+        gh.ai_family = h.map_or(0, |h| h.ai_family);
+        gh.ai_socktype = libc::SOCK_STREAM;
+        if flags & RAI_PASSIVE != 0 {
+            gh.ai_flags |= libc::AI_PASSIVE;
+        }
+        if flags & RAI_NUMERICHOST != 0 {
+            gh.ai_flags |= libc::AI_NUMERICHOST;
+        }
+        let mut out: *mut libc::addrinfo = core::ptr::null_mut();
+        // SAFETY: C strings or NULL per the contract; `out` receives a list we free below.
+        let r = unsafe { libc::getaddrinfo(node, service, &gh, &mut out) };
+        if r != 0 {
+            return r;
+        }
+        // SAFETY: getaddrinfo succeeded: `out` is a valid list with at least one entry.
+        let first = unsafe { &*out };
+        // SAFETY: the entry's address has its family's length.
+        let addr = unsafe { addr_from(first.ai_addr) };
+        // SAFETY: the list from getaddrinfo, freed once.
+        unsafe { libc::freeaddrinfo(out) };
+        let Some(addr) = addr else {
+            return libc::EAI_FAMILY;
+        };
+        let sa = Box::into_raw(Box::new(sockaddr_of(addr))).cast::<libc::sockaddr>();
+        let len = match addr {
+            SocketAddr::V4(_) => size_of::<libc::sockaddr_in>(),
+            SocketAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
+        } as u32;
+        let passive = flags & RAI_PASSIVE != 0;
+        let ai = rdma_addrinfo {
+            ai_flags: flags,
+            ai_family: if addr.is_ipv4() {
+                libc::AF_INET
+            } else {
+                libc::AF_INET6
+            },
+            ai_qp_type: IBV_QPT_RC as c_int,
+            ai_port_space: RDMA_PS_TCP as c_int,
+            ai_src_len: if passive { len } else { 0 },
+            ai_dst_len: if passive { 0 } else { len },
+            ai_src_addr: if passive { sa } else { core::ptr::null_mut() },
+            ai_dst_addr: if passive { core::ptr::null_mut() } else { sa },
+            ai_src_canonname: core::ptr::null_mut(),
+            ai_dst_canonname: core::ptr::null_mut(),
+            ai_route_len: 0,
+            ai_route: core::ptr::null_mut(),
+            ai_connect_len: 0,
+            ai_connect: core::ptr::null_mut(),
+            ai_next: core::ptr::null_mut(),
+        };
+        // SAFETY: valid for a write per the contract.
+        unsafe { res.write(Box::into_raw(Box::new(ai))) };
+        0
+    })
+}
+
+/// `void rdma_freeaddrinfo(res)`.
+///
+/// # Safety
+/// `res` came from [`uroce_rdma_getaddrinfo`] and is not used afterwards.
+pub unsafe extern "C" fn uroce_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    guard((), || {
+        let mut p = res;
+        while !p.is_null() {
+            // SAFETY: a leaked Box<rdma_addrinfo> of ours, owned again exactly once.
+            let b = unsafe { Box::from_raw(p) };
+            for sa in [b.ai_src_addr, b.ai_dst_addr] {
+                if !sa.is_null() {
+                    // SAFETY: our own boxed [u64; 16], freed once.
+                    drop(unsafe { Box::from_raw(sa.cast::<[u64; 16]>()) });
+                }
+            }
+            p = b.ai_next;
+        }
+    })
+}
+
+/// `int rdma_notify(id, event)`: accepted (the CM already learns of the connection from its
+/// RTU).
+pub extern "C" fn uroce_rdma_notify(_id: *mut rdma_cm_id, _event: c_int) -> c_int {
+    guard_errno(|| 0)
+}
