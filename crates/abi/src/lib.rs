@@ -58,6 +58,7 @@ pub mod error;
 pub mod fastpath;
 pub mod fuzzing;
 pub mod provider;
+pub mod reason;
 pub mod ring;
 pub mod shm;
 pub mod uverbs;
@@ -65,5 +66,6 @@ pub mod verbs_consts;
 
 pub use cmd::{Command, Frame, Reply};
 pub use error::{AbiError, Errno};
+pub use reason::{Reason, Rule};
 pub use uverbs::{decode_request, Request};
 pub use verbs_consts::*;

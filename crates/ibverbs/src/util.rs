@@ -10,6 +10,12 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e }
 }
 
+/// Whether `UROCE_DEBUG=1` asked for a line on stderr for each failed verb (read once).
+pub(crate) fn debug_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("UROCE_DEBUG").is_some_and(|v| v == "1"))
+}
+
 /// The calling thread's `errno`.
 #[cfg(test)]
 pub(crate) fn errno() -> c_int {

@@ -18,7 +18,6 @@ use abi::fastpath::{Cqe, RecvWqe, RECV_WQE_HDR_BYTES};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
-use abi::Errno;
 use transport::wire::{Lkey, Rkey};
 use transport::{
     AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr, RemoteAccess,
@@ -951,11 +950,6 @@ pub(crate) fn flush_rq_ring(res: &mut Resources, rq: &mut RecvRing, qpn: u32, re
 /// Whether the QP is in a state whose posted receives flush at once.
 pub(crate) fn flushes_receives(s: QpState) -> bool {
     s == QpState::Err
-}
-
-/// Errno for a failed ring attach or access.
-pub(crate) fn ring_errno(e: abi::AbiError) -> Errno {
-    e.errno()
 }
 
 #[cfg(test)]
