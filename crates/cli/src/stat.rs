@@ -470,6 +470,7 @@ mod tests {
                             counters: counters.clone(),
                         },
                     ],
+                    cqs: vec![],
                 },
                 DeviceSnapshot {
                     name: "uroce1".into(),
@@ -478,6 +479,7 @@ mod tests {
                     counters,
                     objects: ObjectCounts::default(),
                     qps: vec![],
+                    cqs: vec![],
                 },
             ],
             exited: false,

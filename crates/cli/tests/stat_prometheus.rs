@@ -171,6 +171,8 @@ fn exposition_parses_and_scrapes_grow() {
     assert_eq!(family_type(&fams, "uroce_sent_pkts"), Some("counter"));
     assert_eq!(family_type(&fams, "uroce_qp_sent_pkts"), Some("counter"));
     assert_eq!(family_type(&fams, "uroce_objects"), Some("gauge"));
+    assert_eq!(family_type(&fams, "uroce_cq_lost_cqes"), Some("counter"));
+    assert_eq!(sample(&fams, "uroce_cq_lost_cqes_total", &me), Some(0.0));
     for n in [
         "uroce_rcvd_icrc_err_total",
         "uroce_cq_overflow_total",

@@ -1054,6 +1054,7 @@ impl DevState {
                     comp_events: 0,
                     async_events: 0,
                     overflowed: false,
+                    lost_cqes: 0,
                     watched: false,
                 },
                 self.cfg.limits.max_cq,

@@ -137,6 +137,9 @@ pub(crate) struct Cq {
     pub(crate) async_events: u32,
     /// An overflow was reported and the ring has not had room since.
     pub(crate) overflowed: bool,
+    /// Completions lost because this CQ was full (summed over the device in
+    /// `EngineCounters::cq_overflow`).
+    pub(crate) lost_cqes: u64,
     /// Listed in `Resources::cq_watch`.
     pub(crate) watched: bool,
 }
@@ -477,6 +480,7 @@ impl Resources {
             }
             Err(e) => {
                 self.counters.cq_overflow += 1;
+                cq.lost_cqes += 1;
                 if matches!(e, abi::AbiError::RingCorrupt { .. }) {
                     self.counters.ring_corrupt += 1;
                 }

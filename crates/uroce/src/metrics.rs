@@ -11,6 +11,9 @@
 //!   `uroce_sent_pkts_total`, `uroce_rcvd_icrc_err_total`, `uroce_cq_overflow_total`;
 //! * per-QP counters: `uroce_qp_<name>_total{device, port, pid, process, qp}` — a family of
 //!   its own, so summing a port family never counts a packet twice;
+//! * per-CQ counters: `uroce_cq_<name>_total{device, port, pid, process, cq}` —
+//!   `uroce_cq_lost_cqes_total`, the completions a full CQ lost (the port's
+//!   `uroce_cq_overflow_total` is their sum over every CQ the device had);
 //! * live objects: the gauge `uroce_objects{device, port, pid, process, kind}` (`kind` =
 //!   contexts, pds, mrs, cqs, qps, srqs, ahs, comp_channels).
 //!
@@ -62,6 +65,16 @@ fn port_help(name: &str) -> &'static str {
         "cq_overflow" => "Completions lost because a CQ was full (the QP went to ERR).",
         "rcvd_cnp" => "Congestion notification packets received.",
         _ => "uroce device counter (Linux rxe / IB PMA name).",
+    }
+}
+
+/// What a per-CQ counter counts.
+fn cq_help(name: &str) -> &'static str {
+    match name {
+        "lost_cqes" => {
+            "Completions lost because this CQ was full (its QP went to ERR). Per CQ; the port's cq_overflow is their sum."
+        }
+        _ => "uroce CQ counter. Per CQ.",
     }
 }
 
@@ -177,6 +190,17 @@ pub fn exposition(processes: &[Snapshot]) -> String {
                     format!("{name}{{{base},kind=\"{kind}\"}} {v}"),
                 );
             }
+            for c in &d.cqs {
+                for (n, v) in c.counters.iter() {
+                    let name = format!("{PREFIX}cq_{}_total", sanitize(n));
+                    f.add(
+                        name.clone(),
+                        "counter",
+                        cq_help(n).to_string(),
+                        format!("{name}{{{base},cq=\"{}\"}} {v}", c.cq),
+                    );
+                }
+            }
             for q in &d.qps {
                 for (n, v) in q.counters.iter() {
                     let name = format!("{PREFIX}qp_{}_total", sanitize(n));
@@ -274,7 +298,7 @@ fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{CounterSet, DeviceSnapshot, ObjectCounts, QpSnapshot};
+    use crate::stats::{CounterSet, CqSnapshot, DeviceSnapshot, ObjectCounts, QpSnapshot};
 
     fn snap() -> Snapshot {
         let c = CounterSet::from_pairs([("sent_pkts", 5), ("rcvd_icrc_err", 1)]);
@@ -297,6 +321,10 @@ mod tests {
                     qpn: 17,
                     counters: CounterSet::from_pairs([("sent_pkts", 3), ("bad-name", 1)]),
                 }],
+                cqs: vec![CqSnapshot {
+                    cq: 3,
+                    counters: CounterSet::from_pairs([("lost_cqes", 4)]),
+                }],
             }],
             exited: false,
         }
@@ -313,6 +341,7 @@ mod tests {
         );
         assert!(t.contains(&format!("uroce_qp_sent_pkts_total{{{lbl},qp=\"17\"}} 3\n")));
         assert!(t.contains(&format!("uroce_objects{{{lbl},kind=\"qps\"}} 2\n")));
+        assert!(t.contains(&format!("uroce_cq_lost_cqes_total{{{lbl},cq=\"3\"}} 4\n")));
         assert!(t.contains("# TYPE uroce_qp_bad_name_total counter\n"));
         assert!(t.contains("# TYPE uroce_objects gauge\n"));
         // Each family once, its samples together right after its TYPE line.
