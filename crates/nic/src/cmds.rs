@@ -44,7 +44,8 @@ owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj);
 
 /// Why a command was refused: the errno (all a C caller sees), the rule broken, and a
 /// sentence with the attribute and values (without the verb, which [`DevState::execute`]
-/// puts in front).
+/// puts in front). There is deliberately no conversion from a bare errno: every refusal
+/// names its rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Refusal {
     pub(crate) errno: Errno,
@@ -59,13 +60,6 @@ impl Refusal {
             rule,
             detail: detail.into(),
         }
-    }
-}
-
-/// An errno with no rule recorded (the reply then carries none).
-impl From<Errno> for Refusal {
-    fn from(errno: Errno) -> Refusal {
-        Refusal::new(errno, Rule::UNSPECIFIED, String::new())
     }
 }
 
