@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): do stock perftest on the drop-in libibverbs.so.1 and `uroce bench`
-# report the same bandwidth and latency for the same test in the same run? (issue 7)
+# report the same bandwidth and latency for the same test in the same run?
 #
 #   bench/perftest-parity.sh [ROUNDS]      # default 3 rounds, alternating stock / uroce
 #   PARITY_ONLY=atomic_bw bench/perftest-parity.sh 9     # only the tests matching a regex

@@ -7,7 +7,7 @@
 #
 # Libraries: libibverbs.so.1 (crate crates/ibverbs), and the loader stubs libmlx5.so.1,
 # libefa.so.1, librdmacm.so.1 (crates/compat-stubs/*), which keep the system providers and
-# the kernel-only system librdmacm out of the process (reference: ibverbs-abi.md §6.3).
+# the kernel-only system librdmacm out of the process (reference: docs/compat.md §6.3).
 # The device list comes from UROCE_DEVICES (default uroce0=127.0.0.1).
 #
 # Options: --debug builds the dev profile instead of release. CARGO_TARGET_DIR is honoured

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, "Done when" #2: two uroce devices in two network namespaces, with faults on the
+# Two uroce devices in two network namespaces, with faults on the
 # real kernel path between them (loss 5 %, reorder 25 %, duplicate 2 %, corrupt 1 %), move
 # 256 MiB by RDMA WRITE and 256 MiB by SEND with every byte verified, and the devices'
 # counters show the retransmissions and the ICRC drops.

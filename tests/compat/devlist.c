@@ -1,7 +1,7 @@
 /* Exercises uroce's device list, GUID, index and sysfs emulation through the C ABI, the way
  * ibv_devices/ibv_devinfo use them. Run by tests/compat/abi-check.sh against uroce's
  * libibverbs; it checks its own results and exits non-zero on the first mismatch.
- * The struct prefix mirrors rdma-core 44's struct ibv_device (ibverbs-abi.md §5), so a
+ * The struct prefix mirrors rdma-core 44's struct ibv_device (docs/compat.md §5), so a
  * layout mistake on either side shows up here. */
 #include <errno.h>
 #include <stddef.h>

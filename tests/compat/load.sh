@@ -8,7 +8,7 @@
 #
 # Needs the Debian packages ibverbs-utils, perftest and rdmacm-utils; as root it installs them,
 # otherwise it skips with a message. gcc (for the small C ABI programs) and readelf/ldd are
-# expected on the machine. Checks, with reference sections of ibverbs-abi.md:
+# expected on the machine. Checks, with reference sections of docs/compat.md:
 #   1. our four libraries carry the right SONAMEs and version nodes (§1);
 #   2. every versioned symbol each tool imports from libibverbs/librdmacm/libmlx5/libefa is
 #      exported by ours with the same version (§2) — checked statically with readelf;

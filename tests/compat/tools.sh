@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stock rdma-core tools moving data over uroce through the drop-in libibverbs (issue 7,
-# item 3): each test runs a server and a client as two processes, each with its own
+# Stock rdma-core tools moving data over uroce through the drop-in libibverbs: each test
+# runs a server and a client as two processes, each with its own
 # embedded uroce device — the server's bound to $COMPAT_ADDR_A (default 127.0.0.1), the
 # client's to $COMPAT_ADDR_B (default 127.0.0.2) — exchanging QP info over TCP on loopback
 # and RoCEv2 over UDP between the two addresses.

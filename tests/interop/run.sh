@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# uroce against Linux Soft-RoCE (rdma_rxe), both directions (issue 6; issue 7 item 4).
+# uroce against Linux Soft-RoCE (rdma_rxe), both directions.
 #
 #   sudo tests/interop/run.sh                  # build, lab up, whole matrix, lab down
 #   sudo tests/interop/run.sh --no-build       # use target/release/uroce and target/compat as they are
@@ -33,7 +33,16 @@
 #     check runs with them disabled (a self-test first shows that a truncated packet is
 #     still flagged); their default-settings count is only reported. rxe's own IPv6 packets
 #     carry UDP checksum 0, which tshark reports as an error; that is rxe's, and reported;
-#   * nobody retransmits and nobody NAKs (analyze.py, from the capture), except rxe's
+#   * nobody retransmits and nobody NAKs (analyze.py, from the capture), except uroce
+#     after a late rxe and rxe's early timer retransmissions. analyze.py measures rxe's
+#     answer time to every uroce request: a uroce retransmission made when rxe had let a
+#     request wait a full QP timeout, and that rxe answered in the end, is the local ACK
+#     timeout working against a slow emulated peer; it is reported, not failed, and so are
+#     what it moves: rxe's duplicate_request and uroce's retransmissions and
+#     local_ack_timeouts, each at most the number of such retransmissions. A uroce
+#     retransmission after rxe had answered, or before any request had waited a full QP
+#     timeout, fails the cell (one that an rxe NAK asked for is counted; the NAK fails
+#     the cell). Then rxe's
 #     spurious timer retransmissions: rxe's retransmit timer fires one QP timeout after
 #     the first packet of a run whatever was acknowledged since, and then resends what is
 #     outstanding at that instant — also between two rxe hosts under this emulation; one
@@ -370,6 +379,7 @@ UROCE_NOTE="duplicate_request duplicate_responses ghost_responses stale_naks rcv
 port=18600
 total_spurious=0
 late_retries=0
+peer_late_cells=0
 declare -A RESULT
 
 # run_cell NAME FLAGS UCMD GCMD SERVER -> 0 pass, 1 fail, 2 fail caused by the guest clock
@@ -505,7 +515,16 @@ run_cell() {
     [ "$pp" = 1 ] && aargs+=(--pingpong)
     python3 tests/interop/analyze.py "$base.pcap" "${aargs[@]}" >"$base.analyze" 2>&1 ||
         problems+=("$(grep -v '^analyze: packets_' "$base.analyze" | head -3 | tr '\n' ';')")
-    local spurious retx_rxe late_rxe
+    local spurious retx_rxe late_rxe retx_u peer_late
+    retx_u=$(sed -nE 's/.* retx_uroce=([0-9]+).*/\1/p' "$base.analyze")
+    retx_u=${retx_u:-0}
+    # uroce retransmissions judged legitimate: rxe had let a request wait a QP timeout.
+    peer_late=$(sed -nE 's/.*retx_uroce_peer_late=([0-9]+).*/\1/p' "$base.analyze")
+    peer_late=${peer_late:-0}
+    if [ "$peer_late" -gt 0 ]; then
+        info+=("rxe answered later than the QP timeout (longest answer $(sed -nE 's/.*rxe_answer_max_ms=([0-9.]+).*/\1/p' "$base.analyze") ms); uroce resent $peer_late packet(s) of $retx_u after a full timeout")
+        peer_late_cells=$((peer_late_cells + 1))
+    fi
     spurious=$(sed -nE 's/.*rxe_spurious_retx=([0-9]+).*/\1/p' "$base.analyze")
     spurious=${spurious:-0}
     retx_rxe=$(sed -nE 's/.* retx_rxe=([0-9]+).*/\1/p' "$base.analyze")
@@ -517,6 +536,10 @@ run_cell() {
     local c d
     for c in $GUEST_BAD udp_InErrors udp_RcvbufErrors udp_InCsumErrors; do
         d=$(delta "$c" "$base.guest0" "$base.guest1")
+        if [ "$c" = duplicate_request ] && [ "$d" -gt 0 ] && [ "$d" -le "$peer_late" ]; then
+            info+=("rxe counter $c +$d: the packets uroce resent while rxe was late")
+            continue
+        fi
         [ "$d" = 0 ] || problems+=("rxe counter $c +$d")
     done
     d=$(delta completer_retry_err "$base.guest0" "$base.guest1")
@@ -554,6 +577,11 @@ run_cell() {
         local v
         for c in $UROCE_BAD; do
             v=$(grep -m1 "^$c=" "$base.ucounters" | cut -d= -f2)
+            if [[ "$c" =~ ^(retransmissions|local_ack_timeouts)$ ]] && [ "${v:-0}" -gt 0 ] &&
+                [ "$v" -le "$peer_late" ]; then
+                info+=("uroce counter $c $v: resent while rxe was late")
+                continue
+            fi
             [ "${v:-0}" = 0 ] || problems+=("uroce counter $c $v")
         done
         for c in $UROCE_NOTE; do
@@ -663,6 +691,7 @@ for c in udp_InErrors udp_RcvbufErrors udp_InCsumErrors udp6_InErrors udp6_Rcvbu
     printf '  %-24s +%s\n' "$c" "$(delta "$c" "$OUT/ns-counters.start" "$OUT/ns-counters.end")"
 done
 echo "interop: rxe spurious timer retransmissions in all captures: $total_spurious; uroce retransmissions: $(cat "$OUT"/cells/*.analyze 2>/dev/null | sed -nE 's/.*retx_uroce=([0-9]+).*/\1/p' | awk '{s += $1} END {print s + 0}')"
+echo "interop: cells where rxe answered later than the QP timeout and uroce resent after a full timeout (passed with a note): $peer_late_cells"
 echo "interop: cells retried after a late answer from uroce: $late_retries (see the FAIL lines above; the failed attempts are in $OUT/cells/failed-attempts)"
 echo "interop: uroce counters: per cell in $OUT/cells/*.ucounters (the snapshot the uroce process left at its exit)"
 echo "interop: matrix ran in $((t_end - t_start)) s"

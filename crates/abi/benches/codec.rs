@@ -1,4 +1,4 @@
-//! Cost of the slow-path command codec (DESIGN.md §2): encoding a request as the library
+//! Cost of the slow-path command codec (docs/architecture.md §2): encoding a request as the library
 //! does and decoding it as the control plane does, for the commands of a benchmark's life —
 //! POST_SEND with 1 and 16 WRs (the slow-path post), MODIFY_QP (RTR with a GID) and REG_MR.
 //!

@@ -3,7 +3,7 @@
 //! # Request (library → control plane), one message per command
 //!
 //! Exactly the bytes a provider would `write()` to `/dev/infiniband/uverbsN`
-//! (reference/wire-facts.md §8.1, kernel `uverbs_main.c` `verify_hdr`):
+//! (docs/abi.md §1, kernel `uverbs_main.c` `verify_hdr`):
 //!
 //! ```text
 //! legacy:   CmdHdr{command, in_words, out_words} | core request struct | driver data
@@ -40,7 +40,7 @@
 //!
 //! The channel carries one outstanding command at a time (request, then its reply); a
 //! library with several threads serializes them, so no tag is needed. The control plane
-//! accepts only GET_CONTEXT until a GET_CONTEXT has succeeded (§8.1).
+//! accepts only GET_CONTEXT until a GET_CONTEXT has succeeded (§1).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -135,7 +135,7 @@ const _: () = assert!(core::mem::offset_of!(ExCmdHdr, provider_in_words) == 8);
 const _: () = assert!(core::mem::offset_of!(ExCmdHdr, cmd_hdr_reserved) == 12);
 
 open_enum! {
-    /// A command number (`IB_USER_VERBS_CMD_*`, wire-facts §8.2) — the command word's low
+    /// A command number (`IB_USER_VERBS_CMD_*`, docs/abi.md §2) — the command word's low
     /// 8 bits. Whether the extended flag was set is carried separately.
     ///
     /// Numbers `0x80..=0xff` are **uroce driver-private** commands (prefix `UROCE_`): the kernel
@@ -247,6 +247,9 @@ open_enum! {
         /// uroce driver-private: read one P_Key table entry ([`crate::uverbs::QueryPkey`]).
         /// The kernel serves this through sysfs.
         UROCE_QUERY_PKEY = 0x81,
+        /// uroce driver-private: the device's Communication Manager
+        /// ([`crate::uverbs::CmCmd`]; the kernel's `ib_ucm`/`rdma_ucm` character devices).
+        UROCE_CM = 0x82,
     }
 }
 
@@ -293,7 +296,7 @@ impl<'a> Frame<'a> {
     /// `verify_hdr()` do, and locate its payload.
     ///
     /// Errors: shorter than a header, bad command bits, length mismatch, nonzero
-    /// `cmd_hdr_reserved` → EINVAL (wire-facts §8.1).
+    /// `cmd_hdr_reserved` → EINVAL (docs/abi.md §1).
     pub fn parse(bytes: &'a [u8]) -> Result<Frame<'a>> {
         let (hdr, rest) = CmdHdr::read_from_prefix(bytes).map_err(|_| AbiError::Truncated {
             what: "ib_uverbs_cmd_hdr",

@@ -1,6 +1,6 @@
 //! Doorbells: how the library tells the engine "this queue has new work" without a system
 //! call, and the `parked` protocol that makes a system call happen only when the engine
-//! sleeps (DESIGN.md §3; the siw trick: notify only an idle engine).
+//! sleeps (docs/architecture.md §3; the siw trick: notify only an idle engine).
 //!
 //! # The doorbell page
 //!

@@ -3,7 +3,7 @@
 //! The control plane answers every malformed command with an errno in the reply header
 //! (see [`crate::cmd::ReplyHdr`]); it never panics on outside bytes. The errno values follow
 //! what Linux `ib_uverbs_write()` / `verify_hdr()` return for the same fault
-//! (reference/wire-facts.md §8.1), so a later drop-in `libibverbs.so.1` can hand them to
+//! (docs/abi.md §1), so a later drop-in `libibverbs.so.1` can hand them to
 //! applications unchanged.
 
 use core::fmt;
@@ -48,6 +48,7 @@ errnos! {
     EPROTO = 71, "Protocol error (malformed reply).";
     EOVERFLOW = 75, "Value too large.";
     EOPNOTSUPP = 95, "Operation not supported: unknown or unimplemented command (uapi_get_method).";
+    EADDRINUSE = 98, "Address in use (a CM listener already has the service ID and address).";
     ETIMEDOUT = 110, "Timed out.";
 }
 
@@ -193,7 +194,7 @@ pub enum AbiError {
 }
 
 impl AbiError {
-    /// The errno the control plane returns for this error (reference/wire-facts.md §8.1).
+    /// The errno the control plane returns for this error (docs/abi.md §1).
     pub fn errno(&self) -> Errno {
         match self {
             AbiError::Truncated { .. }

@@ -79,7 +79,7 @@ pub const RING_MAGIC: u32 = u32::from_le_bytes(*b"URNG");
 
 /// The ring header as a struct, for documentation, tracing and the offset checks; the ring
 /// code accesses the indices as atomics at the offsets above (after rxe's `rxe_queue_buf`,
-/// wire-facts §8.5, with u64 free-running indices instead of masked u32 ones).
+/// docs/abi.md §10, with u64 free-running indices instead of masked u32 ones).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct RingHeader {

@@ -1,9 +1,9 @@
-//! Command payloads: the core structs of `ib_user_verbs.h` (reference/wire-facts.md §8.3),
+//! Command payloads: the core structs of `ib_user_verbs.h` (docs/abi.md §3),
 //! uroce's driver-specific data, and [`Request`], the typed decode of a whole command.
 //!
 //! Sizes and offsets are asserted at compile time against x86-64 gcc `sizeof`/`offsetof`
-//! (wire-facts §8.3, §7.5). All fields are host-endian (the uverbs ABI is), except those
-//! typed big-endian (`node_guid`) and the `imm_data` half of the `ex` unions, which holds the
+//! (docs/abi.md §3, docs/wire.md §7.5). All fields are host-endian (the uverbs ABI is), except
+//! those typed big-endian (`node_guid`) and the `imm_data` half of the `ex` unions, which holds the
 //! four immediate bytes in network order, as in `ibv_wc.imm_data` (`__be32`).
 //!
 //! # Driver-specific data (uroce)
@@ -113,7 +113,7 @@ abi_struct! {
         pub max_mr_size: u64,
         /// Supported page sizes.
         pub page_size_cap: u64,
-        /// Vendor id (uroce reports 0xffffff like rxe; ibverbs-abi.md §9).
+        /// Vendor id (uroce reports 0xffffff like rxe; docs/compat.md §9).
         pub vendor_id: u32,
         /// Vendor part id (0: keeps perftest on its generic path).
         pub vendor_part_id: u32,
@@ -476,7 +476,7 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `ib_uverbs_wc` = the first 48 bytes of `struct ibv_wc` (wire-facts §7.5). Also the
+    /// `ib_uverbs_wc` = the first 48 bytes of `struct ibv_wc` (docs/wire.md §7.5). Also the
     /// first 48 bytes of every CQE in a CQ ring ([`crate::fastpath::Cqe`]).
     ///
     /// `opcode` holds [`crate::verbs_consts::WcOpcode`], `status`
@@ -1315,6 +1315,195 @@ abi_struct! {
 }
 
 // ---------------------------------------------------------------------------------------
+// UROCE_CM: the device's Communication Manager
+
+/// What a [`CmCmd`] asks for (its `op`).
+pub mod cm_op {
+    /// Create this context's CM event channel: the response's `fd` is a `SOCK_SEQPACKET`
+    /// socket from which each read returns one [`super::CmEventDesc`] (at most one channel per
+    /// context; a second call gives EEXIST).
+    pub const CREATE_CHANNEL: u32 = 1;
+    /// Listen on `service_id` for requests to address `bind` (all zero: any). Response `id`.
+    pub const LISTEN: u32 = 2;
+    /// Send a REQ to `peer` (fields: service_id, local/remote GID, qpn, psn = our receive PSN,
+    /// responder resources … hop limit, private data ≤ 92). Response `id`.
+    pub const CONNECT: u32 = 3;
+    /// Answer request `id` with a REP (qpn, psn = our receive PSN, responder resources,
+    /// initiator depth, rnr retry, srq, private data ≤ 196).
+    pub const ACCEPT: u32 = 4;
+    /// Refuse `id` with REJ `reason` and private data ≤ 148.
+    pub const REJECT: u32 = 5;
+    /// Active side after the response: send the RTU.
+    pub const ESTABLISH: u32 = 6;
+    /// DREQ, or DREP to the peer's DREQ.
+    pub const DISCONNECT: u32 = 7;
+    /// Let go of `id` (a listener stops; a connection is refused or disconnected).
+    pub const DESTROY: u32 = 8;
+    /// Send a SIDR_REQ to `peer` for `service_id` (private data ≤ 216). Response `id`.
+    pub const SIDR_REQUEST: u32 = 9;
+    /// Answer SIDR request `id` (status, qpn, qkey, private data ≤ 136).
+    pub const SIDR_REPLY: u32 = 10;
+    /// Passive side: data arrived before the RTU (rdma_notify with IBV_EVENT_COMM_EST).
+    pub const NOTIFY: u32 = 11;
+}
+
+abi_struct! {
+    /// UROCE_CM request (ours, [`Command::UROCE_CM`]): one CM operation, `op` from
+    /// [`cm_op`]. Fields an operation does not use must be zero. Addresses and GIDs are
+    /// 16-byte IPv6 or IPv4-mapped (`::ffff:a.b.c.d`) addresses.
+    pub struct CmCmd {
+        /// [`cm_op`].
+        pub op: u32,
+        /// The CM ID the operation applies to (0 for those that create one).
+        pub id: u32,
+        /// Service ID (LISTEN, CONNECT, SIDR_REQUEST).
+        pub service_id: u64,
+        /// Our QPN (CONNECT, ACCEPT) or the QPN granted (SIDR_REPLY).
+        pub qpn: u32,
+        /// Our receive PSN (CONNECT, ACCEPT).
+        pub psn: u32,
+        /// Q_Key (SIDR_REPLY).
+        pub qkey: u32,
+        /// Flow label (CONNECT).
+        pub flow_label: u32,
+        /// Peer address (CONNECT, SIDR_REQUEST).
+        pub peer: [u8; 16],
+        /// Address to listen on, all zero for any (LISTEN).
+        pub bind: [u8; 16],
+        /// Our port GID (CONNECT).
+        pub local_gid: [u8; 16],
+        /// The peer's port GID (CONNECT).
+        pub remote_gid: [u8; 16],
+        /// Responder resources (CONNECT, ACCEPT).
+        pub responder_resources: u8,
+        /// Initiator depth (CONNECT, ACCEPT).
+        pub initiator_depth: u8,
+        /// Transport retry count (CONNECT; clamped to 7).
+        pub retry_count: u8,
+        /// RNR retry count (CONNECT, ACCEPT; clamped to 7).
+        pub rnr_retry_count: u8,
+        /// IBTA MTU code (CONNECT).
+        pub path_mtu: u8,
+        /// 0 = RC, 1 = UC (CONNECT).
+        pub transport_type: u8,
+        /// 1 if the QP uses an SRQ (CONNECT, ACCEPT).
+        pub srq: u8,
+        /// Traffic class (CONNECT).
+        pub traffic_class: u8,
+        /// Hop limit (CONNECT).
+        pub hop_limit: u8,
+        /// SIDR_REP status (SIDR_REPLY).
+        pub status: u8,
+        /// REJ reason (REJECT).
+        pub reason: u16,
+        /// Bytes of `private_data` that count.
+        pub pd_len: u16,
+        /// Reserved (0).
+        pub reserved: u16,
+        /// Private data (224 bytes, in 32-byte rows: see [`CmCmd::pd`]).
+        pub private_data: [[u8; 32]; 7],
+    }
+    size = 336;
+}
+
+offsets!(CmCmd {
+    service_id = 8,
+    peer = 32,
+    bind = 48,
+    local_gid = 64,
+    remote_gid = 80,
+    responder_resources = 96,
+    reason = 106,
+    pd_len = 108,
+    private_data = 112,
+});
+
+impl CmCmd {
+    /// The private data that counts (`pd_len` bytes, at most the field).
+    pub fn pd(&self) -> &[u8] {
+        let all = self.private_data.as_flattened();
+        &all[..usize::from(self.pd_len).min(all.len())]
+    }
+
+    /// Set the private data; `false` (nothing set) if longer than the field.
+    pub fn set_pd(&mut self, pd: &[u8]) -> bool {
+        let all = self.private_data.as_flattened_mut();
+        if pd.len() > all.len() {
+            return false;
+        }
+        all.fill(0);
+        all[..pd.len()].copy_from_slice(pd);
+        self.pd_len = pd.len() as u16;
+        true
+    }
+}
+
+abi_struct! {
+    /// UROCE_CM response.
+    pub struct CmCmdResp {
+        /// The CM ID created (LISTEN, CONNECT, SIDR_REQUEST).
+        pub id: u32,
+        /// The event channel (CREATE_CHANNEL).
+        pub fd: u32,
+    }
+    size = 8;
+}
+
+/// What a [`CmEventDesc`] reports (its `kind`).
+pub mod cm_event {
+    /// A REQ reached listener `listen`; `id` is the new connection; `mad` holds the REQ.
+    pub const CONNECT_REQUEST: u32 = 1;
+    /// The REP to our REQ; `mad` holds it.
+    pub const CONNECT_RESPONSE: u32 = 2;
+    /// Passive side: the RTU came.
+    pub const ESTABLISHED: u32 = 3;
+    /// A REJ; `mad` holds it.
+    pub const REJECTED: u32 = 4;
+    /// No answer within the retries.
+    pub const UNREACHABLE: u32 = 5;
+    /// DREQ received, or our DREQ answered (or not: [`super::CmEventDesc::FLAG_TIMED_OUT`]).
+    pub const DISCONNECTED: u32 = 6;
+    /// Timewait is over.
+    pub const TIMEWAIT_EXIT: u32 = 7;
+    /// A SIDR_REQ reached listener `listen`; `mad` holds it.
+    pub const SIDR_REQUEST: u32 = 8;
+    /// The SIDR_REP to our request; `mad` holds it.
+    pub const SIDR_REPLY: u32 = 9;
+}
+
+abi_struct! {
+    /// One CM event as read from a CM event channel.
+    pub struct CmEventDesc {
+        /// [`cm_event`].
+        pub kind: u32,
+        /// The CM ID it concerns.
+        pub id: u32,
+        /// The listener (CONNECT_REQUEST, SIDR_REQUEST), else 0.
+        pub listen: u32,
+        /// `FLAG_*`.
+        pub flags: u32,
+        /// The peer's address (IPv6 or IPv4-mapped), when known.
+        pub peer: [u8; 16],
+        /// The CM MAD that caused the event, as on the wire (256 bytes in 32-byte rows: see
+        /// [`CmEventDesc::mad`]), or zeros.
+        pub mad: [[u8; 32]; 8],
+    }
+    size = 288;
+}
+
+impl CmEventDesc {
+    /// DISCONNECTED: our DREQ was never answered.
+    pub const FLAG_TIMED_OUT: u32 = 1 << 0;
+    /// `mad` holds a MAD.
+    pub const FLAG_MAD: u32 = 1 << 1;
+
+    /// The MAD bytes, when [`CmEventDesc::FLAG_MAD`] is set.
+    pub fn mad(&self) -> Option<&[u8]> {
+        (self.flags & Self::FLAG_MAD != 0).then_some(self.mad.as_flattened())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // uroce driver-specific data
 
 /// Version of uroce's driver-specific data and fast-path layouts. Bumped on any change.
@@ -1553,7 +1742,11 @@ impl<'a> SgeList<'a> {
 // Typed requests
 
 /// A fully decoded command: core struct, uroce driver data, and for posts the WR lists.
-#[allow(missing_docs)] // each variant is named after its command and holds the structs above
+///
+/// Each variant is named after its command and holds the structs above. One slow-path
+/// command is decoded at a time, on the stack: the CM command's 336 bytes beside the others'
+/// few dozen cost nothing worth a box.
+#[allow(missing_docs, clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
     GetContext(GetContext, UroceGetContext),
@@ -1583,6 +1776,7 @@ pub enum Request<'a> {
     DestroySrq(DestroySrq),
     PostSrqRecv(PostSrqRecv, WrList<'a>),
     QueryGid(QueryGid),
+    Cm(CmCmd),
     QueryPkey(QueryPkey),
 }
 
@@ -1649,6 +1843,7 @@ impl<'a> Request<'a> {
             Request::DestroySrq(_) => Command::DESTROY_SRQ,
             Request::PostSrqRecv(..) => Command::POST_SRQ_RECV,
             Request::QueryGid(_) => Command::UROCE_QUERY_GID,
+            Request::Cm(_) => Command::UROCE_CM,
             Request::QueryPkey(_) => Command::UROCE_QUERY_PKEY,
         }
     }
@@ -1685,6 +1880,7 @@ impl<'a> Request<'a> {
             Command::DESTROY_SRQ => (DestroySrq::SIZE, 0),
             Command::POST_SRQ_RECV => (PostSrqRecv::SIZE, 0),
             Command::UROCE_QUERY_GID => (QueryGid::SIZE, 0),
+            Command::UROCE_CM => (CmCmd::SIZE, 0),
             Command::UROCE_QUERY_PKEY => (QueryPkey::SIZE, 0),
             _ => return None,
         })
@@ -1714,6 +1910,7 @@ impl<'a> Request<'a> {
             Command::QUERY_SRQ => (QuerySrqResp::SIZE, 0),
             Command::DESTROY_SRQ => (DestroySrqResp::SIZE, 0),
             Command::UROCE_QUERY_GID => (QueryGidResp::SIZE, 0),
+            Command::UROCE_CM => (CmCmdResp::SIZE, 0),
             Command::UROCE_QUERY_PKEY => (QueryPkeyResp::SIZE, 0),
             Command::DEALLOC_PD
             | Command::DESTROY_AH
@@ -1947,6 +2144,11 @@ impl<'a> Request<'a> {
                 no_driver(rest)?;
                 Request::QueryPkey(c)
             }
+            Command::UROCE_CM => {
+                let (c, rest) = core(p, "uroce_cm")?;
+                no_driver(rest)?;
+                Request::Cm(c)
+            }
             other => return Err(AbiError::Unsupported(other)),
         };
         Ok(req)
@@ -1991,6 +2193,7 @@ impl<'a> Request<'a> {
             Request::DestroySrq(c) => push(&[c.as_bytes()]),
             Request::PostSrqRecv(c, l) => push(&[c.as_bytes(), l.wrs, l.sges]),
             Request::QueryGid(c) => push(&[c.as_bytes()]),
+            Request::Cm(c) => push(&[c.as_bytes()]),
             Request::QueryPkey(c) => push(&[c.as_bytes()]),
         }
         // A WR array with an odd `wqe_size` can leave the message short of a 4-byte word;

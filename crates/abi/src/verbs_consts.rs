@@ -1,11 +1,11 @@
-//! Enum-ish constants used inside payloads, WQEs and CQEs (reference/wire-facts.md §6–§7).
+//! Enum-ish constants used inside payloads, WQEs and CQEs (docs/wire.md §6–§7).
 //!
 //! Values are libibverbs' (`verbs.h`), which equal the kernel's except where noted. Struct
 //! fields keep the C width (`u8` in `modify_qp`, `u32` in `ibv_wc`); these newtypes are what
 //! accessors hand out.
 
 open_enum! {
-    /// `enum ibv_qp_state` (wire-facts §6.1).
+    /// `enum ibv_qp_state` (docs/wire.md §6.1).
     pub struct QpState(u32) {
         /// Reset: no resources active.
         RESET = 0,
@@ -25,7 +25,7 @@ open_enum! {
 }
 
 open_enum! {
-    /// `enum ibv_qp_type` / kernel `ib_qp_type` for user QPs (wire-facts §6.1).
+    /// `enum ibv_qp_type` / kernel `ib_qp_type` for user QPs (docs/wire.md §6.1).
     pub struct QpType(u32) {
         /// Reliable connected.
         RC = 2,
@@ -43,7 +43,7 @@ open_enum! {
 }
 
 open_flags! {
-    /// `enum ibv_qp_attr_mask` (wire-facts §6.1); same bits as the kernel `ib_qp_attr_mask`.
+    /// `enum ibv_qp_attr_mask` (docs/wire.md §6.1); same bits as the kernel `ib_qp_attr_mask`.
     pub struct QpAttrMask(u32) {
         /// qp_state.
         STATE = 1 << 0,
@@ -93,7 +93,7 @@ open_flags! {
 }
 
 open_flags! {
-    /// `enum ibv_access_flags` (wire-facts §7.3).
+    /// `enum ibv_access_flags` (docs/wire.md §7.3).
     pub struct AccessFlags(u32) {
         /// Local write (needed for any remote write or receive into the MR).
         LOCAL_WRITE = 1 << 0,
@@ -121,12 +121,12 @@ open_flags! {
 }
 
 impl AccessFlags {
-    /// `IBV_ACCESS_OPTIONAL_RANGE`: bits 20..29, which a device may ignore (ibverbs-abi.md §9).
+    /// `IBV_ACCESS_OPTIONAL_RANGE`: bits 20..29, which a device may ignore (docs/compat.md §9).
     pub const OPTIONAL_RANGE: AccessFlags = AccessFlags(((1 << 10) - 1) << 20);
 }
 
 open_flags! {
-    /// `enum ibv_send_flags` (wire-facts §7.3).
+    /// `enum ibv_send_flags` (docs/wire.md §7.3).
     pub struct SendFlags(u32) {
         /// Wait for prior RDMA READ / atomic to complete.
         FENCE = 1 << 0,
@@ -142,7 +142,7 @@ open_flags! {
 }
 
 open_enum! {
-    /// `enum ibv_wr_opcode` (wire-facts §7.3). Values 11–13 differ between user space
+    /// `enum ibv_wr_opcode` (docs/wire.md §7.3). Values 11–13 differ between user space
     /// (`IBV_WR_DRIVER1`) and the kernel (`RDMA_READ_WITH_INV`, masked atomics) and are not named.
     pub struct WrOpcode(u32) {
         /// RDMA WRITE.
@@ -176,7 +176,7 @@ open_enum! {
 
 impl WrOpcode {
     /// The send-side completion opcode for this work request (rxe `wr_to_wc_opcode`,
-    /// wire-facts §7.2); `None` for opcodes without one.
+    /// docs/wire.md §7.2); `None` for opcodes without one.
     pub fn wc_opcode(self) -> Option<WcOpcode> {
         Some(match self {
             WrOpcode::RDMA_WRITE | WrOpcode::RDMA_WRITE_WITH_IMM => WcOpcode::RDMA_WRITE,
@@ -211,7 +211,7 @@ impl WrOpcode {
 }
 
 open_enum! {
-    /// `enum ibv_wc_opcode` (wire-facts §7.2); equal to `ib_uverbs_wc_opcode` for send opcodes.
+    /// `enum ibv_wc_opcode` (docs/wire.md §7.2); equal to `ib_uverbs_wc_opcode` for send opcodes.
     pub struct WcOpcode(u32) {
         /// SEND completed.
         SEND = 0,
@@ -248,7 +248,7 @@ impl WcOpcode {
 }
 
 open_enum! {
-    /// `enum ibv_wc_status` (wire-facts §7.1); same numbers as the kernel `ib_wc_status`.
+    /// `enum ibv_wc_status` (docs/wire.md §7.1); same numbers as the kernel `ib_wc_status`.
     pub struct WcStatus(u32) {
         /// Success.
         SUCCESS = 0,
@@ -337,7 +337,7 @@ impl WcStatus {
 
 open_flags! {
     /// Completion flags, with **libibverbs** values (`enum ibv_wc_flags`), not the kernel's
-    /// (`ib_wc_flags` swaps bits 2 and 3; wire-facts §7.4). The engine writes these values
+    /// (`ib_wc_flags` swaps bits 2 and 3; docs/wire.md §7.4). The engine writes these values
     /// into CQEs so a C-ABI `ibv_poll_cq` can copy the 48-byte CQE prefix out unchanged.
     pub struct WcFlags(u32) {
         /// A 40-byte GRH precedes the payload in the receive buffer (UD).
@@ -352,7 +352,7 @@ open_flags! {
 }
 
 open_enum! {
-    /// `enum ibv_mtu` (wire-facts §0).
+    /// `enum ibv_mtu` (docs/wire.md §0).
     pub struct Mtu(u32) {
         /// 256 bytes.
         MTU_256 = 1,
@@ -428,7 +428,7 @@ open_enum! {
 }
 
 open_enum! {
-    /// `enum ibv_gid_type` as in `ibv_gid_entry.gid_type` (ibverbs-abi.md §5).
+    /// `enum ibv_gid_type` as in `ibv_gid_entry.gid_type` (docs/compat.md §5).
     pub struct GidType(u32) {
         /// InfiniBand GID.
         IB = 0,

@@ -56,7 +56,7 @@ fn legacy(cmd: Command, payload: &[u8], cap: usize) -> Vec<u8> {
 
 #[test]
 fn command_numbers_match_uapi() {
-    // wire-facts §8.2, spot-checked across the table.
+    // docs/abi.md §2, spot-checked across the table.
     assert_eq!(Command::GET_CONTEXT.0, 0);
     assert_eq!(Command::REG_MR.0, 9);
     assert_eq!(Command::CREATE_COMP_CHANNEL.0, 17);
@@ -117,7 +117,7 @@ fn golden_modify_qp_rts() {
     Request::ModifyQp(m).encode(&mut out).unwrap();
     assert_eq!(out.len(), 8 + 112);
     assert_eq!(&out[..8], &[26, 0, 0, 0, 30, 0, 0, 0]);
-    // Byte offsets inside the core struct (wire-facts §8.3): attr_mask @68, qp_state @96,
+    // Byte offsets inside the core struct (docs/abi.md §3): attr_mask @68, qp_state @96,
     // timeout @105, retry_cnt @106.
     assert_eq!(&out[8 + 68..8 + 72], &0x12e01u32.to_ne_bytes());
     assert_eq!(out[8 + 96], 3);

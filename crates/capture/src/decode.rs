@@ -59,7 +59,7 @@ pub const JSON_KEYS_ALWAYS: [&str; 12] = [
     "icrc",
 ];
 
-/// Result of the ICRC check (wire-facts §3).
+/// Result of the ICRC check (docs/wire.md §3).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IcrcStatus {
@@ -78,7 +78,7 @@ impl fmt::Display for IcrcStatus {
     }
 }
 
-/// RETH fields (wire-facts §1.5).
+/// RETH fields (docs/wire.md §1.5).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RethFields {
@@ -90,7 +90,7 @@ pub struct RethFields {
     pub len: u32,
 }
 
-/// AETH fields (wire-facts §4).
+/// AETH fields (docs/wire.md §4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AethFields {
@@ -100,7 +100,7 @@ pub struct AethFields {
     pub msn: u32,
 }
 
-/// DETH fields (wire-facts §1.5).
+/// DETH fields (docs/wire.md §1.5).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DethFields {
@@ -110,7 +110,7 @@ pub struct DethFields {
     pub src_qp: u32,
 }
 
-/// AtomicETH fields (wire-facts §1.5).
+/// AtomicETH fields (docs/wire.md §1.5).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AtomicEthFields {
@@ -124,7 +124,7 @@ pub struct AtomicEthFields {
     pub compare: u64,
 }
 
-/// AtomicAckETH fields (wire-facts §1.5).
+/// AtomicAckETH fields (docs/wire.md §1.5).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AtomicAckFields {
@@ -246,7 +246,7 @@ impl DecodeRecord {
     }
 }
 
-/// Text form of an AETH syndrome (wire-facts §4.1).
+/// Text form of an AETH syndrome (docs/wire.md §4.1).
 fn fmt_aeth(f: &mut fmt::Formatter<'_>, a: &AethFields) -> fmt::Result {
     let syndrome = wire::Syndrome(a.syndrome);
     write!(f, "  aeth(0x{:02x} ", a.syndrome)?;

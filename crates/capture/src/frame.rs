@@ -1,7 +1,7 @@
 //! Classifying captured frames: RoCEv2 packet, something else, or damaged.
 //!
 //! A frame counts as RoCEv2 when it carries IPv4/IPv6 → UDP with destination port 4791
-//! (wire-facts §1.1, §0). Such a frame is handed to [`wire::frame::parse_l3`]; if that
+//! (docs/wire.md §1.1, §0). Such a frame is handed to [`wire::frame::parse_l3`]; if that
 //! refuses it, the frame is *garbled* and the reason is kept. Frames that visibly carry
 //! anything else (ARP, TCP, UDP to another port, later IP fragments) are *not RoCE* and are
 //! only counted. A frame too short to tell is garbled too: a capture of RoCE traffic should
@@ -16,7 +16,7 @@ use wire::frame::ParsedFrame;
 use crate::link::{self, IpVersion, LinkError};
 use crate::pcap::{LinkType, PcapError, PcapReader, Record};
 
-/// UDP destination port of RoCEv2 (wire-facts §0).
+/// UDP destination port of RoCEv2 (docs/wire.md §0).
 pub const ROCE_V2_UDP_PORT: u16 = 4791;
 
 const IPV4_MIN_HEADER_LEN: usize = 20;

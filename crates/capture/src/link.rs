@@ -1,6 +1,6 @@
 //! Link-layer decapsulation: from a captured frame to the IP packet inside it.
 //!
-//! Handles Ethernet II with up to two 802.1Q/802.1ad VLAN tags (wire-facts §1.1: "Ethernet
+//! Handles Ethernet II with up to two 802.1Q/802.1ad VLAN tags (docs/wire.md §1.1: "Ethernet
 //! (14, +4 per VLAN tag)"), Linux cooked captures (SLL v1 and v2, what `tcpdump -i any`
 //! writes) and raw IP link types. Every field read is bounds-checked; a frame too short for
 //! its link header is reported, never indexed past.

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod decode;
 mod devinfo;
+mod doctor;
 mod pingpong;
 mod sim;
 mod stat;
@@ -39,6 +40,8 @@ enum Command {
     Bench(bench::Args),
     /// Port and per-QP counters of the running uroce processes, like `rdma statistic`.
     Stat(stat::Args),
+    /// Check this host against the RoCE deployment checklist: PASS/WARN/FAIL with fixes.
+    Doctor(doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Stat(args) => stat::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(code) => code,

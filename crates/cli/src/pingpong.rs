@@ -1,5 +1,5 @@
 //! `uroce pingpong [rc|ud|srq] [SERVER]`: rdma-core 44's `ibv_rc_pingpong`,
-//! `ibv_ud_pingpong` and `ibv_srq_pingpong` (reference `perftest-exchange.md` §7), so a
+//! `ibv_ud_pingpong` and `ibv_srq_pingpong` (docs/perftest.md §7), so a
 //! uroce process pairs with another uroce process or with the real tools.
 //!
 //! * Same options and defaults (`-p 18515`, `-s 4096` (ud: 1024), `-n 1000`, `-r 500`,
@@ -416,7 +416,7 @@ fn connect_rc(qp: &Qp, args: &Args, mtu: Mtu, my_psn: u32, rem: &PpDest) -> Resu
 }
 
 /// The address vector toward `rem`: global (GRH) only when the peer's GID has an
-/// interface id, hop limit 1, as the tools build it (reference §7.1).
+/// interface id, hop limit 1, as the tools build it (docs/perftest.md §7.1).
 fn ah_for(args: &Args, rem: &PpDest) -> AhAttr {
     AhAttr {
         grh: GlobalRoute {

@@ -1,6 +1,7 @@
 //! `uroce stat [-d NAME] [--qp N|all] [--watch SECS [-c N]] [--json | --prometheus]
 //! [--serve [ADDR:]PORT]`: port and per-QP counters of every running uroce process, like
-//! iproute2's `rdma statistic show` and the sysfs `hw_counters` of a Linux RDMA device.
+//! iproute2's `rdma statistic show` and the sysfs `hw_counters` of a Linux RDMA device
+//! (docs/architecture.md §4).
 //!
 //! uroce devices run inside their applications, so the counters come from the stats
 //! endpoint each uroce process publishes ([`uroce::stats`]: one Unix socket per process,

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// perftest's server banner (reference §1).
+/// perftest's server banner (docs/perftest.md §1).
 fn oob_banner() -> &'static str {
     "\n************************************\n* Waiting for client to connect... *\n************************************\n"
 }

@@ -1,4 +1,4 @@
-//! Issue 2, "Done when": any single flipped bit in the ICRC-covered bytes of a packet makes
+//! Any single flipped bit in the ICRC-covered bytes of a packet makes
 //! `uroce decode` report `icrc=bad` for that packet.
 //!
 //! For one packet of every (opcode, IP version) found in the shipped and lab captures, this
@@ -88,7 +88,7 @@ fn samples() -> Vec<Sample> {
     seen.into_values().collect()
 }
 
-/// Is bit `bit` of L3 byte `i` inside a field the ICRC masks (wire-facts §3.2)?
+/// Is bit `bit` of L3 byte `i` inside a field the ICRC masks (docs/wire.md §3.2)?
 fn masked(v6: bool, i: usize, bit: u8) -> bool {
     let (ip_len, udp) = if v6 { (40, 40) } else { (20, 20) };
     let in_ip_masked = if v6 {

@@ -196,7 +196,7 @@ fn json_lines_have_exactly_the_documented_keys() {
                 assert_eq!(obj["icrc"], "ok");
             }
             let name = obj["opcode_name"].as_str().expect("name");
-            // Extension headers appear exactly when the opcode carries them (wire-facts §2.1).
+            // Extension headers appear exactly when the opcode carries them (docs/wire.md §2.1).
             let has_reth = matches!(
                 name,
                 "RC_RDMA_WRITE_FIRST" | "RC_RDMA_WRITE_ONLY" | "RC_RDMA_READ_REQUEST"

@@ -1,4 +1,4 @@
-//! `uroce decode --json` against Wireshark's dissector (issue 2).
+//! `uroce decode --json` against Wireshark's dissector.
 //!
 //! For every `*.pcap` under `testdata/` (all subdirectories), this runs the built
 //! `uroce decode --json FILE` and `tshark -r FILE -T fields ...` and checks, packet by packet,

@@ -6,7 +6,7 @@
 //! [`uroce::Context`] that owns the command channel to the device. The application's
 //! `struct ibv_context *` therefore points 320 bytes into a `UContext`, and the inline
 //! functions of `verbs.h` find `sz`, `query_port` and `query_device_ex` in front of it
-//! (ibverbs-abi.md §3, §4).
+//! (docs/compat.md §3, §4).
 
 use core::ffi::{c_int, c_uint, c_void};
 use core::mem::offset_of;

@@ -1,6 +1,6 @@
 //! Devices: `ibv_get_device_list`, `ibv_free_device_list`, `ibv_get_device_name`,
 //! `ibv_get_device_guid`, `ibv_get_device_index`, and the small sysfs emulation behind
-//! `ibv_read_sysfs_file` (ibverbs-abi.md §4, §8).
+//! `ibv_read_sysfs_file` (docs/compat.md §4, §8).
 //!
 //! The list comes from `UROCE_DEVICES` (comma-separated `name=address`, default
 //! `uroce0=127.0.0.1`), parsed by [`abi::provider::devices_from_env`], the same parser the Rust

@@ -2,7 +2,7 @@
 //! rdmacm-utils as built by Debian 12) run on uroce's device when
 //! `LD_LIBRARY_PATH=target/compat` puts this library in front of the system one.
 //!
-//! # The ABI (reference: ibverbs-abi.md)
+//! # The ABI (reference: docs/compat.md)
 //!
 //! * **Exports**: the 146 default-version symbols of rdma-core 44, under upstream's version
 //!   nodes `IBVERBS_1.0 ← 1.1 ← 1.5 ← … ← 1.14` and `IBVERBS_PRIVATE_34` (§1, §2), listed in

@@ -2,7 +2,7 @@
 //! `ibv_create_ah*`, …).
 //!
 //! Every C object is a box whose first field is the public struct the application reads
-//! (`ibv_pd`, `ibv_mr`, `ibv_ah`), filled as rdma-core fills it (ibverbs-abi.md §4), followed
+//! (`ibv_pd`, `ibv_mr`, `ibv_ah`), filled as rdma-core fills it (docs/compat.md §4), followed
 //! by the `verbs` object that owns the resource. A pointer the application holds is thus a
 //! pointer to the box.
 

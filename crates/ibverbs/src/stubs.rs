@@ -1,5 +1,5 @@
 //! Exported symbols that uroce does not implement, each failing the way the C API expects
-//! (ibverbs-abi.md §0: every import of a `-z now` binary must resolve, including ones on
+//! (docs/compat.md §0: every import of a `-z now` binary must resolve, including ones on
 //! paths the tools never take).
 //!
 //! A stub is declared without parameters: under the x86_64 SysV calling convention the

@@ -1,7 +1,7 @@
 //! The C structures of rdma-core 44's `<infiniband/verbs.h>` that cross this library's
 //! boundary, as `#[repr(C)]` mirrors with compile-time size and offset assertions.
 //!
-//! Every number asserted here comes from ibverbs-abi.md §5 (a C program's `sizeof`/`offsetof`
+//! Every number asserted here comes from docs/compat.md §5 (a C program's `sizeof`/`offsetof`
 //! against the Debian bookworm headers, x86_64). The ones the *inline* functions in
 //! `verbs.h` bake into application binaries matter most, because a mismatch there is not an
 //! error but a call through a wrong pointer: `ibv_context.ops.poll_cq` at +96,

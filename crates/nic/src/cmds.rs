@@ -354,7 +354,7 @@ impl DevState {
         if let Request::GetContext(_, d) = req {
             return self.get_context(ctx, d, resp);
         }
-        // Before GET_CONTEXT only GET_CONTEXT is accepted (kernel `ib_uverbs_write`).
+        // Before GET_CONTEXT only GET_CONTEXT is accepted (docs/abi.md §1).
         if !self.res.ctxs.contains_key(&ctx) {
             return Err(refuse!(
                 EINVAL,
@@ -381,6 +381,11 @@ impl DevState {
                 Ok(())
             }
             Request::QueryGid(q) => self.query_gid(q, resp),
+            Request::Cm(c) => {
+                let r = self.cm_command(ctx, c, resp);
+                *kick = true;
+                r
+            }
             Request::QueryPkey(q) => {
                 if q.port_num != 1 {
                     return Err(refuse!(
@@ -729,7 +734,7 @@ impl DevState {
         Ok(())
     }
 
-    /// QUERY_DEVICE, modelled on rxe (`rxe_param.h`; wire-facts §8.5).
+    /// QUERY_DEVICE, modelled on rxe (`rxe_param.h`; docs/abi.md §10).
     pub(crate) fn query_device(&self) -> QueryDeviceResp {
         let l = &self.cfg.limits;
         let guid = abi::provider::node_guid(self.dev_ip());
@@ -846,7 +851,7 @@ impl DevState {
             | AccessFlags::REMOTE_READ.0
             | AccessFlags::REMOTE_ATOMIC.0;
         if acc & !supported != 0 {
-            // LOCAL_WRITE ..= FLUSH_PERSISTENT (wire-facts §7.3).
+            // LOCAL_WRITE ..= FLUSH_PERSISTENT (docs/wire.md §7.3).
             let known = (1u32 << 10) - 1;
             return Err(if acc & !known == 0 {
                 refuse!(
@@ -1438,8 +1443,7 @@ impl DevState {
     }
 
     /// MODIFY_QP: device checks (AV, P_Key index, RD atomic limits), then the transport's
-    /// transition table and value checks (IBTA 10.3.1, kernel `ib_modify_qp_is_ok`); any
-    /// failure is EINVAL.
+    /// transition table and value checks (docs/wire.md §6.2); any failure is EINVAL.
     fn modify_qp(&mut self, ctx: CtxId, m: &ModifyQp) -> Res<()> {
         let dev_ip = self.dev_ip();
         let max_rd = self.cfg.limits.max_qp_rd_atom;
@@ -1574,7 +1578,7 @@ impl DevState {
         }
         qpo.qp.set_port_mtu(port_mtu);
         if qpo.qp.state() == QpState::Reset {
-            // RESET empties the rings without completions (wire-facts §6.2 notes).
+            // RESET empties the rings without completions (docs/wire.md §6.2 notes).
             if let Ok(n) = qpo.sq.available() {
                 let _ = qpo.sq.release(n);
             }
@@ -1961,6 +1965,9 @@ impl DevState {
         for i in self.res.chans.indices_where(|o| o.ctx == ctx) {
             self.res.chans.remove(i);
         }
+        let now = self.engine.now();
+        self.gsi.close_context(ctx, now);
+        self.arm_gsi();
         self.res.ctxs.remove(&ctx);
         if self.hermetic && self.res.ctxs.is_empty() {
             // Nothing can hold a key or QPN of this device any more (no peers, no

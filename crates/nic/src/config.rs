@@ -1,6 +1,6 @@
 //! Device configuration: name, address, MTU and resource limits.
 //!
-//! The limits default to Linux rxe's (`rxe_param.h`, reference/wire-facts.md §8.5) where the
+//! The limits default to Linux rxe's (`rxe_param.h`, docs/abi.md §10) where the
 //! layouts of this project allow them, and are what QUERY_DEVICE reports.
 
 use std::net::IpAddr;
@@ -76,7 +76,7 @@ pub struct DeviceConfig {
     /// Resource limits.
     pub limits: Limits,
     /// Run this device on its own engine thread instead of the process-wide shared one
-    /// (DESIGN.md §4: on a 2-core machine, more spinning threads than cores hurt).
+    /// (docs/architecture.md §4: on a 2-core machine, more spinning threads than cores hurt).
     pub dedicated_engine: bool,
     /// How long the engine keeps polling without progress before it parks, in µs, at
     /// least: the start and minimum of its adaptive spin window (`spin` module docs).
@@ -94,8 +94,8 @@ pub struct DeviceConfig {
     /// The price of these windows: on a machine with more runnable threads than cores, a
     /// spinning engine takes CPU time its application could have used (measured on a
     /// loaded 2-core box: about half the bulk WRITE throughput of an engine that parks
-    /// after 50 µs). Set all four to the same small value for the old fixed window, or
-    /// see [`DeviceConfig::yield_when_idle`].
+    /// after 50 µs). Set all four to the same small value for a fixed window, or see
+    /// [`DeviceConfig::yield_when_idle`].
     pub max_busy_spin_us: u32,
     /// While spinning idle, yield the core after a few µs (`sched_yield`). Helps when
     /// threads outnumber cores (the application may be waiting for the engine's core),
@@ -106,8 +106,9 @@ pub struct DeviceConfig {
     /// runnable threads than cores), it parks after a few µs of idle for a while, whatever
     /// the windows above say (`spin` module, "Oversubscribed cores"): a doorbell then costs
     /// a system call, where spinning would cost the other threads scheduler slices (on a
-    /// quiet 2-core VM, two-process `uroce pingpong` went from 7.9 ms to ~0.4 ms per round
-    /// trip). On by default; turn it off to keep the windows regardless of the load.
+    /// quiet 2-core VM, a two-process `uroce pingpong` round trip takes about 0.4 ms with
+    /// it and about 8 ms without). On by default; turn it off to keep the windows
+    /// regardless of the load.
     pub park_when_contended: bool,
     /// While the engine is parked, a library thread that finds its CQ empty or rings a
     /// doorbell does the engine's work itself instead of waking it (`poll_cq` and

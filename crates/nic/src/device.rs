@@ -132,6 +132,25 @@ impl DeviceHandle {
     }
 
     /// The device itself (the fuzz harness drives its dispatch directly).
+    /// Runs `f` on the device's Communication Manager (QP 1) with the engine's clock, under
+    /// the device lock, then wakes the engine so the MADs `f` queued leave and the CM's
+    /// timers are watched. Events come from [`DeviceHandle::cm_poll_event`].
+    pub fn with_cm<R>(&self, f: impl FnOnce(&mut cm::Cm, transport::Time) -> R) -> R {
+        let mut st = self.0.lock_cp();
+        let now = self.0.engine.now();
+        let r = f(&mut st.gsi.cm, now);
+        st.gsi.collect();
+        st.arm_gsi();
+        drop(st);
+        self.0.engine.kick();
+        r
+    }
+
+    /// The next event of the device's Communication Manager, if any.
+    pub fn cm_poll_event(&self) -> Option<cm::CmEvent> {
+        self.0.lock_cp().gsi.poll_event()
+    }
+
     pub(crate) fn dev(&self) -> &Device {
         &self.0
     }

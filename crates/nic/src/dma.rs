@@ -1,5 +1,5 @@
 //! The engine's only door to application memory — registered memory regions and the
-//! library's ring and doorbell memory — the IOMMU/MTT of a real NIC (DESIGN.md §4).
+//! library's ring and doorbell memory — the IOMMU/MTT of a real NIC (docs/architecture.md §4).
 //!
 //! In embedded mode both live in this process at the addresses the library names. The
 //! control plane validates every range once, when it is registered or attached: it must be

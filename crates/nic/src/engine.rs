@@ -1,5 +1,5 @@
 //! The engine: the NIC's doorbell, DMA and transport processing, one thread for every
-//! device of the process by default (DESIGN.md §4).
+//! device of the process by default (docs/architecture.md §4).
 //!
 //! # A pass (per device, under the device lock)
 //!
@@ -241,6 +241,11 @@ impl EngineShared {
     }
 
     /// The eventfd that un-parks the engine (handed to libraries as `wake_fd`, dup'ed).
+    /// The engine's clock now (what its transport and CM deadlines count in).
+    pub(crate) fn now(&self) -> Time {
+        now_of(self.epoch)
+    }
+
     pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
         self.wake.as_fd()
     }
@@ -620,11 +625,12 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
     // Before a retransmission deadline fires, read what the socket holds even when this
     // pass would not poll it: after a stall the awaited ACK is often already there.
     let timer_due = st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now);
-    if io.force_rx || ((poll_socket || timer_due) && st.remote_qps > 0) {
+    if io.force_rx || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live())) {
         io.force_rx = false;
         progress |= receive(dev, st, io, now);
     }
     progress |= fire_timers(st, now);
+    progress |= send_gsi(st, io);
     check_err_rqs(st);
     for _ in 0..ROUNDS {
         let mut did = false;
@@ -654,6 +660,8 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
         }
         progress = true;
     }
+    // MADs the CM queued while QPs were served (answers to loopback MADs).
+    progress |= send_gsi(st, io);
     progress |= flush_tx(dev, st, io);
     if by_app && progress {
         st.res.counters.app_passes += 1;
@@ -715,6 +723,11 @@ fn fire_timers(st: &mut DevState, now: Time) -> bool {
             break;
         }
         st.timers.pop();
+        if idx == crate::gsi::GSI_TIMER {
+            fired |= st.gsi.fire(t, now);
+            st.arm_gsi();
+            continue;
+        }
         let Some(q) = st.qps.get_mut(idx) else {
             continue;
         };
@@ -1040,7 +1053,19 @@ fn route(
         io.put_buf(buf);
         return;
     }
-    let c = &mut res.counters;
+    send_udp(dev_ip, &dest, &mut res.counters, io, buf, t.len);
+}
+
+/// Queue `buf[..len]` (a transport packet, room for the ICRC after it) as a UDP datagram to
+/// `dest`, with the ICRC its IP and UDP headers give.
+fn send_udp(
+    dev_ip: IpAddr,
+    dest: &Dest,
+    c: &mut crate::counters::EngineCounters,
+    io: &mut DevIo,
+    mut buf: Vec<u8>,
+    len: usize,
+) {
     let ip = match (dev_ip, dest.ip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             IpRepr::v4_socket(s, d, dest.traffic_class, dest.hop_limit)
@@ -1059,7 +1084,7 @@ fn route(
         }
     };
     let udp = UdpRepr::roce(ROCE_V2_PORT);
-    let crc = match buf.get(..t.len).map(|p| icrc::compute_for(&ip, &udp, p)) {
+    let crc = match buf.get(..len).map(|p| icrc::compute_for(&ip, &udp, p)) {
         Some(Ok(crc)) => crc,
         _ => {
             c.xmit_discards += 1;
@@ -1067,7 +1092,7 @@ fn route(
             return;
         }
     };
-    match buf.get_mut(t.len..t.len + ICRC_LEN) {
+    match buf.get_mut(len..len + ICRC_LEN) {
         Some(tail) => tail.copy_from_slice(&icrc::icrc_wire_bytes(crc)),
         None => {
             c.xmit_discards += 1;
@@ -1077,10 +1102,42 @@ fn route(
     }
     io.txq.push_back(Datagram {
         buf,
-        len: t.len + ICRC_LEN,
+        len: len + ICRC_LEN,
         dst: SocketAddr::new(dest.ip, ROCE_V2_PORT),
         ident: 0,
     });
+}
+
+/// Queue the CM's MADs (QP 1): to the internal loopback for this device's own address,
+/// as UDP datagrams otherwise (never from a hermetic device). Returns whether any went.
+fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
+    let dev_ip = st.cfg.addr;
+    let mut any = false;
+    loop {
+        let mut buf = io.take_buf();
+        let Some((to, len)) = st.gsi.next_packet(&mut buf) else {
+            io.put_buf(buf);
+            break;
+        };
+        any = true;
+        let c = &mut st.res.counters;
+        if st.hermetic && to != dev_ip {
+            c.xmit_no_route += 1;
+            io.put_buf(buf);
+            continue;
+        }
+        c.port_xmit_packets += 1;
+        c.port_xmit_data += ((len + ICRC_LEN) / 4) as u64;
+        if to == dev_ip {
+            c.loopback_pkts += 1;
+            io.loopq.push_back((buf, len, DeferList::default()));
+            continue;
+        }
+        let dest = Dest::roce(to);
+        send_udp(dev_ip, &dest, c, io, buf, len);
+    }
+    st.arm_gsi();
+    any
 }
 
 fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
@@ -1359,6 +1416,11 @@ fn deliver(
     payload: Payload,
 ) {
     let qpn = pkt.bth.dest_qp.value();
+    if qpn == Qpn::GSI.value() {
+        st.gsi.receive(now, pkt, src);
+        st.arm_gsi();
+        return;
+    }
     let DevState {
         res, qps, ready, ..
     } = st;

@@ -218,11 +218,11 @@ fn run_checked(dev: &Device, ctx: CtxId, msg: &[u8], out: &mut Outcome) {
                 "empty reason for {errno}: {why:?}"
             );
         }
-        Ok(resp) => close_handed_fds(word, resp),
+        Ok(resp) => close_handed_fds(word, msg, resp),
     }
 }
 
-fn close_handed_fds(word: u32, resp: &[u8]) {
+fn close_handed_fds(word: u32, msg: &[u8], resp: &[u8]) {
     if word == Command::GET_CONTEXT.word() {
         if let Ok((c, rest)) = GetContextResp::read_from_prefix(resp) {
             sys::close_handed_fd(c.async_fd as i32);
@@ -233,6 +233,14 @@ fn close_handed_fds(word: u32, resp: &[u8]) {
     } else if word == Command::CREATE_COMP_CHANNEL.word() {
         if let Ok((c, _)) = CreateCompChannelResp::read_from_prefix(resp) {
             sys::close_handed_fd(c.fd as i32);
+        }
+    } else if word == Command::UROCE_CM.word() {
+        let creates = msg
+            .get(abi::cmd::CmdHdr::SIZE..)
+            .and_then(|b| CmCmd::read_from_prefix(b).ok())
+            .is_some_and(|(c, _)| c.op == cm_op::CREATE_CHANNEL);
+        if let (true, Ok((r, _))) = (creates, CmCmdResp::read_from_prefix(resp)) {
+            sys::close_handed_fd(r.fd as i32);
         }
     }
 }
@@ -800,7 +808,50 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     }
     inputs.push(input);
 
-    // 4. Framing: a legacy header that cannot frame a message closes the connection.
+    // 4. The CM: a channel, a listener, a connection from prelude QP 16 to the device itself
+    // (internal loopback), its answer, and an ID that is not the context's.
+    let cm = |op: u32, f: &dyn Fn(&mut CmCmd)| {
+        let mut c = CmCmd {
+            op,
+            ..CmCmd::default()
+        };
+        f(&mut c);
+        enc(&Request::Cm(c))
+    };
+    let me = std::net::Ipv4Addr::new(127, 77, 9, 1)
+        .to_ipv6_mapped()
+        .octets();
+    let sid = 0x0106_1C06u64;
+    let cmds = [
+        cm(cm_op::CREATE_CHANNEL, &|_| {}),
+        cm(cm_op::LISTEN, &|c| c.service_id = sid),
+        cm(cm_op::CONNECT, &|c| {
+            c.service_id = sid;
+            c.peer = me;
+            c.local_gid = me;
+            c.remote_gid = me;
+            c.qpn = QPNS[0];
+            c.path_mtu = 3;
+            c.hop_limit = 64;
+        }),
+        cm(cm_op::ACCEPT, &|c| {
+            c.id = 1;
+            c.qpn = QPNS[1];
+        }),
+        cm(cm_op::SIDR_REQUEST, &|c| {
+            c.service_id = sid;
+            c.peer = me;
+        }),
+        cm(cm_op::DESTROY, &|c| c.id = 7),
+        cm(99, &|_| {}),
+    ];
+    let mut input = vec![2u8];
+    for c in &cmds {
+        input.extend(chunk(PAUSE, c));
+    }
+    inputs.push(input);
+
+    // 5. Framing: a legacy header that cannot frame a message closes the connection.
     let mut input = vec![0u8];
     input.extend(chunk(0, &enc(&Request::AllocPd(AllocPd::default()))));
     input.extend(chunk(RAW, &[1, 0, 0, 0, 1, 0, 0, 0]));

@@ -1,5 +1,5 @@
 //! The uroce software RoCEv2 NIC: the control plane that plays the kernel behind the
-//! uverbs command ABI, and the engine that plays the NIC (DESIGN.md §1–§5).
+//! uverbs command ABI, and the engine that plays the NIC (docs/architecture.md §1–§5).
 //!
 //! # Use
 //!
@@ -34,6 +34,11 @@
 //!   call only then and an idle device costs no CPU. The socket is polled while busy only if some QP of the device
 //!   can talk to another device (UD, or a remote address vector): same-device traffic
 //!   makes no system call at all in steady state.
+//! * **QP 1** (`gsi`): the device's Communication Manager (the `cm` crate) on the General
+//!   Services Interface: UD SEND Only packets to QP 1 with the GSI Q_Key carry 256-byte CM
+//!   MADs in and out (internal loopback for the device's own address, UDP otherwise); the
+//!   CM's deadline sits in the engine's timer heap. [`DeviceHandle::with_cm`] and
+//!   [`DeviceHandle::cm_poll_event`] drive it.
 //! * **Memory** (`dma`): every access to application memory — registered regions and the
 //!   library's ring and doorbell memory — goes through one small module, the only place
 //!   besides `sys` (system calls) with `unsafe`. How a command's addresses name memory is
@@ -61,6 +66,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cm_cmds;
 mod cmds;
 mod config;
 mod counters;
@@ -69,11 +75,13 @@ mod device;
 mod dma;
 mod engine;
 pub mod fuzzing;
+mod gsi;
 mod slab;
 mod spin;
 mod state;
 mod sys;
 
+pub use cm;
 pub use config::{DeviceConfig, Limits};
 pub use counters::{CqCounters, EngineCounters, PortCounters};
 pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};

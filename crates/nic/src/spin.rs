@@ -1,6 +1,6 @@
 //! The engine's idle policy: how long it keeps polling after the last progress before it
-//! parks (DESIGN.md §3: busy-poll while there is work, park when idle; a doorbell costs a
-//! wake-up system call only when the engine is parked).
+//! parks (docs/architecture.md §3: busy-poll while there is work, park when idle; a doorbell costs
+//! a wake-up system call only when the engine is parked).
 //!
 //! A fixed window of a few tens of µs is the ski-rental answer for one core per thread, but
 //! on a shared machine the application thread is routinely descheduled for longer than that

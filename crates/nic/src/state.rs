@@ -59,6 +59,18 @@ pub(crate) struct Dest {
     pub(crate) hop_limit: u8,
 }
 
+impl Dest {
+    /// `ip` with the header values Linux uses for MADs: traffic class 0, hop limit 64.
+    pub(crate) fn roce(ip: IpAddr) -> Dest {
+        Dest {
+            ip,
+            flow_label: 0,
+            traffic_class: 0,
+            hop_limit: 64,
+        }
+    }
+}
+
 /// The IP address a RoCE v2 GID stands for (IPv4-mapped or IPv6).
 pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
     let v6 = std::net::Ipv6Addr::from(gid);
@@ -68,7 +80,7 @@ pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
     }
 }
 
-/// The RoCE v2 GID of an address (wire-facts §1.1).
+/// The RoCE v2 GID of an address (docs/wire.md §1.1).
 pub(crate) fn ip_to_gid(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -264,7 +276,7 @@ pub(crate) struct DevState {
     /// QPs that may send or receive through the socket (UD, or a remote AV).
     pub(crate) remote_qps: usize,
     /// QPs in ERR with their own RQ: receives the library posts to the ring now flush
-    /// (wire-facts §6.3), and no doorbell announces them, so each awake pass looks.
+    /// (docs/wire.md §6.3), and no doorbell announces them, so each awake pass looks.
     pub(crate) err_rqs: Vec<u32>,
     pub(crate) next_mr_key: u8,
     /// How command addresses name memory (`dma::AddressSpace`).
@@ -272,6 +284,8 @@ pub(crate) struct DevState {
     /// The process's mappings as read for the command being executed, before the lock was
     /// taken (`ctrl::serve`); `None`: a range check reads them itself.
     pub(crate) maps: Option<crate::dma::Maps>,
+    /// QP 1 and the Communication Manager.
+    pub(crate) gsi: crate::gsi::Gsi,
     /// A sealed device (`crate::fuzzing`): nothing it transmits leaves it (packets to
     /// other addresses are dropped as unroutable), and with no context open its MR key
     /// sequence starts over, so every session sees the same handles and keys.
@@ -280,6 +294,7 @@ pub(crate) struct DevState {
 
 impl DevState {
     pub(crate) fn new(cfg: DeviceConfig, engine: Arc<EngineShared>) -> DevState {
+        let gsi = crate::gsi::Gsi::new(abi::provider::node_guid(cfg.addr), crate::gsi::id_seed());
         DevState {
             cfg,
             engine,
@@ -304,7 +319,22 @@ impl DevState {
             next_mr_key: 0,
             space: crate::dma::AddressSpace::Process,
             maps: None,
+            gsi,
             hermetic: false,
+        }
+    }
+
+    /// Whether the CM has anything going (a listener, a connection, a lookup): then the
+    /// socket must be read even when no QP talks to another device.
+    pub(crate) fn gsi_live(&self) -> bool {
+        self.gsi.cm.live_ids() > 0
+    }
+
+    /// Queue the CM's next deadline in the timer heap (if earlier than the one queued).
+    pub(crate) fn arm_gsi(&mut self) {
+        if let Some(t) = self.gsi.arm() {
+            self.timers
+                .push(std::cmp::Reverse((t, crate::gsi::GSI_TIMER)));
         }
     }
 
@@ -337,6 +367,8 @@ impl DevState {
             ("comp_channels", r.chans.len()),
             ("qps", self.qps.len()),
             ("owing_qps", r.owing_qps as usize),
+            ("cm_ids", self.gsi.owners.len()),
+            ("cm_channels", self.gsi.chans.len()),
         ];
         counts
             .iter()
@@ -364,7 +396,7 @@ pub(crate) fn make_ready(qps: &mut Slab<QpObj>, ready: &mut VecDeque<u32>, idx: 
     }
 }
 
-/// A transport completion as the CQE's `ibv_wc` (wire-facts §7.5; flags in libibverbs values).
+/// A transport completion as the CQE's `ibv_wc` (docs/wire.md §7.5; flags in libibverbs values).
 pub(crate) fn to_wc(c: &Completion) -> Wc {
     let mut wc = Wc {
         wr_id: c.wr_id,
@@ -752,8 +784,8 @@ fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// Registered memory as one QP sees it: keys resolve in the device's MR table, and the MR
-/// must belong to the QP's PD (DESIGN.md §4, the NIC's MTT). Every failure is an error the
-/// transport turns into the prescribed completion status or NAK.
+/// must belong to the QP's PD (docs/architecture.md §4, the NIC's MTT). Every failure is an error
+/// the transport turns into the prescribed completion status or NAK.
 pub(crate) struct DmaView<'a> {
     pub(crate) mrs: &'a Slab<Mr>,
     pub(crate) pd: u32,
@@ -929,7 +961,7 @@ impl Memory for DmaView<'_> {
 }
 
 /// Flush every receive WQE still in a QP's own RQ ring with WR_FLUSH_ERR (the QP is in
-/// ERR: wire-facts §6.3 rule 3). Returns how many.
+/// ERR: docs/wire.md §6.3 rule 3). Returns how many.
 pub(crate) fn flush_rq_ring(res: &mut Resources, rq: &mut RecvRing, qpn: u32, recv_cq: u32) -> u32 {
     let mut n = 0;
     if rq.refresh().is_err() {

@@ -1,8 +1,8 @@
 //! The retransmission deadline of a packet counts from when the packet is built, even when
-//! the engine pass that builds it was held up before it started (tests/interop: against
-//! Linux rxe, on a host whose cores were oversubscribed, the engine read the clock, lost
-//! its core for ~125 ms, then built a SEND whose 67 ms deadline was therefore already past
-//! and resent it 13 µs later — uroce `retransmissions 1`, rxe `duplicate_request 1`).
+//! the engine pass that builds it was held up before it started. Otherwise an engine that
+//! reads the clock, loses its core for ~125 ms (an oversubscribed host, as in the rxe lab of
+//! tests/interop) and then builds a SEND finds its 67 ms deadline already past and resends
+//! it 13 µs later (testdata/interop/rc_pingpong_m512_spurious_retx.pcap).
 //!
 //! Here the pass is held up deterministically: a REG_MR makes the control plane read
 //! `/proc/self/maps` under the device lock, which takes tens of milliseconds once the

@@ -7,15 +7,15 @@
 //! * `ud_pingpong_ipv6.pcap`: `ibv_ud_pingpong -g 0 -s 100 -n 5 -c`, rxe the server.
 //!
 //! * `rc_pingpong_m512_spurious_retx.pcap` (IPv4, 20 frames of a `-m 512 -s 2500` run):
-//!   uroce resending a SEND's first packet 13 µs after the original, its 67 ms deadline
-//!   having been armed from a clock read before a stalled engine pass (fixed in
-//!   `engine::pass`; reproduced deterministically by `tests/engine_clock.rs`).
+//!   uroce resending a SEND's first packet 13 µs after the original: a 67 ms deadline
+//!   armed from a clock read taken before a stalled engine pass fires at once, so
+//!   `engine::pass` reads the clock after taking the device lock and again for each QP it
+//!   serves (`tests/engine_clock.rs` reproduces the stall deterministically;
+//!   `tests/interop/analyze.py --selftest` must flag this capture).
 //!
-//! Two interop faults showed here before the fix (`sys::bind_roce_udp`): a link-local
-//! address could not be bound without its interface's scope id (no device at all), and
-//! rxe sends UDP checksum 0 over IPv6, which the kernel drops unless the socket opts in
-//! (UDP_NO_CHECK6_RX) — every rxe packet was lost (`Udp6InCsumErrors`), both sides
-//! retransmitted until the tools gave up.
+//! The IPv6 captures need two things of `sys::bind_roce_udp`: a link-local address binds
+//! only with its interface's scope id, and rxe sends UDP checksum 0 over IPv6, which the
+//! kernel drops (`Udp6InCsumErrors`) unless the socket opts in with UDP_NO_CHECK6_RX.
 
 mod common;
 

@@ -767,7 +767,7 @@ fn measure_loopback_write() {
     let secs = t.elapsed().as_secs_f64();
     let write_gbs = total as f64 * f64::from(big) / secs / 1e9;
     // The baseline, in the same run: one core copying the same 64 KiB from the same
-    // source to the same destination (DESIGN.md §8: ≥ 0.7 × single-core memcpy).
+    // source to the same destination (docs/architecture.md §8: ≥ 0.7 × single-core memcpy).
     let reps = 100_000u64;
     let t = std::time::Instant::now();
     for _ in 0..reps {
@@ -776,7 +776,7 @@ fn measure_loopback_write() {
         std::hint::black_box(&mut *d);
     }
     let memcpy_gbs = reps as f64 * f64::from(big) / t.elapsed().as_secs_f64() / 1e9;
-    // And the DESIGN.md §8 figure (6–8 GB/s there): memcpy of buffers far larger than
+    // And the docs/architecture.md §8 figure (6–8 GB/s there): memcpy of buffers far larger than
     // the caches.
     let (mut src, mut dst) = (vec![1u8; 64 << 20], vec![0u8; 64 << 20]);
     dst.copy_from_slice(&src);

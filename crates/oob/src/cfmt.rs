@@ -2,7 +2,7 @@
 //! on the console: `printf("%.Nf")` (Rust's fixed-precision formatting rounds the exact
 //! binary value half-to-even, as glibc does; only NaN and infinity are spelled
 //! differently), and `atof()`/`strtod()`, which perftest applies to the peer's version
-//! string (reference `perftest-exchange.md` §2 M1, §3).
+//! string (docs/perftest.md §2 M1, §3).
 
 /// `printf("%.{prec}f", x)` as glibc prints it.
 pub fn fixed(x: f64, prec: usize) -> String {

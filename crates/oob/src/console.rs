@@ -1,4 +1,4 @@
-//! perftest 4.5-0.17's console output, byte for byte (reference `perftest-exchange.md` §6),
+//! perftest 4.5-0.17's console output, byte for byte (docs/perftest.md §6),
 //! and the statistics behind its result lines.
 //!
 //! Functions returning one line return it without the final newline; functions returning
@@ -58,7 +58,7 @@ pub enum PcieRelaxed {
 }
 
 /// Everything the header block (`ctx_print_test_info`) shows. The derived values (TX
-/// depth, CQ moderation, RX depth …) are the caller's; reference §6.1 lists perftest's
+/// depth, CQ moderation, RX depth …) are the caller's; docs/perftest.md §6.1 lists perftest's
 /// rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeaderInfo {

@@ -20,7 +20,7 @@ pub fn gid_from_ipv4(ip: Ipv4Addr) -> Gid {
 
 /// perftest's `ipv6_addr_v4mapped()`: `::ffff:a.b.c.d`, or the IPv4-encoded multicast form
 /// `ff0e::ffff:a.b.c.d`. perftest compares this property of its own and the peer's QP0 GID
-/// after the first KEY round (reference §3 "GID type").
+/// after the first KEY round (docs/perftest.md §3 "GID type").
 pub fn is_v4_mapped(gid: &Gid) -> bool {
     let w = words32(gid);
     let mapped_tail = w[2] == 0x0000_ffff;
@@ -28,7 +28,7 @@ pub fn is_v4_mapped(gid: &Gid) -> bool {
 }
 
 /// rdma-core pingpong's "is global" test: the peer's GID has a non-zero interface ID (its
-/// lower 64 bits); only then does a side give its address vector a GRH (reference §7.1).
+/// lower 64 bits); only then does a side give its address vector a GRH (docs/perftest.md §7.1).
 pub fn has_interface_id(gid: &Gid) -> bool {
     let w = words32(gid);
     w[2] != 0 || w[3] != 0
@@ -45,7 +45,7 @@ fn words32(gid: &Gid) -> [u32; 4] {
 }
 
 /// glibc's `inet_ntop(AF_INET6, …)`, which rdma-core's pingpong tools use to print GIDs
-/// (reference §7.4): the first longest run of two or more zero words becomes `::`, hex is
+/// (docs/perftest.md §7.4): the first longest run of two or more zero words becomes `::`, hex is
 /// lowercase, and `::a.b.c.d` / `::ffff:a.b.c.d` print their last 32 bits in dotted form.
 /// (Rust's `Ipv6Addr` display differs for the deprecated `::a.b.c.d` form.)
 pub fn inet_ntop6(gid: &Gid) -> String {

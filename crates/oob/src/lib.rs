@@ -1,5 +1,5 @@
 //! The out-of-band TCP exchanges that pair `uroce bench` and `uroce pingpong` with the real
-//! tools, and perftest's console output (reference `perftest-exchange.md`).
+//! tools, and perftest's console output (docs/perftest.md).
 //!
 //! * [`perftest`] — perftest 4.5-0.17 (version `6.06` on the wire): the message catalogue,
 //!   the per-test client and server sequences as a sans-IO state machine, negotiation

@@ -1,6 +1,6 @@
 //! rdma-core 44's `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong`: the address
 //! message, the exchange over TCP port 18515 and the console lines (reference
-//! `perftest-exchange.md` §7).
+//! docs/perftest.md §7).
 //!
 //! The message is `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the GID as 32 hex digits in wire
 //! order) plus its NUL: 52 bytes. rc and ud exchange one each way and the client ends with
@@ -116,7 +116,7 @@ impl PpDest {
     }
 
     /// Whether a side gives its address vector toward this peer a GRH: only when the
-    /// peer's GID has a non-zero interface ID (reference §7.1). On RoCE without `-g` the
+    /// peer's GID has a non-zero interface ID (docs/perftest.md §7.1). On RoCE without `-g` the
     /// GID is zero, and moving the QP to RTR then fails.
     pub fn needs_grh(&self) -> bool {
         has_interface_id(&self.gid)
@@ -237,7 +237,7 @@ fn read_srq_records<S: Read + ?Sized>(s: &mut S) -> Result<Vec<u8>, PingpongErro
     Ok(raw)
 }
 
-/// The client side (reference §7.2): write this side's address(es), read the server's,
+/// The client side (docs/perftest.md §7.2): write this side's address(es), read the server's,
 /// write `done`. Returns the server's address per local QP. The caller then moves its
 /// QPs to RTR/RTS and closes the socket.
 pub fn client_exchange<S: Read + Write + ?Sized>(
@@ -269,7 +269,7 @@ pub fn client_exchange<S: Read + Write + ?Sized>(
     decode_used(&raw, local.len())
 }
 
-/// The server side (reference §7.2): read the client's address(es), call `connect` with
+/// The server side (docs/perftest.md §7.2): read the client's address(es), call `connect` with
 /// them (the QPs must reach RTR/RTS *before* the reply, as the tools do), write this
 /// side's, then read the client's 5-byte `done` (its content is not checked, as in
 /// rdma-core). Returns the client's address per local QP.

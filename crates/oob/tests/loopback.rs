@@ -199,7 +199,7 @@ fn mtu_negotiation_over_tcp() {
 
 #[test]
 fn mismatched_bidirectional_option_goes_unnoticed_like_in_perftest() {
-    // Client unidirectional, server `-b`: nobody compares the options (reference §3), and
+    // Client unidirectional, server `-b`: nobody compares the options (docs/perftest.md §3), and
     // here the message lengths happen to line up (the client's SYNC-END meets the
     // server's SYNC-PRE), so both exchanges complete: a silent desync, as with perftest.
     let listener = listen(Some(Ipv4Addr::LOCALHOST), 0).expect("listen");

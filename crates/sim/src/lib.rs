@@ -4,7 +4,7 @@
 //! real RoCEv2 frames (IPv4 + UDP + ICRC, built and parsed by `wire`) over links that drop,
 //! duplicate, reorder, delay, corrupt and partition. Time is virtual and jumps to the next
 //! event; one `u64` seed drives every random choice, so any run replays exactly
-//! (TigerBeetle VOPR / quinn `Pair` style, STYLE.md "Testing").
+//! (in the style of TigerBeetle's VOPR and quinn's `Pair`; docs/testing.md §2.2).
 //!
 //! * [`net`] — the event loop, endpoints and links.
 //! * [`memory`] — the MR table implementing [`transport::Memory`], counting refused accesses.

@@ -198,7 +198,7 @@ const TXBUF_LEN: usize = 4096 + transport::MAX_HEADER_LEN + 64;
 /// transmit FIFO), so one wake-up sends a few frames.
 const TX_HORIZON_NS: u64 = 2_000;
 
-/// Bytes of an IPv4 RoCEv2 frame the ICRC deliberately excludes (wire-facts §3.2): TOS (1),
+/// Bytes of an IPv4 RoCEv2 frame the ICRC deliberately excludes (docs/wire.md §3.2): TOS (1),
 /// TTL (8), IPv4 header checksum (10, 11), UDP checksum (26, 27), BTH byte 4 (32). A flip
 /// there is not the ICRC's to catch (the IPv4 checksum catches most TOS/TTL flips; the rest are
 /// fields the transport ignores).

@@ -1,4 +1,4 @@
-//! Named conformance tests for the classic RC transport error cases (issue 3, item 4), each
+//! Named conformance tests for the classic RC transport error cases, each
 //! driving two real QPs through the hand-controlled pipe of `sim::pair` and asserting the
 //! packets, memory, completions, counters and QP states the spec prescribes.
 

@@ -29,7 +29,7 @@ impl Qp {
         mem: &mut M,
     ) {
         let p = pkt.bth.psn;
-        // Only PSNs in [unacked, sent_high) can be answered (wire-facts §5.2).
+        // Only PSNs in [unacked, sent_high) can be answered (docs/wire.md §5.2).
         if !p.is_before(self.sent_high) {
             self.counters.ghost_responses += 1;
             return;
@@ -71,7 +71,7 @@ impl Qp {
         }
     }
 
-    /// AETH credits (wire-facts §4.2): LSN = MSN + credits; code 31 = unlimited.
+    /// AETH credits (docs/wire.md §4.2): LSN = MSN + credits; code 31 = unlimited.
     fn update_credits(&mut self, msn: Msn, code: u8) {
         self.lsn = wire::aeth::credits_for_code(code).map(|c| msn.add(c));
     }
@@ -131,7 +131,7 @@ impl Qp {
     }
 
     fn rnr_nak(&mut self, now: Time, timer_code: u8) {
-        // rnr_retry 7 means retry forever (wire-facts §5.2).
+        // rnr_retry 7 means retry forever (docs/wire.md §5.2).
         if self.attr.rnr_retry != 7 {
             if self.rnr_left == 0 {
                 self.counters.retry_rnr_exceeded_err += 1;
@@ -168,7 +168,7 @@ impl Qp {
                 self.counters.rcvd_nak_remote_op += 1;
                 WcStatus::RemInvRdReqErr
             }
-            // REMOTE_OPERATIONAL_ERROR, and reserved codes as rxe does (wire-facts §4.4).
+            // REMOTE_OPERATIONAL_ERROR, and reserved codes as rxe does (docs/wire.md §4.4).
             _ => {
                 self.counters.rcvd_nak_remote_op += 1;
                 WcStatus::RemOpErr

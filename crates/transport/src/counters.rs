@@ -1,5 +1,5 @@
-//! Per-QP counters, named as Linux rxe's `hw_counters` where one exists (DESIGN.md §4), so the
-//! NIC can aggregate them per port under the names `rdma statistic` shows.
+//! Per-QP counters, named as Linux rxe's `hw_counters` where one exists (docs/architecture.md §4),
+//! so the NIC can aggregate them per port under the names `rdma statistic` shows.
 
 /// Per-QP counters. All monotonically increasing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -259,7 +259,7 @@ impl Subject {
         self.qp
             .handle_packet(now, pkt, &RxMeta::default(), &mut self.mem, None);
         // RC: a refused remote access is a NAK and ERR (class C/J). UC drops the message
-        // silently and stays up (wire-facts §5.4).
+        // silently and stays up (docs/wire.md §5.4).
         if self.mem.refused_remote > before && self.qp.qp_type() == QpType::Rc {
             assert_eq!(
                 self.qp.state(),

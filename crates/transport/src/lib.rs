@@ -1,9 +1,9 @@
 //! The RoCEv2 transport — RC, UC and UD — as a sans-IO state machine.
 //!
-//! No I/O, no threads, no clocks (DESIGN.md §4): a [`Qp`] is driven by posted work requests,
-//! received packets ([`wire::RocePacketRepr`]) and the caller's [`Time`], and produces packets
-//! (written into the caller's buffer by [`Qp::poll_transmit`]), memory operations (through the
-//! caller's [`Memory`]), [`Completion`]s and timer deadlines ([`Qp::poll_timeout`]). The same
+//! No I/O, no threads, no clocks (docs/architecture.md §4): a [`Qp`] is driven by posted work
+//! requests, received packets ([`wire::RocePacketRepr`]) and the caller's [`Time`], and produces
+//! packets (written into the caller's buffer by [`Qp::poll_transmit`]), memory operations (through
+//! the caller's [`Memory`]), [`Completion`]s and timer deadlines ([`Qp::poll_timeout`]). The same
 //! code runs in the NIC engine and in the deterministic simulator (`sim` crate).
 //!
 //! Layout follows Linux rxe's split, one module per role, each a function of state and input:
@@ -14,7 +14,8 @@
 //!   ACKs (coalesced), NAKs, READ responses, saved atomic results.
 //! * [`state`] — QP states, attribute masks, the legal-transition table.
 //!
-//! Facts cited as "wire-facts §N" are in the project's `reference/wire-facts.md`.
+//! Sections cited as `docs/wire.md §N` are in the repository's docs/wire.md, which names the
+//! IBTA section behind each rule.
 //!
 //! Choices beyond the letter of rxe, each documented where it lives:
 //! * `retry_cnt == 7` means "retry forever" by default, as in rxe
@@ -25,7 +26,7 @@
 //! * Sequence NAKs and implied NAKs after a retry and before any progress are stale and
 //!   ignored (rxe `started_retry`); the ACK timer covers a lost resend.
 //! * Responder-side receive-buffer overflow completes the receive WQE with `LOC_LEN_ERR`
-//!   (IBTA) while NAKing invalid request (rxe), wire-facts §10 item 3.
+//!   (IBTA) while NAKing invalid request (rxe), docs/wire.md §10 item 3.
 //! * A response of the wrong kind for its WQE is `BAD_RESP_ERR` (rxe uses `FATAL_ERR`).
 //! * Receive completions carry the BTH SE bit of the message's last packet
 //!   ([`Completion::solicited`]), which `ibv_wc` has no field for, so the caller can fire

@@ -2,8 +2,8 @@
 //!
 //! The transport never touches memory itself. Every byte it moves goes through [`Memory`],
 //! which the caller implements on top of its MR table (key lookup, PD match, bounds and
-//! access-flag checks — the NIC's IOMMU/MTT, DESIGN.md §4). The transport treats every call as
-//! fallible and turns failures into the completion status or NAK the spec prescribes:
+//! access-flag checks — the NIC's IOMMU/MTT, docs/architecture.md §4). The transport treats every
+//! call as fallible and turns failures into the completion status or NAK the spec prescribes:
 //! local-key failures → `LOC_PROT_ERR`; remote-key failures → NAK remote access error.
 
 use core::fmt;

@@ -1,4 +1,4 @@
-//! Opcode selection (wire-facts §2.7) and in-place packet emission.
+//! Opcode selection (docs/wire.md §2.7) and in-place packet emission.
 //!
 //! Payload bytes are written straight into the caller's transmit buffer by a memory read (one
 //! copy, like DMA); the headers are then emitted in front of them with the `wire` Reprs. So a
@@ -8,7 +8,7 @@ use wire::{bth, Opcode, RocePacketRepr};
 
 use crate::{QpType, WrOpcode};
 
-/// The wire opcode of one request packet (rxe `next_opcode_rc/uc`, wire-facts §2.7).
+/// The wire opcode of one request packet (rxe `next_opcode_rc/uc`, docs/wire.md §2.7).
 /// `first`/`last` say where the packet sits in its message.
 pub(crate) fn request_opcode(ty: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
     use WrOpcode as W;

@@ -24,11 +24,11 @@ use crate::{
     WrOpcode,
 };
 
-/// Largest RDMA message (IBTA: 2^31 bytes; wire-facts §1.6).
+/// Largest RDMA message (IBTA: 2^31 bytes; docs/wire.md §1.6).
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 /// Largest `max_rd_atomic` / `max_dest_rd_atomic` accepted (rxe device cap).
 pub const MAX_RD_ATOMIC: u8 = 128;
-/// Bytes of the GRH area at the start of a UD receive buffer (wire-facts §1.6).
+/// Bytes of the GRH area at the start of a UD receive buffer (docs/wire.md §1.6).
 pub const GRH_LEN: usize = 40;
 /// Longest header any packet this transport sends carries (BTH + AtomicETH = 40; BTH + RETH +
 /// ImmDt = 32), plus the largest pad. A transmit buffer of `path MTU + MAX_HEADER_LEN` bytes
@@ -83,7 +83,7 @@ pub struct QpConfig {
     pub max_unacked_psns: u32,
     /// Set AckReq on a middle packet after this many packets without one (rxe: 64).
     pub max_pkts_per_ack: u32,
-    /// Treat `retry_cnt == 7` as "retry forever", as Linux rxe does (wire-facts §5.2). IBTA
+    /// Treat `retry_cnt == 7` as "retry forever", as Linux rxe does (docs/wire.md §5.2). IBTA
     /// reads 7 as seven retries; set `false` for that.
     pub retry_cnt_7_infinite: bool,
 }
@@ -104,7 +104,7 @@ impl QpConfig {
     }
 }
 
-/// The IP header facts of a received packet, for the UD GRH area (wire-facts §1.6): the raw
+/// The IP header facts of a received packet, for the UD GRH area (docs/wire.md §1.6): the raw
 /// IPv4 (20 bytes) or IPv6 (40 bytes) header as received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grh {
@@ -241,7 +241,7 @@ pub(crate) struct SendWqe {
 
 impl SendWqe {
     /// PSNs the message occupies: max(1, ceil(len / mtu)); READ reserves one per response
-    /// packet, atomics one (wire-facts §1.6).
+    /// packet, atomics one (docs/wire.md §1.6).
     pub(crate) fn npkts(&self, mtu: u32) -> u32 {
         if self.wr.opcode.is_atomic() {
             1
@@ -482,7 +482,7 @@ impl Qp {
     }
 
     /// `ibv_modify_qp`. Implements the transition table and its masks exactly
-    /// (wire-facts §6.2) and the side effects of each transition (rxe_qp.c).
+    /// (docs/wire.md §6.2) and the side effects of each transition (rxe_qp.c).
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), crate::ModifyError> {
         use crate::ModifyError as E;
         let cur = self.attr.qp_state;
@@ -592,7 +592,7 @@ impl Qp {
         Ok(())
     }
 
-    /// RESET: discard everything without completions (wire-facts §6.2 notes).
+    /// RESET: discard everything without completions (docs/wire.md §6.2 notes).
     fn reset(&mut self) {
         let cfg = self.cfg;
         let counters = self.counters;
@@ -849,7 +849,7 @@ impl Qp {
     }
 
     // ---------------------------------------------------------------------------------------
-    // Completions, errors and flushes (wire-facts §6.3, IBA 10.7.3.1)
+    // Completions, errors and flushes (docs/wire.md §6.3, IBA 10.7.3.1)
 
     pub(crate) fn complete_send(&mut self, wqe: &SendWqe, status: WcStatus) {
         // Unsignaled WRs complete silently unless they fail (IBA 10.7.3.1).

@@ -36,11 +36,11 @@ impl Qp {
             let idx = self.cursor;
             let wqe = self.sq.get(idx)?;
             if !wqe.started {
-                // SQD: in-flight WQEs finish, no new ones start (wire-facts §6.2 notes).
+                // SQD: in-flight WQEs finish, no new ones start (docs/wire.md §6.2 notes).
                 if state == QpState::Sqd {
                     return None;
                 }
-                // rxe fences on all prior WQEs (wire-facts §5.2).
+                // rxe fences on all prior WQEs (docs/wire.md §5.2).
                 if wqe.wr.flags.contains(SendFlags::FENCE) && idx > 0 {
                     return None;
                 }
@@ -54,7 +54,7 @@ impl Qp {
                         return None;
                     }
                 }
-                // End-to-end credits (wire-facts §4.2): a receive-consuming message waits
+                // End-to-end credits (docs/wire.md §4.2): a receive-consuming message waits
                 // while SSN > LSN, unless nothing is outstanding (then it probes; the
                 // responder answers RNR NAK if it really has no WQE).
                 if ty == QpType::Rc && wqe.wr.opcode.consumes_rwqe() {
@@ -182,7 +182,7 @@ impl Qp {
                 });
             }
             WrOpcode::RdmaRead => {
-                // A retried READ asks only for what is still missing (wire-facts §5.2).
+                // A retried READ asks only for what is still missing (docs/wire.md §5.2).
                 hdr.reth = Some(RethRepr {
                     va: w.remote_addr.wrapping_add(offset),
                     rkey: w.rkey,
@@ -301,7 +301,7 @@ impl Qp {
     }
 
     /// Real progress (a valid ACK or response advanced): reload both retry counters
-    /// (wire-facts §5.2) and restart the timer while anything is outstanding.
+    /// (docs/wire.md §5.2) and restart the timer while anything is outstanding.
     pub(crate) fn progress(&mut self, now: Time) {
         self.retry_left = self.attr.retry_cnt;
         self.rnr_left = self.attr.rnr_retry;
@@ -334,7 +334,7 @@ impl Qp {
 
     /// Go-back-N: resend from the oldest unacknowledged PSN. The first WQE resumes mid-message
     /// (SEND/WRITE skip acknowledged packets; READ asks for the missing bytes); later WQEs are
-    /// resent whole, with the PSNs they had (wire-facts §5.2, rxe `req_retry`).
+    /// resent whole, with the PSNs they had (docs/wire.md §5.2, rxe `req_retry`).
     pub(crate) fn start_retry(&mut self, now: Time) {
         self.cursor = 0;
         self.next_psn = self.unacked;
@@ -367,7 +367,7 @@ impl Qp {
         }
         if let Some(t) = self.rnr_until {
             if now >= t {
-                // RNR wait over: resend from the NAK'd PSN (wire-facts §5.2).
+                // RNR wait over: resend from the NAK'd PSN (docs/wire.md §5.2).
                 self.rnr_until = None;
                 self.start_retry(now);
             }

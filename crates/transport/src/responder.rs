@@ -1,7 +1,7 @@
 //! The responder (rxe_resp.c): PSN checks, opcode-sequence, access, length and R_Key checks,
 //! receive-WQE consumption (RNR NAK when none), placement of SEND/WRITE data, READ and ATOMIC
 //! execution with saved results for duplicates, ACK coalescing and NAK generation; plus the
-//! UC and UD variants (wire-facts §5.3, §5.4).
+//! UC and UD variants (docs/wire.md §5.3, §5.4).
 
 use wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, NakCode, OpKind, Opcode, OpcodeInfo, Position, Psn,
@@ -179,7 +179,7 @@ impl Qp {
         {
             return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
         }
-        // Payload length against the packet's position (wire-facts §1.6).
+        // Payload length against the packet's position (docs/wire.md §1.6).
         let mtu = self.mtu() as usize;
         let plen = pkt.payload.len();
         let len_ok = match pos {
@@ -238,7 +238,7 @@ impl Qp {
         let cap = held.wr.sges.total_len();
         if u64::from(received) + plen as u64 > cap {
             // Receive buffer too small: local length error at the responder (IBTA), NAK
-            // invalid request to the requester (rxe, wire-facts §5.3).
+            // invalid request to the requester (rxe, docs/wire.md §5.3).
             if uc {
                 return self.uc_abandon_with(WcStatus::LocLenErr);
             }
@@ -269,7 +269,7 @@ impl Qp {
             let mut inv = None;
             if let Some(ieth) = pkt.ieth {
                 if mem.invalidate(ieth.rkey).is_err() {
-                    // Class J (wire-facts §5.3).
+                    // Class J (docs/wire.md §5.3).
                     return self.responder_fatal(
                         p,
                         NakCode::INVALID_REQUEST,
@@ -338,7 +338,7 @@ impl Qp {
             {
                 fail!(NakCode::INVALID_REQUEST);
             }
-            // A zero-length WRITE needs no valid R_Key (wire-facts §5.3).
+            // A zero-length WRITE needs no valid R_Key (docs/wire.md §5.3).
             if reth.len > 0
                 && mem
                     .check_remote(reth.rkey, reth.va, u64::from(reth.len), RemoteAccess::Write)
@@ -470,7 +470,7 @@ impl Qp {
         });
         self.counters.rdma_recvs += 1;
         // READ responses acknowledge; ePSN skips the PSNs the responses use; MSN counts the
-        // READ when it is accepted (wire-facts §4.5, C9-148).
+        // READ when it is accepted (docs/wire.md §4.5, C9-148).
         self.epsn = last_psn.next();
         self.msn = self.msn.next();
         self.nak_sent = false;
@@ -517,7 +517,7 @@ impl Qp {
         self.nak_sent = false;
     }
 
-    /// A request before ePSN (wire-facts §5.3): SEND/WRITE are re-ACKed and not re-executed;
+    /// A request before ePSN (docs/wire.md §5.3): SEND/WRITE are re-ACKed and not re-executed;
     /// READ is re-executed from the saved resource; ATOMIC is answered from the saved result.
     fn rc_duplicate(&mut self, pkt: &RocePacketRepr<'_>, info: &'static OpcodeInfo) {
         let p = pkt.bth.psn;
@@ -657,7 +657,7 @@ impl Qp {
             self.counters.dropped_pkts += 1;
             return;
         };
-        // Q_Key must match (wire-facts §5.3).
+        // Q_Key must match (docs/wire.md §5.3).
         if deth.qkey != self.attr.qkey {
             self.counters.qkey_violation += 1;
             return;
@@ -702,7 +702,7 @@ impl Qp {
         self.complete_recv(h, c);
     }
 
-    /// AETH credit code this responder advertises (wire-facts §4.2): its free receive WQEs, or
+    /// AETH credit code this responder advertises (docs/wire.md §4.2): its free receive WQEs, or
     /// "unlimited" with an SRQ (the SRQ is shared, so per-QP credits mean nothing).
     fn credit_code(&self) -> u8 {
         if self.cfg.uses_srq {

@@ -1,6 +1,6 @@
 //! QP states, attribute masks and the legal-transition table.
 //!
-//! Implements the kernel's `qp_state_table` / `ib_modify_qp_is_ok` (wire-facts §6.2): a
+//! Implements the kernel's `qp_state_table` / `ib_modify_qp_is_ok` (docs/wire.md §6.2): a
 //! transition must be listed; every required attribute bit must be in the mask; no bit outside
 //! required ∪ optional ∪ STATE may be set; CUR_STATE is accepted only from RTR, RTS, SQD or SQE
 //! (it is in those rows' optional sets) and, when given, must name the QP's actual state.
@@ -9,7 +9,7 @@ use core::fmt;
 
 use wire::{Psn, Qkey, Qpn};
 
-/// `ibv_qp_state` (wire-facts §6.1), same numbers as the kernel.
+/// `ibv_qp_state` (docs/wire.md §6.1), same numbers as the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 #[repr(u8)]
 pub enum QpState {
@@ -137,7 +137,7 @@ impl Mtu {
     }
 }
 
-/// `ibv_qp_attr_mask` bits (wire-facts §6.1).
+/// `ibv_qp_attr_mask` bits (docs/wire.md §6.1).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AttrMask(pub u32);
 
@@ -276,7 +276,7 @@ impl fmt::Debug for AttrMask {
     }
 }
 
-/// `ibv_access_flags` bits the transport checks (wire-facts §7.3).
+/// `ibv_access_flags` bits the transport checks (docs/wire.md §7.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct AccessFlags(pub u32);
 
@@ -437,7 +437,7 @@ const fn m(bits: &[AttrMask]) -> AttrMask {
 
 use AttrMask as A;
 
-/// The transition table (wire-facts §6.2, kernel `qp_state_table`). `None` = illegal.
+/// The transition table (docs/wire.md §6.2, kernel `qp_state_table`). `None` = illegal.
 pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<TransitionMasks> {
     use QpState::*;
     use QpType::*;

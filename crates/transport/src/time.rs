@@ -1,6 +1,6 @@
 //! Caller-supplied time.
 //!
-//! The transport never reads a clock (DESIGN.md §4): every entry point that can start or
+//! The transport never reads a clock (docs/architecture.md §4): every entry point that can start or
 //! expire a timer takes `now: Time`, and `poll_timeout` hands the next deadline back. The
 //! engine feeds a monotonic clock; the simulator feeds its virtual clock.
 
@@ -55,7 +55,7 @@ impl fmt::Display for Time {
     }
 }
 
-/// IBTA Vol 1 §9.7.6.1.3 (wire-facts §5.2): the local ACK timeout is
+/// IBTA Vol 1 §9.7.6.1.3 (docs/wire.md §5.2): the local ACK timeout is
 /// 4.096 µs × 2^`timeout` for `timeout` in 1..=31; 0 means "infinite" (no timer).
 pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     match timeout {
@@ -66,7 +66,7 @@ pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
 }
 
 /// How long a requester waits after an RNR NAK carrying timer `code` (low 5 bits used), in
-/// nanoseconds: the RNR timer table of wire-facts §4.3 (code 0 is the longest wait, 655.36 ms;
+/// nanoseconds: the RNR timer table of docs/wire.md §4.3 (code 0 is the longest wait, 655.36 ms;
 /// code 1 the shortest, 10 µs), from `wire`'s one copy of it.
 pub fn rnr_timer_ns(code: u8) -> u64 {
     u64::from(wire::aeth::rnr_timer_us(code)) * 1_000

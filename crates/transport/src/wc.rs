@@ -1,10 +1,10 @@
-//! Work completions (wire-facts §7).
+//! Work completions (docs/wire.md §7).
 
 use core::fmt;
 
 use wire::{Qpn, Rkey};
 
-/// `ibv_wc_status`, same numbers as the kernel's `ib_wc_status` (wire-facts §7.1).
+/// `ibv_wc_status`, same numbers as the kernel's `ib_wc_status` (docs/wire.md §7.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum WcStatus {
@@ -130,7 +130,7 @@ impl fmt::Display for WcStatus {
     }
 }
 
-/// `ibv_wc_opcode` (wire-facts §7.2).
+/// `ibv_wc_opcode` (docs/wire.md §7.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum WcOpcode {
@@ -157,7 +157,7 @@ impl WcOpcode {
     }
 }
 
-/// `wc_flags` in the libibverbs numbering (wire-facts §7.4: user and kernel differ for bits
+/// `wc_flags` in the libibverbs numbering (docs/wire.md §7.4: user and kernel differ for bits
 /// 2/3; this crate uses the libibverbs values and the ABI layer converts if it must).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct WcFlags(pub u32);
@@ -190,7 +190,7 @@ impl core::ops::BitOrAssign for WcFlags {
 }
 
 /// One work completion. For error statuses only `wr_id`, `status`, `opcode` (best effort),
-/// `qp_num` and `vendor_err` are meaningful (wire-facts §6.3).
+/// `qp_num` and `vendor_err` are meaningful (docs/wire.md §6.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
     /// The WR's caller-chosen id.

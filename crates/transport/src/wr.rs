@@ -1,4 +1,4 @@
-//! Work requests as the transport keeps them (wire-facts §7.3, §8.5).
+//! Work requests as the transport keeps them (docs/wire.md §7.3, docs/abi.md §10).
 
 use core::fmt;
 
@@ -78,7 +78,7 @@ impl WrOpcode {
         self.is_send() || self == WrOpcode::RdmaWriteWithImm
     }
 
-    /// The completion opcode of a send-queue WR (wire-facts §7.2).
+    /// The completion opcode of a send-queue WR (docs/wire.md §7.2).
     pub fn wc_opcode(self) -> crate::WcOpcode {
         use crate::WcOpcode;
         match self {
@@ -238,7 +238,8 @@ impl fmt::Debug for SgeList {
 pub const MAX_INLINE_DATA: usize = 256;
 
 /// Inline payload kept inside the WR: up to [`MAX_INLINE_DATA`] bytes in a fixed array, so
-/// taking an inline WQE from a ring allocates nothing (the BlueFlame idea, DESIGN.md §3).
+/// taking an inline WQE from a ring allocates nothing (the BlueFlame idea,
+/// docs/architecture.md §3).
 #[derive(Clone)]
 pub struct InlineData {
     len: u16,

@@ -1,4 +1,4 @@
-//! The QP state machine through `Qp::modify` and the post rules (wire-facts §6).
+//! The QP state machine through `Qp::modify` and the post rules (docs/wire.md §6).
 
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::{

@@ -1,15 +1,16 @@
 //! post_send + poll_cq round trips of an 8-byte RDMA WRITE on one device (internal
 //! loopback), through the fast path (WQE into the SQ ring + doorbell, CQE read from the
 //! CQ ring: no system call) and through the slow path (POST_SEND and POLL_CQ commands to
-//! the control plane: a socket round trip each), for the comparison DESIGN.md §2–§3 draw.
+//! the control plane: a socket round trip each), for the comparison docs/architecture.md
+//! §2–§3 draws.
 //!
 //! `cargo bench -p uroce --bench post_poll` (add `-- --quick` or
 //! `-- --measurement-time 3 --warm-up-time 1` for a short run). One round trip = post one
 //! signaled WRITE and poll until its completion arrives, so it includes the engine noticing
 //! the doorbell, the requester, the loopback, the responder's DMA, the ACK and the
 //! completer. `write8_postlist32` posts 32 WRITEs (the last signaled) with one doorbell and
-//! reports per-WRITE throughput, the ≥ 5 M/s target of DESIGN.md §8. The device is bound to
-//! 127.77.93.1 so a bench run does not collide with tests using 127.0.0.1.
+//! reports per-WRITE throughput, the ≥ 5 M/s target of docs/architecture.md §8. The device is bound
+//! to 127.77.93.1 so a bench run does not collide with tests using 127.0.0.1.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! namespaces in `scripts/netfault-test.sh`, with loss, reordering, duplication and corruption
 //! on the kernel path between them): the client moves `--bytes` by RDMA WRITE and then
 //! `--bytes` by SEND over one RC QP, the server verifies every byte, and each prints a
-//! one-line JSON summary with its device's port counters (issue 4, second "Done when").
+//! one-line JSON summary with its device's port counters.
 //!
 //! ```text
 //! netfault_peer --server [--dev 10.79.0.1]                  # in namespace nfa
@@ -16,7 +16,7 @@
 //! * WRITE: the client keeps `--depth` signaled WRITEs of `--msg-size` bytes in flight into
 //!   one server buffer of `--bytes`; message `i` lands at offset `i × msg-size` and carries
 //!   the pattern of message `i`. An RC WRITE completes at the requester only once the
-//!   responder acknowledged it, i.e. placed it (wire-facts §5.2), so after the last
+//!   responder acknowledged it, i.e. placed it (docs/wire.md §5.2), so after the last
 //!   completion the client says `WRITE_DONE` over TCP and the server checks the whole buffer.
 //! * SEND: the server keeps `max(2 × depth, 16)` receives posted; RC delivers messages in
 //!   order, so the `k`-th receive completion must be message `k`, and the server checks its
@@ -130,7 +130,7 @@ fn args() -> Args {
         send: true,
         yield_idle: false,
         spin_us: None,
-        // Just below the 24-bit wrap, so that every run crosses it (wire-facts §5.1).
+        // Just below the 24-bit wrap, so that every run crosses it (docs/wire.md §5.1).
         psn: 0xff_f000,
     };
     let mut role = None;

@@ -3,7 +3,7 @@
 //! It re-exports the [`verbs`] API (libibverbs' object model in Rust) and installs the
 //! embedded software NIC from the `nic` crate as the provider, so a program needs nothing
 //! else running: the device's control plane and engine start inside the process on first
-//! use (DESIGN.md §5, embedded mode).
+//! use (docs/architecture.md §5, embedded mode).
 //!
 //! ```no_run
 //! use uroce::*;

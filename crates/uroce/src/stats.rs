@@ -1,7 +1,7 @@
-//! Counters of this process's devices, published to other processes (issue 5 item 2).
+//! Counters of this process's devices, published to other processes (`uroce stat`).
 //!
-//! A uroce device lives inside the application (embedded mode, DESIGN.md §5), so there is
-//! no sysfs `hw_counters` directory and no kernel `rdma stat` to ask. Instead every process
+//! A uroce device lives inside the application (embedded mode, docs/architecture.md §5), so there
+//! is no sysfs `hw_counters` directory and no kernel `rdma stat` to ask. Instead every process
 //! that uses uroce publishes its counters on a Unix socket, and `uroce stat` (another
 //! process) connects to each socket it finds and reads one JSON [`Snapshot`].
 //!
@@ -14,7 +14,7 @@
 //! * Protocol: connect; the process writes one JSON [`Snapshot`] followed by a newline and
 //!   closes. Nothing is read from the client, so a client cannot make it misbehave.
 //! * Cost: one thread blocked in `accept()` — no timer, no periodic wake-up; an idle device
-//!   stays at ≈ 0 % CPU (DESIGN.md §8). A snapshot is built only when a client connects.
+//!   stays at ≈ 0 % CPU (docs/architecture.md §8). A snapshot is built only when a client connects.
 //! * Started once by [`crate::init`] (so by every program that uses the facade, including
 //!   the C `libibverbs.so.1` under perftest). `UROCE_STATS=0` (or `off`) turns it off.
 //!

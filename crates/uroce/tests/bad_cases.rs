@@ -1,6 +1,7 @@
-//! The bad cases of issue 4's "Done when", on one device and between two devices: each
-//! must end in the status IBA prescribes (wire-facts §5, §7.1), at the side that should
-//! see it, with nothing written where nothing may be.
+//! Bad cases (wrong keys, access, PD, receive buffer, RNR, CQ overflow, states, teardown),
+//! on one device and between two devices: each must end in the status IBA prescribes
+//! (docs/wire.md §5, §7.1), at the side that should see it, with nothing written where
+//! nothing may be.
 
 mod common;
 
@@ -213,7 +214,7 @@ fn posting_in_the_wrong_qp_state() {
         (e.errno(), e.kind()),
         (Errno::EINVAL, ErrorKind::ControlPlane)
     );
-    // ERR: posting is allowed and everything flushes (wire-facts §6.3).
+    // ERR: posting is allowed and everything flushes (docs/wire.md §6.3).
     qp.set_state(QpState::ERR).unwrap();
     qp.post_send(&[SendWr::send(5, &sge).signaled()]).unwrap();
     let w = wait(&cq, 3);

@@ -1,13 +1,14 @@
-//! Issue 4, second "Done when": two uroce devices in two network namespaces, with loss 5 %,
+//! Two uroce devices in two network namespaces, with loss 5 %,
 //! reordering 25 %, duplication 2 % and corruption 1 % on the real kernel path between them,
 //! move 256 MiB by RDMA WRITE and 256 MiB by SEND, every byte verified, and the devices'
 //! counters show the retransmissions and the ICRC drops.
 //!
 //! The work is `scripts/netfault-test.sh` (it builds `examples/netfault_peer` in release mode,
-//! brings `../shared/netfault` up, runs the transfer, checks both JSON summaries and always
-//! brings netfault down); this test runs it and asserts that it passed. Without root,
-//! namespaces, iptables or NFQUEUE the script prints `SKIPPED: <why>`, and so does this test,
-//! which then passes. `UROCE_SKIP_NETFAULT=1` skips it on purpose.
+//! brings netfault up (`NETFAULT_DIR`, default beside the repository), runs the transfer,
+//! checks both JSON summaries and always brings netfault down); this test runs it and
+//! asserts that it passed. Without root, namespaces, iptables or NFQUEUE the script prints
+//! `SKIPPED: <why>`, and so does this test, which then passes. `UROCE_SKIP_NETFAULT=1` skips
+//! it on purpose.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! "Fast path: post_send, post_recv and poll_cq make no system call in steady state"
-//! (issue 4): under `strace -f -c`, a same-device loop of 200,000 8-byte RDMA WRITEs makes
-//! no more system calls, all threads together, than a loop of 20,000, up to a small
-//! constant.
+//! (docs/architecture.md §3): under `strace -f -c`, a same-device loop of 200,000 8-byte
+//! RDMA WRITEs makes no more system calls, all threads together, than a loop of 20,000, up
+//! to a small constant.
 //!
 //! The tests re-run their own binary as the child (`write_loop_child`, active only when
 //! `UROCE_SYSCALL_CHILD_WRITES` is set) under strace, once per loop length, and compare
@@ -156,11 +156,11 @@ fn fast_path_makes_no_system_calls_in_steady_state() {
 }
 
 /// The whole system with the default engine. With a fixed short idle spin (30–50 µs) the
-/// engine parked whenever the application thread was descheduled or slowed (strace, a
-/// loaded 2-core box), and every post that found it parked paid a wake-up `write`
-/// (20,000 → 23,110 calls; 200,000 → 149,150). nic's adaptive idle policy (`nic::spin`:
-/// the window grows when parks end soon, and the engine keeps polling while the
-/// application is mid-work) keeps the difference to a few dozen calls.
+/// engine would park whenever the application thread is descheduled or slowed (strace, a
+/// loaded 2-core box), and every post that found it parked would pay a wake-up `write`:
+/// the count would grow with the loop. nic's adaptive idle policy (`nic::spin`: the
+/// window grows when parks end soon, and the engine keeps polling while the application
+/// is mid-work) keeps the difference to a few dozen calls.
 #[test]
 fn default_engine_system_calls_do_not_grow_with_the_loop() {
     if strace_available() {

@@ -1,6 +1,6 @@
 //! uroce's Rust verbs API: libibverbs and its provider in one crate.
 //!
-//! The object model follows libibverbs (reference/ibverbs-abi.md §4, §9) so that the
+//! The object model follows libibverbs (docs/compat.md §4, §9) so that the
 //! drop-in C `libibverbs.so.1` of a later issue is a thin layer over it:
 //!
 //! | libibverbs | here |
@@ -13,7 +13,7 @@
 //! | `ibv_srq` | [`Srq`] |
 //! | `ibv_send_wr`, `ibv_recv_wr`, `ibv_sge` | [`SendWr`], [`RecvWr`], [`Sge`] (post lists are slices) |
 //!
-//! # Two paths to the device (DESIGN.md §2–§3)
+//! # Two paths to the device (docs/architecture.md §2–§3)
 //!
 //! * **Slow path**: every resource operation is a command (the Linux uverbs `write()`
 //!   bytes of crate `abi`) on the context's channel to the control plane, answered by a
@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod asyncio;
+pub mod cm;
 mod context;
 mod cq;
 mod device;

@@ -3,7 +3,7 @@
 //! # Memory regions and memory safety
 //!
 //! The engine reads and writes registered memory (it plays the NIC's DMA engine), checking
-//! every access against the MR table: key, PD, bounds, access flags (DESIGN.md §4). So a
+//! every access against the MR table: key, PD, bounds, access flags (docs/architecture.md §4). So a
 //! work request can only touch memory that is registered, and the library's job is to keep
 //! registered memory valid while it is registered:
 //!
@@ -103,7 +103,7 @@ impl Pd {
 
     fn register(&self, start: u64, len: usize, iova: u64, access: AccessFlags) -> Result<Mr> {
         // rdma-core masks off the optional access bits a device does not report
-        // supporting (ibverbs-abi.md §9); perftest always sets RELAXED_ORDERING.
+        // supporting (docs/compat.md §9); perftest always sets RELAXED_ORDERING.
         let access = access & !AccessFlags::OPTIONAL_RANGE;
         let req = Request::RegMr(RegMr {
             response: 0,

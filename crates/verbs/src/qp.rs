@@ -11,7 +11,7 @@
 //! the engine looks at the RQ when a request arrives). The SQ and the RQ each have their own
 //! lock — a QP's queues are single-producer rings — so no lock is shared between QPs.
 //!
-//! Like rxe (wire-facts §6.2 "Post rules"), posting sends needs RTS or a later state (SQD,
+//! Like rxe (docs/wire.md §6.2 "Post rules"), posting sends needs RTS or a later state (SQD,
 //! SQE, ERR — in ERR the engine flushes them) and posting receives needs INIT or later;
 //! otherwise `EINVAL`. The library knows the state it last set or queried; the engine may
 //! have moved the QP to ERR since, which only makes further WRs flush.

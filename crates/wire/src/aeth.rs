@@ -1,4 +1,4 @@
-//! ACK Extended Transport Header: syndrome (8) | MSN (24) (wire-facts §4).
+//! ACK Extended Transport Header: syndrome (8) | MSN (24) (docs/wire.md §4).
 //!
 //! [`Packet::new_checked`] validates the length once; after it no accessor can panic. Also here:
 //! the AETH credit table (§4.2) and the RNR NAK timer table (§4.3).
@@ -64,11 +64,11 @@ impl AethRepr {
     }
 }
 
-/// The AETH syndrome byte (wire-facts §4.1). Open newtype: every byte value survives.
+/// The AETH syndrome byte (docs/wire.md §4.1). Open newtype: every byte value survives.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Syndrome(pub u8);
 
-/// NAK code, the low 5 bits of a NAK syndrome (wire-facts §4.4).
+/// NAK code, the low 5 bits of a NAK syndrome (docs/wire.md §4.4).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct NakCode(pub u8);
 
@@ -93,7 +93,7 @@ impl fmt::Display for NakCode {
     }
 }
 
-/// What a syndrome means (wire-facts §4.1: bits 6..5 select the type, bits 4..0 the value).
+/// What a syndrome means (docs/wire.md §4.1: bits 6..5 select the type, bits 4..0 the value).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum AckKind {
     /// Positive acknowledgement with an end-to-end credit code (31 = no credit information).
@@ -110,7 +110,7 @@ pub enum AckKind {
 }
 
 impl Syndrome {
-    /// rxe's ACK syndrome: credit code 31, "no credit information" (wire-facts §4.1).
+    /// rxe's ACK syndrome: credit code 31, "no credit information" (docs/wire.md §4.1).
     pub const ACK_UNLIMITED: Syndrome = Syndrome(0x1F);
 
     /// ACK with a 5-bit credit count code.
@@ -163,13 +163,13 @@ impl fmt::Display for Syndrome {
     }
 }
 
-/// Credits for ACK credit codes 0..=30 (wire-facts §4.2, rdmavt `credit_table`).
+/// Credits for ACK credit codes 0..=30 (docs/wire.md §4.2, rdmavt `credit_table`).
 const CREDITS: [u32; 31] = [
     0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
     2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
 ];
 
-/// Credit code meaning "no credit information, send freely" (wire-facts §4.2).
+/// Credit code meaning "no credit information, send freely" (docs/wire.md §4.2).
 pub const CREDIT_CODE_UNLIMITED: u8 = 31;
 
 /// Number of receive WQEs a credit code advertises; `None` for code 31 (no limit) and for
@@ -179,14 +179,14 @@ pub fn credits_for_code(code: u8) -> Option<u32> {
 }
 
 /// The code a responder advertises for `available` receive WQEs: the largest code whose credit
-/// value is ≤ `available` (wire-facts §4.2).
+/// value is ≤ `available` (docs/wire.md §4.2).
 pub fn credit_code_for(available: u32) -> u8 {
     // CREDITS is sorted; the count of entries ≤ available is one past the answer.
     let n = CREDITS.partition_point(|&c| c <= available);
     n.saturating_sub(1) as u8
 }
 
-/// RNR NAK timer codes in microseconds (wire-facts §4.3; code 0 is the longest, 655.36 ms).
+/// RNR NAK timer codes in microseconds (docs/wire.md §4.3; code 0 is the longest, 655.36 ms).
 const RNR_TIMER_US: [u32; 32] = [
     655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
     5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn example_e_aeth() {
-        // wire-facts §3.5 E: syndrome 0x1F, MSN 1.
+        // docs/wire.md §3.5 E: syndrome 0x1F, MSN 1.
         let bytes = [0x1f, 0x00, 0x00, 0x01];
         let r = AethRepr::parse(&Packet::new_checked(&bytes[..]).expect("len")).expect("parse");
         assert_eq!(

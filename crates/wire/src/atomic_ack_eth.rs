@@ -1,5 +1,5 @@
 //! Atomic Acknowledge Extended Transport Header: 8 bytes, the original remote value
-//! (wire-facts §1.5).
+//! (docs/wire.md §1.5).
 //!
 //! [`Packet::new_checked`] validates the length once; after it no accessor can panic.
 

@@ -1,4 +1,4 @@
-//! Atomic Extended Transport Header: 28 bytes, packed (wire-facts §1.5).
+//! Atomic Extended Transport Header: 28 bytes, packed (docs/wire.md §1.5).
 //!
 //! ```text
 //! 0..8    VA
@@ -56,7 +56,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// A parsed AtomicETH. wire-facts §2.7: CompareSwap puts the WR's `swap` in `swap_add` and
+/// A parsed AtomicETH. docs/wire.md §2.7: CompareSwap puts the WR's `swap` in `swap_add` and
 /// `compare_add` in `compare`; FetchAdd puts the add value in `swap_add`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AtomicEthRepr {

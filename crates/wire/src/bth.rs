@@ -1,4 +1,4 @@
-//! Base Transport Header: 12 bytes, big-endian (wire-facts §1.4).
+//! Base Transport Header: 12 bytes, big-endian (docs/wire.md §1.4).
 //!
 //! ```text
 //! byte 0   OpCode
@@ -21,7 +21,7 @@ use crate::Result;
 /// Length of the BTH.
 pub const HEADER_LEN: usize = 12;
 
-/// Default partition key, full member (wire-facts §0).
+/// Default partition key, full member (docs/wire.md §0).
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
 mod field {
@@ -118,7 +118,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BthRepr {
     pub opcode: Opcode,
-    /// SE: solicited event (wire-facts §1.4).
+    /// SE: solicited event (docs/wire.md §1.4).
     pub solicited: bool,
     /// M: MigReq. Receivers ignore it; rxe transmits 0.
     pub migreq: bool,
@@ -130,7 +130,7 @@ pub struct BthRepr {
     pub pkey: u16,
     /// F bit (byte 4, bit 7). Reserved in RoCEv2; not covered by the ICRC.
     pub fecn: bool,
-    /// B bit (byte 4, bit 6). Set on CNPs (wire-facts §9.2); not covered by the ICRC.
+    /// B bit (byte 4, bit 6). Set on CNPs (docs/wire.md §9.2); not covered by the ICRC.
     pub becn: bool,
     /// The six reserved bits of byte 4, 0..=63.
     pub resv6: u8,
@@ -203,7 +203,7 @@ impl BthRepr {
 mod tests {
     use super::*;
 
-    // wire-facts §3.5 example A: `04 30 ffff 00 000012 80 123456`.
+    // docs/wire.md §3.5 example A: `04 30 ffff 00 000012 80 123456`.
     const EXAMPLE_A: [u8; 12] = [
         0x04, 0x30, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x12, 0x34, 0x56,
     ];

@@ -1,4 +1,4 @@
-//! Datagram Extended Transport Header: 8 bytes, UD only (wire-facts §1.5).
+//! Datagram Extended Transport Header: 8 bytes, UD only (docs/wire.md §1.5).
 //!
 //! ```text
 //! 0..4  Q_Key

@@ -16,7 +16,7 @@ pub enum Error {
     /// The IP version nibble is neither 4 nor 6.
     BadVersion,
     /// IPv4 header length is not 5 words. RoCEv2 never uses IPv4 options
-    /// (wire-facts §3.2: rxe only handles a 20-byte header; we treat IHL≠5 as malformed).
+    /// (docs/wire.md §3.2: rxe only handles a 20-byte header; we treat IHL≠5 as malformed).
     BadIhl,
     /// IPv4 flags/fragment offset: reserved bit set, or the packet is a fragment.
     BadIpFlags,
@@ -24,18 +24,23 @@ pub enum Error {
     BadLength,
     /// Not a RoCEv2 packet: IP protocol is not UDP or UDP destination port is not 4791.
     NotRoce,
-    /// BTH transport header version is not 0 (wire-facts §0: receivers drop others).
+    /// BTH transport header version is not 0 (docs/wire.md §0: receivers drop others).
     BadTver,
     /// The BTH opcode is not in the opcode table.
     UnknownOpcode,
     /// BTH PadCnt is larger than the bytes after the headers, does not pad the payload to a
-    /// 4-byte boundary, or is nonzero on an opcode that carries no payload (wire-facts §1.6).
+    /// 4-byte boundary, or is nonzero on an opcode that carries no payload (docs/wire.md §1.6).
     BadPad,
     /// A `Repr`'s extension headers disagree with what the opcode table says its opcode carries.
     HeaderMismatch,
     /// The ICRC does not match (only from [`crate::frame::ParsedFrame::check_icrc`] and similar
     /// explicit checks; parsers report a bad ICRC as a flag, not an error).
     BadIcrc,
+    /// A MAD whose header is not a Communication Manager Send (base version 1, class 0x07, class
+    /// version 2, method 0x03), which the CM agent never sees (kernel mad.c validate_mad).
+    NotCm,
+    /// A CM MAD with an attribute ID this CM does not handle.
+    UnknownAttribute,
 }
 
 /// Result alias for the wire layer.
@@ -56,6 +61,8 @@ impl fmt::Display for Error {
             Error::BadPad => "bad BTH pad count",
             Error::HeaderMismatch => "extension headers do not match the opcode",
             Error::BadIcrc => "bad ICRC",
+            Error::NotCm => "not a CM Send MAD",
+            Error::UnknownAttribute => "unknown CM attribute ID",
         };
         f.write_str(s)
     }

@@ -1,4 +1,4 @@
-//! Whole RoCEv2 L3 frames: IP header, UDP header, transport packet, ICRC (wire-facts §1.1).
+//! Whole RoCEv2 L3 frames: IP header, UDP header, transport packet, ICRC (docs/wire.md §1.1).
 //!
 //! [`build_l3`] derives every length, the IPv4 header checksum, the pad and the ICRC.
 //! [`parse_l3`] validates the frame and reports the ICRC result as a flag rather than an error,

@@ -1,4 +1,4 @@
-//! RoCEv2 invariant CRC (wire-facts §3).
+//! RoCEv2 invariant CRC (docs/wire.md §3).
 //!
 //! The ICRC is the standard CRC-32 (zlib/Ethernet) of 8 bytes of 0xFF (stand-in for the IB LRH)
 //! followed by the IP header, UDP header, BTH, extension headers, payload and pad, with the
@@ -39,11 +39,11 @@ use crate::ip::{mask, IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEA
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
 
-/// Bytes of 0xFF that stand in for the IB local route header (wire-facts §3.1).
+/// Bytes of 0xFF that stand in for the IB local route header (docs/wire.md §3.1).
 const LRH_STANDIN_LEN: usize = 8;
 
 /// CRC-32 (zlib form) over a good packet's covered bytes followed by its ICRC wire bytes
-/// (wire-facts §3.3, formulation 3).
+/// (docs/wire.md §3.3, formulation 3).
 pub const RESIDUE: u32 = 0x2144_DF1C;
 
 /// Largest masked prefix: 0xFF×8, IPv6 header, UDP header, BTH.
@@ -52,7 +52,7 @@ const PREFIX_MAX: usize = LRH_STANDIN_LEN + IPV6_HEADER_LEN + UDP_HEADER_LEN + b
 /// Offset of the byte in the BTH that is masked (F, B, resv6).
 const BTH_MASKED_BYTE: usize = 4;
 
-/// Masks the variant fields (wire-facts §3.2) of `hdr` = IP header, UDP header, BTH, in place.
+/// Masks the variant fields (docs/wire.md §3.2) of `hdr` = IP header, UDP header, BTH, in place.
 fn apply_mask(hdr: &mut [u8], ip_len: usize) {
     let ones = |b: &mut [u8]| b.fill(0xFF);
     if ip_len == IPV4_HEADER_LEN {
@@ -145,7 +145,7 @@ pub fn verify(l3_with_icrc: &[u8]) -> bool {
     }
 }
 
-/// Reads 4 ICRC wire bytes (least-significant byte first, wire-facts §3.4).
+/// Reads 4 ICRC wire bytes (least-significant byte first, docs/wire.md §3.4).
 pub fn read_icrc(wire: &[u8]) -> u32 {
     wire.iter()
         .take(ICRC_LEN)
@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn residue_constant() {
-        // wire-facts §3.3 (3): CRC over covered bytes ‖ ICRC wire bytes is constant.
+        // docs/wire.md §3.3 (3): CRC over covered bytes ‖ ICRC wire bytes is constant.
         let msg = b"\xff\xff\xff\xff\xff\xff\xff\xffanything at all";
         let crc = crc32fast::hash(msg);
         let mut all = msg.to_vec();

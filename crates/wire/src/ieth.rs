@@ -1,4 +1,4 @@
-//! Invalidate Extended Transport Header: the 4-byte R_Key to invalidate (wire-facts §1.5).
+//! Invalidate Extended Transport Header: the 4-byte R_Key to invalidate (docs/wire.md §1.5).
 //!
 //! [`Packet::new_checked`] validates the length once; after it no accessor can panic.
 

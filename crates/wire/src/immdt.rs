@@ -1,4 +1,4 @@
-//! Immediate Data header: 4 opaque bytes (wire-facts §1.5).
+//! Immediate Data header: 4 opaque bytes (docs/wire.md §1.5).
 //!
 //! The value is kept as the 4 wire bytes read as a big-endian `u32`; it is copied unchanged into
 //! the receive completion (`wc.imm_data` is in network order). [`Packet::new_checked`]

@@ -1,4 +1,4 @@
-//! IPv4 / IPv6 + UDP encapsulation of RoCEv2 (wire-facts §1.1–§1.3).
+//! IPv4 / IPv6 + UDP encapsulation of RoCEv2 (docs/wire.md §1.1–§1.3).
 //!
 //! Zero-copy views [`Ipv4Packet`], [`Ipv6Packet`] and [`UdpPacket`] follow the smoltcp pattern:
 //! `new_checked` validates the buffer length once, after which no accessor can panic. The
@@ -12,7 +12,7 @@ use crate::bytes::{be, put_be};
 use crate::error::{Error, Result};
 use crate::num::Qpn;
 
-/// RoCEv2 UDP destination port (wire-facts §0).
+/// RoCEv2 UDP destination port (docs/wire.md §0).
 pub const ROCE_V2_PORT: u16 = 4791;
 /// IP protocol / IPv6 next header for UDP.
 pub const IP_PROTO_UDP: u8 = 17;
@@ -55,7 +55,7 @@ mod udpfield {
     pub const CHECKSUM: Range<usize> = 6..8;
 }
 
-/// Byte offsets of fields the ICRC masks (wire-facts §3.2), relative to their header.
+/// Byte offsets of fields the ICRC masks (docs/wire.md §3.2), relative to their header.
 pub(crate) mod mask {
     pub const V4_DSCP_ECN: usize = super::v4field::DSCP_ECN;
     pub const V4_TTL: usize = super::v4field::TTL;
@@ -306,7 +306,7 @@ impl IpRepr {
         }
     }
 
-    /// ECN codepoint (low 2 bits of TOS / traffic class, wire-facts §9.1).
+    /// ECN codepoint (low 2 bits of TOS / traffic class, docs/wire.md §9.1).
     pub const fn ecn(&self) -> u8 {
         match self {
             IpRepr::V4 { dscp_ecn, .. } => *dscp_ecn & 0x3,
@@ -314,7 +314,7 @@ impl IpRepr {
         }
     }
 
-    /// Source address as a 16-byte GID (IPv4 as `::ffff:a.b.c.d`, wire-facts §1.1).
+    /// Source address as a 16-byte GID (IPv4 as `::ffff:a.b.c.d`, docs/wire.md §1.1).
     pub fn src_gid(&self) -> [u8; 16] {
         match self {
             IpRepr::V4 { src, .. } => src.to_ipv6_mapped().octets(),
@@ -447,7 +447,7 @@ impl IpRepr {
     }
 }
 
-/// The UDP header fields that are not derived. RoCEv2 sends checksum 0 (wire-facts §1.2); the
+/// The UDP header fields that are not derived. RoCEv2 sends checksum 0 (docs/wire.md §1.2); the
 /// field is kept so captured packets re-emit exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdpRepr {
@@ -495,7 +495,7 @@ impl UdpRepr {
     }
 }
 
-/// Flow label Linux derives from a QP pair when none is given (wire-facts §1.3,
+/// Flow label Linux derives from a QP pair when none is given (docs/wire.md §1.3,
 /// `rdma_calc_flow_label`): symmetric in the two QPNs, so both ends agree.
 pub fn flow_label_for_qp(lqpn: Qpn, rqpn: Qpn) -> u32 {
     let mut v = u64::from(lqpn.value()) * u64::from(rqpn.value());
@@ -504,7 +504,7 @@ pub fn flow_label_for_qp(lqpn: Qpn, rqpn: Qpn) -> u32 {
     (v & 0xF_FFFF) as u32
 }
 
-/// UDP source port for a QP (wire-facts §1.3, Linux `rdma_get_udp_sport`): a flow label of 0
+/// UDP source port for a QP (docs/wire.md §1.3, Linux `rdma_get_udp_sport`): a flow label of 0
 /// is replaced by [`flow_label_for_qp`], then folded into 14 bits with the top two bits set
 /// (0xC000–0xFFFF), constant per QP so its packets stay on one ECMP path.
 pub fn udp_sport_for_qp(lqpn: Qpn, rqpn: Qpn, flow_label: u32) -> u16 {
@@ -536,7 +536,7 @@ mod tests {
         }
     }
 
-    // wire-facts §3.5 example A, IPv4 header: total length 52, ID 1, DF, TTL 64, csum b762.
+    // docs/wire.md §3.5 example A, IPv4 header: total length 52, ID 1, DF, TTL 64, csum b762.
     const V4_A: [u8; 20] = [
         0x45, 0x02, 0x00, 0x34, 0x00, 0x01, 0x40, 0x00, 0x40, 0x11, 0xb7, 0x62, 0xc0, 0xa8, 0x01,
         0x01, 0xc0, 0xa8, 0x01, 0x02,
@@ -601,7 +601,7 @@ mod tests {
         };
         let mut out = [0u8; 40];
         repr.emit(&mut out, 32).expect("emit");
-        // wire-facts §3.5 D: `6 02 12345 0020 11 40 fd00…0001 fd00…0002`.
+        // docs/wire.md §3.5 D: `6 02 12345 0020 11 40 fd00…0001 fd00…0002`.
         assert_eq!(&out[..8], &[0x60, 0x21, 0x23, 0x45, 0x00, 0x20, 0x11, 0x40]);
         assert_eq!(out[8], 0xfd);
         assert_eq!(out[23], 0x01);

@@ -8,16 +8,19 @@
 //! * [`num`] — protocol numbers: 24-bit [`Psn`] with wrapping comparison, [`Qpn`], [`Msn`], keys.
 //! * [`opcode`] — the one opcode table (RC, UC, UD, CNP) every parser and builder reads.
 //! * [`bth`], [`deth`], [`reth`], [`atomic_eth`], [`aeth`], [`atomic_ack_eth`], [`immdt`],
-//!   [`ieth`] — the base and extended transport headers (wire-facts §1.4, §1.5).
+//!   [`ieth`] — the base and extended transport headers (docs/wire.md §1.4, §1.5).
 //! * [`roce`] — a whole transport packet, BTH through pad ([`RocePacketRepr`]).
-//! * [`ip`] — the IPv4/IPv6 + UDP encapsulation of RoCEv2 (wire-facts §1.1–§1.3).
-//! * [`icrc`] — the invariant CRC (wire-facts §3), including the receive-side check for a UDP
+//! * [`ip`] — the IPv4/IPv6 + UDP encapsulation of RoCEv2 (docs/wire.md §1.1–§1.3).
+//! * [`icrc`] — the invariant CRC (docs/wire.md §3), including the receive-side check for a UDP
 //!   socket that cannot see the IPv4 Identification field.
+//! * [`mad`], [`cm`] — management datagrams on QP1 and the Communication Manager messages
+//!   (REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ, SIDR_REP) with rdma_cm's `cma_hdr` and
+//!   Service IDs.
 //! * [`frame`] — build and parse a complete L3 frame (IP header through ICRC).
 //! * [`fuzzing`] — the function the `wire_parse` fuzz target drives.
 //!
 //! All multi-byte fields are big-endian except the ICRC, which is sent least-significant byte
-//! first (wire-facts §3.4).
+//! first (docs/wire.md §3.4).
 #![forbid(unsafe_code)]
 
 mod bytes;
@@ -34,10 +37,12 @@ pub mod ieth;
 pub mod immdt;
 pub mod reth;
 
+pub mod cm;
 pub mod frame;
 pub mod fuzzing;
 pub mod icrc;
 pub mod ip;
+pub mod mad;
 pub mod roce;
 
 pub use aeth::{AckKind, AethRepr, NakCode, Syndrome};

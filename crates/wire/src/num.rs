@@ -1,4 +1,4 @@
-//! Protocol numbers as newtypes (wire-facts §0, §5.1).
+//! Protocol numbers as newtypes (docs/wire.md §0, §5.1).
 //!
 //! PSN, QPN and MSN are 24-bit fields on the wire. The constructors mask to 24 bits so a value
 //! of these types is always representable in its field. PSNs compare over a half-space window
@@ -8,7 +8,7 @@ use core::fmt;
 
 const MASK24: u32 = 0x00FF_FFFF;
 
-/// Packet sequence number: 24 bits, arithmetic modulo 2^24 (wire-facts §5.1).
+/// Packet sequence number: 24 bits, arithmetic modulo 2^24 (docs/wire.md §5.1).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Psn(u32);
 
@@ -52,7 +52,7 @@ impl Psn {
 
     /// Signed distance `self − other` in `[−2^23, 2^23)`.
     ///
-    /// wire-facts §5.1: the 24-bit difference is read as a signed 24-bit number (rxe shifts it
+    /// docs/wire.md §5.1: the 24-bit difference is read as a signed 24-bit number (rxe shifts it
     /// left by 8 and reads it as `i32`). Meaningful only while the true distance is below 2^23.
     #[inline]
     pub const fn diff(self, other: Psn) -> i32 {
@@ -84,14 +84,14 @@ impl From<Psn> for u32 {
     }
 }
 
-/// Queue pair number: 24 bits (wire-facts §0).
+/// Queue pair number: 24 bits (docs/wire.md §0).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord)]
 pub struct Qpn(u32);
 
 impl Qpn {
-    /// QP1, the general services interface (wire-facts §0).
+    /// QP1, the general services interface (docs/wire.md §0).
     pub const GSI: Qpn = Qpn(1);
-    /// The multicast destination QPN (wire-facts §0).
+    /// The multicast destination QPN (docs/wire.md §0).
     pub const MULTICAST: Qpn = Qpn(MASK24);
 
     /// A QPN from the low 24 bits of `v`.
@@ -119,7 +119,7 @@ impl From<Qpn> for u32 {
     }
 }
 
-/// Message sequence number carried in every AETH: 24 bits, wrapping (wire-facts §4.5).
+/// Message sequence number carried in every AETH: 24 bits, wrapping (docs/wire.md §4.5).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Msn(u32);
 
@@ -142,7 +142,7 @@ impl Msn {
         self.add(1)
     }
 
-    /// `self + n` modulo 2^24 (e.g. LSN = MSN + credits, wire-facts §4.2).
+    /// `self + n` modulo 2^24 (e.g. LSN = MSN + credits, docs/wire.md §4.2).
     #[inline]
     #[allow(clippy::should_implement_trait)]
     pub const fn add(self, n: u32) -> Msn {
@@ -197,12 +197,12 @@ key32!(
     Lkey
 );
 key32!(
-    /// Queue key of a UD QP (DETH, wire-facts §1.5).
+    /// Queue key of a UD QP (DETH, docs/wire.md §1.5).
     Qkey
 );
 
 impl Qkey {
-    /// Q_Key of QP1 (wire-facts §0).
+    /// Q_Key of QP1 (docs/wire.md §0).
     pub const GSI: Qkey = Qkey(0x8001_0000);
 }
 

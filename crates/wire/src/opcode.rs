@@ -1,4 +1,4 @@
-//! BTH opcodes and the one table that describes them (wire-facts §2).
+//! BTH opcodes and the one table that describes them (docs/wire.md §2).
 //!
 //! Like rxe's `rxe_opcode[]`, a single static table says, for every opcode we speak, which
 //! extension headers follow the BTH and in which order, the total header length, the packet's
@@ -7,7 +7,7 @@
 //! opcode numbers.
 //!
 //! Covered: RC 0x00–0x14, 0x16, 0x17; UC 0x20–0x2B; UD 0x64, 0x65; RoCEv2 CNP 0x81 (BTH + 16
-//! reserved bytes, wire-facts §2.5 / §9.2). Not covered (parsed as unknown): RD, XRC, FLUSH,
+//! reserved bytes, docs/wire.md §2.5 / §9.2). Not covered (parsed as unknown): RD, XRC, FLUSH,
 //! ATOMIC_WRITE, the native-IB CNP 0x80 and manufacturer-specific opcodes.
 
 use core::fmt;
@@ -59,7 +59,7 @@ impl Opcode {
     pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
 
-    /// RoCEv2 congestion notification packet (wire-facts §2.5). Not 0x80, the native-IB CNP.
+    /// RoCEv2 congestion notification packet (docs/wire.md §2.5). Not 0x80, the native-IB CNP.
     pub const CNP: Opcode = Opcode(0x81);
 
     /// The table entry for this opcode, or `None` if we do not speak it.
@@ -97,7 +97,7 @@ impl fmt::Debug for Opcode {
     }
 }
 
-/// Transport service of an opcode (bits 7..5 of the opcode, wire-facts §2).
+/// Transport service of an opcode (bits 7..5 of the opcode, docs/wire.md §2).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Transport {
     Rc,
@@ -107,7 +107,7 @@ pub enum Transport {
     Cnp,
 }
 
-/// Where a packet sits in its message (wire-facts §2.1 F/M/L flags; ONLY = first and last).
+/// Where a packet sits in its message (docs/wire.md §2.1 F/M/L flags; ONLY = first and last).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Position {
     First,
@@ -144,7 +144,7 @@ pub enum OpKind {
     Cnp,
 }
 
-/// Set of extension headers after the BTH. Their order on the wire is fixed (wire-facts §2):
+/// Set of extension headers after the BTH. Their order on the wire is fixed (docs/wire.md §2):
 /// DETH, RETH / AtomicETH, AETH, AtomicAckETH, ImmDt / IETH; a CNP carries 16 reserved bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct HeaderSet(u16);
@@ -169,7 +169,7 @@ const ORDER: [(HeaderSet, usize, &str); 8] = [
     (HeaderSet::CNP_RESERVED, CNP_RESERVED_LEN, "CNP-reserved"),
 ];
 
-/// Length of the reserved block that follows the BTH of a RoCEv2 CNP (wire-facts §9.2).
+/// Length of the reserved block that follows the BTH of a RoCEv2 CNP (docs/wire.md §9.2).
 pub const CNP_RESERVED_LEN: usize = 16;
 
 impl HeaderSet {
@@ -322,13 +322,13 @@ pub struct OpcodeInfo {
     pub is_request: bool,
     /// May carry payload bytes. Packets of opcodes without payload must have none and PadCnt 0.
     pub has_payload: bool,
-    /// Consumes a receive WQE at the responder (wire-facts §2.1 RWQE column).
+    /// Consumes a receive WQE at the responder (docs/wire.md §2.1 RWQE column).
     pub consumes_rwqe: bool,
-    /// Generates a receive completion at the responder (wire-facts §2.1 CQE column).
+    /// Generates a receive completion at the responder (docs/wire.md §2.1 CQE column).
     pub completes_recv: bool,
 }
 
-/// Flags for `entry`: kept as named booleans so the table reads like wire-facts §2.1.
+/// Flags for `entry`: kept as named booleans so the table reads like docs/wire.md §2.1.
 #[derive(Clone, Copy)]
 struct Flags {
     request: bool,
@@ -403,7 +403,7 @@ use Transport as T;
 const IMM: HeaderSet = H::IMMDT;
 const RETH_IMM: HeaderSet = H::RETH.with(H::IMMDT);
 
-/// wire-facts §2.1 (RC), §2.2 (UC), §2.4 (UD), §2.5 (CNP). Sorted by opcode value.
+/// docs/wire.md §2.1 (RC), §2.2 (UC), §2.4 (UD), §2.5 (CNP). Sorted by opcode value.
 const ENTRIES: &[OpcodeInfo] = &[
     // RC
     entry(
@@ -782,7 +782,7 @@ mod tests {
             assert_eq!(e.opcode.info(), Some(e));
             assert_eq!(e.header_len, 12 + e.headers.ext_len());
             // Consuming or completing a receive WQE is something only a request that can
-            // carry data does (wire-facts §2.1).
+            // carry data does (docs/wire.md §2.1).
             if e.consumes_rwqe || e.completes_recv {
                 assert!(e.is_request && e.has_payload, "{}", e.name);
             }

@@ -1,4 +1,4 @@
-//! RDMA Extended Transport Header: 16 bytes (wire-facts §1.5).
+//! RDMA Extended Transport Header: 16 bytes (docs/wire.md §1.5).
 //!
 //! ```text
 //! 0..8    VA
@@ -48,7 +48,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// A parsed RETH. `len` is the DMA length of the whole message (wire-facts §1.6).
+/// A parsed RETH. `len` is the DMA length of the whole message (docs/wire.md §1.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RethRepr {
     pub va: u64,
@@ -83,7 +83,7 @@ mod tests {
 
     #[test]
     fn example_f_reth() {
-        // wire-facts §3.5 F: VA 0x00007F0000001000, R_Key 0x1234, len 8.
+        // docs/wire.md §3.5 F: VA 0x00007F0000001000, R_Key 0x1234, len 8.
         let bytes = [
             0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x00,
             0x00, 0x08,

@@ -27,7 +27,7 @@ pub struct RocePacketRepr<'a> {
     pub payload: &'a [u8],
 }
 
-/// The pad count that brings `payload_len` to a 4-byte boundary: (−len) mod 4 (wire-facts §1.6).
+/// The pad count that brings `payload_len` to a 4-byte boundary: (−len) mod 4 (docs/wire.md §1.6).
 #[inline]
 pub const fn pad_for(payload_len: usize) -> u8 {
     (payload_len.wrapping_neg() & 3) as u8
@@ -306,7 +306,7 @@ impl HeaderSet {
 }
 
 /// Splits what a UDP socket delivers for RoCEv2 (BTH .. pad, ICRC) into the transport bytes and
-/// the ICRC value. The ICRC travels least-significant byte first (wire-facts §3.4).
+/// the ICRC value. The ICRC travels least-significant byte first (docs/wire.md §3.4).
 pub fn split_icrc(datagram: &[u8]) -> Result<(&[u8], u32)> {
     let n = datagram.len();
     if n < bth::HEADER_LEN + icrc::ICRC_LEN {

@@ -1,4 +1,4 @@
-//! The ICRC worked examples A–G of wire-facts §3.5, built byte for byte from the hex given there.
+//! The ICRC worked examples A–G of docs/wire.md §3.5, built byte for byte from the hex given there.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -174,7 +174,7 @@ fn build(ip: &IpRepr, udp: &UdpRepr, p: &Owned) -> Vec<u8> {
     buf
 }
 
-/// Whether bit `bit` of byte `at` of the L3 frame is masked out of the ICRC (wire-facts §3.2).
+/// Whether bit `bit` of byte `at` of the L3 frame is masked out of the ICRC (docs/wire.md §3.2).
 fn is_masked(ip: &IpRepr, at: usize, bit: u8) -> bool {
     match ip {
         IpRepr::V4 { .. } => [1, 8, 10, 11, 20 + 6, 20 + 7, 28 + 4].contains(&at),
@@ -220,8 +220,8 @@ proptest! {
         prop_assert_eq!(g.packet, p.repr());
     }
 
-    /// wire-facts §3.2: a bit flip in any covered, unmasked byte changes the ICRC; one in a masked
-    /// byte does not.
+    /// docs/wire.md §3.2: a bit flip in any covered, unmasked byte changes the ICRC; one in a
+    /// masked byte does not.
     #[test]
     fn single_bit_flip_is_detected(p in arb_packet(), ip in arb_ip(), udp in arb_udp(), pick in any::<prop::sample::Index>(), bit in 0u8..8) {
         let frame = build(&ip, &udp, &p);

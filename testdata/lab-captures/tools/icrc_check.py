@@ -3,7 +3,7 @@
 
 Usage: icrc_check.py FILE.pcap... [-v]
 
-Standard library only. The ICRC (wire-facts section 3; Linux rxe_icrc.c) is
+Standard library only. The ICRC (docs/wire.md section 3; Linux rxe_icrc.c) is
 CRC-32 (zlib polynomial) over 8 bytes of 0xff (the stand-in for the IB LRH),
 the IP header with its variant fields set to all ones (IPv4: TOS, TTL, header
 checksum; IPv6: traffic class, flow label, hop limit), the UDP header with its

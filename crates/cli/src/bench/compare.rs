@@ -1,4 +1,4 @@
-//! `uroce bench compare [--json]`: the comparison table of issue 5 item 5, measured on
+//! `uroce bench compare [--json]`: the comparison table of the README, measured on
 //! this machine in one run. Four paths:
 //!
 //! * `tcp` — a TCP baseline over loopback (own implementation, `TCP_NODELAY`);

@@ -1,6 +1,6 @@
 //! From the command line to one run's parameters, with perftest 4.5-0.17's defaults and
 //! derived values (`init_perftest_params` and `force_dependecies` in
-//! `src/perftest_parameters.c`; reference `perftest-exchange.md` §3 and §6.1).
+//! `src/perftest_parameters.c`; docs/perftest.md §3 and §6.1).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -39,7 +39,7 @@ pub fn run(side: &mut Side, size: u64) -> Result<Option<BwReport>> {
     // Both ends in this process: they share the cores with one engine, so an idle poll
     // yields now and then. A client or server alone polls the way perftest does (a pure
     // spin), so that its figures and stock perftest's on the drop-in library compare
-    // like for like (issue 7).
+    // like for like.
     let mut dog = Watchdog::new(side.stall(), side.in_process);
     let role = side.role;
     let res = side
@@ -610,9 +610,9 @@ fn bw_requester(
                     // Exactly perftest's signaling (run_iter_bw): every cq_mod-th WR and
                     // the last one of an iterations run. cq_mod <= depth (clamped above), so
                     // every window holds a signaled WR. Signaling more often (say, whenever
-                    // the window fills) lets the window refill sooner: for latency-bound
-                    // operations such as atomics that alone made `uroce bench` report up to
-                    // 1.5x perftest's message rate on the same device (issue 7).
+                    // the window fills) lets the window refill sooner, and for latency-bound
+                    // operations such as atomics would report a higher message rate than
+                    // perftest's on the same device.
                     let last_of_run = window.is_none() && k + 1 == per_qp;
                     let wr = if (k + 1) % cq_mod == 0 || last_of_run {
                         last_signaled[i] = k + 1;

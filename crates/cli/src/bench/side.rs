@@ -1,6 +1,6 @@
 //! One end of a benchmark: its verbs objects, the perftest-side steps the out-of-band
 //! exchange calls ([`BenchHooks`]), and the console output perftest prints at those
-//! points (reference `perftest-exchange.md` §6).
+//! points (docs/perftest.md §6).
 //!
 //! The same `Side` runs in every topology: as a client or server process talking TCP to
 //! its peer (which may be the real perftest), or as one of two threads of one process
@@ -10,7 +10,7 @@
 //!
 //! * `dst`: the region the peer may access, advertised as VADDR/RKEY in the KEY
 //!   message: `max(size, cycle_buffer)` bytes per QP, as perftest registers for its peer
-//!   (reference §5). RDMA WRITEs and atomics land here, READs read from here, and
+//!   (docs/perftest.md §5). RDMA WRITEs and atomics land here, READs read from here, and
 //!   `write_lat` polls its last message byte here.
 //! * `src`: the local side of requests (WRITE/SEND payloads, READ destinations, atomic
 //!   results). With `--verify` it holds one slot per outstanding operation, so no slot is

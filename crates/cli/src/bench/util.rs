@@ -43,7 +43,7 @@ pub struct Watchdog {
     spins: u32,
     /// Call `sched_yield` every `SPINS_PER_CHECK` empty polls: when more threads spin than
     /// there are cores (both ends in one process, plus the engine), yielding lets the
-    /// others run (DESIGN.md §4 "Threads").
+    /// others run (docs/architecture.md §4 "Threads").
     yield_cpu: bool,
 }
 

@@ -1,5 +1,5 @@
 //! `libefa.so.1` stub. perftest NEEDs libefa (built with SRD support) but calls it only for
-//! EFA devices, which a uroce device is not (ibverbs-abi.md §0 item 6, §7). Each function
+//! EFA devices, which a uroce device is not (docs/compat.md §0 item 6, §7). Each function
 //! fails as efadv does for a device it does not drive. Parameters are omitted: under the
 //! x86_64 SysV ABI a callee that ignores its arguments fits any prototype.
 

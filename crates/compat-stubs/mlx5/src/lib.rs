@@ -1,7 +1,7 @@
 //! `libmlx5.so.1` stub. Every perftest binary NEEDs libmlx5 (it is built with mlx5dv support),
 //! but calls these functions only for mlx5 devices: DC transport, AES-XTS crypto and the
 //! mlx5 new-post-send path, none of which a uroce device (vendor_part_id 0) selects
-//! (ibverbs-abi.md §0 item 6, §7). Each fails the way mlx5dv does for a device it does not
+//! (docs/compat.md §0 item 6, §7). Each fails the way mlx5dv does for a device it does not
 //! drive: pointer results are NULL with errno EOPNOTSUPP, `int` results are EOPNOTSUPP.
 //!
 //! Placing this library next to uroce's libibverbs keeps the system libmlx5 (and its

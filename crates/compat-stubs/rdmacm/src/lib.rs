@@ -1,7 +1,7 @@
 //! `librdmacm.so.1` for uroce — for now the loader half of it.
 //!
 //! Every perftest binary, rping and ucmatose NEED librdmacm, and the system one cannot work
-//! without the kernel's `/dev/infiniband/rdma_cm` (ibverbs-abi.md §10), so uroce ships its own.
+//! without the kernel's `/dev/infiniband/rdma_cm` (docs/compat.md §10), so uroce ships its own.
 //! This version exports the complete `RDMACM_1.0`–`1.3` symbol set of rdma-core 44, so
 //! every rdmacm program loads, and:
 //!

@@ -2,10 +2,10 @@
 //!
 //! rdma-core's libraries export every symbol under a version node (`ibv_open_device@@IBVERBS_1.1`)
 //! and every Debian binary that links them asks for `symbol@NODE`, resolved at load time because
-//! they are linked `-z now` (ibverbs-abi.md §0, §1). A Rust `cdylib` cannot get there with a
+//! they are linked `-z now` (docs/compat.md §0, §1). A Rust `cdylib` cannot get there with a
 //! version script alone: rustc passes its own anonymous version script listing every
 //! `#[no_mangle]` item, and rust-lld lets that exact match win, so the symbols come out
-//! unversioned (ibverbs-abi.md §6.2). `.symver` directives next to the Rust definitions do
+//! unversioned (docs/compat.md §6.2). `.symver` directives next to the Rust definitions do
 //! not work either once the crate has more than one codegen unit: the assembler insists that
 //! a default-version symbol be defined in the same object as the directive.
 //!

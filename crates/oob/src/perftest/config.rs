@@ -39,7 +39,7 @@ pub enum TestKind {
 }
 
 /// `-c`: the QP transport. The exchange is the same for all three; UD changes the `-a`
-/// size range of send tests and the size clamp (reference §3, §4.1).
+/// size range of send tests and the size clamp (docs/perftest.md §3, §4.1).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Connection {
     /// Reliable connection (default).
@@ -80,7 +80,7 @@ impl fmt::Display for Role {
 }
 
 /// The test options that decide the shape of the exchange. perftest compares none of them
-/// with the peer (reference §3 "Not compared by anyone"): both sides must be given the
+/// with the peer (docs/perftest.md §3 "Not compared by anyone"): both sides must be given the
 /// same ones, or the exchange desynchronises.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BenchConfig {
@@ -105,11 +105,11 @@ pub struct BenchConfig {
     pub duration: bool,
     /// `--report-per-port`: REPORT carries four more fields.
     pub report_per_port: bool,
-    /// A GID is in use: 108-byte KEY messages. Always true on RoCE (reference §2.1);
+    /// A GID is in use: 108-byte KEY messages. Always true on RoCE (docs/perftest.md §2.1);
     /// false selects the 59-byte variant.
     pub use_gid: bool,
     /// `--dont_xchg_versions`: skip M1–M4. With perftest 6.06 this makes both sides fail
-    /// the 5.70 version check (reference §3); kept to reproduce that.
+    /// the 5.70 version check (docs/perftest.md §3); kept to reproduce that.
     pub dont_xchg_versions: bool,
 }
 
@@ -152,7 +152,7 @@ impl BenchConfig {
         format!("ib_{verb}_{kind}")
     }
 
-    /// Only `ib_write_bw` sleeps 1 s after the TCP connect (reference §1 "pauses").
+    /// Only `ib_write_bw` sleeps 1 s after the TCP connect (docs/perftest.md §1 "pauses").
     pub fn pauses_after_connect(&self) -> bool {
         self.verb == Verb::Write && self.kind == TestKind::Bw
     }
@@ -210,7 +210,7 @@ impl Default for LocalSystem {
     }
 }
 
-/// The local option combinations perftest's parser refuses (reference §3), checked before
+/// The local option combinations perftest's parser refuses (docs/perftest.md §3), checked before
 /// any connection. Not exchanged with the peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptionCheck {

@@ -1,6 +1,6 @@
 //! Driving a [`Perftest`] exchange over a blocking `Read + Write` stream (normally a
 //! `TcpStream`), with the RDMA-side steps supplied through [`BenchHooks`]; and the TCP
-//! connection set-up perftest uses (reference §1).
+//! connection set-up perftest uses (docs/perftest.md §1).
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs};

@@ -26,7 +26,7 @@ impl Context {
 }
 
 // Call-site texts from perftest 4.5-0.17 (`*_bw.c`, `*_lat.c`, `perftest_communication.c`).
-// The leading space differs between call sites; the reference §3 notes this.
+// The leading space differs between call sites; docs/perftest.md §3 notes this.
 pub(crate) const X: Context = Context::fatal("Failed to exchange data between server and clients");
 pub(crate) const X_SP: Context =
     Context::fatal(" Failed to exchange data between server and clients");
@@ -63,7 +63,7 @@ pub enum MsgClass {
 pub enum PerftestError {
     /// A read ended before the whole message arrived (the peer closed, sent a short
     /// message and closed, or the socket failed). perftest fails the same way on a short
-    /// `read()` (reference §3).
+    /// `read()` (docs/perftest.md §3).
     Read {
         /// KEY or data message.
         class: MsgClass,
@@ -103,7 +103,7 @@ pub enum PerftestError {
         /// The peer's version text.
         peer: String,
     },
-    /// QP0's GIDs differ in being IPv4-mapped (reference §3 "GID type").
+    /// QP0's GIDs differ in being IPv4-mapped (docs/perftest.md §3 "GID type").
     GidTypeMismatch,
     /// UD with an explicit `-s` above the negotiated MTU (`check_mtu`).
     UdSizeAboveMtu {

@@ -1,4 +1,4 @@
-//! The perftest exchange as a sans-IO state machine (reference §4).
+//! The perftest exchange as a sans-IO state machine (docs/perftest.md §4).
 //!
 //! [`Perftest::poll`] says what to do next: sleep, write one message (with **one**
 //! `write()`), read exactly N bytes (then hand them to [`Perftest::received`]), or handle
@@ -7,7 +7,7 @@
 //! `Read + Write` stream.
 //!
 //! Every exchange is lock-step: the client writes its message first, the server reads it
-//! and then writes its own (reference §1 "order"). The sequence of exchanges per test,
+//! and then writes its own (docs/perftest.md §1 "order"). The sequence of exchanges per test,
 //! and the checks and aborts between them, follow perftest 4.5-0.17's `*_bw.c`/`*_lat.c`.
 
 use std::collections::VecDeque;
@@ -46,7 +46,7 @@ pub enum Action {
     /// Something only the caller can do; see [`Event`].
     Event(Event),
     /// The exchange is complete: close the socket (without reading the peer's DONE; the
-    /// reset the kernel then sends is normal, reference §4 "Connection end").
+    /// reset the kernel then sends is normal, docs/perftest.md §4 "Connection end").
     Finished,
 }
 
@@ -55,7 +55,7 @@ pub enum Action {
 pub struct Negotiated {
     /// The peer's version.
     pub peer_version: PeerVersion,
-    /// The cycle buffer adopted: max(own page size, peer's) (reference §3 M2).
+    /// The cycle buffer adopted: max(own page size, peer's) (docs/perftest.md §3 M2).
     pub cycle_buffer: i32,
     /// The cache line size adopted: max(own, peer's).
     pub cache_line: i32,
@@ -201,7 +201,7 @@ enum Op {
     Finish,
 }
 
-/// What a KEY exchange is for (reference §4 "Exchange names").
+/// What a KEY exchange is for (docs/perftest.md §4 "Exchange names").
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum KeyLabel {
     /// A K round: every QP's KEY, interleaved with the peer's.
@@ -479,7 +479,7 @@ impl Perftest {
             Op::Pause => return Ok(Some(Action::Sleep(WRITE_BW_PAUSE))),
             Op::Versions => {
                 if self.cfg.dont_xchg_versions {
-                    // rem_version stays empty: atof("") = 0 < 5.70 (reference §3).
+                    // rem_version stays empty: atof("") = 0 < 5.70 (docs/perftest.md §3).
                     let e = PerftestError::VersionTooOld {
                         peer: String::new(),
                     };
@@ -643,7 +643,7 @@ impl Perftest {
                 }
             }
             After::MtuPick => {
-                // The peer's value wins only if valid and smaller (reference §3 M4).
+                // The peer's value wins only if valid and smaller (docs/perftest.md §3 M4).
                 if let Some(peer) = self.peer_mtu.and_then(Mtu::from_enum) {
                     if peer < self.sys.mtu {
                         self.mtu = peer;
@@ -752,7 +752,7 @@ impl Perftest {
 
     /// Reports a failed write of the last `Action::Write`. A reset or broken pipe while
     /// writing DONE is success: the peer has already written its own DONE and closed
-    /// (reference §4 "Connection end"). Anything else ends the exchange with an error.
+    /// (docs/perftest.md §4 "Connection end"). Anything else ends the exchange with an error.
     pub fn write_failed(&mut self, err: std::io::Error) -> Result<(), PerftestError> {
         use std::io::ErrorKind;
         let last = self.last_write.unwrap_or(LastWrite {
@@ -776,7 +776,7 @@ impl Perftest {
         Err(self.fail(e))
     }
 
-    /// Appends everything after M1–M4 for this test and role (reference §4.1; perftest's
+    /// Appends everything after M1–M4 for this test and role (docs/perftest.md §4.1; perftest's
     /// `main()` of each tool).
     fn build_plan(&mut self) {
         let cfg = &self.cfg;
@@ -975,7 +975,7 @@ pub fn describe_plan(cfg: &BenchConfig, role: Role, mtu: Mtu) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// Bytes one side writes, from the plan (reference §4.1 "Byte totals").
+    /// Bytes one side writes, from the plan (docs/perftest.md §4.1 "Byte totals").
     fn bytes(cfg: &BenchConfig, role: Role) -> usize {
         let n = cfg.qps();
         26 + describe_plan(cfg, role, Mtu::MTU_1024)

@@ -1,5 +1,5 @@
 //! perftest 4.5-0.17 (`Version: 6.06`) out-of-band exchange over TCP port 18515
-//! (reference `perftest-exchange.md` §1–§5).
+//! (docs/perftest.md §1–§5).
 //!
 //! * [`msg`] — every message, encoded byte for byte and decoded from untrusted bytes.
 //! * [`Perftest`] — one side's exchange as a sans-IO state machine: the ordered client and

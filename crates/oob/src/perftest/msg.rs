@@ -1,4 +1,4 @@
-//! The perftest message catalogue (reference `perftest-exchange.md` §2): encoders that
+//! The perftest message catalogue (docs/perftest.md §2): encoders that
 //! produce perftest's exact bytes, and decoders of untrusted bytes that never panic.
 //!
 //! | id | message | bytes | here |
@@ -246,7 +246,7 @@ fn strtol10(bytes: &[u8]) -> i64 {
     }
 }
 
-/// M5: one QP's address, the 108-byte KEY message (reference §2.1). The same bytes serve
+/// M5: one QP's address, the 108-byte KEY message (docs/perftest.md §2.1). The same bytes serve
 /// as INIT and as every SYNC message (always QP0's).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct KeyMessage {
@@ -490,7 +490,7 @@ pub(crate) fn hex_field(field: &[u8], name: &'static str, max: u64) -> Result<u6
     Ok(value)
 }
 
-/// M6: one side's bandwidth report (reference §2.2). The byte order on the wire is
+/// M6: one side's bandwidth report (docs/perftest.md §2.2). The byte order on the wire is
 /// big-endian for the integers and for the IEEE-754 doubles.
 ///
 /// The bandwidth figures are in the *sender's* unit (MiB/s, or Gb/s with
