@@ -1,5 +1,5 @@
 //! Why the control plane refused a command: a machine-readable [`Rule`] and a sentence
-//! naming the attribute and the rule ("modify_qp: to RTR: DEST_QPN missing from attr_mask").
+//! naming the attribute and the rule ("modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask").
 //!
 //! # Encoding
 //!
@@ -186,12 +186,12 @@ mod tests {
         let mut out = Vec::new();
         Reason::encode(
             Rule::MISSING_ATTR,
-            "modify_qp: to RTR: DEST_QPN missing",
+            "modify_qp: INIT -> RTR: DEST_QPN missing",
             &mut out,
         );
         let r = Reason::parse(&out).unwrap();
         assert_eq!(r.rule, Rule::MISSING_ATTR);
-        assert_eq!(r.text, "modify_qp: to RTR: DEST_QPN missing");
+        assert_eq!(r.text, "modify_qp: INIT -> RTR: DEST_QPN missing");
         assert_eq!(r.rule.name(), Some("MISSING_ATTR"));
 
         let long = "é".repeat(200);

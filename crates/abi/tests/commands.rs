@@ -454,7 +454,7 @@ fn replies() {
         Command::MODIFY_QP.word(),
         Errno::EINVAL,
         abi::Rule::MISSING_ATTR,
-        "modify_qp: to RTR: DEST_QPN missing from attr_mask",
+        "modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask",
         &mut why,
     );
     let r = Reply::parse(&why).unwrap();
@@ -463,7 +463,7 @@ fn replies() {
     assert_eq!(reason.rule, abi::Rule::MISSING_ATTR);
     assert_eq!(
         reason.text,
-        "modify_qp: to RTR: DEST_QPN missing from attr_mask"
+        "modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask"
     );
     assert!(abi::fuzzing::decode_reply(&why).is_ok());
     let mut bad = why.clone();
