@@ -88,7 +88,8 @@ pub struct Args {
     /// Per-QP counters: of QP number N (decimal or 0x-hex), or of every QP (`all`).
     #[arg(long, value_name = "N|all", value_parser = parse_qp)]
     qp: Option<QpSel>,
-    /// Report again every SECS seconds, showing what changed since the previous report.
+    /// Report again every SECS seconds, showing the counters that changed since the
+    /// previous report with the change and its rate per second.
     #[arg(short = 'w', long, value_name = "SECS")]
     watch: Option<f64>,
     /// With --watch: stop after N reports (default: until interrupted).
