@@ -17,7 +17,9 @@
 #   4. `ibv_devices` lists exactly the devices of UROCE_DEVICES;
 #   5. the device-free functions give byte-identical results to the system libraries, the
 #      device list / GUID / sysfs emulation behave, and failing verbs set errno
-#      (tests/compat/*.c);
+#      (tests/compat/*.c); a deliberately failing ibv_modify_qp returns rdma-core's EINVAL
+#      and, with UROCE_DEBUG=1 only, logs one line with the control plane's reason
+#      (debug_reason.c; needs libibverbs-dev's headers, installed with the tools when root).
 #   6. `ibv_devinfo -v` opens the device and describes it; its GUID matches ibv_devices'.
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
@@ -59,6 +61,11 @@ if [ ${#missing[@]} -gt 0 ]; then
              "installed (missing: ${missing[*]}) and this is not root; install them and rerun"
         exit 0
     fi
+fi
+if [ ! -f /usr/include/infiniband/verbs.h ] && [ "$(id -u)" = 0 ]; then
+    echo "load.sh: installing libibverbs-dev (verbs.h for debug_reason.c)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 \
+        || echo "load.sh: libibverbs-dev could not be installed; the UROCE_DEBUG check will skip"
 fi
 for need in gcc readelf ldd; do
     command -v "$need" >/dev/null 2>&1 || { echo "SKIP: $need not found"; exit 0; }
@@ -207,6 +214,32 @@ if gcc -O1 -Wall -Wextra -Werror -o "$work/pure_api" tests/compat/pure_api.c \
         && ok "bad device list fails with EINVAL" || bad "devlist bad env: $(cat "$work/devlist.out")"
 else
     bad "compiling the C ABI programs"
+fi
+# A failing ibv_modify_qp: rdma-core's return value for the caller, and with UROCE_DEBUG=1
+# one stderr line with the verb, the errno and the control plane's reason (none without).
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+    echo "skip UROCE_DEBUG reason line: /usr/include/infiniband/verbs.h missing (libibverbs-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/debug_reason" tests/compat/debug_reason.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    A=${COMPAT_ADDR_A:-127.0.0.1}
+    UROCE_DEBUG=1 UROCE_DEVICES="uroce0=$A" timeout 30 "$work/debug_reason" \
+        >"$work/dbg.out" 2>"$work/dbg.err"
+    rc=$?
+    want='^uroce: ibv_modify_qp: EINVAL \(22\): modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask \[MISSING_ATTR\]$'
+    if [ $rc = 0 ] && [ "$(wc -l <"$work/dbg.err")" = 1 ] && grep -qE "$want" "$work/dbg.err"; then
+        ok "UROCE_DEBUG=1: failing ibv_modify_qp returns EINVAL and logs '$(cat "$work/dbg.err")'"
+    else
+        bad "UROCE_DEBUG reason line (rc $rc): $(cat "$work/dbg.out" "$work/dbg.err" | head -5 | tr '\n' ' ')"
+    fi
+    UROCE_DEVICES="uroce0=$A" timeout 30 "$work/debug_reason" >"$work/dbg.out" 2>"$work/dbg.err"
+    rc=$?
+    if [ $rc = 0 ] && [ ! -s "$work/dbg.err" ]; then
+        ok "without UROCE_DEBUG: same EINVAL, nothing on stderr"
+    else
+        bad "without UROCE_DEBUG (rc $rc): $(cat "$work/dbg.out" "$work/dbg.err" | head -5 | tr '\n' ' ')"
+    fi
+else
+    bad "compiling tests/compat/debug_reason.c"
 fi
 
 # Failing verbs set errno as rdma-core's do (tests/compat/errno.c, built with rdma-core's own

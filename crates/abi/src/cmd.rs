@@ -28,7 +28,9 @@
 //! ```
 //!
 //! * `status` = 0 on success, otherwise `-errno` — the value `write()` would have returned.
-//!   On error `resp_len` is 0.
+//!   On error `resp_len` is 0, or the body is one reason record ([`crate::reason`]): which
+//!   rule the command broke, as a code and a sentence. The reason is not bounded by the
+//!   capacity the request offered, only by [`crate::reason::MAX_REASON_BYTES`].
 //! * `resp_len` ≤ the capacity the request offered (`out_words * 4`, or
 //!   `(out_words + provider_out_words) * 8`). The control plane truncates a longer response
 //!   to the capacity, as `copy_to_user` of `min(out_len, resp_len)` does; the library treats a
@@ -43,6 +45,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::error::{AbiError, Errno, Result};
+use crate::reason::{Reason, Rule};
 
 /// `IB_USER_VERBS_ABI_VERSION`: the uverbs ABI these structs follow.
 pub const IB_USER_VERBS_ABI_VERSION: u32 = 6;
@@ -449,6 +452,8 @@ pub struct Reply<'a> {
     pub command: u32,
     /// The response bytes, or the errno.
     pub result: core::result::Result<&'a [u8], Errno>,
+    /// Why the command was refused, if the control plane said (error replies only).
+    pub reason: Option<Reason<'a>>,
 }
 
 impl<'a> Reply<'a> {
@@ -465,19 +470,22 @@ impl<'a> Reply<'a> {
                 "resp_len disagrees with the message length",
             ));
         }
-        let result = match hdr.status {
-            0 => Ok(rest),
+        let (result, reason) = match hdr.status {
+            0 => (Ok(rest), None),
             s if s < 0 => {
-                if !rest.is_empty() {
-                    return Err(AbiError::BadReply("error reply carries a response"));
-                }
-                Err(Errno(s.wrapping_neg()))
+                let reason = if rest.is_empty() {
+                    None
+                } else {
+                    Some(Reason::parse(rest)?)
+                };
+                (Err(Errno(s.wrapping_neg())), reason)
             }
             _ => return Err(AbiError::BadReply("positive status")),
         };
         Ok(Reply {
             command: hdr.command,
             result,
+            reason,
         })
     }
 }
@@ -508,6 +516,22 @@ pub fn encode_reply(
         command: command_word,
         status,
         resp_len,
+        reserved: 0,
+    };
+    if let Some(h) = out.get_mut(..ReplyHdr::SIZE) {
+        h.copy_from_slice(hdr.as_bytes());
+    }
+}
+
+/// Build an error reply that says why: `-errno` and one reason record ([`crate::reason`]).
+pub fn encode_refusal(command_word: u32, errno: Errno, rule: Rule, text: &str, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(ReplyHdr::default().as_bytes());
+    Reason::encode(rule, text, out);
+    let hdr = ReplyHdr {
+        command: command_word,
+        status: errno.as_negative(),
+        resp_len: (out.len() - ReplyHdr::SIZE) as u32,
         reserved: 0,
     };
     if let Some(h) = out.get_mut(..ReplyHdr::SIZE) {

@@ -1,6 +1,6 @@
 //! Entry points shared by the `abi_command` fuzz target and the stable random-input tests.
 
-use crate::cmd::Reply;
+use crate::cmd::{encode_refusal, Reply};
 use crate::error::Result;
 use crate::fastpath::{RecvWqe, SendWqe, WqeLimits, MAX_INLINE_DATA, MAX_SGE};
 use crate::uverbs::{decode_poll_cq_resp, decode_request, Request};
@@ -41,4 +41,17 @@ pub fn decode_command(data: &[u8]) -> Result<Request<'_>> {
         frame.response_capacity() >= Request::response_sizes(req.command()).map_or(0, |(c, _)| c)
     );
     Ok(req)
+}
+
+/// Decode arbitrary bytes as a reply (header, response or errno and its reason), the way the
+/// library does. Never panics — except if the reason codec is inconsistent: a decoded
+/// reason must re-encode to the same bytes.
+pub fn decode_reply(data: &[u8]) -> Result<Reply<'_>> {
+    let r = Reply::parse(data)?;
+    if let (Err(errno), Some(reason)) = (r.result, r.reason) {
+        let mut again = Vec::new();
+        encode_refusal(r.command, errno, reason.rule, reason.text, &mut again);
+        assert_eq!(again, data, "reason decode/encode is not stable");
+    }
+    Ok(r)
 }

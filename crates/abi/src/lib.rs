@@ -7,7 +7,9 @@
 //! socketpair in embedded mode, a Unix socket in daemon mode): the Linux uverbs `write()`
 //! bytes — [`cmd::CmdHdr`] `{command, in_words, out_words}` + the `ib_user_verbs.h` core
 //! struct + uroce's driver data — and gets back exactly one reply: [`cmd::ReplyHdr`]
-//! `{command, status (0 or −errno), resp_len}` + the core response + driver response. The
+//! `{command, status (0 or −errno), resp_len}` + the core response + driver response (an
+//! error reply instead carries nothing, or a [`reason`] record: the rule the command broke,
+//! as a code and a sentence). The
 //! kernel's `response` pointer fields are carried but ignored. The control plane decodes
 //! with [`uverbs::decode_request`], which checks every length and never panics; errors map to
 //! errnos through [`AbiError::errno`] (EINVAL, ENOSPC, EOPNOTSUPP, … as `verify_hdr` does).
@@ -58,6 +60,7 @@ pub mod error;
 pub mod fastpath;
 pub mod fuzzing;
 pub mod provider;
+pub mod reason;
 pub mod ring;
 pub mod shm;
 pub mod uverbs;
@@ -65,5 +68,6 @@ pub mod verbs_consts;
 
 pub use cmd::{Command, Frame, Reply};
 pub use error::{AbiError, Errno};
+pub use reason::{Reason, Rule};
 pub use uverbs::{decode_request, Request};
 pub use verbs_consts::*;

@@ -447,6 +447,29 @@ fn replies() {
     assert_eq!(hdr.status, -12);
     assert_eq!(Reply::parse(&out).unwrap().result, Err(Errno::ENOMEM));
 
+    // Old-style error replies carry no reason; new ones carry one, past any capacity.
+    assert_eq!(Reply::parse(&out).unwrap().reason, None);
+    let mut why = Vec::new();
+    abi::cmd::encode_refusal(
+        Command::MODIFY_QP.word(),
+        Errno::EINVAL,
+        abi::Rule::MISSING_ATTR,
+        "modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask",
+        &mut why,
+    );
+    let r = Reply::parse(&why).unwrap();
+    assert_eq!(r.result, Err(Errno::EINVAL));
+    let reason = r.reason.unwrap();
+    assert_eq!(reason.rule, abi::Rule::MISSING_ATTR);
+    assert_eq!(
+        reason.text,
+        "modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask"
+    );
+    assert!(abi::fuzzing::decode_reply(&why).is_ok());
+    let mut bad = why.clone();
+    bad.pop();
+    assert!(Reply::parse(&bad).is_err());
+
     // Malformed replies are errors, not panics.
     assert!(Reply::parse(&out[..8]).is_err());
     let mut bad = out.clone();
@@ -599,6 +622,25 @@ proptest! {
     #[test]
     fn decode_command_random_bytes(data in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _ = abi::fuzzing::decode_command(&data);
+    }
+
+    /// The reply fuzz entry point on random bytes, and on random reason records behind an
+    /// error header: never panics; what decodes re-encodes identically.
+    #[test]
+    fn decode_reply_random(
+        data in proptest::collection::vec(any::<u8>(), 0..300),
+        errno in 1i32..200,
+    ) {
+        let _ = abi::fuzzing::decode_reply(&data);
+        let hdr = ReplyHdr {
+            command: 26,
+            status: -errno,
+            resp_len: data.len() as u32,
+            reserved: 0,
+        };
+        let mut bytes = hdr.as_bytes().to_vec();
+        bytes.extend_from_slice(&data);
+        let _ = abi::fuzzing::decode_reply(&bytes);
     }
 
     /// Random bytes behind a valid header of a random supported command: deeper coverage

@@ -1,6 +1,7 @@
-//! `uroce stat [-d NAME] [--qp N|all] [--watch SECS [-c N]] [--json]`: port and per-QP
-//! counters of every running uroce process, like iproute2's `rdma statistic show` and the
-//! sysfs `hw_counters` of a Linux RDMA device (docs/architecture.md §4).
+//! `uroce stat [-d NAME] [--qp N|all] [--watch SECS [-c N]] [--json | --prometheus]
+//! [--serve [ADDR:]PORT]`: port and per-QP counters of every running uroce process, like
+//! iproute2's `rdma statistic show` and the sysfs `hw_counters` of a Linux RDMA device
+//! (docs/architecture.md §4).
 //!
 //! uroce devices run inside their applications, so the counters come from the stats
 //! endpoint each uroce process publishes ([`uroce::stats`]: one Unix socket per process,
@@ -18,12 +19,19 @@
 //! `--qp N` prints that QP's counters instead, in `rdma stat show qp`'s shape
 //! (`link uroce0/1 lqpn 17 pid 4242 comm uroce sent_pkts ...`); `--qp all` every QP's.
 //! `--watch SECS` repeats every SECS seconds; after the first report it prints, per port
-//! or QP, only the counters that changed, as `+delta` over the interval. `--json` prints
+//! or QP, only the counters that changed: the total, then the change over the interval and
+//! its rate per second (`sent_pkts 1005 (+1000, 1000/s)`). `--json` prints
 //! one object `{"dirs", "processes": [snapshot, ...], "removed_stale", "unanswered"}` (one
 //! per report with `--watch`), the snapshots as published, filtered by `-d` and `--qp`.
 //! `--exited` adds the last snapshots that processes run with `UROCE_STATS_KEEP=1` left at
 //! exit (`<pid>.exit.json` beside the sockets; marked `exited`), so the counters of a run
 //! that is over can still be read whole.
+//!
+//! `--prometheus` prints the Prometheus text exposition (version 0.0.4) instead
+//! ([`uroce::metrics`]: `uroce_<rxe name>_total{device,port,pid,process}`, per QP
+//! `uroce_qp_<name>_total{...,qp}`). `--serve [ADDR:]PORT` serves that exposition at
+//! `GET /metrics` (a bare PORT binds 127.0.0.1), collecting afresh for every scrape; it says
+//! where it listens on stderr.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -31,7 +39,8 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
+use uroce::metrics;
 use uroce::stats::{self, Collected, CounterSet, Snapshot};
 
 /// How long to wait for one process's answer.
@@ -79,15 +88,23 @@ pub struct Args {
     /// Per-QP counters: of QP number N (decimal or 0x-hex), or of every QP (`all`).
     #[arg(long, value_name = "N|all", value_parser = parse_qp)]
     qp: Option<QpSel>,
-    /// Report again every SECS seconds, showing what changed since the previous report.
+    /// Report again every SECS seconds, showing the counters that changed since the
+    /// previous report with the change and its rate per second.
     #[arg(short = 'w', long, value_name = "SECS")]
     watch: Option<f64>,
     /// With --watch: stop after N reports (default: until interrupted).
     #[arg(short = 'c', long, value_name = "N", requires = "watch")]
     count: Option<u64>,
     /// Print one JSON object (one per report with --watch).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prometheus")]
     json: bool,
+    /// Print the Prometheus text exposition format (version 0.0.4).
+    #[arg(long)]
+    prometheus: bool,
+    /// Serve the Prometheus exposition over HTTP (GET /metrics) on [ADDR:]PORT; a bare
+    /// PORT listens on 127.0.0.1 only.
+    #[arg(long, value_name = "[ADDR:]PORT", conflicts_with_all = ["json", "watch"])]
+    serve: Option<String>,
     /// Also the processes that have exited, from the snapshot each left at exit when run
     /// with UROCE_STATS_KEEP=1.
     #[arg(long)]
@@ -117,6 +134,31 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         c
     };
+    if let Some(at) = &args.serve {
+        let addr: std::net::SocketAddr = match at.parse::<u16>() {
+            Ok(port) => (std::net::Ipv4Addr::LOCALHOST, port).into(),
+            Err(_) => at
+                .parse()
+                .with_context(|| format!("--serve wants [ADDR:]PORT, got `{at}`"))?,
+        };
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("--serve: cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        eprintln!("uroce stat: serving http://{local}/metrics");
+        metrics::serve(&listener, || {
+            let c = collect();
+            for u in &c.unanswered {
+                eprintln!(
+                    "uroce stat: {} (pid {}) did not answer: {}",
+                    u.path.display(),
+                    u.pid,
+                    u.reason
+                );
+            }
+            metrics::exposition(&select(&c.processes, &args))
+        })?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(interval) = interval else {
         let c = collect();
         let code = report(&args, &c, None);
@@ -127,7 +169,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut n = 0u64;
     loop {
         let c = collect();
-        if !args.json && prev.is_some() {
+        if !args.json && !args.prometheus && prev.is_some() {
             print_out(&format!("--- +{:.2} s\n", start.elapsed().as_secs_f64()));
         }
         report(&args, &c, prev.as_ref());
@@ -220,6 +262,11 @@ fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
         if let Some(msg) = &nothing {
             eprintln!("uroce stat: {msg}");
         }
+    } else if args.prometheus {
+        print_out(&metrics::exposition(&chosen));
+        if let Some(msg) = &nothing {
+            eprintln!("uroce stat: {msg}");
+        }
     } else {
         if let Some(msg) = &nothing {
             out.push_str(msg);
@@ -290,8 +337,9 @@ impl Prev {
     }
 }
 
-/// `name value` pairs, or with a previous set only the changed ones as `name +delta`.
-fn counters_text(now: &CounterSet, before: Option<&CounterSet>) -> String {
+/// `name value` pairs, or with a previous set only the changed ones as
+/// `name value (+delta, rate/s)` (the rate when the interval `secs` is known and not 0).
+fn counters_text(now: &CounterSet, before: Option<&CounterSet>, secs: Option<f64>) -> String {
     let mut s = String::new();
     match before {
         None => {
@@ -304,7 +352,14 @@ fn counters_text(now: &CounterSet, before: Option<&CounterSet>) -> String {
                 let old = b.get(n).unwrap_or(0);
                 if v != old {
                     let d = i128::from(v) - i128::from(old);
-                    let _ = write!(s, " {n} {d:+}");
+                    match secs.filter(|t| *t > 0.0) {
+                        Some(t) => {
+                            let _ = write!(s, " {n} {v} ({d:+}, {}/s)", rate(d as f64 / t));
+                        }
+                        None => {
+                            let _ = write!(s, " {n} {v} ({d:+})");
+                        }
+                    }
                 }
             }
             if s.is_empty() {
@@ -313,6 +368,17 @@ fn counters_text(now: &CounterSet, before: Option<&CounterSet>) -> String {
         }
     }
     s
+}
+
+/// A rate for people: whole numbers when large, three significant digits when small.
+fn rate(r: f64) -> String {
+    if r.abs() >= 100.0 {
+        format!("{r:.0}")
+    } else if r.abs() >= 1.0 {
+        format!("{r:.1}")
+    } else {
+        format!("{r:.3}")
+    }
 }
 
 /// The text report: per process a `pid` line and a `link` line per port, or with `--qp`
@@ -350,7 +416,7 @@ fn text(processes: &[Snapshot], qp: Option<QpSel>, prev: Option<&Prev>) -> Strin
                     d.port,
                     d.addr,
                     delta_tag(before),
-                    counters_text(&d.counters, before)
+                    counters_text(&d.counters, before, interval)
                 );
             }
             continue;
@@ -367,7 +433,7 @@ fn text(processes: &[Snapshot], qp: Option<QpSel>, prev: Option<&Prev>) -> Strin
                     s.pid,
                     s.program,
                     delta_tag(before),
-                    counters_text(&q.counters, before)
+                    counters_text(&q.counters, before, interval)
                 );
             }
         }
@@ -405,6 +471,7 @@ mod tests {
                             counters: counters.clone(),
                         },
                     ],
+                    cqs: vec![],
                 },
                 DeviceSnapshot {
                     name: "uroce1".into(),
@@ -413,6 +480,7 @@ mod tests {
                     counters,
                     objects: ObjectCounts::default(),
                     qps: vec![],
+                    cqs: vec![],
                 },
             ],
             exited: false,
@@ -426,6 +494,8 @@ mod tests {
             watch: None,
             count: None,
             json: false,
+            prometheus: false,
+            serve: None,
             exited: false,
         }
     }
@@ -476,7 +546,7 @@ mod tests {
         let second = vec![snap(10, 1005), snap(12, 1)];
         let t = text(&second, None, Some(&prev));
         assert!(
-            t.contains("link uroce0/1 addr 127.0.0.1 over 1.00s sent_pkts +1000\n"),
+            t.contains("link uroce0/1 addr 127.0.0.1 over 1.00s sent_pkts 1005 (+1000, 1000/s)\n"),
             "{t}"
         );
         assert!(t.contains("pid 12 uroce"), "{t}");

@@ -222,7 +222,7 @@ fn counters_move_while_a_benchmark_runs_in_another_process() {
         .rfind(|l| l.starts_with("link uroce0/1 "))
         .expect("delta line");
     assert!(
-        delta.contains(" over ") && delta.contains(" sent_pkts +"),
+        delta.contains(" over ") && delta.contains(" sent_pkts ") && delta.contains("/s)"),
         "{out}"
     );
 

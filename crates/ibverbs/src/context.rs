@@ -129,9 +129,27 @@ pub(crate) unsafe fn release(ctx: *mut ibv_context) {
     }
 }
 
-/// Converts a verbs error into the positive errno the C API returns.
+/// Converts a verbs error into the positive errno the C API returns. With `UROCE_DEBUG=1`
+/// it also writes one line to stderr: the verb, the errno and why (the control plane's
+/// reason, or the library's own explanation). The errno is unchanged either way.
 pub(crate) fn errno_of(e: &uroce::Error) -> c_int {
+    if crate::util::debug_enabled() {
+        eprintln!("{}", debug_line(e));
+    }
     e.errno().0
+}
+
+/// The `UROCE_DEBUG` line for a failed verb:
+/// `uroce: ibv_modify_qp: EINVAL (22): modify_qp: INIT -> RTR: DEST_QPN missing from
+/// attr_mask [MISSING_ATTR]`.
+pub(crate) fn debug_line(e: &uroce::Error) -> String {
+    let errno = e.errno();
+    let why = match (e.reason(), e.detail()) {
+        (Some(r), _) => r.to_string(),
+        (None, Some(d)) => d.to_owned(),
+        (None, None) => "no reason given".to_owned(),
+    };
+    format!("uroce: ibv_{}: {errno} ({}): {why}", e.op(), errno.0)
 }
 
 /// Opens the uroce device behind `dev`. The embedded NIC is installed as the provider on

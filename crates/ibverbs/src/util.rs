@@ -26,6 +26,12 @@ pub(crate) fn guard_errno(f: impl FnOnce() -> c_int) -> c_int {
     errno_ret(guard(libc::EIO, f))
 }
 
+/// Whether `UROCE_DEBUG=1` asked for a line on stderr for each failed verb (read once).
+pub(crate) fn debug_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("UROCE_DEBUG").is_some_and(|v| v == "1"))
+}
+
 /// The calling thread's `errno`.
 #[cfg(test)]
 pub(crate) fn errno() -> c_int {

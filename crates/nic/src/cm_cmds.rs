@@ -7,27 +7,38 @@
 use std::os::fd::IntoRawFd;
 
 use abi::uverbs::{cm_op, CmCmd, CmCmdResp};
-use abi::Errno;
+use abi::{Errno, Rule};
 use cm::{AcceptParams, CmError, CmId, ConnectParams};
 use transport::wire::cm::{RejReason, ServiceId, SidrStatus};
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::QpType;
 
+use crate::cmds::Refusal;
 use crate::state::{gid_to_ip, CtxId, DevState};
 use crate::sys;
 
-fn errno(e: CmError) -> Errno {
-    Errno(e.errno())
+type Res<T> = Result<T, Refusal>;
+
+/// The refusal for what the CM said about operation `op`.
+fn cm_refusal(op: &'static str) -> impl Fn(CmError) -> Refusal {
+    move |e| {
+        let rule = match e {
+            CmError::UnknownId => Rule::BAD_HANDLE,
+            CmError::InvalidState => Rule::WRONG_STATE,
+            CmError::PrivateDataTooLong => Rule::OVER_LIMIT,
+            CmError::AddressInUse => Rule::IN_USE,
+        };
+        Refusal::new(Errno(e.errno()), rule, format!("{op}: {e}"))
+    }
+}
+
+fn inval(rule: Rule, detail: String) -> Refusal {
+    Refusal::new(Errno::EINVAL, rule, detail)
 }
 
 impl DevState {
     /// One UROCE_CM command from context `ctx`.
-    pub(crate) fn cm_command(
-        &mut self,
-        ctx: CtxId,
-        c: &CmCmd,
-        resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    pub(crate) fn cm_command(&mut self, ctx: CtxId, c: &CmCmd, resp: &mut Vec<u8>) -> Res<()> {
         let now = self.engine.now();
         let r = self.cm_op(ctx, c, now);
         self.gsi.collect();
@@ -37,33 +48,56 @@ impl DevState {
         Ok(())
     }
 
-    fn cm_owned(&self, ctx: CtxId, id: u32) -> Result<CmId, Errno> {
+    fn cm_owned(&self, ctx: CtxId, id: u32) -> Res<CmId> {
         match self.gsi.owners.get(&id) {
             Some(o) if *o == ctx => Ok(CmId(id)),
-            _ => Err(Errno::EINVAL),
+            _ => Err(inval(
+                Rule::BAD_HANDLE,
+                format!("CM ID {id} names no CM ID of this context"),
+            )),
         }
     }
 
     /// `qpn` is one of `ctx`'s connected-service QPs.
-    fn cm_qp(&self, ctx: CtxId, qpn: u32) -> Result<Qpn, Errno> {
+    fn cm_qp(&self, ctx: CtxId, qpn: u32) -> Res<Qpn> {
         match self.qps.get(qpn) {
             Some(q) if q.ctx == ctx && matches!(q.ty, QpType::Rc | QpType::Uc) => Ok(Qpn::new(qpn)),
-            _ => Err(Errno::EINVAL),
+            _ => Err(inval(
+                Rule::BAD_HANDLE,
+                format!("qpn {qpn} is no RC or UC QP of this context"),
+            )),
         }
     }
 
-    fn cm_op(&mut self, ctx: CtxId, c: &CmCmd, now: transport::Time) -> Result<CmCmdResp, Errno> {
+    fn cm_op(&mut self, ctx: CtxId, c: &CmCmd, now: transport::Time) -> Res<CmCmdResp> {
         let mut out = CmCmdResp::default();
         let cm_pd = c.pd();
         if usize::from(c.pd_len) > cm_pd.len() {
-            return Err(Errno::EINVAL);
+            return Err(inval(
+                Rule::OVER_LIMIT,
+                format!(
+                    "pd_len {} > {} bytes of private data",
+                    c.pd_len,
+                    cm_pd.len()
+                ),
+            ));
         }
         match c.op {
             cm_op::CREATE_CHANNEL => {
                 if self.gsi.chans.contains_key(&ctx) {
-                    return Err(Errno::EEXIST);
+                    return Err(Refusal::new(
+                        Errno::EEXIST,
+                        Rule::IN_USE,
+                        "the context already has a CM event channel",
+                    ));
                 }
-                let (lib, ours) = sys::seqpacket_pair().map_err(|_| Errno::ENOMEM)?;
+                let (lib, ours) = sys::seqpacket_pair().map_err(|e| {
+                    Refusal::new(
+                        Errno::ENOMEM,
+                        Rule::SYSTEM,
+                        format!("CM event channel socketpair: {e}"),
+                    )
+                })?;
                 self.gsi.chans.insert(ctx, ours);
                 out.fd = lib.into_raw_fd() as u32;
             }
@@ -73,13 +107,19 @@ impl DevState {
                     .gsi
                     .cm
                     .listen(ServiceId(c.service_id), bind)
-                    .map_err(errno)?;
+                    .map_err(cm_refusal("listen"))?;
                 self.gsi.owners.insert(id.0, ctx);
                 out.id = id.0;
             }
             cm_op::CONNECT => {
                 if c.peer == [0u8; 16] || c.transport_type > 1 {
-                    return Err(Errno::EINVAL);
+                    return Err(inval(
+                        Rule::BAD_VALUE,
+                        format!(
+                            "connect: peer unspecified or transport_type {} not RC (0) or UC (1)",
+                            c.transport_type
+                        ),
+                    ));
                 }
                 let p = ConnectParams {
                     peer: gid_to_ip(c.peer),
@@ -100,7 +140,11 @@ impl DevState {
                     hop_limit: c.hop_limit,
                     private_data: cm_pd.to_vec(),
                 };
-                let id = self.gsi.cm.connect(now, &p).map_err(errno)?;
+                let id = self
+                    .gsi
+                    .cm
+                    .connect(now, &p)
+                    .map_err(cm_refusal("connect"))?;
                 self.gsi.owners.insert(id.0, ctx);
                 out.id = id.0;
             }
@@ -115,26 +159,38 @@ impl DevState {
                     srq: c.srq != 0,
                     private_data: cm_pd.to_vec(),
                 };
-                self.gsi.cm.accept(now, id, &p).map_err(errno)?;
+                self.gsi
+                    .cm
+                    .accept(now, id, &p)
+                    .map_err(cm_refusal("accept"))?;
             }
             cm_op::REJECT => {
                 let id = self.cm_owned(ctx, c.id)?;
                 self.gsi
                     .cm
                     .reject(now, id, RejReason(c.reason), cm_pd)
-                    .map_err(errno)?;
+                    .map_err(cm_refusal("reject"))?;
             }
             cm_op::ESTABLISH => {
                 let id = self.cm_owned(ctx, c.id)?;
-                self.gsi.cm.establish(now, id).map_err(errno)?;
+                self.gsi
+                    .cm
+                    .establish(now, id)
+                    .map_err(cm_refusal("establish"))?;
             }
             cm_op::DISCONNECT => {
                 let id = self.cm_owned(ctx, c.id)?;
-                self.gsi.cm.disconnect(now, id).map_err(errno)?;
+                self.gsi
+                    .cm
+                    .disconnect(now, id)
+                    .map_err(cm_refusal("disconnect"))?;
             }
             cm_op::NOTIFY => {
                 let id = self.cm_owned(ctx, c.id)?;
-                self.gsi.cm.established_by_data(id).map_err(errno)?;
+                self.gsi
+                    .cm
+                    .established_by_data(id)
+                    .map_err(cm_refusal("notify"))?;
             }
             cm_op::DESTROY => {
                 let id = self.cm_owned(ctx, c.id)?;
@@ -143,13 +199,16 @@ impl DevState {
             }
             cm_op::SIDR_REQUEST => {
                 if c.peer == [0u8; 16] {
-                    return Err(Errno::EINVAL);
+                    return Err(inval(
+                        Rule::BAD_VALUE,
+                        "sidr_request: peer unspecified".to_string(),
+                    ));
                 }
                 let id = self
                     .gsi
                     .cm
                     .sidr_request(now, gid_to_ip(c.peer), ServiceId(c.service_id), cm_pd)
-                    .map_err(errno)?;
+                    .map_err(cm_refusal("sidr_request"))?;
                 self.gsi.owners.insert(id.0, ctx);
                 out.id = id.0;
             }
@@ -165,11 +224,16 @@ impl DevState {
                         Qkey(c.qkey),
                         cm_pd,
                     )
-                    .map_err(errno)?;
+                    .map_err(cm_refusal("sidr_reply"))?;
                 // A SIDR lookup ends with its answer.
                 self.gsi.owners.remove(&id.0);
             }
-            _ => return Err(Errno::EINVAL),
+            op => {
+                return Err(inval(
+                    Rule::BAD_VALUE,
+                    format!("op {op} is no CM operation"),
+                ))
+            }
         }
         Ok(out)
     }

@@ -5,11 +5,15 @@
 //! Handles are checked to belong to the calling context (EINVAL otherwise, as a failed
 //! `uobj_get_obj_read` gives). Nothing here transmits: commands that create work (posts,
 //! state changes) queue the QP for the engine and ask the caller to kick it.
+//!
+//! Every refusal is a [`Refusal`]: the errno the kernel would return (the C contract), the
+//! [`Rule`] broken and a sentence naming the attribute and the values, which travels back
+//! in the error reply ([`abi::reason`]).
 
 use std::net::IpAddr;
 use std::os::fd::IntoRawFd;
 
-use abi::cmd::{encode_reply, Frame};
+use abi::cmd::{encode_refusal, encode_reply, Command, Frame};
 use abi::doorbell::{DoorbellLayout, DoorbellReceiver};
 use abi::fastpath::{
     recv_wqe_size, send_caps_for_elem, Cqe, RecvWqe, SendWqe, CQE_BYTES, MAX_INLINE_DATA, MAX_SGE,
@@ -17,7 +21,9 @@ use abi::fastpath::{
 };
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::uverbs::*;
-use abi::{AccessFlags, Errno, GidType, LinkLayer, PortState, Request, SendFlags, SrqAttrMask};
+use abi::{
+    AccessFlags, Errno, GidType, LinkLayer, PortState, Request, Rule, SendFlags, SrqAttrMask,
+};
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::{AttrMask, Mtu, Qp, QpAttr, QpCaps, QpConfig, QpState, QpType};
 use zerocopy::IntoBytes;
@@ -36,14 +42,104 @@ macro_rules! owned {
 }
 owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj);
 
-fn own<T: Owned>(slab: &crate::slab::Slab<T>, ctx: CtxId, h: u32) -> Result<&T, Errno> {
-    slab.get(h).filter(|o| o.ctx() == ctx).ok_or(Errno::EINVAL)
+/// Why a command was refused: the errno (all a C caller sees), the rule broken, and a
+/// sentence with the attribute and values (without the verb, which [`DevState::execute`]
+/// puts in front). There is deliberately no conversion from a bare errno: every refusal
+/// names its rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) errno: Errno,
+    pub(crate) rule: Rule,
+    pub(crate) detail: String,
 }
 
-fn own_mut<T: Owned>(slab: &mut crate::slab::Slab<T>, ctx: CtxId, h: u32) -> Result<&mut T, Errno> {
+impl Refusal {
+    pub(crate) fn new(errno: Errno, rule: Rule, detail: impl Into<String>) -> Refusal {
+        Refusal {
+            errno,
+            rule,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// `refuse!(EINVAL, BAD_VALUE, "format", args..)`: a [`Refusal`].
+macro_rules! refuse {
+    ($errno:ident, $rule:ident, $($fmt:tt)+) => {
+        Refusal::new(Errno::$errno, Rule::$rule, format!($($fmt)+))
+    };
+}
+
+type Res<T> = Result<T, Refusal>;
+
+fn bad_handle(what: &'static str, h: u32) -> Refusal {
+    refuse!(
+        EINVAL,
+        BAD_HANDLE,
+        "{what} {h} names no such object of this context"
+    )
+}
+
+fn own<'s, T: Owned>(
+    slab: &'s crate::slab::Slab<T>,
+    ctx: CtxId,
+    h: u32,
+    what: &'static str,
+) -> Res<&'s T> {
+    slab.get(h)
+        .filter(|o| o.ctx() == ctx)
+        .ok_or_else(|| bad_handle(what, h))
+}
+
+fn own_mut<'s, T: Owned>(
+    slab: &'s mut crate::slab::Slab<T>,
+    ctx: CtxId,
+    h: u32,
+    what: &'static str,
+) -> Res<&'s mut T> {
     slab.get_mut(h)
         .filter(|o| o.ctx() == ctx)
-        .ok_or(Errno::EINVAL)
+        .ok_or_else(|| bad_handle(what, h))
+}
+
+/// A ring descriptor or ring access the ABI layer refused.
+fn ring_refusal(what: &'static str) -> impl Fn(abi::AbiError) -> Refusal {
+    move |e| {
+        let rule = if e.errno() == Errno::ENOMEM {
+            Rule::QUEUE_FULL
+        } else {
+            Rule::BAD_RING
+        };
+        Refusal::new(e.errno(), rule, format!("{what}: {e}"))
+    }
+}
+
+/// A memory range `dma` refused: EFAULT (not mapped so) or EINVAL (empty, wraps, at 0).
+fn mem_refusal(what: &'static str, addr: u64, len: u64, write: bool) -> impl Fn(Errno) -> Refusal {
+    move |e| {
+        if e == Errno::EFAULT {
+            let how = if write { " writable" } else { "" };
+            refuse!(
+                EFAULT,
+                NOT_MAPPED,
+                "{what} [{addr:#x}, +{len}) is not mapped{how} in the process"
+            )
+        } else {
+            Refusal::new(
+                e,
+                Rule::BAD_RANGE,
+                format!("{what} [{addr:#x}, +{len}) is empty, starts at 0, or wraps"),
+            )
+        }
+    }
+}
+
+/// The verb of a command, as a reason names it (`modify_qp`, `query_gid`).
+fn verb(c: Command) -> String {
+    match c.name() {
+        Some(n) => n.trim_start_matches("UROCE_").to_ascii_lowercase(),
+        None => format!("command {:#x}", c.0),
+    }
 }
 
 fn push<T: IntoBytes + zerocopy::Immutable>(resp: &mut Vec<u8>, v: &T) {
@@ -71,19 +167,45 @@ fn dest_from(
     traffic_class: u8,
     is_global: u8,
     dev_ip: IpAddr,
-) -> Result<Dest, Errno> {
+) -> Res<Dest> {
     // RoCE needs a GRH (rxe: "no GRH") and our GID table has one entry.
-    if is_global == 0 || u32::from(sgid_index) >= GID_TBL_LEN || flow_label > 0xF_FFFF {
-        return Err(Errno::EINVAL);
+    if is_global == 0 {
+        return Err(refuse!(
+            EINVAL,
+            BAD_ADDRESS,
+            "is_global 0: RoCE needs a GRH"
+        ));
+    }
+    if u32::from(sgid_index) >= GID_TBL_LEN {
+        return Err(refuse!(
+            EINVAL,
+            BAD_INDEX,
+            "sgid_index {sgid_index} >= gid_tbl_len {GID_TBL_LEN}"
+        ));
+    }
+    if flow_label > 0xF_FFFF {
+        return Err(refuse!(
+            EINVAL,
+            BAD_VALUE,
+            "flow_label {flow_label:#x} > 20 bits"
+        ));
     }
     let ip = gid_to_ip(dgid);
     if ip.is_ipv4() != dev_ip.is_ipv4() || ip.is_unspecified() || ip.is_multicast() {
-        return Err(Errno::EINVAL);
+        return Err(refuse!(
+            EINVAL,
+            BAD_ADDRESS,
+            "dgid {ip} unusable from device address {dev_ip} (family, unspecified or multicast)"
+        ));
     }
     // No route between loopback and other addresses (the kernel refuses such a datagram
     // too: a loopback source never leaves the host).
     if ip.is_loopback() != dev_ip.is_loopback() {
-        return Err(Errno::EINVAL);
+        return Err(refuse!(
+            EINVAL,
+            BAD_ADDRESS,
+            "no route between dgid {ip} and device address {dev_ip} (loopback vs not)"
+        ));
     }
     Ok(Dest {
         ip,
@@ -97,10 +219,70 @@ fn dest_from(
 fn attach_ring(
     space: dma::Space<'_>,
     desc: &RingDesc,
-) -> Result<(std::sync::Arc<abi::shm::SharedMem>, RingLayout), Errno> {
-    let layout = RingLayout::from_desc(desc).map_err(ring_errno)?;
-    let mem = dma::shared_region(space, desc.addr, layout.bytes())?;
+    what: &'static str,
+) -> Res<(std::sync::Arc<abi::shm::SharedMem>, RingLayout)> {
+    let layout = RingLayout::from_desc(desc).map_err(ring_refusal(what))?;
+    let mem = dma::shared_region(space, desc.addr, layout.bytes()).map_err(shared_refusal(
+        what,
+        desc.addr,
+        layout.bytes(),
+    ))?;
     Ok((mem, layout))
+}
+
+/// Ring or doorbell memory `dma::shared_region` refused.
+fn shared_refusal(what: &'static str, addr: u64, len: usize) -> impl Fn(Errno) -> Refusal {
+    move |e| {
+        if e == Errno::EFAULT {
+            refuse!(
+                EFAULT,
+                NOT_MAPPED,
+                "{what} [{addr:#x}, +{len}) is not mapped writable in the process"
+            )
+        } else {
+            Refusal::new(
+                e,
+                Rule::BAD_RING,
+                format!("{what} at {addr:#x} ({len} bytes) is misaligned or wraps"),
+            )
+        }
+    }
+}
+
+/// A ring the library allocated for `want` entries (limit `max`), with elements of at least
+/// `min_elem` bytes: enough slots, not more than the limit allows, elements big enough.
+fn check_ring_fits(
+    layout: &RingLayout,
+    want: u32,
+    max: u32,
+    min_elem: u32,
+    what: &'static str,
+    field: &'static str,
+) -> Res<()> {
+    let slots = layout.slots();
+    if slots < want {
+        return Err(refuse!(
+            EINVAL,
+            BAD_RING,
+            "{what} has {slots} slots < {field} {want}"
+        ));
+    }
+    if slots > max.next_power_of_two() {
+        return Err(refuse!(
+            EINVAL,
+            BAD_RING,
+            "{what} has {slots} slots > limit {max} rounded to a power of two"
+        ));
+    }
+    if layout.elem_size() < min_elem {
+        return Err(refuse!(
+            EINVAL,
+            BAD_RING,
+            "{what} elements of {} bytes < {min_elem}",
+            layout.elem_size()
+        ));
+    }
+    Ok(())
 }
 
 /// Whether executing this command checks application memory against the process's
@@ -136,7 +318,13 @@ impl DevState {
         let (frame, req) = match abi::decode_request(bytes) {
             Ok(v) => v,
             Err(e) => {
-                encode_reply(word, Err(e.errno()), 0, out);
+                let rule = if e.errno() == Errno::EOPNOTSUPP {
+                    Rule::UNSUPPORTED
+                } else {
+                    Rule::MALFORMED
+                };
+                let text = format!("{}: {e}", verb(Command(word & abi::cmd::CMD_COMMAND_MASK)));
+                encode_refusal(word, e.errno(), rule, &text, out);
                 return false;
             }
         };
@@ -146,7 +334,11 @@ impl DevState {
         let cap = frame.response_capacity();
         match r {
             Ok(()) => encode_reply(word, Ok(&[&resp[..]]), cap, out),
-            Err(e) => encode_reply(word, Err(e), cap, out),
+            Err(e) if e.rule == Rule::UNSPECIFIED => encode_reply(word, Err(e.errno), cap, out),
+            Err(e) => {
+                let text = format!("{}: {}", verb(frame.command), e.detail);
+                encode_refusal(word, e.errno, e.rule, &text, out);
+            }
         }
         kick
     }
@@ -158,23 +350,32 @@ impl DevState {
         req: &Request<'_>,
         resp: &mut Vec<u8>,
         kick: &mut bool,
-    ) -> Result<(), Errno> {
+    ) -> Res<()> {
         if let Request::GetContext(_, d) = req {
             return self.get_context(ctx, d, resp);
         }
         // Before GET_CONTEXT only GET_CONTEXT is accepted (docs/abi.md §1).
         if !self.res.ctxs.contains_key(&ctx) {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                NO_CONTEXT,
+                "no GET_CONTEXT has succeeded on this channel"
+            ));
         }
         match req {
-            Request::GetContext(..) => Err(Errno::EINVAL),
+            Request::GetContext(..) => Err(refuse!(EINVAL, NO_CONTEXT, "context already exists")),
             Request::QueryDevice(_) => {
                 push(resp, &self.query_device());
                 Ok(())
             }
             Request::QueryPort(q) => {
                 if q.port_num != 1 {
-                    return Err(Errno::EINVAL);
+                    return Err(refuse!(
+                        EINVAL,
+                        BAD_PORT,
+                        "port_num {} (the device has port 1)",
+                        q.port_num
+                    ));
                 }
                 push(resp, &self.query_port());
                 Ok(())
@@ -186,8 +387,21 @@ impl DevState {
                 r
             }
             Request::QueryPkey(q) => {
-                if q.port_num != 1 || q.index >= u32::from(PKEY_TBL_LEN) {
-                    return Err(Errno::EINVAL);
+                if q.port_num != 1 {
+                    return Err(refuse!(
+                        EINVAL,
+                        BAD_PORT,
+                        "port_num {} (the device has port 1)",
+                        q.port_num
+                    ));
+                }
+                if q.index >= u32::from(PKEY_TBL_LEN) {
+                    return Err(refuse!(
+                        EINVAL,
+                        BAD_INDEX,
+                        "index {} >= pkey_tbl_len {PKEY_TBL_LEN}",
+                        q.index
+                    ));
                 }
                 push(
                     resp,
@@ -203,21 +417,34 @@ impl DevState {
                     .res
                     .pds
                     .insert(Pd { ctx, users: 0 }, self.cfg.limits.max_pd)
-                    .ok_or(Errno::ENOMEM)?;
+                    .ok_or_else(|| {
+                        refuse!(
+                            ENOMEM,
+                            EXHAUSTED,
+                            "max_pd {} PDs exist",
+                            self.cfg.limits.max_pd
+                        )
+                    })?;
                 push(resp, &AllocPdResp { pd_handle: h });
                 Ok(())
             }
             Request::DeallocPd(d) => {
-                let pd = own(&self.res.pds, ctx, d.pd_handle)?;
+                let pd = own(&self.res.pds, ctx, d.pd_handle, "pd_handle")?;
                 if pd.users != 0 {
-                    return Err(Errno::EBUSY);
+                    return Err(refuse!(
+                        EBUSY,
+                        IN_USE,
+                        "pd_handle {} still has {} MRs, QPs, SRQs or AHs",
+                        d.pd_handle,
+                        pd.users
+                    ));
                 }
                 self.res.pds.remove(d.pd_handle);
                 Ok(())
             }
             Request::RegMr(r) => self.reg_mr(ctx, r, resp),
             Request::DeregMr(d) => {
-                let pd = own(&self.res.mrs, ctx, d.mr_handle)?.pd;
+                let pd = own(&self.res.mrs, ctx, d.mr_handle, "mr_handle")?.pd;
                 self.res.mrs.remove(d.mr_handle);
                 self.pd_release(pd);
                 Ok(())
@@ -226,9 +453,15 @@ impl DevState {
             Request::CreateCq(c, d) => self.create_cq(ctx, c, d, resp),
             Request::ResizeCq(c, d) => self.resize_cq(ctx, c, d, resp),
             Request::DestroyCq(d) => {
-                let cq = own(&self.res.cqs, ctx, d.cq_handle)?;
+                let cq = own(&self.res.cqs, ctx, d.cq_handle, "cq_handle")?;
                 if cq.users != 0 {
-                    return Err(Errno::EBUSY);
+                    return Err(refuse!(
+                        EBUSY,
+                        IN_USE,
+                        "cq_handle {} is still the CQ of {} QPs",
+                        d.cq_handle,
+                        cq.users
+                    ));
                 }
                 let r = DestroyCqResp {
                     comp_events_reported: cq.comp_events,
@@ -244,7 +477,7 @@ impl DevState {
             }
             Request::PollCq(p) => self.poll_cq(ctx, p, frame.response_capacity(), resp),
             Request::ReqNotifyCq(r) => {
-                let cq = own_mut(&mut self.res.cqs, ctx, r.cq_handle)?;
+                let cq = own_mut(&mut self.res.cqs, ctx, r.cq_handle, "cq_handle")?;
                 cq.arm = match (cq.arm, r.solicited_only != 0) {
                     (_, false) | (Arm::Next, true) => Arm::Next,
                     (_, true) => Arm::Solicited,
@@ -259,7 +492,7 @@ impl DevState {
                 Ok(())
             }
             Request::DestroyQp(d) => {
-                own(&self.qps, ctx, d.qp_handle)?;
+                own(&self.qps, ctx, d.qp_handle, "qp_handle")?;
                 let ev = self.destroy_qp(d.qp_handle);
                 push(
                     resp,
@@ -286,10 +519,15 @@ impl DevState {
                 Ok(())
             }
             Request::CreateAh(c) => {
-                own(&self.res.pds, ctx, c.pd_handle)?;
+                own(&self.res.pds, ctx, c.pd_handle, "pd_handle")?;
                 let a = &c.attr;
                 if a.port_num != 1 {
-                    return Err(Errno::EINVAL);
+                    return Err(refuse!(
+                        EINVAL,
+                        BAD_PORT,
+                        "port_num {} (the device has port 1)",
+                        a.port_num
+                    ));
                 }
                 let g = &a.grh;
                 let dest = dest_from(
@@ -312,37 +550,59 @@ impl DevState {
                         },
                         self.cfg.limits.max_ah,
                     )
-                    .ok_or(Errno::ENOMEM)?;
+                    .ok_or_else(|| {
+                        refuse!(
+                            ENOMEM,
+                            EXHAUSTED,
+                            "max_ah {} AHs exist",
+                            self.cfg.limits.max_ah
+                        )
+                    })?;
                 self.pd_use(c.pd_handle);
                 push(resp, &CreateAhResp { ah_handle: h });
                 Ok(())
             }
             Request::DestroyAh(d) => {
-                let pd = own(&self.res.ahs, ctx, d.ah_handle)?.pd;
+                let pd = own(&self.res.ahs, ctx, d.ah_handle, "ah_handle")?.pd;
                 self.res.ahs.remove(d.ah_handle);
                 self.pd_release(pd);
                 Ok(())
             }
             Request::CreateSrq(c, d) => self.create_srq(ctx, c, d, resp),
             Request::ModifySrq(m) => {
-                let srq = own_mut(&mut self.res.srqs, ctx, m.srq_handle)?;
+                let srq = own_mut(&mut self.res.srqs, ctx, m.srq_handle, "srq_handle")?;
                 let mask = SrqAttrMask(m.attr_mask);
                 if mask.0 & !(SrqAttrMask::MAX_WR.0 | SrqAttrMask::LIMIT.0) != 0 {
-                    return Err(Errno::EINVAL);
+                    return Err(refuse!(
+                        EINVAL,
+                        BAD_FLAGS,
+                        "attr_mask {:#x} has bits other than MAX_WR and LIMIT",
+                        mask.0
+                    ));
                 }
                 if mask.0 & SrqAttrMask::MAX_WR.0 != 0 {
-                    return Err(Errno::EOPNOTSUPP);
+                    return Err(refuse!(
+                        EOPNOTSUPP,
+                        UNSUPPORTED,
+                        "resizing an SRQ (IBV_SRQ_MAX_WR) is not supported"
+                    ));
                 }
                 if mask.0 & SrqAttrMask::LIMIT.0 != 0 {
                     if m.srq_limit > srq.rq.layout.slots() {
-                        return Err(Errno::EINVAL);
+                        return Err(refuse!(
+                            EINVAL,
+                            OVER_LIMIT,
+                            "srq_limit {} > max_wr {}",
+                            m.srq_limit,
+                            srq.rq.layout.slots()
+                        ));
                     }
                     srq.limit = m.srq_limit;
                 }
                 Ok(())
             }
             Request::QuerySrq(q) => {
-                let srq = own(&self.res.srqs, ctx, q.srq_handle)?;
+                let srq = own(&self.res.srqs, ctx, q.srq_handle, "srq_handle")?;
                 push(
                     resp,
                     &QuerySrqResp {
@@ -355,9 +615,15 @@ impl DevState {
                 Ok(())
             }
             Request::DestroySrq(d) => {
-                let srq = own(&self.res.srqs, ctx, d.srq_handle)?;
+                let srq = own(&self.res.srqs, ctx, d.srq_handle, "srq_handle")?;
                 if srq.users != 0 {
-                    return Err(Errno::EBUSY);
+                    return Err(refuse!(
+                        EBUSY,
+                        IN_USE,
+                        "srq_handle {} is still the SRQ of {} QPs",
+                        d.srq_handle,
+                        srq.users
+                    ));
                 }
                 let r = DestroySrqResp {
                     events_reported: srq.events,
@@ -392,30 +658,50 @@ impl DevState {
     // -----------------------------------------------------------------------------------
     // Context, device, port
 
-    fn get_context(
-        &mut self,
-        ctx: CtxId,
-        d: &UroceGetContext,
-        resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
-        if self.res.ctxs.contains_key(&ctx) || d.abi_version != UROCE_ABI_VERSION {
-            return Err(Errno::EINVAL);
+    fn get_context(&mut self, ctx: CtxId, d: &UroceGetContext, resp: &mut Vec<u8>) -> Res<()> {
+        if self.res.ctxs.contains_key(&ctx) {
+            return Err(refuse!(EINVAL, NO_CONTEXT, "context already exists"));
+        }
+        if d.abi_version != UROCE_ABI_VERSION {
+            return Err(refuse!(
+                EINVAL,
+                ABI_VERSION,
+                "library ABI version {} != device's {UROCE_ABI_VERSION}",
+                d.abi_version
+            ));
         }
         if self.res.ctxs.len() >= self.cfg.limits.max_contexts as usize {
-            return Err(Errno::ENOMEM);
+            return Err(refuse!(
+                ENOMEM,
+                EXHAUSTED,
+                "max_contexts {} contexts are open",
+                self.cfg.limits.max_contexts
+            ));
         }
-        let layout = DoorbellLayout::new(d.doorbell_slots).map_err(ring_errno)?;
+        let layout =
+            DoorbellLayout::new(d.doorbell_slots).map_err(ring_refusal("doorbell page"))?;
         if d.doorbell_len < layout.bytes() as u64 {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                BAD_RING,
+                "doorbell_len {} < {} bytes for {} slots",
+                d.doorbell_len,
+                layout.bytes(),
+                d.doorbell_slots
+            ));
         }
-        let mem = dma::shared_region(self.mem_space(), d.doorbell_addr, layout.bytes())?;
-        let doorbells = DoorbellReceiver::attach(mem, 0, layout).map_err(ring_errno)?;
-        let (lib_async, our_async) = sys::seqpacket_pair().map_err(|_| Errno::ENOMEM)?;
+        let mem = dma::shared_region(self.mem_space(), d.doorbell_addr, layout.bytes()).map_err(
+            shared_refusal("doorbell page", d.doorbell_addr, layout.bytes()),
+        )?;
+        let doorbells =
+            DoorbellReceiver::attach(mem, 0, layout).map_err(ring_refusal("doorbell page"))?;
+        let (lib_async, our_async) = sys::seqpacket_pair()
+            .map_err(|e| refuse!(ENOMEM, SYSTEM, "async event socketpair: {e}"))?;
         let wake = self
             .engine
             .wake_fd()
             .try_clone_to_owned()
-            .map_err(|_| Errno::ENOMEM)?;
+            .map_err(|e| refuse!(ENOMEM, SYSTEM, "duplicating the wake fd: {e}"))?;
         self.res.ctxs.insert(
             ctx,
             Context {
@@ -525,9 +811,22 @@ impl DevState {
         }
     }
 
-    fn query_gid(&self, q: &QueryGid, resp: &mut Vec<u8>) -> Result<(), Errno> {
-        if q.port_num != 1 || q.index >= GID_TBL_LEN {
-            return Err(Errno::EINVAL);
+    fn query_gid(&self, q: &QueryGid, resp: &mut Vec<u8>) -> Res<()> {
+        if q.port_num != 1 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_PORT,
+                "port_num {} (the device has port 1)",
+                q.port_num
+            ));
+        }
+        if q.index >= GID_TBL_LEN {
+            return Err(refuse!(
+                EINVAL,
+                BAD_INDEX,
+                "index {} >= gid_tbl_len {GID_TBL_LEN}",
+                q.index
+            ));
         }
         push(
             resp,
@@ -543,8 +842,8 @@ impl DevState {
     // -----------------------------------------------------------------------------------
     // MR, completion channel, CQ
 
-    fn reg_mr(&mut self, ctx: CtxId, r: &RegMr, resp: &mut Vec<u8>) -> Result<(), Errno> {
-        own(&self.res.pds, ctx, r.pd_handle)?;
+    fn reg_mr(&mut self, ctx: CtxId, r: &RegMr, resp: &mut Vec<u8>) -> Res<()> {
+        own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
         // Optional bits may be ignored (IBV_ACCESS_OPTIONAL_RANGE; perftest sets RELAXED_ORDERING).
         let acc = r.access_flags & !AccessFlags::OPTIONAL_RANGE.0;
         let supported = AccessFlags::LOCAL_WRITE.0
@@ -555,23 +854,57 @@ impl DevState {
             // LOCAL_WRITE ..= FLUSH_PERSISTENT (docs/wire.md §7.3).
             let known = (1u32 << 10) - 1;
             return Err(if acc & !known == 0 {
-                Errno::EOPNOTSUPP
+                refuse!(
+                    EOPNOTSUPP,
+                    UNSUPPORTED,
+                    "access_flags {:#x}: unsupported bits {:#x}",
+                    acc,
+                    acc & !supported
+                )
             } else {
-                Errno::EINVAL
+                refuse!(
+                    EINVAL,
+                    BAD_FLAGS,
+                    "access_flags {:#x}: unknown bits {:#x}",
+                    acc,
+                    acc & !known
+                )
             });
         }
         // ib_check_mr_access: remote write or atomic requires local write.
         let remote_w = AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_ATOMIC.0;
         if acc & remote_w != 0 && acc & AccessFlags::LOCAL_WRITE.0 == 0 {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "access_flags {acc:#x}: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE"
+            ));
         }
         // ib_uverbs_reg_mr: start and iova must share their offset within a page.
-        if (r.start ^ r.hca_va) & 0xfff != 0 || r.length == 0 {
-            return Err(Errno::EINVAL);
+        if (r.start ^ r.hca_va) & 0xfff != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_RANGE,
+                "start {:#x} and hca_va {:#x} differ in their offset within a page",
+                r.start,
+                r.hca_va
+            ));
         }
-        r.hca_va.checked_add(r.length).ok_or(Errno::EINVAL)?;
+        if r.length == 0 {
+            return Err(refuse!(EINVAL, BAD_RANGE, "length 0"));
+        }
+        r.hca_va.checked_add(r.length).ok_or_else(|| {
+            refuse!(
+                EINVAL,
+                BAD_RANGE,
+                "hca_va {:#x} + length {} wraps",
+                r.hca_va,
+                r.length
+            )
+        })?;
         let write = acc & (AccessFlags::LOCAL_WRITE.0 | remote_w) != 0;
-        let range = dma::user_range(self.mem_space(), r.start, r.length, write)?;
+        let range = dma::user_range(self.mem_space(), r.start, r.length, write)
+            .map_err(mem_refusal("range", r.start, r.length, write))?;
         self.next_mr_key = self.next_mr_key.wrapping_add(1);
         let key8 = u32::from(self.next_mr_key);
         let idx = self
@@ -589,7 +922,14 @@ impl DevState {
                 },
                 self.cfg.limits.max_mr.min((1 << 24) - 1),
             )
-            .ok_or(Errno::ENOMEM)?;
+            .ok_or_else(|| {
+                refuse!(
+                    ENOMEM,
+                    EXHAUSTED,
+                    "max_mr {} MRs exist",
+                    self.cfg.limits.max_mr
+                )
+            })?;
         // rxe: key = pool index << 8 | 8-bit key; lkey == rkey.
         let key = (idx << 8) | key8;
         if let Some(mr) = self.res.mrs.get_mut(idx) {
@@ -607,12 +947,22 @@ impl DevState {
         Ok(())
     }
 
-    fn create_comp_channel(&mut self, ctx: CtxId, resp: &mut Vec<u8>) -> Result<(), Errno> {
-        let c = self.res.ctxs.get_mut(&ctx).ok_or(Errno::EINVAL)?;
+    fn create_comp_channel(&mut self, ctx: CtxId, resp: &mut Vec<u8>) -> Res<()> {
+        let c = self
+            .res
+            .ctxs
+            .get_mut(&ctx)
+            .ok_or_else(|| refuse!(EINVAL, NO_CONTEXT, "no context"))?;
         if c.channels >= self.cfg.limits.max_comp_channels {
-            return Err(Errno::ENOMEM);
+            return Err(refuse!(
+                ENOMEM,
+                EXHAUSTED,
+                "max_comp_channels {} channels exist",
+                self.cfg.limits.max_comp_channels
+            ));
         }
-        let (lib, ours) = sys::seqpacket_pair().map_err(|_| Errno::ENOMEM)?;
+        let (lib, ours) = sys::seqpacket_pair()
+            .map_err(|e| refuse!(ENOMEM, SYSTEM, "completion channel socketpair: {e}"))?;
         let lib_fd = lib.into_raw_fd();
         // The library closed any older channel that had this fd number.
         for (_, ch) in self.res.chans.iter_mut_all() {
@@ -632,7 +982,7 @@ impl DevState {
                 },
                 u32::MAX,
             )
-            .ok_or(Errno::ENOMEM)?;
+            .ok_or_else(|| refuse!(ENOMEM, EXHAUSTED, "no room for another channel"))?;
         let _ = h;
         if let Some(c) = self.res.ctxs.get_mut(&ctx) {
             c.channels += 1;
@@ -647,10 +997,24 @@ impl DevState {
         c: &CreateCq,
         d: &UroceCreateCq,
         resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    ) -> Res<()> {
         let l = &self.cfg.limits;
-        if c.cqe == 0 || c.cqe > l.max_cqe || c.comp_vector != 0 {
-            return Err(Errno::EINVAL);
+        if c.cqe == 0 || c.cqe > l.max_cqe {
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "cqe {} not in 1..=max_cqe {}",
+                c.cqe,
+                l.max_cqe
+            ));
+        }
+        if c.comp_vector != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "comp_vector {} >= num_comp_vectors 1",
+                c.comp_vector
+            ));
         }
         let chan = if c.comp_channel == -1 {
             None
@@ -662,16 +1026,17 @@ impl DevState {
                 .iter()
                 .find(|(_, ch)| ch.ctx == ctx && ch.lib_fd == fd && fd >= 0)
                 .map(|(i, _)| i);
-            Some(found.ok_or(Errno::EBADF)?)
+            Some(found.ok_or_else(|| {
+                refuse!(
+                    EBADF,
+                    BAD_HANDLE,
+                    "comp_channel fd {fd} is no completion channel of this context"
+                )
+            })?)
         };
-        let (mem, layout) = attach_ring(self.mem_space(), &d.ring)?;
-        if layout.slots() < c.cqe
-            || layout.slots() > l.max_cqe.next_power_of_two()
-            || layout.elem_size() < CQE_BYTES
-        {
-            return Err(Errno::EINVAL);
-        }
-        let ring = Producer::attach(mem.clone(), 0, layout).map_err(ring_errno)?;
+        let (mem, layout) = attach_ring(self.mem_space(), &d.ring, "cq ring")?;
+        check_ring_fits(&layout, c.cqe, l.max_cqe, CQE_BYTES, "cq ring", "cqe")?;
+        let ring = Producer::attach(mem.clone(), 0, layout).map_err(ring_refusal("cq ring"))?;
         let h = self
             .res
             .cqs
@@ -688,11 +1053,19 @@ impl DevState {
                     comp_events: 0,
                     async_events: 0,
                     overflowed: false,
+                    lost_cqes: 0,
                     watched: false,
                 },
                 self.cfg.limits.max_cq,
             )
-            .ok_or(Errno::ENOMEM)?;
+            .ok_or_else(|| {
+                refuse!(
+                    ENOMEM,
+                    EXHAUSTED,
+                    "max_cq {} CQs exist",
+                    self.cfg.limits.max_cq
+                )
+            })?;
         if let Some(ch) = chan.and_then(|c| self.res.chans.get_mut(c)) {
             ch.users += 1;
         }
@@ -712,43 +1085,49 @@ impl DevState {
         c: &ResizeCq,
         d: &UroceResizeCq,
         resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    ) -> Res<()> {
         let max = self.cfg.limits.max_cqe;
-        own(&self.res.cqs, ctx, c.cq_handle)?;
+        own(&self.res.cqs, ctx, c.cq_handle, "cq_handle")?;
         let in_flight = self.signaled_in_flight(c.cq_handle)?;
-        let cq = own_mut(&mut self.res.cqs, ctx, c.cq_handle)?;
+        let cq = own_mut(&mut self.res.cqs, ctx, c.cq_handle, "cq_handle")?;
         if c.cqe == 0 || c.cqe > max {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "cqe {} not in 1..=max_cqe {max}",
+                c.cqe
+            ));
         }
         let space = dma::Space::new(self.space, self.maps.as_ref());
-        let (mem, layout) = attach_ring(space, &d.ring)?;
-        if layout.slots() < c.cqe
-            || layout.slots() > max.next_power_of_two()
-            || layout.elem_size() < CQE_BYTES
-        {
-            return Err(Errno::EINVAL);
-        }
-        let mut old = Consumer::attach(cq.mem.clone(), 0, cq.layout).map_err(ring_errno)?;
-        let pending = old.available().map_err(ring_errno)?;
+        let (mem, layout) = attach_ring(space, &d.ring, "new cq ring")?;
+        check_ring_fits(&layout, c.cqe, max, CQE_BYTES, "new cq ring", "cqe")?;
+        let rr = ring_refusal("cq ring");
+        let mut old = Consumer::attach(cq.mem.clone(), 0, cq.layout).map_err(&rr)?;
+        let pending = old.available().map_err(&rr)?;
         // Never fewer slots than completions the CQ still owes the application: the CQEs not
         // yet polled plus one for each signaled send WQE still in flight (rxe refuses only
         // the first part, `rxe_cq_chk_attr`; a shrink right after posting would otherwise
         // overrun the new ring and lose completions). Posted receives are not counted: they
         // complete only when a message arrives, as with any CQ sized by the application.
         if pending.saturating_add(in_flight) > layout.slots() {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "{pending} unpolled completions and {in_flight} signaled sends in flight do not fit {} slots",
+                layout.slots()
+            ));
         }
-        let mut new = Producer::attach(mem.clone(), 0, layout).map_err(ring_errno)?;
-        if new.free().map_err(ring_errno)? < layout.slots() {
+        let mut new = Producer::attach(mem.clone(), 0, layout).map_err(&rr)?;
+        if new.free().map_err(&rr)? < layout.slots() {
             // The new ring must start empty.
-            return Err(Errno::EINVAL);
+            return Err(refuse!(EINVAL, BAD_RING, "new cq ring is not empty"));
         }
         for i in 0..pending {
-            let cqe: Cqe = old.read_struct(i).map_err(ring_errno)?;
-            new.stage_struct(&cqe).map_err(ring_errno)?;
+            let cqe: Cqe = old.read_struct(i).map_err(&rr)?;
+            new.stage_struct(&cqe).map_err(&rr)?;
         }
-        new.publish().map_err(ring_errno)?;
-        old.release(pending).map_err(ring_errno)?;
+        new.publish().map_err(&rr)?;
+        old.release(pending).map_err(&rr)?;
         cq.mem = mem;
         cq.layout = layout;
         cq.ring = new;
@@ -767,10 +1146,11 @@ impl DevState {
     /// posted, not yet completed WQE that is signaled (or of a `sq_sig_all` QP), and any
     /// the engine could not parse (a bad WQE always completes). A WQE leaves its ring only
     /// once its completion is written or it is known to need none.
-    fn signaled_in_flight(&mut self, cq: u32) -> Result<u32, Errno> {
+    fn signaled_in_flight(&mut self, cq: u32) -> Res<u32> {
         let mut n = 0u32;
+        let rr = ring_refusal("sq ring");
         for (_, q) in self.qps.iter_mut_all().filter(|(_, q)| q.send_cq == cq) {
-            let posted = q.sq.available().map_err(ring_errno)?;
+            let posted = q.sq.available().map_err(&rr)?;
             for i in 0..posted {
                 let signaled = q.sq_sig_all
                     || q.sq
@@ -784,23 +1164,18 @@ impl DevState {
 
     /// POLL_CQ: consume CQEs from the ring on the library's behalf (its consumer index in
     /// shared memory advances; a library mixing this with ring polling re-reads it).
-    fn poll_cq(
-        &mut self,
-        ctx: CtxId,
-        p: &PollCq,
-        capacity: usize,
-        resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
-        let cq = own(&self.res.cqs, ctx, p.cq_handle)?;
-        let mut cons = Consumer::attach(cq.mem.clone(), 0, cq.layout).map_err(ring_errno)?;
-        let avail = cons.available().map_err(ring_errno)?;
+    fn poll_cq(&mut self, ctx: CtxId, p: &PollCq, capacity: usize, resp: &mut Vec<u8>) -> Res<()> {
+        let cq = own(&self.res.cqs, ctx, p.cq_handle, "cq_handle")?;
+        let rr = ring_refusal("cq ring");
+        let mut cons = Consumer::attach(cq.mem.clone(), 0, cq.layout).map_err(&rr)?;
+        let avail = cons.available().map_err(&rr)?;
         let n = avail.min(p.max_entries(capacity));
         let mut wcs = Vec::with_capacity(n as usize);
         for i in 0..n {
-            let cqe: Cqe = cons.read_struct(i).map_err(ring_errno)?;
+            let cqe: Cqe = cons.read_struct(i).map_err(&rr)?;
             wcs.push(cqe.wc);
         }
-        cons.release(n).map_err(ring_errno)?;
+        cons.release(n).map_err(&rr)?;
         encode_poll_cq_resp(&wcs, resp);
         Ok(())
     }
@@ -814,63 +1189,126 @@ impl DevState {
         c: &CreateQp,
         d: &UroceCreateQp,
         resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    ) -> Res<()> {
         let l = self.cfg.limits;
         let ty = match QpType::from_u8(c.qp_type) {
             Some(t) => t,
-            None if abi::QpType(u32::from(c.qp_type)).is_known() => return Err(Errno::EOPNOTSUPP),
-            None => return Err(Errno::EINVAL),
+            None if abi::QpType(u32::from(c.qp_type)).is_known() => {
+                return Err(refuse!(
+                    EOPNOTSUPP,
+                    UNSUPPORTED,
+                    "qp_type {} is not supported (RC, UC and UD are)",
+                    abi::QpType(u32::from(c.qp_type))
+                ))
+            }
+            None => {
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_VALUE,
+                    "qp_type {} is unknown",
+                    c.qp_type
+                ))
+            }
         };
         if c.reserved != 0 || c.is_srq > 1 || c.sq_sig_all > 1 {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "reserved {}, is_srq {}, sq_sig_all {}: must be 0, 0 or 1, 0 or 1",
+                c.reserved,
+                c.is_srq,
+                c.sq_sig_all
+            ));
         }
-        own(&self.res.pds, ctx, c.pd_handle)?;
-        own(&self.res.cqs, ctx, c.send_cq_handle)?;
-        own(&self.res.cqs, ctx, c.recv_cq_handle)?;
+        own(&self.res.pds, ctx, c.pd_handle, "pd_handle")?;
+        own(&self.res.cqs, ctx, c.send_cq_handle, "send_cq_handle")?;
+        own(&self.res.cqs, ctx, c.recv_cq_handle, "recv_cq_handle")?;
         let srq = if c.is_srq != 0 {
-            own(&self.res.srqs, ctx, c.srq_handle)?;
+            own(&self.res.srqs, ctx, c.srq_handle, "srq_handle")?;
             if d.rq != RingDesc::default() {
-                return Err(Errno::EINVAL);
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_RING,
+                    "a QP on an SRQ has no receive ring, yet one was described"
+                ));
             }
             Some(c.srq_handle)
         } else {
             None
         };
-        if c.max_send_wr > l.max_qp_wr
-            || c.max_send_sge > l.max_sge
-            || c.max_inline_data > l.max_inline_data
-            || (srq.is_none() && (c.max_recv_wr > l.max_qp_wr || c.max_recv_sge > l.max_sge))
-        {
-            return Err(Errno::EINVAL);
+        let over = |field: &str, v: u32, limit: &str, max: u32| {
+            refuse!(EINVAL, OVER_LIMIT, "{field} {v} > {limit} {max}")
+        };
+        if c.max_send_wr > l.max_qp_wr {
+            return Err(over("max_send_wr", c.max_send_wr, "max_qp_wr", l.max_qp_wr));
+        }
+        if c.max_send_sge > l.max_sge {
+            return Err(over("max_send_sge", c.max_send_sge, "max_sge", l.max_sge));
+        }
+        if c.max_inline_data > l.max_inline_data {
+            return Err(over(
+                "max_inline_data",
+                c.max_inline_data,
+                "max_inline_data",
+                l.max_inline_data,
+            ));
+        }
+        if srq.is_none() && c.max_recv_wr > l.max_qp_wr {
+            return Err(over("max_recv_wr", c.max_recv_wr, "max_qp_wr", l.max_qp_wr));
+        }
+        if srq.is_none() && c.max_recv_sge > l.max_sge {
+            return Err(over("max_recv_sge", c.max_recv_sge, "max_sge", l.max_sge));
         }
         // Send queue ring: enough slots, and slots big enough for the SGEs / inline asked.
-        let (sq_mem, sq_layout) = attach_ring(self.mem_space(), &d.sq)?;
+        let (sq_mem, sq_layout) = attach_ring(self.mem_space(), &d.sq, "sq ring")?;
         let (sq_sge, sq_inline) = send_caps_for_elem(sq_layout.elem_size());
         let max_send_sge = sq_sge.min(l.max_sge);
         let max_inline = sq_inline.min(l.max_inline_data).min(MAX_INLINE_DATA);
-        if sq_layout.slots() < c.max_send_wr.max(1)
-            || sq_layout.slots() > l.max_qp_wr.next_power_of_two()
-            || max_send_sge < c.max_send_sge
-            || max_inline < c.max_inline_data
-        {
-            return Err(Errno::EINVAL);
+        check_ring_fits(
+            &sq_layout,
+            c.max_send_wr.max(1),
+            l.max_qp_wr,
+            0,
+            "sq ring",
+            "max_send_wr",
+        )?;
+        if max_send_sge < c.max_send_sge || max_inline < c.max_inline_data {
+            return Err(refuse!(
+                EINVAL,
+                BAD_RING,
+                "sq ring elements of {} bytes hold {max_send_sge} SGEs / {max_inline} inline bytes < max_send_sge {} / max_inline_data {}",
+                sq_layout.elem_size(),
+                c.max_send_sge,
+                c.max_inline_data
+            ));
         }
-        let sq = Consumer::attach(sq_mem.clone(), 0, sq_layout).map_err(ring_errno)?;
+        let sq = Consumer::attach(sq_mem.clone(), 0, sq_layout).map_err(ring_refusal("sq ring"))?;
         let rq = match srq {
             Some(_) => None,
             None => {
-                let (mem, layout) = attach_ring(self.mem_space(), &d.rq)?;
+                let (mem, layout) = attach_ring(self.mem_space(), &d.rq, "rq ring")?;
                 let max_sge = ((layout.elem_size() as usize - RECV_WQE_HDR_BYTES)
                     / abi::uverbs::Sge::SIZE) as u32;
                 let max_sge = max_sge.min(MAX_SGE).min(l.max_sge);
-                if layout.slots() < c.max_recv_wr.max(1)
-                    || layout.slots() > l.max_qp_wr.next_power_of_two()
-                    || max_sge < c.max_recv_sge
-                    || recv_wqe_size(c.max_recv_sge).is_none()
-                {
-                    return Err(Errno::EINVAL);
+                check_ring_fits(
+                    &layout,
+                    c.max_recv_wr.max(1),
+                    l.max_qp_wr,
+                    0,
+                    "rq ring",
+                    "max_recv_wr",
+                )?;
+                if max_sge < c.max_recv_sge || recv_wqe_size(c.max_recv_sge).is_none() {
+                    return Err(refuse!(
+                        EINVAL,
+                        BAD_RING,
+                        "rq ring elements of {} bytes hold {max_sge} SGEs < max_recv_sge {}",
+                        layout.elem_size(),
+                        c.max_recv_sge
+                    ));
                 }
-                let ring = Consumer::attach(mem.clone(), 0, layout).map_err(ring_errno)?;
+                let ring =
+                    Consumer::attach(mem.clone(), 0, layout).map_err(ring_refusal("rq ring"))?;
                 Some(RecvRing {
                     mem,
                     layout,
@@ -880,11 +1318,22 @@ impl DevState {
             }
         };
         let db_slot = {
-            let cx = self.res.ctxs.get(&ctx).ok_or(Errno::EINVAL)?;
+            let cx = self
+                .res
+                .ctxs
+                .get(&ctx)
+                .ok_or_else(|| refuse!(EINVAL, NO_CONTEXT, "no context"))?;
             cx.db_slots
                 .iter()
                 .position(Option::is_none)
-                .ok_or(Errno::ENOMEM)? as u32
+                .ok_or_else(|| {
+                    refuse!(
+                        ENOMEM,
+                        EXHAUSTED,
+                        "all {} doorbell slots of the context are taken",
+                        cx.db_slots.len()
+                    )
+                })? as u32
         };
         let caps = Caps {
             max_send_wr: sq_layout.slots(),
@@ -926,7 +1375,7 @@ impl DevState {
         let qpn = self
             .qps
             .insert_rotating(qpo, l.max_qp)
-            .ok_or(Errno::ENOMEM)?;
+            .ok_or_else(|| refuse!(ENOMEM, EXHAUSTED, "max_qp {} QPs exist", l.max_qp))?;
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
         cfg.caps = QpCaps {
             max_send_wr: caps.max_send_wr,
@@ -979,8 +1428,8 @@ impl DevState {
         Ok(())
     }
 
-    fn query_qp(&self, ctx: CtxId, q: &QueryQp, resp: &mut Vec<u8>) -> Result<(), Errno> {
-        let qpo = own(&self.qps, ctx, q.qp_handle)?;
+    fn query_qp(&self, ctx: CtxId, q: &QueryQp, resp: &mut Vec<u8>) -> Res<()> {
+        let qpo = own(&self.qps, ctx, q.qp_handle, "qp_handle")?;
         let a = qpo.qp.query();
         push(
             resp,
@@ -1022,45 +1471,75 @@ impl DevState {
 
     /// MODIFY_QP: device checks (AV, P_Key index, RD atomic limits), then the transport's
     /// transition table and value checks (docs/wire.md §6.2); any failure is EINVAL.
-    fn modify_qp(&mut self, ctx: CtxId, m: &ModifyQp) -> Result<(), Errno> {
+    fn modify_qp(&mut self, ctx: CtxId, m: &ModifyQp) -> Res<()> {
         let dev_ip = self.dev_ip();
         let max_rd = self.cfg.limits.max_qp_rd_atom;
         let port_mtu = self.cfg.mtu().unwrap_or(Mtu::Mtu1024);
-        let qpo = own_mut(&mut self.qps, ctx, m.qp_handle)?;
+        let qpo = own_mut(&mut self.qps, ctx, m.qp_handle, "qp_handle")?;
         let mask = AttrMask(m.attr_mask);
         let mut a = QpAttr::default();
+        let bad = |field: &str, v: u32| refuse!(EINVAL, BAD_VALUE, "{field} {v} is out of range");
         if mask.contains(AttrMask::STATE) {
-            a.qp_state = QpState::from_u8(m.qp_state).ok_or(Errno::EINVAL)?;
+            a.qp_state =
+                QpState::from_u8(m.qp_state).ok_or_else(|| bad("qp_state", m.qp_state.into()))?;
         }
         if mask.contains(AttrMask::CUR_STATE) {
-            a.cur_qp_state = QpState::from_u8(m.cur_qp_state).ok_or(Errno::EINVAL)?;
+            a.cur_qp_state = QpState::from_u8(m.cur_qp_state)
+                .ok_or_else(|| bad("cur_qp_state", m.cur_qp_state.into()))?;
         }
         if mask.contains(AttrMask::PATH_MTU) {
-            a.path_mtu = Mtu::from_u8(m.path_mtu).ok_or(Errno::EINVAL)?;
+            a.path_mtu =
+                Mtu::from_u8(m.path_mtu).ok_or_else(|| bad("path_mtu", m.path_mtu.into()))?;
         }
         if mask.contains(AttrMask::PKEY_INDEX) && m.pkey_index >= PKEY_TBL_LEN {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                BAD_INDEX,
+                "pkey_index {} >= pkey_tbl_len {PKEY_TBL_LEN}",
+                m.pkey_index
+            ));
         }
         if mask.contains(AttrMask::DEST_QPN) && m.dest_qp_num > 0xff_ffff {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "dest_qp_num {:#x} > 24 bits",
+                m.dest_qp_num
+            ));
         }
-        if (mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && u32::from(m.max_rd_atomic) > max_rd)
-            || (mask.contains(AttrMask::MAX_DEST_RD_ATOMIC)
-                && u32::from(m.max_dest_rd_atomic) > max_rd)
-        {
-            return Err(Errno::EINVAL);
+        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && u32::from(m.max_rd_atomic) > max_rd {
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "max_rd_atomic {} > max_qp_rd_atom {max_rd}",
+                m.max_rd_atomic
+            ));
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && u32::from(m.max_dest_rd_atomic) > max_rd {
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "max_dest_rd_atomic {} > max_qp_rd_atom {max_rd}",
+                m.max_dest_rd_atomic
+            ));
         }
         let av = if mask.contains(AttrMask::AV) {
             let dd = &m.dest;
-            Some(dest_from(
-                dd.dgid,
-                dd.flow_label,
-                dd.sgid_index,
-                dd.hop_limit,
-                dd.traffic_class,
-                dd.is_global,
-                dev_ip,
-            )?)
+            Some(
+                dest_from(
+                    dd.dgid,
+                    dd.flow_label,
+                    dd.sgid_index,
+                    dd.hop_limit,
+                    dd.traffic_class,
+                    dd.is_global,
+                    dev_ip,
+                )
+                .map_err(|r| Refusal {
+                    detail: format!("ah_attr: {}", r.detail),
+                    ..r
+                })?,
+            )
         } else {
             None
         };
@@ -1074,9 +1553,20 @@ impl DevState {
                 ad.traffic_class,
                 ad.is_global,
                 dev_ip,
-            )?;
+            )
+            .map_err(|r| Refusal {
+                detail: format!("alt_ah_attr: {}", r.detail),
+                ..r
+            })?;
             if m.alt_pkey_index >= PKEY_TBL_LEN || m.alt_port_num != 1 || m.alt_timeout > 31 {
-                return Err(Errno::EINVAL);
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_VALUE,
+                    "alt_pkey_index {}, alt_port_num {}, alt_timeout {}: must be < {PKEY_TBL_LEN}, 1, <= 31",
+                    m.alt_pkey_index,
+                    m.alt_port_num,
+                    m.alt_timeout
+                ));
             }
         }
         a.path_mig_state = m.path_mig_state;
@@ -1094,7 +1584,15 @@ impl DevState {
         a.timeout = m.timeout;
         a.retry_cnt = m.retry_cnt;
         a.rnr_retry = m.rnr_retry;
-        qpo.qp.modify(&a, mask).map_err(|_| Errno::EINVAL)?;
+        let cur = qpo.qp.state();
+        let to = if mask.contains(AttrMask::STATE) {
+            a.qp_state
+        } else {
+            cur
+        };
+        qpo.qp
+            .modify(&a, mask)
+            .map_err(|e| modify_refusal(e, cur, to, m.cur_qp_state))?;
         if let Some(av) = av {
             qpo.av = Some(av);
             qpo.dest_raw = m.dest;
@@ -1160,23 +1658,35 @@ impl DevState {
     // Slow-path posting: write exactly the WQEs the library's fast path would, into the
     // same rings, then ring the doorbell internally (rxe's post via write()).
 
-    fn post_send(&mut self, ctx: CtxId, c: &PostSend, list: &WrList<'_>) -> Result<(), Errno> {
-        let qpo = own(&self.qps, ctx, c.qp_handle)?;
+    fn post_send(&mut self, ctx: CtxId, c: &PostSend, list: &WrList<'_>) -> Res<()> {
+        let qpo = own(&self.qps, ctx, c.qp_handle, "qp_handle")?;
         if matches!(
             qpo.qp.state(),
             QpState::Reset | QpState::Init | QpState::Rtr
         ) {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                WRONG_STATE,
+                "QP {} is in {}: sends need RTS or later",
+                c.qp_handle,
+                qpo.qp.state()
+            ));
         }
         if list.is_empty() {
             // A null post: only a doorbell.
             self.make_ready(c.qp_handle);
             return Ok(());
         }
-        let mut prod =
-            Producer::attach(qpo.sq_mem.clone(), 0, qpo.sq_layout).map_err(ring_errno)?;
-        if (prod.free().map_err(ring_errno)? as usize) < list.len() {
-            return Err(Errno::ENOMEM);
+        let rr = ring_refusal("sq ring");
+        let mut prod = Producer::attach(qpo.sq_mem.clone(), 0, qpo.sq_layout).map_err(&rr)?;
+        let free = prod.free().map_err(&rr)?;
+        if (free as usize) < list.len() {
+            return Err(refuse!(
+                ENOMEM,
+                QUEUE_FULL,
+                "{} work requests, {free} free slots in the send queue",
+                list.len()
+            ));
         }
         // Validate everything first: either every WR is queued or none is.
         let mut staged: Vec<(SendWqe, Vec<u8>)> = Vec::with_capacity(list.len());
@@ -1184,10 +1694,9 @@ impl DevState {
             staged.push(self.build_send_wqe(ctx, qpo, &wr, &sges)?);
         }
         for (hdr, payload) in &staged {
-            prod.stage_parts(&[hdr.as_bytes(), payload])
-                .map_err(ring_errno)?;
+            prod.stage_parts(&[hdr.as_bytes(), payload]).map_err(&rr)?;
         }
-        prod.publish().map_err(ring_errno)?;
+        prod.publish().map_err(&rr)?;
         self.make_ready(c.qp_handle);
         Ok(())
     }
@@ -1198,8 +1707,9 @@ impl DevState {
         qpo: &QpObj,
         wr: &SendWr,
         sges: &SgeList<'_>,
-    ) -> Result<(SendWqe, Vec<u8>), Errno> {
-        let op = transport::WrOpcode::from_u32(wr.opcode).ok_or(Errno::EINVAL)?;
+    ) -> Res<(SendWqe, Vec<u8>)> {
+        let op = transport::WrOpcode::from_u32(wr.opcode)
+            .ok_or_else(|| refuse!(EINVAL, BAD_OPCODE, "opcode {} is unknown", wr.opcode))?;
         let ok = match qpo.ty {
             QpType::Rc => true,
             QpType::Uc => {
@@ -1218,8 +1728,22 @@ impl DevState {
             | SendFlags::SIGNALED.0
             | SendFlags::SOLICITED.0
             | SendFlags::INLINE.0;
-        if !ok || wr.send_flags & !known_flags != 0 {
-            return Err(Errno::EINVAL);
+        if !ok {
+            return Err(refuse!(
+                EINVAL,
+                BAD_OPCODE,
+                "opcode {op:?} is not allowed on a {:?} QP",
+                qpo.ty
+            ));
+        }
+        if wr.send_flags & !known_flags != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "send_flags {:#x}: unknown bits {:#x}",
+                wr.send_flags,
+                wr.send_flags & !known_flags
+            ));
         }
         let mut hdr = SendWqe {
             wr_id: wr.wr_id,
@@ -1241,9 +1765,24 @@ impl DevState {
         }
         if qpo.ty == QpType::Ud {
             let u = wr.ud();
-            let ah = own(&self.res.ahs, ctx, u.ah)?;
-            if ah.pd != qpo.pd || u.remote_qpn > 0xff_ffff {
-                return Err(Errno::EINVAL);
+            let ah = own(&self.res.ahs, ctx, u.ah, "ah")?;
+            if ah.pd != qpo.pd {
+                return Err(refuse!(
+                    EINVAL,
+                    WRONG_PD,
+                    "ah {} belongs to pd_handle {}, the QP to pd_handle {}",
+                    u.ah,
+                    ah.pd,
+                    qpo.pd
+                ));
+            }
+            if u.remote_qpn > 0xff_ffff {
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_VALUE,
+                    "remote_qpn {:#x} > 24 bits",
+                    u.remote_qpn
+                ));
             }
             hdr.ah = u.ah;
             hdr.remote_qpn = u.remote_qpn;
@@ -1252,30 +1791,53 @@ impl DevState {
         let inline = wr.send_flags & SendFlags::INLINE.0 != 0;
         if inline && op.is_read_or_atomic() {
             // READ and atomic results need a registered destination.
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "IBV_SEND_INLINE with {op:?}: its result needs a registered buffer"
+            ));
         }
         let payload = if inline {
             // Inline: the device copies the bytes now, with no lkey check (IBV_SEND_INLINE).
             let mut data = Vec::new();
             for s in sges.iter() {
                 if data.len() + s.length as usize > qpo.caps.max_inline as usize {
-                    return Err(Errno::EINVAL);
+                    return Err(refuse!(
+                        EINVAL,
+                        OVER_LIMIT,
+                        "inline data of {}+ bytes > max_inline_data {}",
+                        data.len() + s.length as usize,
+                        qpo.caps.max_inline
+                    ));
                 }
                 if s.length == 0 {
                     continue;
                 }
-                let r = dma::user_range(self.mem_space(), s.addr, u64::from(s.length), false)?;
+                let len = u64::from(s.length);
+                let r = dma::user_range(self.mem_space(), s.addr, len, false)
+                    .map_err(mem_refusal("inline sge", s.addr, len, false))?;
                 let start = data.len();
                 data.resize(start + s.length as usize, 0);
                 if !r.read(0, &mut data[start..]) {
-                    return Err(Errno::EFAULT);
+                    return Err(refuse!(
+                        EFAULT,
+                        NOT_MAPPED,
+                        "inline sge [{:#x}, +{len}) could not be read",
+                        s.addr
+                    ));
                 }
             }
             hdr.inline_len = data.len() as u16;
             data
         } else {
             if sges.len() > qpo.caps.max_send_sge as usize {
-                return Err(Errno::EINVAL);
+                return Err(refuse!(
+                    EINVAL,
+                    OVER_LIMIT,
+                    "num_sge {} > max_send_sge {}",
+                    sges.len(),
+                    qpo.caps.max_send_sge
+                ));
             }
             hdr.num_sge = sges.len() as u16;
             sges.0.to_vec()
@@ -1284,12 +1846,27 @@ impl DevState {
     }
 
     /// POST_RECV; returns whether the engine must look (the QP is in ERR: flush).
-    fn post_recv(&mut self, ctx: CtxId, c: &PostRecv, list: &WrList<'_>) -> Result<bool, Errno> {
-        let qpo = own(&self.qps, ctx, c.qp_handle)?;
+    fn post_recv(&mut self, ctx: CtxId, c: &PostRecv, list: &WrList<'_>) -> Res<bool> {
+        let qpo = own(&self.qps, ctx, c.qp_handle, "qp_handle")?;
         let state = qpo.qp.state();
         let rq = match &qpo.rq {
             Some(rq) if state != QpState::Reset => rq,
-            _ => return Err(Errno::EINVAL),
+            Some(_) => {
+                return Err(refuse!(
+                    EINVAL,
+                    WRONG_STATE,
+                    "QP {} is in RESET: receives need INIT or later",
+                    c.qp_handle
+                ))
+            }
+            None => {
+                return Err(refuse!(
+                    EINVAL,
+                    WRONG_STATE,
+                    "QP {} receives through an SRQ: post to the SRQ",
+                    c.qp_handle
+                ))
+            }
         };
         post_recv_ring(rq, list)?;
         if flushes_receives(state) {
@@ -1299,13 +1876,8 @@ impl DevState {
         Ok(false)
     }
 
-    fn post_srq_recv(
-        &mut self,
-        ctx: CtxId,
-        c: &PostSrqRecv,
-        list: &WrList<'_>,
-    ) -> Result<(), Errno> {
-        let srq = own(&self.res.srqs, ctx, c.srq_handle)?;
+    fn post_srq_recv(&mut self, ctx: CtxId, c: &PostSrqRecv, list: &WrList<'_>) -> Res<()> {
+        let srq = own(&self.res.srqs, ctx, c.srq_handle, "srq_handle")?;
         post_recv_ring(&srq.rq, list)
     }
 
@@ -1315,25 +1887,52 @@ impl DevState {
         c: &CreateSrq,
         d: &UroceCreateSrq,
         resp: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    ) -> Res<()> {
         let l = self.cfg.limits;
-        own(&self.res.pds, ctx, c.pd_handle)?;
-        if c.max_wr == 0 || c.max_wr > l.max_srq_wr || c.max_sge > l.max_srq_sge {
-            return Err(Errno::EINVAL);
+        own(&self.res.pds, ctx, c.pd_handle, "pd_handle")?;
+        if c.max_wr == 0 || c.max_wr > l.max_srq_wr {
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "max_wr {} not in 1..=max_srq_wr {}",
+                c.max_wr,
+                l.max_srq_wr
+            ));
         }
-        let (mem, layout) = attach_ring(self.mem_space(), &d.ring)?;
+        if c.max_sge > l.max_srq_sge {
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "max_sge {} > max_srq_sge {}",
+                c.max_sge,
+                l.max_srq_sge
+            ));
+        }
+        let (mem, layout) = attach_ring(self.mem_space(), &d.ring, "srq ring")?;
         let max_sge =
             (((layout.elem_size() as usize - RECV_WQE_HDR_BYTES) / abi::uverbs::Sge::SIZE) as u32)
                 .min(MAX_SGE)
                 .min(l.max_srq_sge);
-        if layout.slots() < c.max_wr
-            || layout.slots() > l.max_srq_wr.next_power_of_two()
-            || max_sge < c.max_sge
-            || c.srq_limit > layout.slots()
-        {
-            return Err(Errno::EINVAL);
+        check_ring_fits(&layout, c.max_wr, l.max_srq_wr, 0, "srq ring", "max_wr")?;
+        if max_sge < c.max_sge {
+            return Err(refuse!(
+                EINVAL,
+                BAD_RING,
+                "srq ring elements of {} bytes hold {max_sge} SGEs < max_sge {}",
+                layout.elem_size(),
+                c.max_sge
+            ));
         }
-        let ring = Consumer::attach(mem.clone(), 0, layout).map_err(ring_errno)?;
+        if c.srq_limit > layout.slots() {
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "srq_limit {} > {} slots",
+                c.srq_limit,
+                layout.slots()
+            ));
+        }
+        let ring = Consumer::attach(mem.clone(), 0, layout).map_err(ring_refusal("srq ring"))?;
         let h = self
             .res
             .srqs
@@ -1354,7 +1953,7 @@ impl DevState {
                 },
                 l.max_srq,
             )
-            .ok_or(Errno::ENOMEM)?;
+            .ok_or_else(|| refuse!(ENOMEM, EXHAUSTED, "max_srq {} SRQs exist", l.max_srq))?;
         self.pd_use(c.pd_handle);
         push(
             resp,
@@ -1406,15 +2005,62 @@ impl DevState {
     }
 }
 
+/// The reason for a transition the transport refused (all EINVAL, as rxe and
+/// `ib_modify_qp_is_ok` answer).
+fn modify_refusal(e: transport::ModifyError, cur: QpState, to: QpState, cur_raw: u8) -> Refusal {
+    use transport::ModifyError as E;
+    match e {
+        E::IllegalTransition { from, to } => refuse!(
+            EINVAL,
+            ILLEGAL_TRANSITION,
+            "{from} -> {to} is not a legal QP state transition"
+        ),
+        E::MissingAttr(m) => refuse!(
+            EINVAL,
+            MISSING_ATTR,
+            "{cur} -> {to}: {m:?} missing from attr_mask"
+        ),
+        E::UnexpectedAttr(m) => refuse!(
+            EINVAL,
+            UNEXPECTED_ATTR,
+            "{cur} -> {to}: {m:?} not allowed in attr_mask"
+        ),
+        E::CurStateMismatch => refuse!(
+            EINVAL,
+            CUR_STATE_MISMATCH,
+            "cur_qp_state {cur_raw} but the QP is in {cur}"
+        ),
+        E::InvalidValue(what) => refuse!(EINVAL, BAD_VALUE, "{cur} -> {to}: {what}"),
+        E::Busy => refuse!(
+            EINVAL,
+            QP_BUSY,
+            "{cur} -> {to}: the send queue is still draining"
+        ),
+    }
+}
+
 /// Queue receive WQEs into an RQ/SRQ ring as the library would (all or nothing).
-fn post_recv_ring(rq: &RecvRing, list: &WrList<'_>) -> Result<(), Errno> {
-    let mut prod = Producer::attach(rq.mem.clone(), 0, rq.layout).map_err(ring_errno)?;
-    if (prod.free().map_err(ring_errno)? as usize) < list.len() {
-        return Err(Errno::ENOMEM);
+fn post_recv_ring(rq: &RecvRing, list: &WrList<'_>) -> Res<()> {
+    let rr = ring_refusal("receive ring");
+    let mut prod = Producer::attach(rq.mem.clone(), 0, rq.layout).map_err(&rr)?;
+    let free = prod.free().map_err(&rr)?;
+    if (free as usize) < list.len() {
+        return Err(refuse!(
+            ENOMEM,
+            QUEUE_FULL,
+            "{} work requests, {free} free slots in the receive queue",
+            list.len()
+        ));
     }
     for (_, sges) in list.recv_wrs() {
         if sges.len() > rq.max_sge as usize {
-            return Err(Errno::EINVAL);
+            return Err(refuse!(
+                EINVAL,
+                OVER_LIMIT,
+                "num_sge {} > max_recv_sge {}",
+                sges.len(),
+                rq.max_sge
+            ));
         }
     }
     for (wr, sges) in list.recv_wrs() {
@@ -1423,9 +2069,8 @@ fn post_recv_ring(rq: &RecvRing, list: &WrList<'_>) -> Result<(), Errno> {
             num_sge: sges.len() as u32,
             reserved: 0,
         };
-        prod.stage_parts(&[hdr.as_bytes(), sges.0])
-            .map_err(ring_errno)?;
+        prod.stage_parts(&[hdr.as_bytes(), sges.0]).map_err(&rr)?;
     }
-    prod.publish().map_err(ring_errno)?;
+    prod.publish().map_err(&rr)?;
     Ok(())
 }

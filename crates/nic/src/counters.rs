@@ -75,6 +75,25 @@ impl EngineCounters {
     }
 }
 
+/// One live CQ's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqCounters {
+    /// The CQ's handle (unique on its device while it lives).
+    pub cq: u32,
+    /// Its ring's slots (the `cqe` it was created or resized with, rounded up).
+    pub slots: u32,
+    /// Completions lost because this CQ was full (each moved its QP to ERR; the device's
+    /// `cq_overflow` is the sum over every CQ it had).
+    pub lost_cqes: u64,
+}
+
+impl CqCounters {
+    /// `(name, value)` pairs in a fixed order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [("lost_cqes", self.lost_cqes)].into_iter()
+    }
+}
+
 /// A port's counters: the transport counters summed over its QPs (live and destroyed) and
 /// the engine's own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

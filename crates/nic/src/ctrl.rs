@@ -227,7 +227,13 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                             .get(..4)
                             .and_then(|b| b.try_into().ok())
                             .map_or(0, u32::from_ne_bytes);
-                        abi::cmd::encode_reply(word, Err(abi::Errno::EIO), 0, out);
+                        abi::cmd::encode_refusal(
+                            word,
+                            abi::Errno::EIO,
+                            abi::Rule::INTERNAL,
+                            "the control plane panicked executing this command",
+                            out,
+                        );
                         false
                     });
                     st.maps = None;

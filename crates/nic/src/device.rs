@@ -117,6 +117,20 @@ impl DeviceHandle {
         st.qps.get(qpn).map(|q| *q.qp.counters())
     }
 
+    /// Counters of every live CQ, by ascending handle.
+    pub fn cq_counters(&self) -> Vec<crate::CqCounters> {
+        let st = self.0.lock_cp();
+        st.res
+            .cqs
+            .iter()
+            .map(|(cq, c)| crate::CqCounters {
+                cq,
+                slots: c.layout.slots(),
+                lost_cqes: c.lost_cqes,
+            })
+            .collect()
+    }
+
     /// The device itself (the fuzz harness drives its dispatch directly).
     /// Runs `f` on the device's Communication Manager (QP 1) with the engine's clock, under
     /// the device lock, then wakes the engine so the MADs `f` queued leave and the CM's

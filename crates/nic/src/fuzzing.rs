@@ -207,7 +207,17 @@ fn run_checked(dev: &Device, ctx: CtxId, msg: &[u8], out: &mut Outcome) {
         eprintln!("nic fuzz: {cmd:?} → {:?}", r.result.map(<[u8]>::len));
     }
     match r.result {
-        Err(_) => out.errors += 1,
+        Err(errno) => {
+            out.errors += 1;
+            // Every refusal says why, in a sentence that names the verb.
+            let why = r
+                .reason
+                .unwrap_or_else(|| panic!("refusal {errno} without a reason: {msg:02x?}"));
+            assert!(
+                why.rule != abi::Rule::UNSPECIFIED && !why.text.is_empty(),
+                "empty reason for {errno}: {why:?}"
+            );
+        }
         Ok(resp) => close_handed_fds(word, msg, resp),
     }
 }

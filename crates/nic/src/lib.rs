@@ -83,6 +83,6 @@ mod sys;
 
 pub use cm;
 pub use config::{DeviceConfig, Limits};
-pub use counters::{EngineCounters, PortCounters};
+pub use counters::{CqCounters, EngineCounters, PortCounters};
 pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};
 pub use state::event;

@@ -18,7 +18,6 @@ use abi::fastpath::{Cqe, RecvWqe, RECV_WQE_HDR_BYTES};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
-use abi::Errno;
 use transport::wire::{Lkey, Rkey};
 use transport::{
     AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr, RemoteAccess,
@@ -150,6 +149,9 @@ pub(crate) struct Cq {
     pub(crate) async_events: u32,
     /// An overflow was reported and the ring has not had room since.
     pub(crate) overflowed: bool,
+    /// Completions lost because this CQ was full (summed over the device in
+    /// `EngineCounters::cq_overflow`).
+    pub(crate) lost_cqes: u64,
     /// Listed in `Resources::cq_watch`.
     pub(crate) watched: bool,
 }
@@ -510,6 +512,7 @@ impl Resources {
             }
             Err(e) => {
                 self.counters.cq_overflow += 1;
+                cq.lost_cqes += 1;
                 if matches!(e, abi::AbiError::RingCorrupt { .. }) {
                     self.counters.ring_corrupt += 1;
                 }
@@ -983,11 +986,6 @@ pub(crate) fn flush_rq_ring(res: &mut Resources, rq: &mut RecvRing, qpn: u32, re
 /// Whether the QP is in a state whose posted receives flush at once.
 pub(crate) fn flushes_receives(s: QpState) -> bool {
     s == QpState::Err
-}
-
-/// Errno for a failed ring attach or access.
-pub(crate) fn ring_errno(e: abi::AbiError) -> Errno {
-    e.errno()
 }
 
 #[cfg(test)]

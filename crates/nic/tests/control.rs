@@ -173,6 +173,51 @@ fn valid_cq_request(mem: &abi::shm::SharedMem, layout: RingLayout) -> Request<'s
 }
 
 #[test]
+fn refusals_carry_reasons() {
+    let d = dev();
+    let mut c = Client::connect(&d);
+    let mut other = Client::connect(&d);
+    let pd = c.alloc_pd();
+    let pd_other = other.alloc_pd();
+    // A handle of another context, and one that names nothing.
+    for h in [pd_other, pd + 1000] {
+        let (e, why) = c.refusal(&Request::DeallocPd(DeallocPd { pd_handle: h }));
+        assert_eq!(e, Errno::EINVAL);
+        assert_eq!(
+            why,
+            Some((
+                abi::Rule::BAD_HANDLE,
+                format!("dealloc_pd: pd_handle {h} names no such object of this context")
+            ))
+        );
+    }
+    // Malformed bytes: the decoder's own words.
+    let mut bytes = Vec::new();
+    Request::AllocPd(AllocPd::default())
+        .encode(&mut bytes)
+        .unwrap();
+    bytes.extend_from_slice(&[1, 0, 0, 0]);
+    let words = (bytes.len() / 4) as u16;
+    bytes[4..6].copy_from_slice(&words.to_ne_bytes());
+    let r = c.raw(&bytes).unwrap();
+    let reply = abi::Reply::parse(&r).unwrap();
+    assert_eq!(reply.result, Err(Errno::EINVAL));
+    let why = reply.reason.unwrap();
+    assert_eq!(why.rule, abi::Rule::MALFORMED);
+    assert!(why.text.starts_with("alloc_pd: "), "{}", why.text);
+    // Before GET_CONTEXT.
+    let mut fresh = d.open_context().unwrap();
+    let mut bytes = Vec::new();
+    Request::AllocPd(AllocPd::default())
+        .encode(&mut bytes)
+        .unwrap();
+    let r = raw_on(&mut fresh, &bytes).unwrap();
+    let reply = abi::Reply::parse(&r).unwrap();
+    assert_eq!(reply.result, Err(Errno::EINVAL));
+    assert_eq!(reply.reason.unwrap().rule, abi::Rule::NO_CONTEXT);
+}
+
+#[test]
 fn hostile_commands_get_errnos_and_the_plane_survives() {
     let d = dev();
     let mut buf = vec![0u8; 8192];

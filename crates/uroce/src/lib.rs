@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 pub use verbs::*;
 
+pub mod metrics;
 pub mod pair;
 pub mod stats;
 

@@ -32,7 +32,9 @@
 //! engine's own (IB PMA `port_xmit_packets`, ...); per-QP counters are
 //! [`nic::DeviceHandle::qp_counters`]. The nic's public API has no list of live QPNs, so
 //! the snapshot finds them by looking up QPNs in the range the device hands out, stopping
-//! as soon as it has found as many as [`nic::DeviceHandle::stats`] reports.
+//! as soon as it has found as many as [`nic::DeviceHandle::stats`] reports. Per-CQ counters
+//! ([`nic::DeviceHandle::cq_counters`]: `lost_cqes`, completions a full CQ lost) list every
+//! live CQ by handle.
 
 use std::fmt;
 use std::fs;
@@ -140,6 +142,15 @@ pub struct QpSnapshot {
     pub counters: CounterSet,
 }
 
+/// One CQ's counters (`lost_cqes`: completions lost because it was full).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CqSnapshot {
+    /// The CQ's handle on its device.
+    pub cq: u32,
+    /// Its counters.
+    pub counters: CounterSet,
+}
+
 /// Live objects on a device (what `rdma resource` counts).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -180,6 +191,9 @@ pub struct DeviceSnapshot {
     /// Per-QP counters of the live QPs, by ascending QPN.
     #[serde(default)]
     pub qps: Vec<QpSnapshot>,
+    /// Per-CQ counters of the live CQs, by ascending handle.
+    #[serde(default)]
+    pub cqs: Vec<CqSnapshot>,
 }
 
 /// What one process publishes.
@@ -289,6 +303,14 @@ fn device_snapshot(dev: &nic::DeviceHandle) -> DeviceSnapshot {
         counters: CounterSet::from_pairs(dev.port_counters().iter()),
         objects,
         qps: live_qps(dev, s.qps),
+        cqs: dev
+            .cq_counters()
+            .into_iter()
+            .map(|c| CqSnapshot {
+                cq: c.cq,
+                counters: CounterSet::from_pairs(c.iter()),
+            })
+            .collect(),
     }
 }
 

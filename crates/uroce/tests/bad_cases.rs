@@ -267,6 +267,17 @@ topo_tests!(cq_overflow_raises_async_error_and_stops_the_qp, |t| {
     });
     assert_eq!(ev.element, b.cq.user_handle());
     wait_state(&b.qp, QpState::ERR);
+    // The lost completion is counted on the CQ itself (and in the port's cq_overflow).
+    let snap = uroce::stats::snapshot();
+    let lost = snap
+        .devices
+        .iter()
+        .filter(|d| d.counters.get("cq_overflow") >= Some(1))
+        .flat_map(|d| &d.cqs)
+        .filter(|c| c.cq == b.cq.handle())
+        .filter_map(|c| c.counters.get("lost_cqes"))
+        .max();
+    assert!(lost >= Some(1), "{snap:?}");
     // The CQ holds at most its 4 entries, all real receives; nothing outside the receive
     // buffers changed.
     let mut wc = [Wc::default(); 16];

@@ -81,7 +81,9 @@ impl Channel {
         self.stream
             .write_all(&self.out)
             .map_err(|e| Error::channel(op, &e))?;
-        let cap = ReplyHdr::SIZE + req.response_capacity();
+        // An error reply may carry a reason record whatever the request offered.
+        let offered = ReplyHdr::SIZE + req.response_capacity();
+        let cap = offered.max(ReplyHdr::SIZE + abi::reason::MAX_REASON_BYTES);
         self.inb.clear();
         self.inb.resize(cap, 0);
         let mut have = 0usize;
@@ -111,11 +113,12 @@ impl Channel {
             if have >= ReplyHdr::SIZE {
                 let hdr: ReplyHdr = take(&mut self.inb.get(..ReplyHdr::SIZE).unwrap_or(&[]));
                 let total = ReplyHdr::SIZE.saturating_add(hdr.resp_len as usize);
-                if total > cap {
+                let allowed = if hdr.status < 0 { cap } else { offered };
+                if total > allowed {
                     self.broken = true;
                     return Err(Error::protocol(
                         op,
-                        format!("reply of {total} bytes exceeds the {cap} offered"),
+                        format!("reply of {total} bytes exceeds the {allowed} offered"),
                     ));
                 }
                 if have >= total {
@@ -149,9 +152,14 @@ impl Channel {
                 format!("reply for command {:#x}, sent {sent:#x}", reply.command),
             ));
         }
-        reply
-            .result
-            .map_err(|errno| Error::control_plane(op, errno))
+        let reason = reply.reason;
+        reply.result.map_err(|errno| {
+            let e = Error::control_plane(op, errno);
+            match reason {
+                Some(r) => e.with_reason(r.rule, r.text),
+                None => e,
+            }
+        })
     }
 }
 

@@ -9,7 +9,7 @@
 use core::fmt;
 use std::io;
 
-use abi::{AbiError, Errno};
+use abi::{AbiError, Errno, Rule};
 
 /// Who erred.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -27,13 +27,43 @@ pub enum ErrorKind {
     Protocol,
 }
 
-/// A failed verb: which one, who erred, the errno, and a message.
+/// A failed verb: which one, who erred, the errno, a message, and — when the control plane
+/// refused it — the rule it broke ([`Error::reason`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Error {
     op: &'static str,
     kind: ErrorKind,
     errno: Errno,
     detail: Option<String>,
+    /// Boxed: most errors have none, and `Error` travels inside other results.
+    reason: Option<Box<Reason>>,
+}
+
+/// Why the control plane refused a command: the rule broken (stable, for programs) and a
+/// sentence naming the attribute and the values (for people), e.g. rule
+/// [`Rule::MISSING_ATTR`] with "modify_qp: INIT -> RTR: DEST_QPN missing from attr_mask".
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reason {
+    rule: Rule,
+    text: String,
+}
+
+impl Reason {
+    /// The rule broken.
+    pub fn rule(&self) -> Rule {
+        self.rule
+    }
+
+    /// The sentence: verb, attribute, rule and values.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} [{}]", self.text, self.rule)
+    }
 }
 
 impl Error {
@@ -44,7 +74,17 @@ impl Error {
             kind: ErrorKind::ControlPlane,
             errno,
             detail: None,
+            reason: None,
         }
+    }
+
+    /// This error with the control plane's reason attached.
+    pub(crate) fn with_reason(mut self, rule: Rule, text: &str) -> Error {
+        self.reason = Some(Box::new(Reason {
+            rule,
+            text: text.to_owned(),
+        }));
+        self
     }
 
     /// A local refusal before anything reached the device — for layers built on this
@@ -55,6 +95,7 @@ impl Error {
             kind: ErrorKind::Local,
             errno,
             detail: Some(detail.into()),
+            reason: None,
         }
     }
 
@@ -65,6 +106,7 @@ impl Error {
             kind: ErrorKind::Channel,
             errno: Errno(e.raw_os_error().unwrap_or(Errno::EIO.0)),
             detail: Some(e.to_string()),
+            reason: None,
         }
     }
 
@@ -75,6 +117,7 @@ impl Error {
             kind: ErrorKind::Protocol,
             errno: Errno::EIO,
             detail: Some(detail.into()),
+            reason: None,
         }
     }
 
@@ -89,6 +132,7 @@ impl Error {
             kind,
             errno: e.errno(),
             detail: Some(e.to_string()),
+            reason: None,
         }
     }
 
@@ -105,6 +149,17 @@ impl Error {
     /// The errno a C libibverbs returns for this fault (positive, e.g. `Errno::EINVAL`).
     pub fn errno(&self) -> Errno {
         self.errno
+    }
+
+    /// Why the control plane refused the command, if it said (refusals of the control plane
+    /// only; local, channel and protocol errors have [`Error::detail`] instead).
+    pub fn reason(&self) -> Option<&Reason> {
+        self.reason.as_deref()
+    }
+
+    /// The library's own explanation of a local, channel or protocol error.
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
     }
 }
 
@@ -149,6 +204,9 @@ impl fmt::Display for Error {
         )?;
         if let Some(d) = &self.detail {
             write!(f, ": {d}")?;
+        }
+        if let Some(r) = &self.reason {
+            write!(f, ": {r}")?;
         }
         Ok(())
     }
@@ -213,6 +271,17 @@ mod tests {
             "create_qp: EINVAL (invalid argument), returned by the control plane"
         );
         assert_eq!(e.errno(), Errno::EINVAL);
+        assert_eq!(e.reason(), None);
+        let e = e.with_reason(
+            Rule::OVER_LIMIT,
+            "create_qp: max_send_wr 70000 > max_qp_wr 16384",
+        );
+        assert_eq!(
+            e.to_string(),
+            "create_qp: EINVAL (invalid argument), returned by the control plane: \
+             create_qp: max_send_wr 70000 > max_qp_wr 16384 [OVER_LIMIT]"
+        );
+        assert_eq!(e.reason().map(Reason::rule), Some(Rule::OVER_LIMIT));
         let e = Error::abi("post_send", &AbiError::RingFull);
         assert_eq!(e.errno(), Errno::ENOMEM);
         assert_eq!(e.kind(), ErrorKind::Local);

@@ -61,13 +61,14 @@ mod srq;
 mod sys;
 mod wr;
 
+pub use abi::Rule;
 pub use asyncio::{block_on, Readable};
 pub use context::{
     AsyncEvent, Context, DeviceAttr, EventType, Gid, GidEntry, PortAttr, DOORBELL_SLOTS,
 };
 pub use cq::{CompChannel, Cq, Wc};
 pub use device::{devices, open_device, provider, set_provider, Device};
-pub use error::{Error, ErrorKind, PostError, Result};
+pub use error::{Error, ErrorKind, PostError, Reason, Result};
 pub use mem::PAGE_SIZE;
 pub use pd::{grh_addresses, Ah, AhAttr, GlobalRoute, Mr, MrBuf, Pd, RemoteMr};
 pub use qp::{ConnectOpts, Qp, QpAttr, QpCap, QpEndpoint, QpInitAttr};

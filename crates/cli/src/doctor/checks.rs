@@ -1463,6 +1463,7 @@ mod tests {
                 counters: CounterSet::from_pairs(pairs.iter().copied()),
                 objects: Default::default(),
                 qps: vec![],
+                cqs: vec![],
             }],
             exited: false,
         };

@@ -160,6 +160,16 @@ impl Client {
         call_on(&mut self.s, req)
     }
 
+    /// Send `req`, expect a refusal, return its errno and reason (rule, text).
+    pub fn refusal(&mut self, req: &Request<'_>) -> (Errno, Option<(abi::Rule, String)>) {
+        let mut bytes = Vec::new();
+        req.encode(&mut bytes).unwrap();
+        let r = raw_on(&mut self.s, &bytes).expect("control plane answered");
+        let reply = Reply::parse(&r).expect("well-formed reply");
+        let errno = reply.result.expect_err("refused");
+        (errno, reply.reason.map(|r| (r.rule, r.text.to_owned())))
+    }
+
     pub fn alloc_pd(&mut self) -> u32 {
         let r = self.call(&Request::AllocPd(AllocPd::default())).unwrap();
         read_prefix::<AllocPdResp>(&r, "pd").unwrap().0.pd_handle
