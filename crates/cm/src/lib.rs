@@ -1268,6 +1268,11 @@ impl Cm {
         }
     }
 
+    /// Whether MADs wait in the output queue.
+    pub fn has_transmits(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next MAD to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.out.pop_front()

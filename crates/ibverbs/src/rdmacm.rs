@@ -495,8 +495,34 @@ pub unsafe extern "C" fn uroce_rdma_create_qp(
         };
         sync(u);
         let pd = if pd.is_null() { u.id.pd } else { pd };
-        if pd.is_null() || attr.is_null() {
+        if pd.is_null() || attr.is_null() || u.id.verbs.is_null() {
             return fail(libc::EINVAL);
+        }
+        // SAFETY: a valid init attr per the contract.
+        let a = unsafe { &mut *attr };
+        // Missing CQs are made here, each with its own completion channel and the ID as CQ
+        // context (librdmacm's ucma_create_cqs; rdma_verbs.h's inlines rely on that).
+        if a.recv_cq.is_null() {
+            let depth = c_int::try_from(a.cap.max_recv_wr.max(1)).unwrap_or(c_int::MAX);
+            // SAFETY: `verbs` is the ID's live context.
+            let (ch, cq) = unsafe { auto_cq(u.id.verbs, depth, id.cast()) };
+            if cq.is_null() {
+                return -1;
+            }
+            u.id.recv_cq_channel = ch.cast();
+            u.id.recv_cq = cq;
+            a.recv_cq = cq;
+        }
+        if a.send_cq.is_null() {
+            let depth = c_int::try_from(a.cap.max_send_wr.max(1)).unwrap_or(c_int::MAX);
+            // SAFETY: as above.
+            let (ch, cq) = unsafe { auto_cq(u.id.verbs, depth, id.cast()) };
+            if cq.is_null() {
+                return -1;
+            }
+            u.id.send_cq_channel = ch.cast();
+            u.id.send_cq = cq;
+            a.send_cq = cq;
         }
         // SAFETY: per the contract: a live PD and a valid init attr.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
@@ -526,6 +552,48 @@ pub unsafe extern "C" fn uroce_rdma_create_qp(
     })
 }
 
+/// A completion channel and a CQ of `depth` on it, for an ID (`cq_context` = the ID).
+///
+/// # Safety
+/// `verbs` is a live context.
+unsafe fn auto_cq(
+    verbs: *mut ibv_context,
+    depth: c_int,
+    cq_context: *mut c_void,
+) -> (*mut ibv_comp_channel, *mut ibv_cq) {
+    // SAFETY: a live context per the contract.
+    let ch = unsafe { crate::cq::ibv_create_comp_channel(verbs) };
+    if ch.is_null() {
+        return (ch, core::ptr::null_mut());
+    }
+    // SAFETY: as above, with the channel just made.
+    let cq = unsafe { crate::cq::ibv_create_cq(verbs, depth, cq_context, ch, 0) };
+    if cq.is_null() {
+        // SAFETY: the channel just made, unused.
+        unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
+    }
+    (ch, cq)
+}
+
+/// Destroy the CQs and channels [`uroce_rdma_create_qp`] made for an ID.
+fn drop_auto_cqs(u: &mut UCmId) {
+    for (cq, ch) in [
+        (&mut u.id.send_cq, &mut u.id.send_cq_channel),
+        (&mut u.id.recv_cq, &mut u.id.recv_cq_channel),
+    ] {
+        if !ch.is_null() {
+            if !cq.is_null() {
+                // SAFETY: a CQ we made for this ID, destroyed once.
+                unsafe { crate::cq::ibv_destroy_cq(*cq) };
+            }
+            // SAFETY: a channel we made for this ID, destroyed once.
+            unsafe { crate::cq::ibv_destroy_comp_channel(ch.cast()) };
+            *ch = core::ptr::null_mut();
+        }
+        *cq = core::ptr::null_mut();
+    }
+}
+
 /// `void rdma_destroy_qp(id)`.
 ///
 /// # Safety
@@ -540,6 +608,7 @@ pub unsafe extern "C" fn uroce_rdma_destroy_qp(id: *mut rdma_cm_id) {
                 unsafe { crate::qp::ibv_destroy_qp(u.id.qp) };
                 u.id.qp = core::ptr::null_mut();
             }
+            drop_auto_cqs(u);
         }
     })
 }
@@ -1000,4 +1069,33 @@ pub unsafe extern "C" fn uroce_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
 /// RTU).
 pub extern "C" fn uroce_rdma_notify(_id: *mut rdma_cm_id, _event: c_int) -> c_int {
     guard_errno(|| 0)
+}
+
+/// `int rdma_init_qp_attr(id, qp_attr, qp_attr_mask)` (RDMACM_1.2): the attributes that
+/// move a QP the application manages itself to `qp_attr->qp_state` for this connection.
+///
+/// # Safety
+/// `id` is a live ID; `attr` and `mask` are valid.
+pub unsafe extern "C" fn uroce_rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let (Some(u), Some(a), false) =
+            (unsafe { ucm(id) }, unsafe { attr.as_mut() }, mask.is_null())
+        else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.init_qp_attr(uroce::QpState(a.qp_state)) {
+            Ok((qa, m)) => {
+                *a = crate::qp::qp_attr_to_c(&qa);
+                // SAFETY: valid for a write per the contract.
+                unsafe { mask.write(m.bits() as c_int) };
+                0
+            }
+            Err(e) => fail_with(&e),
+        }
+    })
 }

@@ -266,7 +266,31 @@ pub(crate) fn start_device_in(
     ctrl::start(dev.clone())?;
     engine.add_device(dev.clone())?;
     reg.push(dev.clone());
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| sys::at_exit(flush_cm_at_exit));
     Ok(DeviceHandle(dev))
+}
+
+/// At process exit: let each device's engine send the CM messages still queued (a DREQ or
+/// REJ a program issued just before returning from `main`), waiting at most ~100 ms per
+/// device. The kernel's CM outlives a process; an embedded device does not, and a peer
+/// would otherwise wait for a DREQ that never left.
+extern "C" fn flush_cm_at_exit() {
+    let devs: Vec<Arc<Device>> = match REGISTRY.try_lock() {
+        Ok(r) => r.clone(),
+        Err(_) => return,
+    };
+    for d in devs {
+        for _ in 0..100 {
+            let pending = d.lock_cp().gsi.cm.has_transmits();
+            if !pending {
+                break;
+            }
+            d.engine.kick();
+            d.engine.drive();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// The running device called `name`, if any.

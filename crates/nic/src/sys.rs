@@ -745,6 +745,13 @@ fn from_storage(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
+/// Run `f` when the process exits normally (`atexit(3)`).
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: `f` is a plain function with no arguments; libc keeps the pointer for the
+    // process's life and calls it from `exit`.
+    let _ = unsafe { libc::atexit(f) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -249,6 +249,18 @@ impl Default for ConnectOpts {
 #[derive(Clone)]
 pub struct Qp(Arc<QpInner>);
 
+/// A handle that does not keep its QP alive ([`Qp::downgrade`]): for holders that only act
+/// on a QP while its owner still has it (an rdma_cm ID's `id->qp`).
+#[derive(Clone, Debug)]
+pub struct WeakQp(std::sync::Weak<QpInner>);
+
+impl WeakQp {
+    /// The QP, if some [`Qp`] handle still keeps it.
+    pub fn upgrade(&self) -> Option<Qp> {
+        self.0.upgrade().map(Qp)
+    }
+}
+
 struct QpInner {
     pd: Pd,
     send_cq: Cq,
@@ -289,6 +301,11 @@ impl Pd {
 }
 
 impl Qp {
+    /// A handle that does not keep the QP alive.
+    pub fn downgrade(&self) -> WeakQp {
+        WeakQp(Arc::downgrade(&self.0))
+    }
+
     fn create(pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
         const OP: &str = "create_qp";
         let ctx = pd.context();

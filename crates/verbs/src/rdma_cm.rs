@@ -332,12 +332,15 @@ struct IdState {
     src: Option<SocketAddr>,
     dst: Option<SocketAddr>,
     cm: Option<CmId>,
-    qp: Option<Qp>,
+    /// The ID's QP (`id->qp`), owned by the consumer.
+    qp: Option<crate::WeakQp>,
     path_mtu: Mtu,
     /// Our receive PSN (chosen at connect / accept).
     rq_psn: u32,
     /// Passive: the REQ that created the ID.
     peer_req: Option<Box<crate::cm::ReqRepr>>,
+    /// Active: the REP that answered our REQ.
+    peer_rep: Option<Box<crate::cm::RepRepr>>,
     listening: bool,
     /// Bound to the wildcard address: listen for any address of the device.
     wildcard: bool,
@@ -458,7 +461,7 @@ impl RdmaCmId {
 
     /// The ID's QP (`id->qp`).
     pub fn qp(&self) -> Option<Qp> {
-        self.state().qp.clone()
+        self.state().qp.as_ref().and_then(crate::WeakQp::upgrade)
     }
 
     /// Local address and port.
@@ -582,7 +585,7 @@ impl RdmaCmId {
                 | QpAttrMask::PORT
                 | QpAttrMask::ACCESS_FLAGS,
         )?;
-        self.state().qp = Some(qp.clone());
+        self.state().qp = Some(qp.downgrade());
         Ok(())
     }
 
@@ -624,7 +627,7 @@ impl RdmaCmId {
         pd.extend_from_slice(&p.private_data);
         let rq_psn = random_u32() & 0xFF_FFFF;
         let sid = ServiceId::rdma_ip(self.0.ps, dst.port());
-        let mut c = match &st.qp {
+        let mut c = match &st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
             Some(qp) => CmConnect::new(qp, dst.ip(), sid, rq_psn),
             None if p.qp_num != 0 => CmConnect::new_for_qpn(p.qp_num, dst.ip(), sid, rq_psn),
             None => return Err(einval(OP, "no QP on the ID and no qp_num")),
@@ -672,21 +675,31 @@ impl RdmaCmId {
         let (Some(d), Some(id), Some(req)) = (st.dev.clone(), st.cm, st.peer_req.clone()) else {
             return Err(einval(OP, "not a connection request"));
         };
-        let qp = st.qp.clone().ok_or_else(|| einval(OP, "no QP on the ID"))?;
-        let rq_psn = random_u32() & 0xFF_FFFF;
-        let remote = QpEndpoint {
-            qpn: req.local_qpn.value(),
-            psn: rq_psn,
-            gid: Gid(req.primary.local_gid),
+        // A receive PSN handed out earlier (rdma_init_qp_attr for RTR) stays the one.
+        if st.rq_psn == 0 {
+            st.rq_psn = (random_u32() & 0xFF_FFFF) | 1;
+        }
+        let rq_psn = st.rq_psn;
+        let qpn = match st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
+            Some(qp) => {
+                let remote = QpEndpoint {
+                    qpn: req.local_qpn.value(),
+                    psn: rq_psn,
+                    gid: Gid(req.primary.local_gid),
+                };
+                qp.connect(
+                    &remote,
+                    &opts(st.path_mtu, req.starting_psn.value(), p, &req),
+                )?;
+                qp.qp_num()
+            }
+            None if p.qp_num != 0 => p.qp_num,
+            None => return Err(einval(OP, "no QP on the ID and no qp_num")),
         };
-        qp.connect(
-            &remote,
-            &opts(st.path_mtu, req.starting_psn.value(), p, &req),
-        )?;
         d.cm.accept(
             id,
             &CmAccept {
-                qpn: qp.qp_num(),
+                qpn,
                 rq_psn,
                 responder_resources: p.responder_resources,
                 initiator_depth: p.initiator_depth,
@@ -695,8 +708,99 @@ impl RdmaCmId {
                 private_data: p.private_data.clone(),
             },
         )?;
-        st.rq_psn = rq_psn;
         Ok(())
+    }
+
+    /// `rdma_init_qp_attr`: the attributes and mask that move a QP the consumer manages
+    /// itself to `state` (INIT, RTR or RTS) for this connection — kernel cma.c
+    /// rdma_init_qp_attr with cm.c's cm_init_qp_{init,rtr,rts}_attr.
+    pub fn init_qp_attr(&self, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
+        const OP: &str = "rdma_init_qp_attr";
+        let mut st = self.state();
+        let mut a = QpAttr {
+            qp_state: state,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        if state == QpState::INIT {
+            a.qp_access_flags = AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC;
+            let m = QpAttrMask::STATE
+                | QpAttrMask::ACCESS_FLAGS
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT;
+            return Ok((a, m));
+        }
+        // (peer QPN, the PSN the peer starts sending with, peer GID, the PSN we start with,
+        //  READs the peer serves for us, READs we serve, ACK timeout, retries, RNR retries)
+        let peer = if let Some(rep) = &st.peer_rep {
+            let gid = st
+                .dst
+                .map(|d| Gid(crate::cm::gid_of(d.ip())))
+                .unwrap_or_default();
+            (
+                rep.local_qpn.value(),
+                st.rq_psn,
+                gid,
+                rep.starting_psn.value(),
+                rep.responder_resources,
+                rep.initiator_depth,
+                14u8,
+                7u8,
+                rep.rnr_retry_count,
+            )
+        } else if let Some(req) = st.peer_req.clone() {
+            if st.rq_psn == 0 {
+                st.rq_psn = (random_u32() & 0xFF_FFFF) | 1;
+            }
+            (
+                req.local_qpn.value(),
+                st.rq_psn,
+                Gid(req.primary.local_gid),
+                req.starting_psn.value(),
+                req.initiator_depth,
+                req.responder_resources,
+                req.primary.local_ack_timeout.max(1),
+                req.retry_count,
+                req.rnr_retry_count,
+            )
+        } else {
+            return Err(einval(OP, "no connection yet"));
+        };
+        let (qpn, rq_psn, gid, sq_psn, rd_atomic, dest_rd_atomic, timeout, retry, rnr) = peer;
+        if state == QpState::RTR {
+            a.path_mtu = st.path_mtu;
+            a.dest_qp_num = qpn;
+            a.rq_psn = rq_psn;
+            a.max_dest_rd_atomic = dest_rd_atomic.max(1);
+            a.min_rnr_timer = 12;
+            a.ah_attr = crate::AhAttr::roce(gid, 0, 1);
+            let m = QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER;
+            return Ok((a, m));
+        }
+        if state == QpState::RTS {
+            a.sq_psn = sq_psn;
+            a.timeout = timeout;
+            a.retry_cnt = retry.min(7);
+            a.rnr_retry = rnr.min(7);
+            a.max_rd_atomic = rd_atomic.max(1);
+            let m = QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
+            return Ok((a, m));
+        }
+        Err(einval(OP, "state is not INIT, RTR or RTS"))
     }
 
     /// `rdma_reject` (REJ reason 28, consumer defined; private data ≤ 148 bytes).
@@ -714,7 +818,7 @@ impl RdmaCmId {
         let (Some(d), Some(id)) = (st.dev.clone(), st.cm) else {
             return Err(einval("rdma_disconnect", "not connected"));
         };
-        if let Some(qp) = &st.qp {
+        if let Some(qp) = st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
             let _ = qp.set_state(QpState::ERR);
         }
         d.cm.disconnect(id)
@@ -735,8 +839,13 @@ impl RdmaCmId {
         match e {
             CmEvent::ConnectResponse { id, rep } => {
                 let (qp, mtu, rq_psn) = {
-                    let st = self.state();
-                    (st.qp.clone(), st.path_mtu, st.rq_psn)
+                    let mut st = self.state();
+                    st.peer_rep = Some(rep.clone());
+                    (
+                        st.qp.as_ref().and_then(crate::WeakQp::upgrade),
+                        st.path_mtu,
+                        st.rq_psn,
+                    )
                 };
                 let param = ConnParam {
                     private_data: rep.private_data.to_vec(),
@@ -782,7 +891,7 @@ impl RdmaCmId {
                 private_data,
                 ..
             } => {
-                if let Some(qp) = self.state().qp.clone() {
+                if let Some(qp) = self.state().qp.as_ref().and_then(crate::WeakQp::upgrade) {
                     let _ = qp.set_state(QpState::ERR);
                 }
                 self.event(
@@ -796,7 +905,7 @@ impl RdmaCmId {
             }
             CmEvent::Unreachable { .. } => self.event(K::Unreachable, -110, ConnParam::default()),
             CmEvent::Disconnected { timed_out, .. } => {
-                if let Some(qp) = self.state().qp.clone() {
+                if let Some(qp) = self.state().qp.as_ref().and_then(crate::WeakQp::upgrade) {
                     let _ = qp.set_state(QpState::ERR);
                 }
                 let status = if timed_out { -110 } else { 0 };

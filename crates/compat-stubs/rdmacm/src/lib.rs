@@ -71,7 +71,6 @@ int_minus1!(
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
-    rdma_init_qp_attr,
     rdma_get_remote_ece,
     rdma_reject_ece,
     rdma_set_local_ece,
@@ -157,6 +156,7 @@ forward! {
     fn rdma_get_src_port(id: P) -> u16 = 0;
     fn rdma_get_dst_port(id: P) -> u16 = 0;
     fn rdma_freeaddrinfo(res: P) -> () = ();
+    fn rdma_init_qp_attr(id: P, qp_attr: P, qp_attr_mask: *mut c_int) -> c_int = -1;
 }
 
 /// Why the connection manager is unavailable, as librdmacm reports it when it finds no

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Stock rdma-core tools connecting through uroce's librdmacm.so.1 (the IB CM on the wire over
+# QP 1): each test runs a server and a client as two processes, each with its own embedded
+# uroce device — the server's on $RDMACM_ADDR_A (default 127.77.41.1), the client's on
+# $RDMACM_ADDR_B (default 127.77.41.2). The client connects to the server's address by
+# rdma_cm; REQ/REP/RTU, the data and DREQ/DREP go as RoCEv2 over UDP between the two.
+#
+#   tests/compat/rdmacm.sh              # builds (scripts/build-compat.sh), then runs
+#   tests/compat/rdmacm.sh --no-build
+#
+# Covered: rping -v (every ping's data verified by rping itself) with three sizes, ucmatose
+# with 8 connections × 10 messages, and perftest's eight tests with -R (rdma_cm instead of
+# the TCP exchange). A run passes when both processes exit 0 and the client printed what
+# success looks like for that tool.
+# Needs rdmacm-utils and perftest (installed when root, else the script skips).
+# Ends with a "N passed, M failed" line; exit status 1 if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+build=1
+for arg in "$@"; do
+    case "$arg" in
+        --no-build) build=0 ;;
+        *) echo "rdmacm.sh: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
+
+A=${RDMACM_ADDR_A:-127.77.41.1}
+B=${RDMACM_ADDR_B:-127.77.41.2}
+
+need=(rping ucmatose ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
+      ib_send_lat ib_atomic_lat)
+missing=()
+for t in "${need[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null 2>&1 || true
+        apt-get install -y -qq rdmacm-utils perftest >/dev/null 2>&1 \
+            || { echo "SKIPPED: could not install rdmacm-utils perftest"; exit 0; }
+    else
+        echo "SKIPPED: rdmacm-utils/perftest not installed (missing: ${missing[*]}) and not root"
+        exit 0
+    fi
+fi
+
+if [ "$build" = 1 ]; then
+    scripts/build-compat.sh || { echo "FAIL build"; echo "0 passed, 1 failed"; exit 1; }
+fi
+for addr in "$A" "$B"; do
+    if ss -uln "sport = :4791" 2>/dev/null | grep -qE "(^|[[:space:]])$addr:4791"; then
+        echo "FAIL: UDP $addr:4791 is already bound by another process" \
+             "(set RDMACM_ADDR_A/RDMACM_ADDR_B to free loopback addresses)"
+        echo "compat-rdmacm: 0 passed, 1 failed"
+        exit 1
+    fi
+done
+export LD_LIBRARY_PATH="$(pwd)/target/compat"
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+pass=0
+fail=0
+
+# Waits (≤ 15 s) until the server's device holds UDP 4791 on $A (its rdma_cm ID is bound,
+# the listen follows at once), or the server ($1) exited.
+wait_device() {
+    for _ in $(seq 150); do
+        if ss -uln "sport = :4791" 2>/dev/null | grep -qE "(^|[[:space:]])$A:4791"; then
+            sleep 0.5
+            return 0
+        fi
+        kill -0 "$1" 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# run NAME CLIENT_REGEX "SERVER ARGS" "CLIENT ARGS": TOOL is the first word of both.
+run() {
+    local name=$1 expect=$2 sargs=$3 cargs=$4
+    # shellcheck disable=SC2086 # the argument strings are word lists on purpose
+    UROCE_DEVICES="uroce0=$A" timeout 120 $sargs >"$work/srv" 2>&1 &
+    server_pid=$!
+    if ! wait_device "$server_pid"; then
+        wait "$server_pid" 2>/dev/null
+        server_pid=""
+        echo "FAIL $name: server did not start: $(tail -3 "$work/srv" | tr '\n' ' ')"
+        fail=$((fail + 1))
+        return
+    fi
+    # The server's device may be up before its rdma_listen: a client that came too early is
+    # rejected with reason 8 (no listener). Try again while the server still waits (at most
+    # twice more; a retried run says so).
+    local crc tries=0
+    while :; do
+        # shellcheck disable=SC2086
+        UROCE_DEVICES="uroce1=$B" timeout 120 $cargs >"$work/cli" 2>&1
+        crc=$?
+        if [ "$crc" != 0 ] && [ $tries -lt 2 ] && grep -q "REJECTED" "$work/cli" \
+            && kill -0 "$server_pid" 2>/dev/null; then
+            tries=$((tries + 1))
+            echo "note $name: client rejected before the server listened; again ($tries)"
+            sleep 1
+            continue
+        fi
+        break
+    done
+    wait "$server_pid"
+    local src=$?
+    server_pid=""
+    if [ "$crc" = 0 ] && [ "$src" = 0 ] && grep -qE "$expect" "$work/cli"; then
+        echo "ok   $name: $(grep -cE "$expect" "$work/cli") × /$expect/"
+        pass=$((pass + 1))
+    else
+        echo "FAIL $name (client rc=$crc, server rc=$src)"
+        tail -6 "$work/cli" | sed 's/^/    client: /'
+        tail -4 "$work/srv" | sed 's/^/    server: /'
+        fail=$((fail + 1))
+    fi
+}
+
+for size in 100 1024 4096; do
+    run "rping -v -C 100 -S $size" "^ping data: rdma-ping-99: " \
+        "rping -s -a $A -v -C 100 -S $size" "rping -c -a $A -v -C 100 -S $size"
+done
+run "ucmatose -c 8 -C 10" "^return status 0$" \
+    "ucmatose -c 8 -C 10" "ucmatose -s $A -c 8 -C 10"
+
+res='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+    run "$t -R" "$res" "$t -R -x 0 -n 1000" "$t -R -x 0 -n 1000 $A"
+done
+
+echo "compat-rdmacm: $pass passed, $fail failed"
+[ "$fail" = 0 ]
