@@ -61,15 +61,52 @@ fn deliver(p: &mut Pair, to: usize, lose: &mut dyn FnMut(u32) -> bool) {
     }
 }
 
-/// One 1-packet WRITE, delivered cleanly: the requester has measured a round trip (0 ns in
-/// the pipe, so its retransmission timeout is the 1 ms floor).
+/// One 2-packet WRITE whose first packet is lost once: the requester has seen a loss (the
+/// retransmission timer is armed only on a path that loses) and measured a round trip (0 ns
+/// in the pipe, so its retransmission timeout is the 1 ms floor).
 fn warm_up(p: &mut Pair) {
     p.qps[0]
-        .post_send(write_wr(p, 100, BUF_VA, DST, 8))
+        .post_send(write_wr(p, 100, BUF_VA, DST, 2 * MTU))
         .unwrap();
-    p.run(4, &mut |_, _| Fate::Deliver);
-    p.collect(0);
+    let mut lost = false;
+    p.run(4, &mut |to, _| {
+        if to == 1 && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
     p.completions[0].clear();
+    let c = p.qps[0].counters();
+    assert_eq!(
+        (c.rcvd_seq_err, c.retransmissions, c.rto_probes),
+        (1, WARM_RESENDS, 0)
+    );
+}
+
+/// The warm-up's own resends (PSNs 0 and 1).
+const WARM_RESENDS: u64 = 2;
+
+#[test]
+fn no_probe_on_a_path_that_never_lost_anything() {
+    let mut p = pair(7);
+    p.fill(0, BUF_VA, &pattern(4 * MTU, 5));
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, 4 * MTU))
+        .unwrap();
+    // The ACK is late (lost here): only the local ACK timer resends.
+    let mut lost = false;
+    p.run(20, &mut |to, _| {
+        if to == 0 && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    let c = p.qps[0].counters();
+    assert_eq!((c.rto_probes, c.local_ack_timeouts), (0, 1));
 }
 
 fn pair(retry_cnt: u8) -> Pair {
@@ -137,7 +174,7 @@ fn lost_tail_is_probed_long_before_the_ack_timeout() {
         .post_send(write_wr(&p, 1, BUF_VA, DST, data.len()))
         .unwrap();
     let t0 = p.now;
-    let last = 1 + 7;
+    let last = 2 + 7;
     // The last packet (the only one asking for an ACK) is lost once: nothing later makes the
     // responder NAK, and nothing is acknowledged.
     let mut lost = false;
@@ -152,11 +189,11 @@ fn lost_tail_is_probed_long_before_the_ack_timeout() {
     assert_eq!(p.bytes(1, DST, data.len()), &data[..]);
     let c = p.qps[0].counters();
     assert_eq!((c.rto_probes, c.local_ack_timeouts), (1, 0));
-    // The probe resent from the oldest unacknowledged packet, half of the 8 in flight; the
-    // responder re-ACKed those duplicates (ACK of PSN 7), and then only the lost packet went
-    // again.
-    assert_eq!(c.retransmissions, 4 + 1);
-    assert_eq!(p.qps[1].counters().duplicate_request, 4);
+    // The warm-up's loss left a window of 2 packets, each window acknowledged before the
+    // next, so the lost last packet was the oldest unacknowledged one: the probe resent just
+    // that packet.
+    assert_eq!(c.retransmissions - WARM_RESENDS, 1);
+    assert_eq!(p.qps[1].counters().duplicate_request, 0);
     let done = p
         .qps
         .iter()
@@ -190,10 +227,11 @@ fn lost_ack_probe_resends_from_the_oldest_and_the_duplicate_ack_covers_the_rest(
     assert_eq!(p.collect(0)[0].status, WcStatus::Success);
     let c = p.qps[0].counters();
     assert_eq!((c.rto_probes, c.local_ack_timeouts), (1, 0));
-    assert_eq!(
-        c.retransmissions, 4,
-        "one probe of half the 8 in flight; the re-ACK covered everything"
-    );
+    // The requester, its window of 2 unacknowledged, waited; the probe resent that window
+    // from the oldest unacknowledged PSN, the responder re-ACKed the duplicates and the rest
+    // of the message followed.
+    assert_eq!(c.retransmissions - WARM_RESENDS, 2);
+    assert_eq!(p.qps[1].counters().duplicate_request, 2);
 }
 
 #[test]

@@ -49,6 +49,10 @@ pub(crate) struct Recovery {
     loss_gap8: u64,
     /// The window's upper limit (`max_unacked_psns`).
     max: u32,
+    /// The path has lost something (a sequence NAK, implied NAK or local ACK timeout was
+    /// seen): only then may the retransmission timer fire. On a path that never loses, a
+    /// round trip longer than the estimate would only make it resend needlessly.
+    seen_loss: bool,
     /// When the retransmission timer fires (`None` = not armed).
     pub(crate) probe_deadline: Option<Time>,
 }
@@ -68,6 +72,7 @@ impl Recovery {
             since_loss: 0,
             loss_gap8: 0,
             max: max.max(1),
+            seen_loss: false,
             probe_deadline: None,
         }
     }
@@ -110,6 +115,7 @@ impl Recovery {
     /// [`Recovery::floor`]) nor `min`; `timeout` restarts from [`LOSS_WINDOW`] (then slow
     /// start up to the halved window).
     pub(crate) fn on_loss(&mut self, flight: u32, sent_high: Psn, timeout: bool, min: u32) {
+        self.seen_loss = true;
         let in_episode = self.recover.is_some();
         if !in_episode {
             self.loss_gap8 = self.loss_gap8 - self.loss_gap8 / 8 + u64::from(self.since_loss);
@@ -175,9 +181,9 @@ impl Recovery {
     /// The retransmission timeout, with backoff: srtt + 4 rttvar bounded below by `min_ns`
     /// and above by `max_ns` (so that a few probes fit into one local ACK timeout even when
     /// the round trip varies wildly), `max_ns` before any round trip was measured; `None`
-    /// when `min_ns` is 0 (probes off) or nothing bounds it.
+    /// when `min_ns` is 0 (probes off), nothing bounds it or the path never lost anything.
     pub(crate) fn rto_ns(&self, min_ns: u64, max_ns: u64) -> Option<u64> {
-        if min_ns == 0 {
+        if min_ns == 0 || !self.seen_loss {
             return None;
         }
         let est = match self.srtt_ns {
@@ -300,6 +306,12 @@ mod tests {
     #[test]
     fn rtt_estimate_and_timeout_bounds() {
         let mut r = Recovery::new(MAX);
+        assert_eq!(
+            r.rto_ns(1_000_000, 8_000_000),
+            None,
+            "no loss seen: no probe"
+        );
+        r.seen_loss = true;
         assert_eq!(
             r.rto_ns(1_000_000, u64::MAX),
             None,
