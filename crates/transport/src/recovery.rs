@@ -55,6 +55,8 @@ pub(crate) struct Recovery {
     seen_loss: bool,
     /// When the retransmission timer fires (`None` = not armed).
     pub(crate) probe_deadline: Option<Time>,
+    /// A first probe is due: the oldest unacknowledged packet alone, with AckReq.
+    pub(crate) probe_one: bool,
 }
 
 impl Recovery {
@@ -74,6 +76,7 @@ impl Recovery {
             max: max.max(1),
             seen_loss: false,
             probe_deadline: None,
+            probe_one: false,
         }
     }
 

@@ -33,6 +33,12 @@ impl Qp {
                 return None;
             }
             let ty = self.cfg.qp_type;
+            if self.rec.probe_one && ty == QpType::Rc {
+                if let Some(t) = self.send_probe(now, mem, buf) {
+                    return Some(t);
+                }
+                continue;
+            }
             let idx = self.cursor;
             let wqe = self.sq.get(idx)?;
             if !wqe.started {
@@ -333,6 +339,7 @@ impl Qp {
         self.retry_left = self.attr.retry_cnt;
         self.rnr_left = self.attr.rnr_retry;
         self.retried_since_progress = false;
+        self.rec.probe_one = false;
         let newly = u32::try_from(self.unacked.diff(self.rec.una)).unwrap_or(0);
         self.rec.una = self.unacked;
         self.rec.measure(self.unacked, now);
@@ -375,6 +382,7 @@ impl Qp {
 
     /// Resend from the oldest unacknowledged PSN on.
     fn go_back(&mut self) {
+        self.rec.probe_one = false;
         self.cursor = 0;
         self.next_psn = self.unacked;
         self.pkts_since_ackreq = 0;
@@ -437,21 +445,60 @@ impl Qp {
     }
 
     /// The retransmission timer fired before the local ACK timer: the tail of what was sent
-    /// (or its ACK, or a NAK) was lost, or the path is slower than it was. Resend from the
-    /// oldest unacknowledged PSN — the responder executes what it was missing and re-ACKs
-    /// duplicates, which moves the resend past them — with the window cut as for a NAK, and
-    /// to one packet if an earlier probe went unanswered. No retry is used and the local ACK
-    /// timer keeps running from the last progress.
+    /// (or its ACK, or a NAK, or a resend) was lost, or the round trip is longer than it
+    /// was. First resend the oldest unacknowledged packet alone, with AckReq: the responder
+    /// executes it if it was missing and re-ACKs it as a duplicate otherwise, and in both
+    /// cases answers with the PSN it expects; the window is left as it was, so a probe that
+    /// only beat a late ACK costs one packet. If that probe goes unanswered too, the path is
+    /// losing: go back to the oldest unacknowledged PSN with a window of one packet. No
+    /// retry is used and the local ACK timer keeps running from the last progress.
     fn probe(&mut self, now: Time) {
         self.counters.rto_probes += 1;
-        let again = self.rec.backed_off();
-        self.rec
-            .on_loss(self.flight(), self.sent_high, again, self.cfg.min_window);
+        if self.rec.backed_off() {
+            self.rec
+                .on_loss(self.flight(), self.sent_high, true, self.cfg.min_window);
+            // Sequence NAKs sent before this resend arrives are stale.
+            self.retried_since_progress = true;
+            self.go_back();
+        } else {
+            self.rec.probe_one = true;
+        }
         self.rec.back_off();
-        // Sequence NAKs sent before this resend arrives are stale.
-        self.retried_since_progress = true;
-        self.go_back();
         self.arm_probe(now);
+    }
+
+    /// Build the first probe: the packet at the oldest unacknowledged PSN, with AckReq,
+    /// leaving the resume point of the send queue where it was.
+    fn send_probe<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        self.rec.probe_one = false;
+        if !self.outstanding() {
+            return None;
+        }
+        let (cursor, next_psn, since) = (self.cursor, self.next_psn, self.pkts_since_ackreq);
+        self.cursor = 0;
+        self.next_psn = self.unacked;
+        self.pkts_since_ackreq = u32::MAX - 1;
+        let r = self.build_request(now, mem, buf);
+        self.cursor = cursor;
+        self.next_psn = next_psn;
+        self.pkts_since_ackreq = since;
+        match r {
+            Ok(t) => Some(t),
+            Err(BuildError::Buffer) => {
+                self.counters.send_err += 1;
+                None
+            }
+            Err(BuildError::Wqe(status)) => {
+                self.counters.send_err += 1;
+                self.fail_at(0, status);
+                None
+            }
+        }
     }
 
     /// The WQE at `idx` failed locally: earlier WQEs are flushed, it completes with `status`,
