@@ -425,7 +425,7 @@ impl Qp {
             self.rec.probe_deadline = None;
             return;
         }
-        if !self.retrans_deadline.is_some_and(|d| now >= d) {
+        if self.retrans_deadline.is_none_or(|d| now < d) {
             if self.rec.probe_deadline.is_some_and(|d| now >= d) {
                 self.probe(now);
             }
