@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 #[test]
-fn write_and_send_256_mib_through_netfault() {
+fn write_and_send_through_netfault_with_perftest_defaults() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = root.join("scripts/netfault-test.sh");
     let mut child = Command::new("bash")
