@@ -374,7 +374,7 @@ mkdir -m 0700 "$STATS_DIR"
 UROCE_BAD="out_of_seq_request rcvd_rnr_err send_rnr_err rcvd_seq_err retry_exceeded_err retry_rnr_exceeded_err completer_retry_err send_err retransmissions local_ack_timeouts rcvd_nak_invalid_request rcvd_nak_remote_access rcvd_nak_remote_op send_nak dropped_pkts rcv_no_wqe_drop qkey_violation port_rcv_errors rcvd_icrc_err rcvd_addr_mismatch xmit_discards xmit_no_route cq_overflow bad_wqe ring_corrupt event_drops engine_panics"
 # Reported when not 0: consequences of rxe's early retransmissions (duplicate requests and
 # the duplicate answers to them), or late packets of a QP the tool already destroyed.
-UROCE_NOTE="duplicate_request duplicate_responses ghost_responses stale_naks rcvd_unknown_qp"
+UROCE_NOTE="duplicate_request duplicate_responses ghost_responses stale_naks rto_probes rcvd_unknown_qp"
 
 port=18600
 total_spurious=0

@@ -5,12 +5,12 @@
 //! integrity violation, 0 otherwise.
 //!
 //! JSON keys: `seed`, `messages_posted`, `messages_completed`, `bytes_verified`,
-//! `retransmissions`, `timeouts`, `naks` (object: `seq`, `rnr`, `invalid_request`,
-//! `remote_access`, `remote_op`), `duplicates_received`, `status_counts` (object keyed by the
+//! `payload_packets`, `retransmissions`, `rto_probes`, `timeouts`, `naks` (object: `seq`,
+//! `rnr`, `invalid_request`, `remote_access`, `remote_op`), `duplicates_received`, `status_counts` (object keyed by the
 //! completion status text of rdma-core's `ibv_wc_status_str`, e.g. `"success"`,
 //! `"transport retry counter exceeded"`, `"Work Request Flushed Error"`), `violations`
-//! (integer), `violation_details` (array of strings), `virtual_time_ms`, `final_qp_states`,
-//! `network` (object of frame counters), `passed`.
+//! (integer), `violation_details` (array of strings), `virtual_time_ms`, `last_completion_ms`,
+//! `final_qp_states`, `network` (object of frame counters), `passed`.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -66,6 +66,9 @@ pub struct Args {
     /// Work requests outstanding per direction.
     #[arg(long, default_value_t = 32)]
     window: u32,
+    /// The requesters' limit on unacknowledged PSNs (the NIC's default is 128, as rxe).
+    #[arg(long, default_value_t = 16)]
+    max_unacked_psns: u32,
     /// Receive WQEs each side keeps posted.
     #[arg(long, default_value_t = 128)]
     recv_depth: u32,
@@ -169,6 +172,7 @@ fn config(args: &Args, seed: u64) -> anyhow::Result<WorkloadConfig> {
         recv_depth: args.recv_depth.max(1),
         recv_delay_ns: args.recv_delay_us.saturating_mul(1_000),
         bidirectional: !args.one_way,
+        max_unacked_psns: args.max_unacked_psns.max(1),
         ..WorkloadConfig::default()
     })
 }
@@ -181,7 +185,9 @@ fn report_json(r: &Report) -> serde_json::Value {
         "messages_posted": r.messages_posted,
         "messages_completed": r.messages_completed,
         "bytes_verified": r.bytes_verified,
+        "payload_packets": r.payload_packets,
         "retransmissions": r.retransmissions,
+        "rto_probes": r.rto_probes,
         "timeouts": r.timeouts,
         "naks": {
             "seq": r.naks.seq,
@@ -195,6 +201,7 @@ fn report_json(r: &Report) -> serde_json::Value {
         "violations": r.violations,
         "violation_details": r.violation_details,
         "virtual_time_ms": r.virtual_time_ns as f64 / 1e6,
+        "last_completion_ms": r.last_completion_ns as f64 / 1e6,
         "final_qp_states": [r.final_states[0].as_str(), r.final_states[1].as_str()],
         "network": {
             "frames_sent": n.frames_sent,
@@ -236,12 +243,24 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
         wall_s
     );
     println!(
+        "  last completion at {:.3} virtual ms: {:.1} MB/s verified",
+        r.last_completion_ns as f64 / 1e6,
+        r.bytes_verified as f64 / (r.last_completion_ns.max(1) as f64 / 1e3)
+    );
+    println!(
         "  frames: {} sent, {} delivered, {} dropped, {} duplicated, {} reordered, {} corrupted ({} caught by ICRC/checksum, {} harmless)",
         n.frames_sent, n.frames_delivered, n.dropped, n.duplicated, n.reordered, n.corrupted, n.corrupt_detected, n.corrupt_masked_delivered
     );
     println!(
-        "  transport: {} retransmissions, {} timeouts, NAKs seq {} rnr {} inv-req {} rem-access {} rem-op {}, {} duplicates received",
-        r.retransmissions, r.timeouts, r.naks.seq, r.naks.rnr, r.naks.invalid_request, r.naks.remote_access, r.naks.remote_op, r.duplicates_received
+        "  transport: {} retransmissions, {} timeouts, {} RTO probes, NAKs seq {} rnr {} inv-req {} rem-access {} rem-op {}, {} duplicates received",
+        r.retransmissions, r.timeouts, r.rto_probes, r.naks.seq, r.naks.rnr, r.naks.invalid_request, r.naks.remote_access, r.naks.remote_op, r.duplicates_received
+    );
+    let per = |x: u64| x as f64 / r.payload_packets.max(1) as f64;
+    println!(
+        "  per payload packet ({}): {:.3} frames on the wire, {:.3} request retransmissions",
+        r.payload_packets,
+        per(n.frames_sent),
+        per(r.retransmissions)
     );
     let statuses: Vec<String> = r
         .status_counts

@@ -160,8 +160,13 @@ pub struct Report {
     pub messages_completed: u64,
     /// Bytes checked against the expected contents.
     pub bytes_verified: u64,
+    /// Packets the posted messages take at the path MTU (request packets of SEND/WRITE,
+    /// response packets of READ, one per ATOMIC): what a lossless path carries once.
+    pub payload_packets: u64,
     /// Packets retransmitted by the requesters.
     pub retransmissions: u64,
+    /// Retransmission-timer probes (resends before the local ACK timeout).
+    pub rto_probes: u64,
     /// NAKs received, by kind.
     pub naks: Naks,
     /// Duplicate requests the responders saw.
@@ -176,6 +181,8 @@ pub struct Report {
     pub violation_details: Vec<String>,
     /// Virtual time at the end.
     pub virtual_time_ns: u64,
+    /// Virtual time of the last completion (the end of the transfer; timers may run later).
+    pub last_completion_ns: u64,
     /// Network statistics.
     pub net: NetStats,
     /// Final QP states of the two sides.
@@ -638,6 +645,9 @@ impl Workload {
         dir.outstanding.push_back(posted);
         self.report.messages_posted += 1;
         let r = self.sim.qp_mut(src, 0).post_send(wr);
+        if r.is_ok() {
+            self.report.payload_packets += u64::from(size.div_ceil(self.cfg.mtu.bytes()).max(1));
+        }
         if let Err(e) = r {
             self.violation(format!("dir {d}: post_send of wr {idx} refused: {e}"));
             self.dirs[d].outstanding.pop_back();
@@ -1043,6 +1053,7 @@ impl Workload {
         let mut r = self.report;
         r.net = net;
         r.virtual_time_ns = self.sim.now().as_nanos();
+        r.last_completion_ns = self.last_progress.as_nanos();
         let _ = self.rsrc_key;
         for side in 0..2 {
             let e = &self.sim.endpoints[side];
@@ -1058,6 +1069,7 @@ impl Workload {
             r.naks.remote_op += c.rcvd_nak_remote_op;
             r.duplicates_received += c.duplicate_request;
             r.timeouts += c.local_ack_timeouts;
+            r.rto_probes += c.rto_probes;
             r.refused_memory_accesses += e.mem.stats.refused;
         }
         if r.refused_memory_accesses > 0 {

@@ -207,9 +207,23 @@ fn implied_nak_lost_read_response_retried() {
     assert_eq!(p.qps[1].counters().duplicate_request, 2);
 }
 
+/// [`finite_pair`] without the retransmission timer's probes, so that only the local ACK
+/// timer acts.
+fn ack_timer_only_pair(retry_cnt: u8, rnr_retry: u8, finite: bool) -> Pair {
+    let attr = QpAttr {
+        retry_cnt,
+        rnr_retry,
+        ..Pair::rc_attr()
+    };
+    Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+        c.retry_cnt_7_infinite = !finite;
+        c.min_rto_ns = 0;
+    })
+}
+
 #[test]
 fn local_ack_timeout_retry() {
-    let mut p = Pair::rc();
+    let mut p = ack_timer_only_pair(7, 7, false);
     p.fill(0, BUF_VA, &pattern(100, 4));
     p.qps[0]
         .post_send(rdma_wr(
@@ -250,7 +264,7 @@ fn local_ack_timeout_retry() {
 
 #[test]
 fn local_ack_timeout_beyond_retry_cnt() {
-    let mut p = finite_pair(3, 7);
+    let mut p = ack_timer_only_pair(3, 7, true);
     p.qps[0]
         .post_send(rdma_wr(&p, 1, WrOpcode::RdmaWrite, BUF_VA, BUF_VA, 16))
         .unwrap();
@@ -561,9 +575,10 @@ fn partially_written_write_retried() {
 
 #[test]
 fn read_response_psn_error_retried() {
-    // A 4-packet READ; the second response is lost. Responses 3 and 4 are out of order and
-    // dropped; the timer re-issues the READ for the missing 3 packets (VA and length advanced,
-    // PSN 1), the responder replays from its saved resource, the data is exact.
+    // A 4-packet READ; the second response is lost. Response 3 reveals the gap, an implied
+    // NAK (rxe_comp.c `check_psn`): the READ is re-issued at once for the missing 3 packets
+    // (VA and length advanced, PSN 1), response 4 is stale, the responder replays from its
+    // saved resource, the data is exact, no timer was needed.
     let mut p = Pair::rc();
     let src = pattern(4 * MTU - 10, 8);
     p.fill(1, BUF_VA + 0x20000, &src);
@@ -604,7 +619,9 @@ fn read_response_psn_error_retried() {
             (1, BUF_VA + 0x20000 + MTU as u64, (src.len() - MTU) as u32)
         ]
     );
-    assert_eq!(p.qps[0].counters().local_ack_timeouts, 1);
+    assert_eq!(p.qps[0].counters().local_ack_timeouts, 0);
+    assert_eq!(p.qps[0].counters().completer_retry_err, 1);
+    assert_eq!(p.qps[0].counters().stale_naks, 1);
     assert_eq!(p.qps[1].counters().duplicate_request, 1);
     // The replay starts with READ_RESPONSE_FIRST at PSN 1.
     let replay: Vec<_> = p

@@ -141,6 +141,7 @@ impl Qp {
             self.rnr_left -= 1;
         }
         self.retrans_deadline = None;
+        self.rec.probe_deadline = None;
         self.rnr_until = Some(now.add_nanos(rnr_timer_ns(timer_code)));
     }
 
@@ -205,9 +206,14 @@ impl Qp {
             return;
         }
         if p != self.unacked {
-            // A gap: an earlier response was lost. The ACK timer (or a later implied NAK)
-            // recovers; responses are only accepted in order.
-            self.counters.duplicate_responses += 1;
+            // A gap: an earlier response was lost. Responses are only accepted in order;
+            // ask again for the rest at once, once per episode (rxe_comp.c `check_psn`:
+            // a later response to a READ is an implied NAK).
+            if self.retried_since_progress {
+                self.counters.stale_naks += 1;
+                return;
+            }
+            self.nak_retry(now);
             return;
         }
         if let Some(aeth) = pkt.aeth {

@@ -39,6 +39,9 @@ pub struct Counters {
     /// Requester: sequence NAKs / implied NAKs ignored because a retry was already started
     /// and nothing was acknowledged since.
     pub stale_naks: u64,
+    /// Requester: retransmission-timer probes (a resend from the oldest unacknowledged PSN
+    /// before the local ACK timeout; no retry used).
+    pub rto_probes: u64,
     /// Requester: NAK invalid request received.
     pub rcvd_nak_invalid_request: u64,
     /// Requester: NAK remote access error received.
@@ -82,6 +85,7 @@ impl Counters {
             ("retransmissions", self.retransmissions),
             ("local_ack_timeouts", self.local_ack_timeouts),
             ("stale_naks", self.stale_naks),
+            ("rto_probes", self.rto_probes),
             ("rcvd_nak_invalid_request", self.rcvd_nak_invalid_request),
             ("rcvd_nak_remote_access", self.rcvd_nak_remote_access),
             ("rcvd_nak_remote_op", self.rcvd_nak_remote_op),
@@ -116,6 +120,7 @@ impl Counters {
             retransmissions,
             local_ack_timeouts,
             stale_naks,
+            rto_probes,
             rcvd_nak_invalid_request,
             rcvd_nak_remote_access,
             rcvd_nak_remote_op,
@@ -144,6 +149,7 @@ impl Counters {
         self.retransmissions += retransmissions;
         self.local_ack_timeouts += local_ack_timeouts;
         self.stale_naks += stale_naks;
+        self.rto_probes += rto_probes;
         self.rcvd_nak_invalid_request += rcvd_nak_invalid_request;
         self.rcvd_nak_remote_access += rcvd_nak_remote_access;
         self.rcvd_nak_remote_op += rcvd_nak_remote_op;
@@ -177,7 +183,7 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 27);
+        assert_eq!(names.len(), 28);
         assert_eq!(
             b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),
             Some(4)

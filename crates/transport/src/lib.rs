@@ -9,6 +9,8 @@
 //! Layout follows Linux rxe's split, one module per role, each a function of state and input:
 //! * `requester` — WQEs → request packets; segmentation by path MTU,
 //!   AckReq, PSN window, `max_rd_atomic`, fences, credits; ACK timer, RNR wait, go-back-N.
+//! * `recovery` — the requester's congestion window and round-trip-estimated retransmission
+//!   timer.
 //! * `completer` — ACK/NAK/READ response/ATOMIC ACK → send completions.
 //! * `responder` — requests → memory operations, receive completions,
 //!   ACKs (coalesced), NAKs, READ responses, saved atomic results.
@@ -20,11 +22,17 @@
 //! Choices beyond the letter of rxe, each documented where it lives:
 //! * `retry_cnt == 7` means "retry forever" by default, as in rxe
 //!   ([`QpConfig::retry_cnt_7_infinite`]); IBTA reads it as seven retries.
-//! * After a local ACK timeout the requester resends with a window of one packet and doubles
-//!   it on every acknowledgement (slow start), instead of resending the whole window into a
-//!   path that just lost it; AckReq is also set on the packet that fills the window.
+//! * Loss recovery, with nothing changed on the wire (`recovery`): a per-QP congestion
+//!   window of at most `max_unacked_psns` packets, halved once per loss episode (sequence
+//!   NAK, implied NAK, probe) but not below half the smoothed distance between losses,
+//!   restarted from one packet after a local ACK timeout, grown on ACKs (slow start, then
+//!   one packet per window); and a retransmission timer estimated from the round trip that
+//!   resends from the oldest unacknowledged PSN long before the local ACK timeout, without
+//!   using a retry. AckReq is also set on the packet that fills the window and every half
+//!   window.
 //! * Sequence NAKs and implied NAKs after a retry and before any progress are stale and
-//!   ignored (rxe `started_retry`); the ACK timer covers a lost resend.
+//!   ignored (rxe `started_retry`); the retransmission timer covers a lost resend. A gap in
+//!   READ responses is an implied NAK at once (rxe_comp.c `check_psn`).
 //! * Responder-side receive-buffer overflow completes the receive WQE with `LOC_LEN_ERR`
 //!   (IBTA) while NAKing invalid request (rxe), docs/wire.md §10 item 3.
 //! * A response of the wrong kind for its WQE is `BAD_RESP_ERR` (rxe uses `FATAL_ERR`).
@@ -45,6 +53,7 @@ pub mod fuzzing;
 mod mem;
 mod packet;
 mod qp;
+mod recovery;
 mod requester;
 mod responder;
 pub mod state;

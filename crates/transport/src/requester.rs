@@ -33,6 +33,12 @@ impl Qp {
                 return None;
             }
             let ty = self.cfg.qp_type;
+            if self.rec.probe_one && ty == QpType::Rc {
+                if let Some(t) = self.send_probe(now, mem, buf) {
+                    return Some(t);
+                }
+                continue;
+            }
             let idx = self.cursor;
             let wqe = self.sq.get(idx)?;
             if !wqe.started {
@@ -163,10 +169,13 @@ impl Qp {
         bth.pkey = self.cfg.pkey;
         // AckReq on the last packet of a message, after `max_pkts_per_ack` packets without
         // one (rxe), and on the packet that fills the window — otherwise a window-stalled
-        // requester would wait for an ACK the responder has no reason to send.
-        let fills_window = next_psn.next().diff(self.unacked) >= self.window() as i32;
-        let ack_req = ty == QpType::Rc
-            && (last || fills_window || self.pkts_since_ackreq + 1 >= self.cfg.max_pkts_per_ack);
+        // requester would wait for an ACK the responder has no reason to send — and every
+        // half window, so that a small window slides on ACKs instead of stopping and waiting.
+        let window = self.window();
+        let fills_window = next_psn.next().diff(self.unacked) >= window as i32;
+        let every = self.cfg.max_pkts_per_ack.min((window / 2).max(1));
+        let ack_req =
+            ty == QpType::Rc && (last || fills_window || self.pkts_since_ackreq + 1 >= every);
         bth.ack_req = ack_req;
         bth.solicited = last
             && wqe.wr.flags.contains(SendFlags::SOLICITED)
@@ -248,8 +257,12 @@ impl Qp {
                 self.counters.rdma_sends += 1;
             }
         }
-        if next_psn.is_before(self.sent_high) {
+        let fresh = !next_psn.is_before(self.sent_high);
+        if !fresh {
             self.counters.retransmissions += 1;
+        }
+        if ty == QpType::Rc && ack_req {
+            self.rec.on_send(next_psn, now, fresh);
         }
         self.next_psn = if is_read {
             last_psn.next()
@@ -278,6 +291,9 @@ impl Qp {
         if ty == QpType::Rc && self.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
+        if ty == QpType::Rc && self.rec.probe_deadline.is_none() {
+            self.arm_probe(now);
+        }
         Ok(Transmit {
             len: total,
             ah,
@@ -287,12 +303,29 @@ impl Qp {
 
     /// Packets the requester may have outstanding now.
     pub(crate) fn window(&self) -> u32 {
-        self.cwnd.clamp(1, self.cfg.max_unacked_psns.max(1))
+        self.rec.cwnd.clamp(1, self.cfg.max_unacked_psns.max(1))
     }
 
     /// (Re)start the local ACK timer (4.096 µs × 2^timeout; 0 = none).
     pub(crate) fn arm_retrans(&mut self, now: Time) {
         self.retrans_deadline = local_ack_timeout_ns(self.attr.timeout).map(|t| now.add_nanos(t));
+    }
+
+    /// (Re)start the retransmission timer: one RTO (at most a sixteenth of the local ACK
+    /// timeout before backoff) from `now`, unless the local ACK timer fires first anyway (or
+    /// no round trip has been measured yet).
+    pub(crate) fn arm_probe(&mut self, now: Time) {
+        let cap = local_ack_timeout_ns(self.attr.timeout).map_or(u64::MAX, |t| t / 16);
+        self.rec.probe_deadline = self
+            .rec
+            .rto_ns(self.cfg.min_rto_ns, cap)
+            .map(|t| now.add_nanos(t))
+            .filter(|d| self.retrans_deadline.is_none_or(|ibta| *d < ibta));
+    }
+
+    /// Packets sent and not acknowledged.
+    fn flight(&self) -> u32 {
+        u32::try_from(self.sent_high.diff(self.unacked)).unwrap_or(0)
     }
 
     /// PSNs sent and not acknowledged.
@@ -306,17 +339,21 @@ impl Qp {
         self.retry_left = self.attr.retry_cnt;
         self.rnr_left = self.attr.rnr_retry;
         self.retried_since_progress = false;
-        self.cwnd = self
-            .cwnd
-            .saturating_mul(2)
-            .min(self.cfg.max_unacked_psns.max(1));
+        self.rec.probe_one = false;
+        let newly = u32::try_from(self.unacked.diff(self.rec.una)).unwrap_or(0);
+        self.rec.una = self.unacked;
+        self.rec.measure(self.unacked, now);
+        self.rec
+            .on_ack(newly, self.unacked, self.cfg.max_unacked_psns);
         if self.next_psn.is_before(self.unacked) {
             self.next_psn = self.unacked;
         }
         if self.outstanding() && self.rnr_until.is_none() {
             self.arm_retrans(now);
+            self.arm_probe(now);
         } else {
             self.retrans_deadline = None;
+            self.rec.probe_deadline = None;
         }
     }
 
@@ -336,12 +373,19 @@ impl Qp {
     /// (SEND/WRITE skip acknowledged packets; READ asks for the missing bytes); later WQEs are
     /// resent whole, with the PSNs they had (docs/wire.md §5.2, rxe `req_retry`).
     pub(crate) fn start_retry(&mut self, now: Time) {
+        self.go_back();
+        if self.outstanding() {
+            self.arm_retrans(now);
+            self.arm_probe(now);
+        }
+    }
+
+    /// Resend from the oldest unacknowledged PSN on.
+    fn go_back(&mut self) {
+        self.rec.probe_one = false;
         self.cursor = 0;
         self.next_psn = self.unacked;
         self.pkts_since_ackreq = 0;
-        if self.outstanding() {
-            self.arm_retrans(now);
-        }
     }
 
     /// Retry after a NAK or an implied NAK. `false` if the retry counter was exhausted (the
@@ -349,6 +393,8 @@ impl Qp {
     pub(crate) fn nak_retry(&mut self, now: Time) -> bool {
         self.retried_since_progress = true;
         self.counters.completer_retry_err += 1;
+        self.rec
+            .on_loss(self.flight(), self.sent_high, false, self.cfg.min_window);
         if !self.consume_retry() {
             self.counters.retry_exceeded_err += 1;
             self.fail_front(WcStatus::RetryExcErr);
@@ -362,6 +408,7 @@ impl Qp {
     pub(crate) fn requester_timeout(&mut self, now: Time) {
         if !matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd) {
             self.retrans_deadline = None;
+            self.rec.probe_deadline = None;
             self.rnr_until = None;
             return;
         }
@@ -373,14 +420,15 @@ impl Qp {
             }
             return;
         }
-        let Some(deadline) = self.retrans_deadline else {
-            return;
-        };
-        if now < deadline {
-            return;
-        }
         if !self.outstanding() {
             self.retrans_deadline = None;
+            self.rec.probe_deadline = None;
+            return;
+        }
+        if self.retrans_deadline.is_none_or(|d| now < d) {
+            if self.rec.probe_deadline.is_some_and(|d| now >= d) {
+                self.probe(now);
+            }
             return;
         }
         self.counters.local_ack_timeouts += 1;
@@ -391,8 +439,66 @@ impl Qp {
         }
         // The path just lost a whole window: resend one packet and grow on each ACK
         // (slow start) instead of resending the full window into it.
-        self.cwnd = 1;
+        self.rec
+            .on_loss(self.flight(), self.sent_high, true, self.cfg.min_window);
         self.start_retry(now);
+    }
+
+    /// The retransmission timer fired before the local ACK timer: the tail of what was sent
+    /// (or its ACK, or a NAK, or a resend) was lost, or the round trip is longer than it
+    /// was. First resend the oldest unacknowledged packet alone, with AckReq: the responder
+    /// executes it if it was missing and re-ACKs it as a duplicate otherwise, and in both
+    /// cases answers with the PSN it expects; the window is left as it was, so a probe that
+    /// only beat a late ACK costs one packet. If that probe goes unanswered too, the path is
+    /// losing: go back to the oldest unacknowledged PSN with a window of one packet. No
+    /// retry is used and the local ACK timer keeps running from the last progress.
+    fn probe(&mut self, now: Time) {
+        self.counters.rto_probes += 1;
+        if self.rec.backed_off() {
+            self.rec
+                .on_loss(self.flight(), self.sent_high, true, self.cfg.min_window);
+            // Sequence NAKs sent before this resend arrives are stale.
+            self.retried_since_progress = true;
+            self.go_back();
+        } else {
+            self.rec.probe_one = true;
+        }
+        self.rec.back_off();
+        self.arm_probe(now);
+    }
+
+    /// Build the first probe: the packet at the oldest unacknowledged PSN, with AckReq,
+    /// leaving the resume point of the send queue where it was.
+    fn send_probe<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        self.rec.probe_one = false;
+        if !self.outstanding() {
+            return None;
+        }
+        let (cursor, next_psn, since) = (self.cursor, self.next_psn, self.pkts_since_ackreq);
+        self.cursor = 0;
+        self.next_psn = self.unacked;
+        self.pkts_since_ackreq = u32::MAX - 1;
+        let r = self.build_request(now, mem, buf);
+        self.cursor = cursor;
+        self.next_psn = next_psn;
+        self.pkts_since_ackreq = since;
+        match r {
+            Ok(t) => Some(t),
+            Err(BuildError::Buffer) => {
+                self.counters.send_err += 1;
+                None
+            }
+            Err(BuildError::Wqe(status)) => {
+                self.counters.send_err += 1;
+                self.fail_at(0, status);
+                None
+            }
+        }
     }
 
     /// The WQE at `idx` failed locally: earlier WQEs are flushed, it completes with `status`,

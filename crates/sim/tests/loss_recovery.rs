@@ -1,0 +1,262 @@
+//! The RC requester's loss recovery, packet by packet through the hand-controlled pipe of
+//! `sim::pair`: a sequence NAK is answered at once from its PSN with a window cut to half of
+//! what was in flight, nothing acknowledged is sent again, the responder NAKs a gap once, a
+//! lost tail is recovered by the retransmission timer well before the local ACK timeout, and
+//! that timer's probes use no retries (IBTA Vol 1 §9.7.6.1.3: only local ACK timeouts and
+//! NAKs do).
+
+use sim::pair::{Fate, Pair, BUF_VA};
+use transport::wire::{AckKind, NakCode, Psn};
+use transport::{
+    local_ack_timeout_ns, LocalData, Mtu, QpAttr, QpState, QpType, SendWr, Sge, SgeList, WcStatus,
+    WrOpcode,
+};
+
+const MTU: usize = 1024;
+const DST: u64 = BUF_VA + 0x40000;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+        .collect()
+}
+
+fn write_wr(p: &Pair, id: u64, src: u64, dst: u64, len: usize) -> SendWr {
+    let mut wr = SendWr::new(id, WrOpcode::RdmaWrite);
+    wr.local = LocalData::Sges(SgeList::single(Sge {
+        addr: src,
+        length: len as u32,
+        lkey: p.lkey(0),
+    }));
+    wr.remote_addr = dst;
+    wr.rkey = p.rkey(1);
+    wr
+}
+
+/// PSNs of the packets waiting in the pipe toward `to`.
+fn in_pipe(p: &Pair, to: usize) -> Vec<u32> {
+    p.pipe[to]
+        .iter()
+        .map(|b| {
+            transport::wire::RocePacketRepr::parse(b)
+                .unwrap()
+                .bth
+                .psn
+                .value()
+        })
+        .collect()
+}
+
+/// Deliver what is in the pipe toward `to`, losing the packets `lose` picks.
+fn deliver(p: &mut Pair, to: usize, lose: &mut dyn FnMut(u32) -> bool) {
+    while let Some(b) = p.pipe[to].pop_front() {
+        let psn = transport::wire::RocePacketRepr::parse(&b)
+            .unwrap()
+            .bth
+            .psn
+            .value();
+        if !lose(psn) {
+            p.deliver_bytes(to, &b);
+        }
+    }
+}
+
+/// One 2-packet WRITE whose first packet is lost once: the requester has seen a loss (the
+/// retransmission timer is armed only on a path that loses) and measured a round trip (0 ns
+/// in the pipe, so its retransmission timeout is the 1 ms floor).
+fn warm_up(p: &mut Pair) {
+    p.qps[0]
+        .post_send(write_wr(p, 100, BUF_VA, DST, 2 * MTU))
+        .unwrap();
+    let mut lost = false;
+    p.run(4, &mut |to, _| {
+        if to == 1 && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    p.completions[0].clear();
+    let c = p.qps[0].counters();
+    assert_eq!(
+        (c.rcvd_seq_err, c.retransmissions, c.rto_probes),
+        (1, WARM_RESENDS, 0)
+    );
+}
+
+/// The warm-up's own resends (PSNs 0 and 1).
+const WARM_RESENDS: u64 = 2;
+
+#[test]
+fn no_probe_on_a_path_that_never_lost_anything() {
+    let mut p = pair(7);
+    p.fill(0, BUF_VA, &pattern(4 * MTU, 5));
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, 4 * MTU))
+        .unwrap();
+    // The ACK is late (lost here): only the local ACK timer resends.
+    let mut lost = false;
+    p.run(20, &mut |to, _| {
+        if to == 0 && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    let c = p.qps[0].counters();
+    assert_eq!((c.rto_probes, c.local_ack_timeouts), (0, 1));
+}
+
+fn pair(retry_cnt: u8) -> Pair {
+    let attr = QpAttr {
+        retry_cnt,
+        ..Pair::rc_attr()
+    };
+    Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+        c.retry_cnt_7_infinite = false;
+        c.min_rto_ns = 1_000_000;
+        c.min_window = 2;
+    })
+}
+
+#[test]
+fn sequence_nak_resends_at_once_from_its_psn_with_a_halved_window() {
+    let mut p = pair(7);
+    let data = pattern(8 * MTU, 1);
+    p.fill(0, BUF_VA, &data);
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, data.len()))
+        .unwrap();
+    assert_eq!(p.transmit(0), 8);
+    deliver(&mut p, 1, &mut |psn| psn == 3);
+    // Four packets arrived ahead of ePSN 3: one NAK for the gap, the rest dropped silently.
+    p.transmit(1);
+    assert_eq!(in_pipe(&p, 0), vec![3]);
+    let nak = transport::wire::RocePacketRepr::parse(&p.pipe[0][0])
+        .unwrap()
+        .aeth
+        .unwrap();
+    assert_eq!(nak.syndrome.kind(), AckKind::Nak(NakCode::PSN_SEQ_ERROR));
+    assert_eq!(p.qps[1].counters().out_of_seq_request, 4);
+    assert_eq!(p.qps[1].counters().send_nak, 1);
+    deliver(&mut p, 0, &mut |_| false);
+    // At once (no time passes), from PSN 3 — 0..2 were acknowledged by the NAK — and no
+    // further than half of the 5 packets (3..7) that were still in flight.
+    p.transmit(0);
+    assert_eq!(in_pipe(&p, 1), vec![3, 4]);
+    deliver(&mut p, 1, &mut |_| false);
+    p.transmit(1);
+    deliver(&mut p, 0, &mut |_| false);
+    // The ACK of 3..4 lets the window grow by one (congestion avoidance from 2): 5..7,
+    // nothing the ACK covered.
+    p.transmit(0);
+    assert_eq!(in_pipe(&p, 1), vec![5, 6, 7]);
+    p.run_clean();
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(1, DST, data.len()), &data[..]);
+    let c = p.qps[0].counters();
+    assert_eq!(c.retransmissions, 5, "PSNs 3 to 7, once each");
+    assert_eq!(
+        (c.rcvd_seq_err, c.local_ack_timeouts, c.rto_probes),
+        (1, 0, 0)
+    );
+}
+
+#[test]
+fn lost_tail_is_probed_long_before_the_ack_timeout() {
+    let mut p = pair(7);
+    warm_up(&mut p);
+    let data = pattern(8 * MTU, 2);
+    p.fill(0, BUF_VA, &data);
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, data.len()))
+        .unwrap();
+    let t0 = p.now;
+    let last = 2 + 7;
+    // The last packet (the only one asking for an ACK) is lost once: nothing later makes the
+    // responder NAK, and nothing is acknowledged.
+    let mut lost = false;
+    p.run(20, &mut |to, pkt| {
+        if to == 1 && pkt.bth.psn == Psn::new(last) && !lost {
+            lost = true;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(1, DST, data.len()), &data[..]);
+    let c = p.qps[0].counters();
+    assert_eq!((c.rto_probes, c.local_ack_timeouts), (1, 0));
+    // The warm-up's loss left a window of 2 packets, each window acknowledged before the
+    // next, so the lost last packet was the oldest unacknowledged one: the probe resent just
+    // that packet.
+    assert_eq!(c.retransmissions - WARM_RESENDS, 1);
+    assert_eq!(p.qps[1].counters().duplicate_request, 0);
+    let done = p
+        .qps
+        .iter()
+        .all(|q| q.poll_timeout().is_none() || q.state() == QpState::Rts);
+    assert!(done);
+    let ack_timeout = local_ack_timeout_ns(Pair::rc_attr().timeout).unwrap();
+    let took = p.now.nanos_since(t0);
+    assert!(
+        took < ack_timeout / 2,
+        "recovered after {took} virtual ns; the local ACK timeout is {ack_timeout} ns"
+    );
+}
+
+#[test]
+fn lost_ack_probe_resends_from_the_oldest_and_the_duplicate_ack_covers_the_rest() {
+    let mut p = pair(7);
+    warm_up(&mut p);
+    let data = pattern(8 * MTU, 3);
+    p.fill(0, BUF_VA, &data);
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, data.len()))
+        .unwrap();
+    let mut acks_lost = 0;
+    p.run(20, &mut |to, _| {
+        if to == 0 && acks_lost == 0 {
+            acks_lost += 1;
+            return Fate::Drop;
+        }
+        Fate::Deliver
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    let c = p.qps[0].counters();
+    assert_eq!((c.rto_probes, c.local_ack_timeouts), (1, 0));
+    // The requester, its window of 2 unacknowledged, waited; the probe resent the oldest
+    // unacknowledged packet alone, the responder re-ACKed the duplicate (covering both) and
+    // the rest of the message followed.
+    assert_eq!(c.retransmissions - WARM_RESENDS, 1);
+    assert_eq!(p.qps[1].counters().duplicate_request, 1);
+}
+
+#[test]
+fn probes_use_no_retries_the_local_ack_timeout_does() {
+    // retry_cnt 1 (IBTA semantics): a dead path ends in RETRY_EXC_ERR after the second local
+    // ACK timeout, however many probes went out in between.
+    let mut p = pair(1);
+    warm_up(&mut p);
+    p.fill(0, BUF_VA, &pattern(2 * MTU, 4));
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, 2 * MTU))
+        .unwrap();
+    let t0 = p.now;
+    p.run(100, &mut |to, _| {
+        if to == 1 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    assert_eq!(p.collect(0)[0].status, WcStatus::RetryExcErr);
+    let c = p.qps[0].counters();
+    assert_eq!(c.local_ack_timeouts, 2);
+    assert!(c.rto_probes >= 2, "{} probes", c.rto_probes);
+    let ack_timeout = local_ack_timeout_ns(Pair::rc_attr().timeout).unwrap();
+    assert!(p.now.nanos_since(t0) >= 2 * ack_timeout);
+    assert_eq!(p.qps[0].state(), QpState::Err);
+}
