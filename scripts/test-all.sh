@@ -23,6 +23,9 @@ bash tests/compat/loadall.sh --no-build
 echo "== drop-in C libraries: stock tools end to end (tests/compat/tools.sh)"
 bash tests/compat/tools.sh
 
+echo "== drop-in librdmacm: rping and ucmatose connecting through the CM (tests/compat/rdmacm.sh)"
+bash tests/compat/rdmacm.sh --no-build
+
 echo "== interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh)"
 if [ "${UROCE_SKIP_INTEROP:-0}" = 1 ]; then
     echo "SKIPPED: UROCE_SKIP_INTEROP=1"
