@@ -258,6 +258,24 @@ else
     bad "compiling tests/compat/errno.c"
 fi
 
+# uroce's librdmacm through rdma-core's own <rdma/rdma_cma.h> (librdmacm-dev): address and
+# route resolution, rdma_create_qp's CQs, and misuse (destroyed IDs and channels) refused
+# with errno rather than a crash (tests/compat/rdmacm_api.c).
+if [ ! -f /usr/include/rdma/rdma_cma.h ] && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librdmacm-dev >/dev/null 2>&1 || true
+fi
+if [ ! -f /usr/include/rdma/rdma_cma.h ] || [ ! -f /usr/lib/x86_64-linux-gnu/librdmacm.so.1 ]; then
+    echo "skip rdmacm_api.c: <rdma/rdma_cma.h> not installed (Debian package librdmacm-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/rdmacm_api" tests/compat/rdmacm_api.c \
+        /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    addr=${COMPAT_ADDR_A:-127.0.0.1}
+    out=$(UROCE_DEVICES="uroce0=$addr" timeout 30 "$work/rdmacm_api" "$addr" 2>&1)
+    if [ $? = 0 ]; then ok "librdmacm API and misuse ($(tail -1 <<<"$out"))"
+    else bad "rdmacm_api.c: $(tr '\n' ' ' <<<"$out")"; fi
+else
+    bad "compiling tests/compat/rdmacm_api.c"
+fi
+
 # ---- 6. ibv_devinfo -v opens the device and describes it ----
 # The device binds UDP 4791 on its address; COMPAT_ADDR_A picks another loopback address
 # if 127.0.0.1:4791 is taken on this machine.

@@ -157,7 +157,22 @@ const RAI_NUMERICHOST: c_int = 2;
 #[derive(Debug)]
 pub struct UEvChannel {
     ch: rdma_event_channel,
-    rust: EventChannel,
+    /// `None` once destroyed. The struct itself is never freed, so a second
+    /// `rdma_destroy_event_channel` (perftest 4.5's error path) is harmless.
+    rust: Mutex<Option<EventChannel>>,
+}
+
+/// The event channel behind `channel`, if it is one of ours and not destroyed.
+///
+/// # Safety
+/// None beyond the pointer being NULL or anything: it is looked up before it is read.
+unsafe fn uchan(channel: *mut rdma_event_channel) -> Option<EventChannel> {
+    if !registry().chans.contains(&(channel as usize)) {
+        return None;
+    }
+    // SAFETY: one of ours: a boxed UEvChannel, never freed.
+    let c = unsafe { &*channel.cast::<UEvChannel>() };
+    c.rust.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// An ID: the C struct first.
@@ -168,6 +183,10 @@ pub struct UCmId {
     rust: RdmaCmId,
     /// Events delivered for this ID and not acked yet (`rdma_destroy_id` waits for 0).
     pending: AtomicUsize,
+    /// `rdma_destroy_id` was called: every later call on this ID is EINVAL. The memory is
+    /// never freed, so a program that keeps using a destroyed ID (perftest 4.5 retries a
+    /// rejected connect on the IDs it just destroyed) gets errors instead of a crash.
+    destroyed: std::sync::atomic::AtomicBool,
 }
 
 /// An event: the C struct first, then the private data it points at.
@@ -181,6 +200,11 @@ struct UEvent {
 #[derive(Default)]
 struct Registry {
     ids: HashMap<usize, usize>,
+    /// Every C ID ever made (their memory is never freed): a pointer not in here is not an
+    /// ID, and is refused rather than read.
+    made: std::collections::HashSet<usize>,
+    /// Every C event channel ever made (never freed either).
+    chans: std::collections::HashSet<usize>,
     ctxs: HashMap<String, usize>,
     pds: HashMap<String, usize>,
 }
@@ -195,8 +219,11 @@ fn registry() -> MutexGuard<'static, Registry> {
 /// # Safety
 /// `id` is NULL or an ID from `uroce_rdma_create_id` (or an event) not destroyed yet.
 unsafe fn ucm<'a>(id: *mut rdma_cm_id) -> Option<&'a mut UCmId> {
-    // SAFETY: a non-NULL ID pointer is the first field of a live boxed UCmId.
-    unsafe { id.cast::<UCmId>().as_mut() }
+    if !registry().made.contains(&(id as usize)) {
+        return None;
+    }
+    // SAFETY: `id` is one of ours: the first field of a boxed UCmId, never freed.
+    unsafe { id.cast::<UCmId>().as_mut() }.filter(|u| !u.destroyed.load(Ordering::Acquire))
 }
 
 fn sockaddr_of(a: SocketAddr) -> [u64; 16] {
@@ -312,8 +339,11 @@ fn new_id(rust: RdmaCmId, chan: *mut rdma_event_channel, context: *mut c_void) -
         id,
         rust,
         pending: AtomicUsize::new(0),
+        destroyed: std::sync::atomic::AtomicBool::new(false),
     }));
-    registry().ids.insert(key, b as usize);
+    let mut r = registry();
+    r.ids.insert(key, b as usize);
+    r.made.insert(b as usize);
     b
 }
 
@@ -328,11 +358,12 @@ pub extern "C" fn uroce_rdma_create_event_channel() -> *mut rdma_event_channel {
             Ok(rust) => {
                 use std::os::fd::AsRawFd;
                 let fd = rust.as_raw_fd();
-                Box::into_raw(Box::new(UEvChannel {
+                let p = Box::into_raw(Box::new(UEvChannel {
                     ch: rdma_event_channel { fd },
-                    rust,
-                }))
-                .cast()
+                    rust: Mutex::new(Some(rust)),
+                }));
+                registry().chans.insert(p as usize);
+                p.cast()
             }
             Err(e) => {
                 set_errno(errno_of(&e));
@@ -348,9 +379,10 @@ pub extern "C" fn uroce_rdma_create_event_channel() -> *mut rdma_event_channel {
 /// `channel` came from [`uroce_rdma_create_event_channel`] and is not used afterwards.
 pub unsafe extern "C" fn uroce_rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     guard((), || {
-        if !channel.is_null() {
-            // SAFETY: per the contract, a leaked Box<UEvChannel> owned again exactly once.
-            drop(unsafe { Box::from_raw(channel.cast::<UEvChannel>()) });
+        if registry().chans.contains(&(channel as usize)) {
+            // SAFETY: one of ours: a boxed UEvChannel, never freed.
+            let c = unsafe { &*channel.cast::<UEvChannel>() };
+            c.rust.lock().unwrap_or_else(|p| p.into_inner()).take();
         }
     })
 }
@@ -373,9 +405,11 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
         if channel.is_null() || ps != RDMA_PS_TCP {
             return fail(libc::EOPNOTSUPP);
         }
-        // SAFETY: a live channel per the contract.
-        let ch = unsafe { &*channel.cast::<UEvChannel>() };
-        match RdmaCmId::new(&ch.rust, PortSpace::TCP) {
+        // SAFETY: looked up before it is read.
+        let Some(ch) = (unsafe { uchan(channel) }) else {
+            return fail(libc::EINVAL);
+        };
+        match RdmaCmId::new(&ch, PortSpace::TCP) {
             Ok(rust) => {
                 let b = new_id(rust, channel, context);
                 // SAFETY: valid for a write per the contract.
@@ -387,7 +421,8 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
     })
 }
 
-/// `int rdma_destroy_id(struct rdma_cm_id *)`: waits until the ID's events are acked.
+/// `int rdma_destroy_id(struct rdma_cm_id *)`: waits until the ID's events are acked, then
+/// lets go of the CM ID; the C struct stays allocated (see `UCmId::destroyed`).
 ///
 /// # Safety
 /// `id` is a live ID, not used afterwards.
@@ -401,9 +436,8 @@ pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             std::thread::sleep(Duration::from_millis(1));
         }
         registry().ids.remove(&u.rust.key());
-        // SAFETY: a leaked Box<UCmId> owned again exactly once.
-        let b = unsafe { Box::from_raw(id.cast::<UCmId>()) };
-        b.rust.clone().destroy();
+        u.destroyed.store(true, Ordering::Release);
+        u.rust.clone().destroy();
         0
     })
 }
@@ -803,15 +837,17 @@ pub unsafe extern "C" fn uroce_rdma_get_cm_event(
         if channel.is_null() || event.is_null() {
             return fail(libc::EINVAL);
         }
-        // SAFETY: a live channel per the contract.
-        let ch = unsafe { &*channel.cast::<UEvChannel>() };
-        let e = if is_nonblocking(ch.ch.fd) {
-            match ch.rust.try_get_event() {
+        // SAFETY: looked up before it is read.
+        let Some(ch) = (unsafe { uchan(channel) }) else {
+            return fail(libc::EINVAL);
+        };
+        let e = if is_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&ch)) {
+            match ch.try_get_event() {
                 Some(e) => e,
                 None => return fail(libc::EAGAIN),
             }
         } else {
-            match ch.rust.get_event(None) {
+            match ch.get_event(None) {
                 Some(e) => e,
                 None => return fail(libc::EIO),
             }
