@@ -167,6 +167,23 @@ pub enum CmEvent {
     SidrReply { id: CmId, rep: Box<SidrRepRepr> },
 }
 
+impl CmEvent {
+    /// The ID the event concerns.
+    pub fn id(&self) -> CmId {
+        match self {
+            CmEvent::ConnectRequest { id, .. }
+            | CmEvent::ConnectResponse { id, .. }
+            | CmEvent::Established { id }
+            | CmEvent::Rejected { id, .. }
+            | CmEvent::Unreachable { id }
+            | CmEvent::Disconnected { id, .. }
+            | CmEvent::TimewaitExit { id }
+            | CmEvent::SidrRequest { id, .. }
+            | CmEvent::SidrReply { id, .. } => *id,
+        }
+    }
+}
+
 /// Why a consumer call was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmError {
@@ -638,7 +655,7 @@ impl Cm {
             conn.orphan = true;
             self.conns.insert(id.0, conn);
         }
-        self.events.retain(|e| event_id(e) != id);
+        self.events.retain(|e| e.id() != id);
     }
 
     /// Sends a SIDR_REQ (UD service resolution). Ends in `SidrReply` or `Unreachable`.
@@ -1417,19 +1434,5 @@ impl Cm {
         conn.last = None;
         let t = iba_time_to_ms(self.ack_timeout());
         conn.deadline = Some(now.add_nanos(ms(t)));
-    }
-}
-
-fn event_id(e: &CmEvent) -> CmId {
-    match e {
-        CmEvent::ConnectRequest { id, .. }
-        | CmEvent::ConnectResponse { id, .. }
-        | CmEvent::Established { id }
-        | CmEvent::Rejected { id, .. }
-        | CmEvent::Unreachable { id }
-        | CmEvent::Disconnected { id, .. }
-        | CmEvent::TimewaitExit { id }
-        | CmEvent::SidrRequest { id, .. }
-        | CmEvent::SidrReply { id, .. } => *id,
     }
 }

@@ -243,20 +243,6 @@ fn accept_params(qpn: u32) -> AcceptParams {
     }
 }
 
-fn id_of(e: &CmEvent) -> CmId {
-    match e {
-        CmEvent::ConnectRequest { id, .. }
-        | CmEvent::ConnectResponse { id, .. }
-        | CmEvent::Established { id }
-        | CmEvent::Rejected { id, .. }
-        | CmEvent::Unreachable { id }
-        | CmEvent::Disconnected { id, .. }
-        | CmEvent::TimewaitExit { id }
-        | CmEvent::SidrRequest { id, .. }
-        | CmEvent::SidrReply { id, .. } => *id,
-    }
-}
-
 /// The scripted consumers of a connect test: node 1 (index 1) accepts every request with a QP
 /// numbered after the request, node 0 establishes on every response.
 fn accept_all(net: &mut Net, node: usize, e: &CmEvent) {
@@ -340,7 +326,7 @@ fn clean_link_connect_disconnect_without_retransmission() {
         let evs: Vec<&CmEvent> = net
             .log
             .iter()
-            .filter(|(n, e)| *n == node && id_of(e) == id)
+            .filter(|(n, e)| *n == node && e.id() == id)
             .map(|(_, e)| e)
             .collect();
         assert!(
@@ -467,7 +453,7 @@ fn peer_killed_while_connected_ends_in_disconnected_and_no_leak() {
     let evs: Vec<&CmEvent> = net
         .log
         .iter()
-        .filter(|(n, e)| *n == 0 && id_of(e) == a)
+        .filter(|(n, e)| *n == 0 && e.id() == a)
         .map(|(_, e)| e)
         .collect();
     assert!(matches!(
@@ -713,7 +699,7 @@ fn lossy_duplicating_reordering_link_never_leaves_half_open_connections() {
         let ids: Vec<(usize, CmId)> = net
             .log
             .iter()
-            .map(|(n, e)| (*n, id_of(e)))
+            .map(|(n, e)| (*n, e.id()))
             .chain(actives.iter().map(|&(f, _, id, _)| (f, id)))
             .collect();
         for (n, id) in ids {

@@ -291,6 +291,21 @@ fn fail_with(e: &uroce::Error) -> c_int {
     fail(errno_of(e))
 }
 
+/// The body of an ID call returning `int`: the ID looked up (EINVAL if it is not a live one
+/// of ours), `f` run, 0 or −1 with errno.
+fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&mut UCmId) -> uroce::Result<()>) -> c_int {
+    guard(-1, || {
+        // SAFETY: `ucm` reads the pointer only if it is one of ours.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        match f(u) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
 /// The C context and default PD of the ID's device (created once per device).
 fn device_objects(id: &RdmaCmId) -> Option<(*mut ibv_context, *mut ibv_pd)> {
     let name = id.device_name()?;
@@ -500,16 +515,7 @@ pub unsafe extern "C" fn uroce_rdma_resolve_route(
     id: *mut rdma_cm_id,
     _timeout_ms: c_int,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        match u.rust.resolve_route() {
-            Ok(()) => 0,
-            Err(e) => fail_with(&e),
-        }
-    })
+    on_id(id, |u| u.rust.resolve_route())
 }
 
 /// `int rdma_create_qp(id, pd, qp_init_attr)`: the QP on the ID's context (its default PD
@@ -693,18 +699,9 @@ pub unsafe extern "C" fn uroce_rdma_connect(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        // SAFETY: per the contract.
-        let p = unsafe { param_from(param) };
-        match u.rust.connect(&p) {
-            Ok(()) => 0,
-            Err(e) => fail_with(&e),
-        }
-    })
+    // SAFETY: per the contract.
+    let p = unsafe { param_from(param) };
+    on_id(id, |u| u.rust.connect(&p))
 }
 
 /// `int rdma_listen(id, backlog)`.
@@ -712,16 +709,7 @@ pub unsafe extern "C" fn uroce_rdma_connect(
 /// # Safety
 /// `id` is a live, bound ID.
 pub unsafe extern "C" fn uroce_rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        match u.rust.listen(backlog) {
-            Ok(()) => 0,
-            Err(e) => fail_with(&e),
-        }
-    })
+    on_id(id, |u| u.rust.listen(backlog))
 }
 
 /// `int rdma_accept(id, conn_param)`.
@@ -732,20 +720,12 @@ pub unsafe extern "C" fn uroce_rdma_accept(
     id: *mut rdma_cm_id,
     param: *mut rdma_conn_param,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        // SAFETY: per the contract.
-        let p = unsafe { param_from(param) };
-        match u.rust.accept(&p) {
-            Ok(()) => {
-                set_qp_state(u, QP_STATE_RTS);
-                0
-            }
-            Err(e) => fail_with(&e),
-        }
+    // SAFETY: per the contract.
+    let p = unsafe { param_from(param) };
+    on_id(id, |u| {
+        u.rust.accept(&p)?;
+        set_qp_state(u, QP_STATE_RTS);
+        Ok(())
     })
 }
 
@@ -781,18 +761,10 @@ pub unsafe extern "C" fn uroce_rdma_reject(
 /// # Safety
 /// `id` is a live ID.
 pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        match u.rust.disconnect() {
-            Ok(()) => {
-                set_qp_state(u, QP_STATE_ERR);
-                0
-            }
-            Err(e) => fail_with(&e),
-        }
+    on_id(id, |u| {
+        u.rust.disconnect()?;
+        set_qp_state(u, QP_STATE_ERR);
+        Ok(())
     })
 }
 
@@ -801,16 +773,7 @@ pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 /// # Safety
 /// `id` is a live ID.
 pub unsafe extern "C" fn uroce_rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        match u.rust.establish() {
-            Ok(()) => 0,
-            Err(e) => fail_with(&e),
-        }
-    })
+    on_id(id, |u| u.rust.establish())
 }
 
 const QP_STATE_INIT: u32 = 1;

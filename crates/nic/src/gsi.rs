@@ -102,7 +102,7 @@ impl Gsi {
                     }
                     o
                 }
-                other => self.owners.get(&event_id(other).0).copied(),
+                other => self.owners.get(&other.id().0).copied(),
             };
             match owner {
                 Some(ctx) => {
@@ -215,25 +215,10 @@ pub(crate) fn id_seed() -> u64 {
     t ^ (u64::from(std::process::id()) << 32)
 }
 
-/// The ID an event concerns.
-fn event_id(e: &CmEvent) -> CmId {
-    match e {
-        CmEvent::ConnectRequest { id, .. }
-        | CmEvent::ConnectResponse { id, .. }
-        | CmEvent::Established { id }
-        | CmEvent::Rejected { id, .. }
-        | CmEvent::Unreachable { id }
-        | CmEvent::Disconnected { id, .. }
-        | CmEvent::TimewaitExit { id }
-        | CmEvent::SidrRequest { id, .. }
-        | CmEvent::SidrReply { id, .. } => *id,
-    }
-}
-
 /// An event as the channel carries it: kind, IDs, peer, and the message behind it.
 fn describe(e: &CmEvent) -> CmEventDesc {
     let mut d = CmEventDesc {
-        id: event_id(e).0,
+        id: e.id().0,
         ..CmEventDesc::default()
     };
     let mut msg = None;

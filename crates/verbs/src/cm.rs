@@ -361,18 +361,11 @@ impl CmChannel {
             if let Some(e) = self.try_get_event()? {
                 return Ok(Some(e));
             }
-            let ms = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX)
-                }
-            };
-            sys::wait_readable(self.fd.as_fd(), ms)
-                .map_err(|e| Error::channel("cm_get_event", &e))?;
+            if !sys::wait_until(self.fd.as_fd(), deadline)
+                .map_err(|e| Error::channel("cm_get_event", &e))?
+            {
+                return Ok(None);
+            }
         }
     }
 }

@@ -184,18 +184,11 @@ impl CompChannel {
             if let Some(cq) = self.try_get_event()? {
                 return Ok(Some(cq));
             }
-            let ms = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX)
-                }
-            };
-            sys::wait_readable(self.0.fd.as_fd(), ms)
-                .map_err(|e| Error::channel("get_cq_event", &e))?;
+            if !sys::wait_until(self.0.fd.as_fd(), deadline)
+                .map_err(|e| Error::channel("get_cq_event", &e))?
+            {
+                return Ok(None);
+            }
         }
     }
 

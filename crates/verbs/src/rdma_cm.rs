@@ -296,17 +296,9 @@ impl EventChannel {
             if let Some(e) = self.try_get_event() {
                 return Some(e);
             }
-            let ms = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return None;
-                    }
-                    i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX)
-                }
-            };
-            let _ = crate::sys::wait_readable(self.0.efd.as_fd(), ms);
+            if !crate::sys::wait_until(self.0.efd.as_fd(), deadline).unwrap_or(true) {
+                return None;
+            }
         }
     }
 }

@@ -61,6 +61,26 @@ pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Wait until `fd` is readable (or hung up) or `deadline` has passed (`None`: no deadline).
+/// Returns `false` once the deadline has passed.
+pub(crate) fn wait_until(
+    fd: BorrowedFd<'_>,
+    deadline: Option<std::time::Instant>,
+) -> io::Result<bool> {
+    let ms = match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX)
+        }
+    };
+    wait_readable(fd, ms)?;
+    Ok(true)
+}
+
 /// Wait until `fd` is readable (or hung up), at most `timeout_ms` (−1 = forever).
 /// Returns whether it is.
 pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
