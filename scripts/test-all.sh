@@ -3,7 +3,8 @@
 #   1. the Rust workspace (unit, property, simulation, integration, CLI tests;
 #      the netfault namespace test and the tshark agreement test skip, saying why,
 #      without root / tshark);
-#   2. the drop-in libibverbs.so.1 with the stock rdma-core / perftest binaries
+#   2. the drop-in libibverbs.so.1 / librdmacm.so.1 with the stock rdma-core, rdmacm-utils
+#      and perftest binaries, and every ELF object of the RDMA packages loading against them
 #      (tests/compat/*.sh install the Debian packages as root, and skip otherwise);
 #   3. interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh: needs root, qemu,
 #      the lab beside the repository and the Debian package mirror; about 15 minutes;
