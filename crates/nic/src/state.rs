@@ -82,10 +82,7 @@ pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
 
 /// The RoCE v2 GID of an address (docs/wire.md §1.1).
 pub(crate) fn ip_to_gid(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
+    transport::wire::ip::gid_of_ip(ip)
 }
 
 /// One open context.

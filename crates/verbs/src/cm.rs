@@ -179,13 +179,6 @@ impl fmt::Debug for CmChannel {
     }
 }
 
-pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
 fn too_long(op: &'static str) -> Error {
     Error::local(
         op,
@@ -221,7 +214,7 @@ impl CmChannel {
     pub fn listen(&self, service_id: ServiceId, bind: Option<IpAddr>) -> Result<CmId> {
         let mut c = op_cmd(cm_op::LISTEN, 0);
         c.service_id = service_id.0;
-        c.bind = bind.map(gid_of).unwrap_or([0; 16]);
+        c.bind = bind.map(wire::ip::gid_of_ip).unwrap_or([0; 16]);
         call(&self.ctx, "cm_listen", &c).map(|r| CmId(r.id))
     }
 
@@ -231,9 +224,9 @@ impl CmChannel {
         let local = self.ctx.query_gid(1, 0)?;
         let mut c = op_cmd(cm_op::CONNECT, 0);
         c.service_id = p.service_id.0;
-        c.peer = gid_of(p.peer);
+        c.peer = wire::ip::gid_of_ip(p.peer);
         c.local_gid = local.0;
-        c.remote_gid = gid_of(p.peer);
+        c.remote_gid = wire::ip::gid_of_ip(p.peer);
         c.qpn = p.qpn;
         c.psn = p.rq_psn & 0xFF_FFFF;
         c.responder_resources = p.responder_resources;
@@ -308,7 +301,7 @@ impl CmChannel {
     ) -> Result<CmId> {
         const OP: &str = "cm_sidr_request";
         let mut c = op_cmd(cm_op::SIDR_REQUEST, 0);
-        c.peer = gid_of(peer);
+        c.peer = wire::ip::gid_of_ip(peer);
         c.service_id = service_id.0;
         if private_data.len() > wire::cm::pd_len::SIDR_REQ || !c.set_pd(private_data) {
             return Err(too_long(OP));
@@ -389,11 +382,7 @@ fn call(ctx: &Context, op: &'static str, c: &CmCmd) -> Result<CmCmdResp> {
 }
 
 fn peer_of(d: &CmEventDesc) -> IpAddr {
-    let v6 = std::net::Ipv6Addr::from(d.peer);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
+    crate::Gid(d.peer).to_ip()
 }
 
 /// An event record as the device wrote it, with the CM message behind it parsed.

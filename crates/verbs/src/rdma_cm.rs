@@ -110,7 +110,9 @@ struct Hub {
     devs: HashMap<String, Arc<DevCm>>,
     /// (device, CM ID) → the rdma_cm ID.
     ids: HashMap<(String, u32), Weak<IdInner>>,
-    reader: bool,
+    /// Wakes the reader thread when a device joins (it then sleeps in `poll` with no
+    /// timeout); `None` until the thread runs.
+    reader: Option<Arc<OwnedFd>>,
 }
 
 fn hub() -> MutexGuard<'static, Hub> {
@@ -129,34 +131,40 @@ fn dev_cm(dev: &Device) -> Result<Arc<DevCm>> {
     let cm = Arc::new(ctx.cm_channel()?);
     let d = Arc::new(DevCm { ctx, cm });
     h.devs.insert(dev.name().to_string(), d.clone());
-    if !h.reader {
-        h.reader = true;
-        std::thread::Builder::new()
-            .name("uroce-rdma-cm".into())
-            .spawn(reader)
-            .map_err(|e| Error::channel("rdma_cm", &e))?;
+    match &h.reader {
+        Some(wake) => crate::sys::eventfd_signal(wake.as_raw_fd()),
+        None => {
+            let wake = Arc::new(crate::sys::eventfd().map_err(|e| Error::channel("rdma_cm", &e))?);
+            let w = wake.clone();
+            std::thread::Builder::new()
+                .name("uroce-rdma-cm".into())
+                .spawn(move || reader(&w))
+                .map_err(|e| Error::channel("rdma_cm", &e))?;
+            h.reader = Some(wake);
+        }
     }
     Ok(d)
 }
 
-/// The reader thread: wait on every device's CM channel, route each event.
-fn reader() {
+/// The reader thread: wait on every device's CM channel (and `wake`, which says a device
+/// joined), route each event.
+fn reader(wake: &OwnedFd) {
     loop {
         let devs: Vec<(String, Arc<DevCm>)> = hub()
             .devs
             .iter()
             .map(|(n, d)| (n.clone(), d.clone()))
             .collect();
-        let mut fds: Vec<libc::pollfd> = devs
-            .iter()
-            .map(|(_, d)| libc::pollfd {
-                fd: d.cm.as_raw_fd(),
+        let mut fds: Vec<libc::pollfd> = std::iter::once(wake.as_raw_fd())
+            .chain(devs.iter().map(|(_, d)| d.cm.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             })
             .collect();
-        // New devices join within this bound.
-        let _ = crate::sys::poll(&mut fds, 200);
+        let _ = crate::sys::poll(&mut fds, -1);
+        crate::sys::eventfd_drain(wake.as_fd());
         for (name, d) in &devs {
             while let Ok(Some(e)) = d.cm.try_get_event() {
                 route(name, d, e);
@@ -333,7 +341,6 @@ struct IdState {
     peer_req: Option<Box<crate::cm::ReqRepr>>,
     /// Active: the REP that answered our REQ.
     peer_rep: Option<Box<crate::cm::RepRepr>>,
-    listening: bool,
     /// Bound to the wildcard address: listen for any address of the device.
     wildcard: bool,
 }
@@ -652,7 +659,6 @@ impl RdmaCmId {
         let id =
             d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), bind)?;
         st.cm = Some(id);
-        st.listening = true;
         let name = d.ctx.device().name().to_string();
         drop(st);
         register(&name, id, &self.0);
@@ -730,7 +736,7 @@ impl RdmaCmId {
         let peer = if let Some(rep) = &st.peer_rep {
             let gid = st
                 .dst
-                .map(|d| Gid(crate::cm::gid_of(d.ip())))
+                .map(|d| Gid(wire::ip::gid_of_ip(d.ip())))
                 .unwrap_or_default();
             (
                 rep.local_qpn.value(),
@@ -855,7 +861,7 @@ impl RdmaCmId {
                 let dst_gid = self
                     .state()
                     .dst
-                    .map(|a| Gid(crate::cm::gid_of(a.ip())))
+                    .map(|a| Gid(wire::ip::gid_of_ip(a.ip())))
                     .unwrap_or_default();
                 let remote = QpEndpoint {
                     qpn: rep.local_qpn.value(),

@@ -317,16 +317,16 @@ impl IpRepr {
     /// Source address as a 16-byte GID (IPv4 as `::ffff:a.b.c.d`, docs/wire.md §1.1).
     pub fn src_gid(&self) -> [u8; 16] {
         match self {
-            IpRepr::V4 { src, .. } => src.to_ipv6_mapped().octets(),
-            IpRepr::V6 { src, .. } => src.octets(),
+            IpRepr::V4 { src, .. } => gid_of_ip((*src).into()),
+            IpRepr::V6 { src, .. } => gid_of_ip((*src).into()),
         }
     }
 
     /// Destination address as a 16-byte GID.
     pub fn dst_gid(&self) -> [u8; 16] {
         match self {
-            IpRepr::V4 { dst, .. } => dst.to_ipv6_mapped().octets(),
-            IpRepr::V6 { dst, .. } => dst.octets(),
+            IpRepr::V4 { dst, .. } => gid_of_ip((*dst).into()),
+            IpRepr::V6 { dst, .. } => gid_of_ip((*dst).into()),
         }
     }
 
@@ -515,6 +515,14 @@ pub fn udp_sport_for_qp(lqpn: Qpn, rqpn: Qpn, flow_label: u32) -> u16 {
     let low = fl & 0x3FFF;
     let high = fl & 0xF_C000;
     ((low ^ (high >> 14)) | 0xC000) as u16
+}
+
+/// The RoCEv2 GID of an address: IPv4 as `::ffff:a.b.c.d`, IPv6 as itself (docs/wire.md §1.1).
+pub fn gid_of_ip(ip: core::net::IpAddr) -> [u8; 16] {
+    match ip {
+        core::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        core::net::IpAddr::V6(v6) => v6.octets(),
+    }
 }
 
 #[cfg(test)]
