@@ -144,8 +144,10 @@ check() { # description, condition...
 }
 ge() { [ "$1" -ge "$2" ]; }
 echo "== checks"
-check "client exited 0 and says ok" [ "$client_rc" = 0 -a "$(val client ok)" = true ]
-check "server exited 0 and says ok" [ "$server_rc" = 0 -a "$(val server ok)" = true ]
+# The "error" value is a JSON string that may hold commas, so it is cut out whole.
+why() { grep -o '"error":\("[^"]*"\|null\)' "$WORK/$1.json" | head -n1 | cut -d: -f2-; }
+check "client exited $client_rc and says ok (error: $(why client))" [ "$client_rc" = 0 -a "$(val client ok)" = true ]
+check "server exited $server_rc and says ok (error: $(why server))" [ "$server_rc" = 0 -a "$(val server ok)" = true ]
 check "WRITE: client moved $(num client write_bytes) >= $need bytes" ge "$(num client write_bytes)" "$need"
 check "WRITE: server verified $(num server write_verified_bytes) bytes" ge "$(num server write_verified_bytes)" "$need"
 check "SEND: client moved $(num client send_bytes) >= $need bytes" ge "$(num client send_bytes)" "$need"

@@ -1310,9 +1310,14 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, likely_iden
                 dont_frag: true,
             };
             if icrc::compute_for(&likely, &udp, transport_bytes) == Ok(crc) {
+                st.idents.expected(s);
                 v4_grh(s, d, likely_ident, true, udp_len)
             } else {
-                match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc) {
+                // Solving for the hidden ID and DF accepts one corrupted packet in 2^15
+                // unless the solution is plausible for this sender (crate::ident).
+                match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc)
+                    .filter(|u| st.idents.believe_solved(s, u.ident, u.dont_frag))
+                {
                     Some(u) => v4_grh(s, d, u.ident, u.dont_frag, udp_len),
                     None => {
                         c.rcvd_icrc_err += 1;

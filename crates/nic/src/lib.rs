@@ -76,6 +76,7 @@ mod dma;
 mod engine;
 pub mod fuzzing;
 mod gsi;
+mod ident;
 mod slab;
 mod spin;
 mod state;

@@ -287,6 +287,8 @@ pub(crate) struct DevState {
     /// other addresses are dropped as unroutable), and with no context open its MR key
     /// sequence starts over, so every session sees the same handles and keys.
     pub(crate) hermetic: bool,
+    /// IPv4 Identifications of the senders heard from, to judge solved ICRCs.
+    pub(crate) idents: crate::ident::IdentGuard,
 }
 
 impl DevState {
@@ -318,6 +320,7 @@ impl DevState {
             maps: None,
             gsi,
             hermetic: false,
+            idents: crate::ident::IdentGuard::default(),
         }
     }
 

@@ -115,6 +115,40 @@ fn rc_between_two_devices_over_udp() {
     cb.close();
 }
 
+/// An RC SEND Only from the socket `from` to `to_ip`, with the ICRC for IPv4
+/// Identification `id` (DF when `id` is 0, as Linux sends unconnected UDP).
+fn roce_datagram(
+    from: &UdpSocket,
+    to_ip: &str,
+    dest_qpn: u32,
+    psn: u32,
+    payload: &[u8],
+    id: u16,
+) -> Vec<u8> {
+    let mut bth = BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(dest_qpn), Psn::new(psn));
+    bth.ack_req = true;
+    let pkt = RocePacketRepr::new(bth, payload);
+    let mut b = vec![0u8; pkt.buffer_len() + 4];
+    let n = pkt.emit(&mut b).unwrap();
+    let src = match from.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(v4) => v4,
+        _ => unreachable!(),
+    };
+    let ipr = IpRepr::V4 {
+        src,
+        dst: to_ip.parse().unwrap(),
+        dscp_ecn: 0,
+        ttl: 64,
+        ident: id,
+        dont_frag: id == 0,
+    };
+    let udp = UdpRepr::roce(from.local_addr().unwrap().port());
+    let crc = icrc::compute_for(&ipr, &udp, &b[..n]).unwrap();
+    b[n..n + 4].copy_from_slice(&icrc::icrc_wire_bytes(crc));
+    b.truncate(n + 4);
+    b
+}
+
 #[test]
 fn receive_path_drops_bad_icrc_unknown_qp_and_wrong_source() {
     let ip = "127.77.2.5";
@@ -141,28 +175,7 @@ fn receive_path_drops_bad_icrc_unknown_qp_and_wrong_source() {
     let stranger = UdpSocket::bind(("127.77.2.7", 0)).unwrap();
 
     let datagram_id = |from: &UdpSocket, dest_qpn: u32, psn: u32, payload: &[u8], id: u16| {
-        let mut bth = BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(dest_qpn), Psn::new(psn));
-        bth.ack_req = true;
-        let pkt = RocePacketRepr::new(bth, payload);
-        let mut b = vec![0u8; pkt.buffer_len() + 4];
-        let n = pkt.emit(&mut b).unwrap();
-        let src = match from.local_addr().unwrap().ip() {
-            std::net::IpAddr::V4(v4) => v4,
-            _ => unreachable!(),
-        };
-        let ipr = IpRepr::V4 {
-            src,
-            dst: ip.parse().unwrap(),
-            dscp_ecn: 0,
-            ttl: 64,
-            ident: id,
-            dont_frag: id == 0,
-        };
-        let udp = UdpRepr::roce(from.local_addr().unwrap().port());
-        let crc = icrc::compute_for(&ipr, &udp, &b[..n]).unwrap();
-        b[n..n + 4].copy_from_slice(&icrc::icrc_wire_bytes(crc));
-        b.truncate(n + 4);
-        b
+        roce_datagram(from, ip, dest_qpn, psn, payload, id)
     };
     let datagram = |from: &UdpSocket, dest_qpn: u32, psn: u32, payload: &[u8]| {
         datagram_id(from, dest_qpn, psn, payload, 0)
@@ -175,8 +188,9 @@ fn receive_path_drops_bad_icrc_unknown_qp_and_wrong_source() {
     wait_for("icrc drop", || {
         dev.port_counters().engine.rcvd_icrc_err >= 1
     });
-    // Unknown QPN.
-    peer.send_to(&datagram(&peer, 0xabcd, 100, b"x"), to)
+    // Unknown QPN — sent, like the good packet below, with an IPv4 ID of a counting
+    // sender (rxe), which the engine must solve for.
+    peer.send_to(&datagram_id(&peer, 0xabcd, 100, b"x", 0x4320), to)
         .unwrap();
     wait_for("unknown qp", || {
         dev.port_counters().engine.rcvd_unknown_qp >= 1
@@ -217,6 +231,82 @@ fn receive_path_drops_bad_icrc_unknown_qp_and_wrong_source() {
     .expect("ICRC verifies");
     // Sent with DF and IP ID 0, as the ICRC was computed for.
     assert_eq!((unseen.ident, unseen.dont_frag), (0, true));
+    let _ = &mut q;
+    c.close();
+}
+
+/// A corrupted packet whose ICRC happens to verify for *some* hidden IPv4 ID and DF (one
+/// in 2^15 corrupted packets does) must not be delivered when its sender has been sending
+/// the ID it was expected to (uroce: ID 0 with DF). Before the engine judged solved IDs
+/// (crate::ident), such a packet landed in the receive buffer.
+#[test]
+fn a_corrupted_packet_that_solves_for_an_id_is_not_delivered() {
+    let ip = "127.77.2.15";
+    let peer_ip = "127.77.2.16";
+    let dev = device("udp_solve", ip);
+    let mut buf = vec![0u8; 4096];
+    let mut c = Client::connect(&dev);
+    let pd = c.alloc_pd();
+    let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
+    let mut cq = c.create_cq(16, -1, 1).unwrap();
+    let mut q = c
+        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .unwrap();
+    c.connect_qp(q.handle, QpType::RC, 0x99, peer_ip);
+    for wr_id in [1, 2] {
+        c.post_recv(
+            q.rq.as_mut().unwrap(),
+            wr_id,
+            &[sge(buf.as_ptr() as u64 + 64 * (wr_id - 1), 64, m.lkey)],
+        );
+    }
+    let peer = UdpSocket::bind((peer_ip, 4791)).unwrap();
+    let to = (ip, 4791);
+
+    // The sender is heard sending ID 0 with DF (a packet to an unknown QP).
+    peer.send_to(&roce_datagram(&peer, ip, 0xabcd, 7, b"x", 0), to)
+        .unwrap();
+    wait_for("unknown qp", || {
+        dev.port_counters().engine.rcvd_unknown_qp >= 1
+    });
+
+    // Corrupt the payload of a good packet (ICRC kept) until the ICRC solves for an ID
+    // that is not one a loopback GSO send would use: about 2^15 tries.
+    let good_payload = *b"genuine payload, 32 bytes long!!";
+    let good = roce_datagram(&peer, ip, q.qpn, 100, &good_payload, 0);
+    let at = good.len() - 4 - good_payload.len();
+    let udp = UdpRepr::roce(4791);
+    let mut forged = good.clone();
+    let mut found = None;
+    for k in 1u64..4_000_000 {
+        forged[at..at + 8].copy_from_slice(&k.to_le_bytes());
+        let crc = icrc::read_icrc(&forged[forged.len() - 4..]);
+        if let Some(u) = icrc::verify_udp_v4_unseen_ident(
+            peer_ip.parse().unwrap(),
+            ip.parse().unwrap(),
+            &udp,
+            &forged[..forged.len() - 4],
+            crc,
+        ) {
+            if u.ident >= 64 {
+                found = Some(k);
+                break;
+            }
+        }
+    }
+    assert!(found.is_some(), "no payload change solved for an ID");
+    assert_ne!(forged, good);
+    let icrc_before = dev.port_counters().engine.rcvd_icrc_err;
+    peer.send_to(&forged, to).unwrap();
+    wait_for("icrc drop of the forged packet", || {
+        dev.port_counters().engine.rcvd_icrc_err > icrc_before
+    });
+    // The genuine packet lands in the first receive, untouched by the forged one.
+    peer.send_to(&good, to).unwrap();
+    let wc = poll(&mut cq);
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (1, 0, 32));
+    assert_eq!(&buf[..32], &good_payload);
+    assert_eq!(cq.cons.available().unwrap(), 0, "nothing else completed");
     let _ = &mut q;
     c.close();
 }

@@ -1,0 +1,210 @@
+//! Which IPv4 Identification values to believe when the ICRC is checked.
+//!
+//! The RoCEv2 ICRC (IBTA Vol 1 Annex A17.3.3) covers the IPv4 Identification and the DF
+//! bit, which a UDP socket never shows its reader. The receive path first checks the ICRC
+//! for the Identification the sender most likely used (0 with DF: what Linux gives an
+//! unconnected UDP socket with path MTU discovery, `ip_select_ident_segs` in
+//! include/net/ip.h; or a GSO send's numbering on loopback). When that fails it *solves*
+//! for the 17 hidden bits (`wire::icrc::verify_udp_v4_unseen_ident`): senders such as
+//! Linux rxe take their Identification from the kernel's per-destination counter
+//! (`__ip_select_ident` in net/ipv4/route.c), which the receiver cannot know.
+//!
+//! Solving weakens the check: a corrupted packet whose CRC syndrome happens to lie in the
+//! span of the 17 hidden bits' contributions "verifies" with some Identification — one
+//! corrupted packet in 2^15. On a link that corrupts 1 % of packets that is one undetected
+//! corruption every few million packets, which a bulk transfer reaches in minutes. So a
+//! solved Identification is believed only when it is plausible for the sender:
+//!
+//! * a sender never heard from before: believed (the first packet of an rxe peer);
+//! * a sender whose last verified packet was also solved (a counting sender such as
+//!   rxe): believed when the Identification is at most [`WINDOW`] ahead of the last one
+//!   and DF is unchanged — the kernel's counter moves by one per packet and jumps by at
+//!   most the idle time in jiffies;
+//! * a loopback sender: an Identification below [`GSO_IDS`] with DF (a GSO send whose
+//!   coalesced receive did not line up with the guess);
+//! * otherwise — in particular a sender whose packets verify with the expected
+//!   Identification (another uroce) — only when a second packet corroborates it: the
+//!   previous unverifiable packet's solved Identification is at most [`WINDOW`] behind.
+//!
+//! A packet refused here is dropped and counted as an ICRC error, as a corrupted packet
+//! is; an honest counting sender whose counter jumped loses one packet to a retransmission.
+//! For a uroce peer a corrupted packet now needs two independent 2^-15 coincidences in a
+//! row; for a counting peer one 2^-15 coincidence and an Identification inside a window of
+//! 2^11 of 2^17 values (about 2^-21 per corrupted packet).
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+/// How far (forward, modulo 2^16) a counting sender's Identification may move between two
+/// of its packets we see.
+pub(crate) const WINDOW: u16 = 2048;
+/// Identifications a GSO send numbers on loopback (`sys::GsoIds::Counting`): at most this
+/// many datagrams per send.
+pub(crate) const GSO_IDS: u16 = 64;
+/// Senders remembered at most; past this the table starts over (a flood of spoofed source
+/// addresses cannot grow it).
+const MAX_PEERS: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ident {
+    id: u16,
+    df: bool,
+}
+
+impl Ident {
+    /// `next` is at most [`WINDOW`] ahead of `self` (equal: a duplicate) with the same DF.
+    fn leads_to(self, next: Ident) -> bool {
+        self.df == next.df && next.id.wrapping_sub(self.id) <= WINDOW
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    /// The last verified packet's Identification if it had to be solved for; `None` if it
+    /// carried the expected one.
+    last_solved: Option<Ident>,
+    /// The last packet whose solved Identification was not believed.
+    doubted: Option<Ident>,
+}
+
+/// Per-sender memory of IPv4 Identifications (one per device).
+#[derive(Debug, Default)]
+pub(crate) struct IdentGuard {
+    peers: HashMap<Ipv4Addr, Peer>,
+    /// A sender the table already records as sending the expected Identification: the
+    /// per-packet cost of [`IdentGuard::expected`] for a steady uroce peer is one compare.
+    hot: Option<Ipv4Addr>,
+}
+
+impl IdentGuard {
+    fn remember(&mut self, src: Ipv4Addr, p: Peer) {
+        if self.peers.len() >= MAX_PEERS && !self.peers.contains_key(&src) {
+            self.peers.clear();
+            self.hot = None;
+        }
+        self.peers.insert(src, p);
+    }
+
+    /// A packet from `src` verified with the Identification it was expected to carry.
+    pub(crate) fn expected(&mut self, src: Ipv4Addr) {
+        if self.hot == Some(src) {
+            return;
+        }
+        match self.peers.get_mut(&src) {
+            Some(p) => p.last_solved = None,
+            None => self.remember(
+                src,
+                Peer {
+                    last_solved: None,
+                    doubted: None,
+                },
+            ),
+        }
+        self.hot = Some(src);
+    }
+
+    /// A packet from `src` verifies only with Identification `id` and DF `df`: believe it?
+    pub(crate) fn believe_solved(&mut self, src: Ipv4Addr, id: u16, df: bool) -> bool {
+        let now = Ident { id, df };
+        let believed = Peer {
+            last_solved: Some(now),
+            doubted: None,
+        };
+        let Some(p) = self.peers.get_mut(&src) else {
+            self.remember(src, believed);
+            return true;
+        };
+        let plausible = p.last_solved.is_some_and(|l| l.leads_to(now))
+            || (src.is_loopback() && df && id < GSO_IDS)
+            || p.doubted.is_some_and(|d| d.leads_to(now));
+        if plausible {
+            *p = believed;
+            if self.hot == Some(src) {
+                self.hot = None;
+            }
+        } else {
+            p.doubted = Some(now);
+        }
+        plausible
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEER: Ipv4Addr = Ipv4Addr::new(10, 1, 2, 3);
+
+    #[test]
+    fn a_new_sender_is_believed_then_held_to_its_counter() {
+        let mut g = IdentGuard::default();
+        assert!(g.believe_solved(PEER, 40_000, true));
+        assert!(g.believe_solved(PEER, 40_001, true));
+        assert!(g.believe_solved(PEER, 40_001, true), "a duplicate");
+        assert!(
+            g.believe_solved(PEER, 40_001 + WINDOW, true),
+            "an idle jump"
+        );
+        // Far off, backwards, or with DF flipped: not believed.
+        let at = 40_001 + WINDOW;
+        assert!(!g.believe_solved(PEER, at.wrapping_add(WINDOW + 1), true));
+        assert!(!g.believe_solved(PEER, at.wrapping_sub(1), true));
+        assert!(!g.believe_solved(PEER, at.wrapping_add(1), false));
+        // The counter wraps.
+        let mut g = IdentGuard::default();
+        assert!(g.believe_solved(PEER, 65_530, true));
+        assert!(g.believe_solved(PEER, 3, true));
+    }
+
+    #[test]
+    fn a_sender_that_sends_the_expected_id_needs_corroboration() {
+        let mut g = IdentGuard::default();
+        g.expected(PEER);
+        // A corrupted packet that happens to solve: refused, whatever the ID.
+        assert!(!g.believe_solved(PEER, 1, true));
+        g.expected(PEER);
+        assert!(!g.believe_solved(PEER, 9_000, true));
+        // ... unless the next unverifiable packet agrees with it (the sender really
+        // switched to counting IDs).
+        assert!(g.believe_solved(PEER, 9_001, true));
+        assert!(g.believe_solved(PEER, 9_002, true));
+        // Back to the expected ID: solved ones need corroboration again.
+        g.expected(PEER);
+        assert!(!g.believe_solved(PEER, 9_003, true));
+    }
+
+    #[test]
+    fn a_jumped_counter_costs_one_packet() {
+        let mut g = IdentGuard::default();
+        assert!(g.believe_solved(PEER, 100, true));
+        assert!(!g.believe_solved(PEER, 30_000, true));
+        assert!(g.believe_solved(PEER, 30_001, true));
+        assert!(g.believe_solved(PEER, 30_002, true));
+    }
+
+    #[test]
+    fn loopback_gso_numbering_is_believed() {
+        let lo = Ipv4Addr::new(127, 0, 0, 7);
+        let mut g = IdentGuard::default();
+        g.expected(lo);
+        assert!(g.believe_solved(lo, 5, true));
+        assert!(g.believe_solved(lo, 0, true));
+        g.expected(lo);
+        assert!(g.believe_solved(lo, GSO_IDS - 1, true));
+        g.expected(lo);
+        assert!(
+            !g.believe_solved(lo, GSO_IDS, true),
+            "past a GSO send's numbering"
+        );
+        assert!(!g.believe_solved(lo, 7, false), "GSO sends carry DF");
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut g = IdentGuard::default();
+        for i in 0..(MAX_PEERS as u32 * 3) {
+            g.expected(Ipv4Addr::from(0x0a00_0000 + i));
+        }
+        assert!(g.peers.len() <= MAX_PEERS);
+    }
+}
