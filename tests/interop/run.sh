@@ -110,10 +110,13 @@ skip() { echo "SKIPPED: $*"; exit 0; }
 
 # ------------------------------------------------------------------- the matrix
 # both NAME FLAGS "UROCE-SIDE COMMAND" "RXE-SIDE COMMAND"
-#   FLAGS: pp (ping-pong output and data check), perf (perftest result row), v6 (IPv6 GIDs)
+#   FLAGS: pp (ping-pong output and data check), perf (perftest result row), v6 (IPv6 GIDs),
+#   cm (connects through rdma_cm: the IB CM's MADs on QP 1; the tool's own success output)
 #   The uroce side runs in the namespace; "uroce ..." is the CLI, anything else a stock
-#   tool on the drop-in library. The rxe side runs in vm1. The client gets the server's
-#   address appended; both get -p PORT.
+#   tool on the drop-in libraries. The rxe side runs in vm1. The client gets the server's
+#   address appended; both get -p PORT. A command that names the roles itself says
+#   @SRV{...} (only in the server's command), @CLI{...} (only in the client's), @SELF@ (its
+#   own address) and @PEER@ (the server's address; then nothing is appended).
 CELLS=()
 both() { CELLS+=("$1|$2|$3|$4|uroce" "$1|$2|$3|$4|rxe"); }
 
@@ -159,6 +162,13 @@ both v6_send_bw_s100        perf,v6 "ib_send_bw -d uroce0 -x 0 -s 100 -n 10"    
 both v6_send_bw_ud_s256     perf,v6 "ib_send_bw -d uroce0 -x 0 -c UD -s 256 -n 10" "ib_send_bw -d rxe0 -x 0 -F -c UD -s 256 -n 10"
 both v6_atomic_bw_cas       perf,v6 "ib_atomic_bw -d uroce0 -x 0 -A CMP_AND_SWAP -n 10" "ib_atomic_bw -d rxe0 -x 0 -F -A CMP_AND_SWAP -n 10"
 both v6_send_lat_s3         perf,v6 "ib_send_lat -d uroce0 -x 0 -s 3 -n 10"      "ib_send_lat -d rxe0 -x 0 -F -s 3 -n 10"
+# rdma_cm: rdmacm-utils and perftest -R on the drop-in librdmacm.so.1 against rdma-core's
+# librdmacm over the kernel's ib_cm/rdma_cm; IPv4-mapped GIDs.
+both cm_rping_v_c10       cm   "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -C 10 -v"   "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -C 10 -v"
+both cm_rping_s4000_v     cm   "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -S 4000 -C 5 -v" "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -S 4000 -C 5 -v"
+both cm_ucmatose_c4       cm   "ucmatose @SRV{-b @SELF@}@CLI{-s @PEER@} -c 4 -C 10"   "ucmatose @SRV{-b @SELF@}@CLI{-s @PEER@} -c 4 -C 10"
+both cm_write_bw_R        perf,cm "ib_write_bw -d uroce0 -R -s 65536 -n 20"          "ib_write_bw -d rxe0 -F -R -s 65536 -n 20"
+both cm_send_lat_R        perf,cm "ib_send_lat -d uroce0 -R -s 64 -n 100"            "ib_send_lat -d rxe0 -F -R -s 64 -n 100"
 # The uroce CLI against the stock tools.
 both cli_pingpong_rc_s2500    pp   "uroce pingpong rc -s 2500 -n 10 -c"            "ibv_rc_pingpong -d rxe0 -g 1 -s 2500 -n 10 -c"
 both cli_pingpong_rc_m512_e   pp   "uroce pingpong rc -s 1500 -m 512 -n 10 -e -c"  "ibv_rc_pingpong -d rxe0 -g 1 -s 1500 -m 512 -n 10 -e -c"
@@ -383,6 +393,19 @@ peer_late_cells=0
 declare -A RESULT
 
 # run_cell NAME FLAGS UCMD GCMD SERVER -> 0 pass, 1 fail, 2 fail caused by the guest clock
+# role_cmd TEMPLATE server|client SELF PEER: keep @SRV{..} or @CLI{..} for the role, fill in
+# @SELF@ and @PEER@.
+role_cmd() {
+    local t=$1
+    if [ "$2" = server ]; then
+        t=$(sed -E 's/@CLI\{[^}]*\}//g; s/@SRV\{([^}]*)\}/\1/g' <<<"$t")
+    else
+        t=$(sed -E 's/@SRV\{[^}]*\}//g; s/@CLI\{([^}]*)\}/\1/g' <<<"$t")
+    fi
+    t=${t//@SELF@/$3}
+    echo "${t//@PEER@/$4}"
+}
+
 run_cell() {
     local name=$1 flags=$2 ucmd=$3 gcmd=$4 srv=$5
     local id="$name/$srv-server" base="$OUT/cells/${name}__$srv-server"
@@ -390,6 +413,20 @@ run_cell() {
     local problems=() info=() td sp crc src ures gres
     [[ ",$flags," == *,v6,* ]] && udev="uroce0=$U6"
     port=$((port + 1))
+    # Role templates (@SRV{..}, @CLI{..}, @SELF@, @PEER@): each side's command for its role.
+    # rdma_cm tools without a TCP side channel (perftest -R still has one).
+    local cm=0 cm_only=0
+    [[ ",$flags," == *,cm,* ]] && cm=1
+    [[ "$cm" = 1 && ",$flags," != *,perf,* ]] && cm_only=1
+    local append_peer=1
+    [[ "$ucmd$gcmd" == *@PEER@* ]] && append_peer=0
+    if [ "$srv" = uroce ]; then
+        ucmd=$(role_cmd "$ucmd" server "$U4" "$U4")
+        gcmd=$(role_cmd "$gcmd" client "$G4" "$U4")
+    else
+        ucmd=$(role_cmd "$ucmd" client "$U4" "$G4")
+        gcmd=$(role_cmd "$gcmd" server "$G4" "$G4")
+    fi
     rm -f "$base".*
     # The uroce-side command: the CLI, or a stock tool on the drop-in library.
     local -a uside
@@ -422,11 +459,23 @@ run_cell() {
         sp=$!
         BG+=("$sp")
         for _ in $(seq 300); do
-            nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+            if [ "$cm_only" = 1 ]; then
+                # No TCP port to watch: the device's UDP socket, then a moment to listen.
+                nsx ss -Hlun "sport = :4791" 2>/dev/null | grep -q . && { sleep 1; break; }
+            elif [ "$cm" = 1 ]; then
+                # perftest -R listens on rdma_cm a moment after its TCP port.
+                nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && { sleep 1; break; }
+            else
+                nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+            fi
             kill -0 "$sp" 2>/dev/null || break
             sleep 0.1
         done
-        gx "timeout $TOOL_TIMEOUT $gcmd -p $port $U4" >"$gres" 2>&1
+        if [ "$append_peer" = 1 ]; then
+            gx "timeout $TOOL_TIMEOUT $gcmd -p $port $U4" >"$gres" 2>&1
+        else
+            gx "timeout $TOOL_TIMEOUT $gcmd -p $port" >"$gres" 2>&1
+        fi
         crc=$?
         wait "$sp"
         src=$?
@@ -437,11 +486,20 @@ run_cell() {
         sp=$!
         BG+=("$sp")
         for _ in $(seq 200); do
-            gx "ss -Hltn 'sport = :$port' | grep -q ." 2>/dev/null && break
+            if [ "$cm" = 1 ]; then
+                # Listening on rdma_cm (perftest -R opens its TCP port first).
+                gx "rdma res show cm_id | grep -q 'state LISTEN .*src-addr [^ ]*:$port '" 2>/dev/null && break
+            else
+                gx "ss -Hltn 'sport = :$port' | grep -q ." 2>/dev/null && break
+            fi
             kill -0 "$sp" 2>/dev/null || break
             sleep 0.2
         done
-        nsx "${uside[@]}" "$guest_addr" >"$ures" 2>&1
+        if [ "$append_peer" = 1 ]; then
+            nsx "${uside[@]}" "$guest_addr" >"$ures" 2>&1
+        else
+            nsx "${uside[@]}" >"$ures" 2>&1
+        fi
         crc=$?
         wait "$sp"
         src=$?
@@ -477,9 +535,34 @@ run_cell() {
         fi
         grep -q 'invalid data' "$f" && problems+=("$(basename "$f"): invalid data")
     done
+    if [[ ",$flags," == *,cm,* ]]; then
+        for f in "$ures" "$gres"; do
+            case "$ucmd" in
+                rping*)
+                    # -v: each side prints every ping's data; -C N pings.
+                    local want pings
+                    want=$(sed -nE 's/.*-C ([0-9]+).*/\1/p' <<<"$ucmd")
+                    pings=$(grep -c 'ping data: rdma-ping-' "$f")
+                    [ "$pings" -ge "${want:-1}" ] || problems+=("$(basename "$f"): $pings of ${want:-1} pings verified")
+                    ;;
+                ucmatose* | udaddy*)
+                    grep -q '^return status 0' "$f" || problems+=("$(basename "$f"): no 'return status 0'")
+                    ;;
+            esac
+        done
+        # The CM on the wire (IBTA Vol 1 §12.6): no MAD sent twice on a clean link. A MAD
+        # is (source, attribute, transaction ID); a retransmission repeats all three.
+        local cm_dups cm_mads
+        cm_mads=$(tshark -r "$base.pcap" -d udp.port==4791,infiniband -Y 'infiniband.mad' -T fields \
+            -e ip.src -e infiniband.mad.attributeid -e infiniband.mad.transactionid 2>/dev/null)
+        cm_dups=$(sort <<<"$cm_mads" | uniq -d | grep -c . || true)
+        [ -n "$cm_mads" ] || problems+=("tshark found no CM MAD in the capture")
+        [ "$cm_dups" = 0 ] || problems+=("$cm_dups CM MAD(s) sent more than once: $(sort <<<"$cm_mads" | uniq -d | head -2 | tr '\n\t' '; ')")
+        info+=("CM MADs: $(awk '{print $2}' <<<"$cm_mads" | sort | uniq -c | awk '{printf "%s%s x%s", (NR>1?", ":""), $2, $1}')")
+    fi
     local client_out=$gres
     [ "$srv" = rxe ] && client_out=$ures
-    if [ "$pp" = 0 ] && ! grep -qE '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf|-?nan)' "$client_out"; then
+    if [ "$pp" = 0 ] && [[ ",$flags," != *,cm,* || ",$flags," == *,perf,* ]] && ! grep -qE '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf|-?nan)' "$client_out"; then
         problems+=("no perftest result row from the client")
     fi
 

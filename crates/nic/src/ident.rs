@@ -17,9 +17,10 @@
 //!
 //! * a sender never heard from before: believed (the first packet of an rxe peer);
 //! * a sender whose last verified packet was also solved (a counting sender such as
-//!   rxe): believed when the Identification is at most [`WINDOW`] ahead of the last one
-//!   and DF is unchanged — the kernel's counter moves by one per packet and jumps by at
-//!   most the idle time in jiffies;
+//!   rxe): believed when the Identification is at most [`WINDOW`] ahead of the latest one
+//!   or at most [`BEHIND`] behind it, and DF is unchanged — the kernel's counter moves by
+//!   one per packet and jumps by at most the idle time in jiffies, and packets numbered
+//!   in different contexts may leave slightly out of order;
 //! * a loopback sender: an Identification below [`GSO_IDS`] with DF (a GSO send whose
 //!   coalesced receive did not line up with the guess);
 //! * otherwise — in particular a sender whose packets verify with the expected
@@ -30,7 +31,7 @@
 //! is; an honest counting sender whose counter jumped loses one packet to a retransmission.
 //! For a uroce peer a corrupted packet now needs two independent 2^-15 coincidences in a
 //! row; for a counting peer one 2^-15 coincidence and an Identification inside a window of
-//! 2^11 of 2^17 values (about 2^-21 per corrupted packet).
+//! about 2^11 of 2^17 values (about 2^-21 per corrupted packet).
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -38,6 +39,11 @@ use std::net::Ipv4Addr;
 /// How far (forward, modulo 2^16) a counting sender's Identification may move between two
 /// of its packets we see.
 pub(crate) const WINDOW: u16 = 2048;
+/// How far a counting sender's packets may arrive out of Identification order: the kernel
+/// numbers a packet when it builds its header, and rxe's requester, responder and CM
+/// build theirs in different contexts, so one may leave a few packets after a later
+/// numbered one (seen against rxe: 1 and 2 behind).
+pub(crate) const BEHIND: u16 = 256;
 /// Identifications a GSO send numbers on loopback (`sys::GsoIds::Counting`): at most this
 /// many datagrams per send.
 pub(crate) const GSO_IDS: u16 = 64;
@@ -52,9 +58,20 @@ struct Ident {
 }
 
 impl Ident {
-    /// `next` is at most [`WINDOW`] ahead of `self` (equal: a duplicate) with the same DF.
+    /// `next` is at most [`WINDOW`] ahead of `self` (equal: a duplicate) or at most
+    /// [`BEHIND`] behind it, with the same DF.
     fn leads_to(self, next: Ident) -> bool {
-        self.df == next.df && next.id.wrapping_sub(self.id) <= WINDOW
+        self.df == next.df
+            && (next.id.wrapping_sub(self.id) <= WINDOW || self.id.wrapping_sub(next.id) <= BEHIND)
+    }
+
+    /// The later of two Identifications `leads_to` relates.
+    fn later(self, other: Ident) -> Ident {
+        if other.id.wrapping_sub(self.id) <= WINDOW {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -118,7 +135,15 @@ impl IdentGuard {
             || (src.is_loopback() && df && id < GSO_IDS)
             || p.doubted.is_some_and(|d| d.leads_to(now));
         if plausible {
-            *p = believed;
+            // A packet numbered a little earlier does not move the reference back.
+            let last = match p.last_solved {
+                Some(l) if l.leads_to(now) => l.later(now),
+                _ => now,
+            };
+            *p = Peer {
+                last_solved: Some(last),
+                ..believed
+            };
             if self.hot == Some(src) {
                 self.hot = None;
             }
@@ -145,10 +170,19 @@ mod tests {
             g.believe_solved(PEER, 40_001 + WINDOW, true),
             "an idle jump"
         );
-        // Far off, backwards, or with DF flipped: not believed.
+        // A little behind (numbered earlier, sent later): believed, and the reference
+        // stays at the latest.
         let at = 40_001 + WINDOW;
+        assert!(g.believe_solved(PEER, at - 2, true));
+        assert!(g.believe_solved(PEER, at - BEHIND, true));
+        assert!(
+            g.believe_solved(PEER, at + WINDOW, true),
+            "measured from the latest"
+        );
+        // Far ahead, far behind, or with DF flipped: not believed.
+        let at = at + WINDOW;
         assert!(!g.believe_solved(PEER, at.wrapping_add(WINDOW + 1), true));
-        assert!(!g.believe_solved(PEER, at.wrapping_sub(1), true));
+        assert!(!g.believe_solved(PEER, at.wrapping_sub(BEHIND + 1), true));
         assert!(!g.believe_solved(PEER, at.wrapping_add(1), false));
         // The counter wraps.
         let mut g = IdentGuard::default();
