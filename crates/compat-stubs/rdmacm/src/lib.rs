@@ -63,11 +63,9 @@ macro_rules! void_noop {
 // ---- rdma_cm core (RDMACM_1.0 .. 1.3) ----
 
 int_minus1!(
-    rdma_create_ep,
     rdma_create_qp_ex,
     rdma_create_srq,
     rdma_create_srq_ex,
-    rdma_get_request,
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
@@ -157,6 +155,9 @@ forward! {
     fn rdma_get_dst_port(id: P) -> u16 = 0;
     fn rdma_freeaddrinfo(res: P) -> () = ();
     fn rdma_init_qp_attr(id: P, qp_attr: P, qp_attr_mask: *mut c_int) -> c_int = -1;
+    fn rdma_create_ep(id: *mut P, res: P, pd: P, qp_init_attr: P) -> c_int = -1;
+    fn rdma_destroy_ep(id: P) -> () = ();
+    fn rdma_get_request(listen: P, id: *mut P) -> c_int = -1;
 }
 
 /// Why the connection manager is unavailable, as librdmacm reports it when it finds no
@@ -217,7 +218,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     EAI_SYSTEM
 }
 
-void_noop!(rdma_destroy_srq, rdma_destroy_ep, rdma_free_devices,);
+void_noop!(rdma_destroy_srq, rdma_free_devices,);
 
 /// `enum rdma_cm_event_type` names, indexed by value (librdmacm's `rdma_event_str`).
 const EVENT_NAMES: &[&core::ffi::CStr] = &[
@@ -352,7 +353,18 @@ mod tests {
         assert_eq!(errno(), libc::ENOSYS);
         // SAFETY: as above.
         assert!(unsafe { rdma_create_event_channel() }.is_null());
-        assert_eq!(rdma_create_ep(), -1);
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe {
+                rdma_create_ep(
+                    &mut id,
+                    core::ptr::null_mut(),
+                    core::ptr::null_mut(),
+                    core::ptr::null_mut(),
+                )
+            },
+            -1
+        );
         assert_eq!(rread(), -1);
         assert_eq!(riowrite(), 0);
     }
