@@ -922,26 +922,32 @@ pub unsafe extern "C" fn uroce_rdma_get_cm_event(
         let Some(ch) = (unsafe { uchan(channel) }) else {
             return fail(libc::EINVAL);
         };
-        let e = if is_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&ch)) {
-            match ch.try_get_event() {
-                Some(e) => e,
-                None => return fail(libc::EAGAIN),
-            }
-        } else {
-            match ch.get_event(None) {
-                Some(e) => e,
-                None => return fail(libc::EIO),
+        let nonblocking = is_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&ch));
+        let ev = loop {
+            let e = if nonblocking {
+                match ch.try_get_event() {
+                    Some(e) => e,
+                    None => return fail(libc::EAGAIN),
+                }
+            } else {
+                match ch.get_event(None) {
+                    Some(e) => e,
+                    None => return fail(libc::EIO),
+                }
+            };
+            if let Some(ev) = to_c(channel, e) {
+                break ev;
             }
         };
-        let ev = to_c(channel, e);
         // SAFETY: valid for a write per the contract.
         unsafe { event.write(ev) };
         0
     })
 }
 
-/// The C event for `e`, allocating the C ID of a new connection.
-fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event {
+/// The C event for `e`, allocating the C ID of a new connection; `None` for an event of an
+/// ID destroyed meanwhile (dropped, as the kernel drops a destroyed ID's unreported events).
+fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
     let listen = e
         .listen_id
         .as_ref()
@@ -950,6 +956,13 @@ fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event 
     let known = registry().ids.get(&e.id.key()).copied();
     let id = match known {
         Some(p) => p as *mut UCmId,
+        None if e.kind != RdmaCmEventKind::ConnectRequest => return None,
+        None if listen.is_null() => {
+            // The listener was destroyed with this request still queued.
+            let _ = e.id.reject(&[]);
+            e.id.clone().destroy();
+            return None;
+        }
         None => {
             // SAFETY: `listen` is NULL or a live registered ID.
             let context =
@@ -1004,7 +1017,7 @@ fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event 
                 .cast::<rdma_ud_param>()
                 .write(up)
         };
-        return Box::into_raw(b).cast();
+        return Some(Box::into_raw(b).cast());
     }
     let cp = rdma_conn_param {
         private_data: pd_ptr,
@@ -1023,7 +1036,7 @@ fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event 
             .cast::<rdma_conn_param>()
             .write(cp)
     };
-    Box::into_raw(b).cast()
+    Some(Box::into_raw(b).cast())
 }
 
 /// `int rdma_ack_cm_event(event)`.

@@ -1022,13 +1022,16 @@ impl RdmaCmId {
         d.cm.disconnect(id)
     }
 
-    /// `rdma_destroy_id`: let go of the CM ID (a connection still up is disconnected).
+    /// `rdma_destroy_id`: let go of the CM ID (a connection still up is disconnected); its
+    /// events not taken from the channel yet are dropped, as the kernel drops them.
     pub fn destroy(self) {
         let st = self.state();
         if let (Some(d), Some(id)) = (st.dev.clone(), st.cm) {
             let _ = d.cm.destroy(id);
             hub().ids.remove(&(d.ctx.device().name().to_string(), id.0));
         }
+        drop(st);
+        drop(self.chan_lock().take_for(&self));
     }
 
     /// A device CM event for this ID.
