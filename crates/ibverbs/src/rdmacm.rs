@@ -1138,7 +1138,8 @@ pub unsafe extern "C" fn uroce_rdma_get_request(
         let Some(l) = (unsafe { ucm(listen) }) else {
             return fail(libc::EINVAL);
         };
-        if !l.sync || id.is_null() {
+        // (librdmacm would wait for ever on an ID that does not listen.)
+        if !l.sync || id.is_null() || !l.rust.is_listening() {
             return fail(libc::EINVAL);
         }
         let kept = core::mem::replace(&mut l.id.event, core::ptr::null_mut());

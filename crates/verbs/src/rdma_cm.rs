@@ -419,6 +419,8 @@ struct IdState {
     peer_sidr: Option<Box<SidrReqRepr>>,
     /// Bound to the wildcard address: listen for any address of the device.
     wildcard: bool,
+    /// `rdma_listen` succeeded.
+    listening: bool,
 }
 
 struct IdInner {
@@ -809,10 +811,16 @@ impl RdmaCmId {
         let id =
             d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), bind)?;
         st.cm = Some(id);
+        st.listening = true;
         let name = d.ctx.device().name().to_string();
         drop(st);
         register(&name, id, &self.0);
         Ok(())
+    }
+
+    /// Whether the ID listens (`rdma_listen` succeeded).
+    pub fn is_listening(&self) -> bool {
+        self.state().listening
     }
 
     /// `rdma_accept`: bring the QP to RTS with the request's values and send the REP
