@@ -1219,8 +1219,9 @@ pub unsafe extern "C" fn uroce_rdma_create_ep(
         let ps = u32::try_from(r.ai_port_space).unwrap_or(0);
         let mut cm: *mut rdma_cm_id = core::ptr::null_mut();
         // SAFETY: NULL channel (synchronous); `cm` a valid slot.
-        if unsafe { uroce_rdma_create_id(core::ptr::null_mut(), &mut cm, core::ptr::null_mut(), ps) }
-            != 0
+        if unsafe {
+            uroce_rdma_create_id(core::ptr::null_mut(), &mut cm, core::ptr::null_mut(), ps)
+        } != 0
         {
             return -1;
         }
@@ -1333,7 +1334,11 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
         let hps = h.map_or(0, |h| u32::try_from(h.ai_port_space).unwrap_or(0));
         let hqp = h.map_or(0, |h| u32::try_from(h.ai_qp_type).unwrap_or(0));
         let ud = matches!(hps, RDMA_PS_UDP | RDMA_PS_IPOIB) || (hps == 0 && hqp == IBV_QPT_UD);
-        gh.ai_socktype = if ud { libc::SOCK_DGRAM } else { libc::SOCK_STREAM };
+        gh.ai_socktype = if ud {
+            libc::SOCK_DGRAM
+        } else {
+            libc::SOCK_STREAM
+        };
         if flags & RAI_PASSIVE != 0 {
             gh.ai_flags |= libc::AI_PASSIVE;
         }
@@ -1380,7 +1385,14 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
         let (ps, qp_type) = match (hps, hqp) {
             (0, 0) if ud => (RDMA_PS_UDP, IBV_QPT_UD),
             (0, 0) => (RDMA_PS_TCP, IBV_QPT_RC),
-            (0, q) => (if q == IBV_QPT_UD { RDMA_PS_UDP } else { RDMA_PS_TCP }, q),
+            (0, q) => (
+                if q == IBV_QPT_UD {
+                    RDMA_PS_UDP
+                } else {
+                    RDMA_PS_TCP
+                },
+                q,
+            ),
             (p, 0) => (p, if ud { IBV_QPT_UD } else { IBV_QPT_RC }),
             (p, q) => (p, q),
         };
