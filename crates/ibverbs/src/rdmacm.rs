@@ -490,8 +490,8 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
 /// # Safety
 /// `id` is one of ours and live.
 unsafe fn complete(id: *mut rdma_cm_id) -> c_int {
-    // SAFETY: per the contract; the reference ends before the event is fetched.
     let (sync, chan, old) = {
+        // SAFETY: per the contract; the reference ends before the event is fetched.
         let u = unsafe { &mut *id.cast::<UCmId>() };
         let old = core::mem::replace(&mut u.id.event, core::ptr::null_mut());
         (u.sync, u.id.channel, old)
@@ -1247,9 +1247,11 @@ pub unsafe extern "C" fn uroce_rdma_create_ep(
             }
         } else {
             // SAFETY: as above.
-            if unsafe { uroce_rdma_resolve_addr(cm, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0
-                || unsafe { uroce_rdma_resolve_route(cm, 2000) } != 0
-            {
+            if unsafe { uroce_rdma_resolve_addr(cm, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
+                return undo(cm);
+            }
+            // SAFETY: `cm` is live and ours.
+            if unsafe { uroce_rdma_resolve_route(cm, 2000) } != 0 {
                 return undo(cm);
             }
             if let Some(a) = qp_attr {

@@ -4,20 +4,20 @@
 //! without the kernel's `/dev/infiniband/rdma_cm`, so uroce ships its own. It exports the
 //! complete `RDMACM_1.0`–`1.3` symbol set of rdma-core 44, so every rdmacm program loads.
 //!
-//! * The connection manager proper — event channels, IDs, address and route resolution,
-//!   QP creation on an ID, connect/listen/accept/reject/disconnect/establish, events,
-//!   options, `rdma_getaddrinfo` — lives in uroce's `libibverbs.so.1` beside the verbs
-//!   objects it hands out (`id->verbs`, `id->qp`, `id->pd`), exported there as
+//! * The connection manager proper — event channels, IDs (RC and UD port spaces,
+//!   synchronous IDs), address and route resolution, QP creation on an ID,
+//!   connect/listen/accept/reject/disconnect/establish, events, options, `rdma_migrate_id`,
+//!   `rdma_init_qp_attr`, the endpoint API (`rdma_create_ep`, `rdma_get_request`,
+//!   `rdma_destroy_ep`), `rdma_getaddrinfo` — lives in uroce's `libibverbs.so.1` beside the
+//!   verbs objects it hands out (`id->verbs`, `id->qp`, `id->pd`), exported there as
 //!   `uroce_rdma_*`; each function here forwards to its twin, found once with `dlsym`. Under
 //!   another libibverbs (the system's) they fail with ENOSYS, as before.
 //! * `rdma_event_str` (rdma-core's exact strings), `rpoll` and `rselect` (on ordinary
 //!   descriptors an rsocket-aware poll *is* `poll`/`select`, and no rsocket can exist here)
 //!   are implemented here.
 //! * Not built yet, failing with `ENOSYS` in the C shape (−1 + errno, NULL + errno, or
-//!   nothing for `void` functions): the synchronous endpoint API (`rdma_create_ep`,
-//!   `rdma_get_request`), SRQs on IDs, multicast, ECE, `rdma_init_qp_attr`,
-//!   `rdma_create_qp_ex`, `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and
-//!   rsockets.
+//!   nothing for `void` functions): SRQs on IDs, multicast, ECE, `rdma_create_qp_ex`,
+//!   `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and rsockets.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
 //! owns the arguments, so a callee that ignores them fits any prototype. Return types do
@@ -353,18 +353,10 @@ mod tests {
         assert_eq!(errno(), libc::ENOSYS);
         // SAFETY: as above.
         assert!(unsafe { rdma_create_event_channel() }.is_null());
+        let null = core::ptr::null_mut();
         // SAFETY: as above.
-        assert_eq!(
-            unsafe {
-                rdma_create_ep(
-                    &mut id,
-                    core::ptr::null_mut(),
-                    core::ptr::null_mut(),
-                    core::ptr::null_mut(),
-                )
-            },
-            -1
-        );
+        let r = unsafe { rdma_create_ep(&mut id, null, null, null) };
+        assert_eq!(r, -1);
         assert_eq!(rread(), -1);
         assert_eq!(riowrite(), 0);
     }
