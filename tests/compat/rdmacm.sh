@@ -11,18 +11,19 @@
 #
 # Covered: rping -v (every ping's data verified by rping itself) with three sizes,
 # ucmatose with 8 connections × 10 messages, udaddy (UD: SIDR_REQ/SIDR_REP, the client's AH
-# from the ESTABLISHED event, the server's from the received GRH) with its defaults and with
-# 4 connections × 20 messages of 1000 bytes, rdma_server/rdma_client (synchronous IDs:
-# rdma_create_ep, rdma_get_request, rdma_verbs.h's inline post/poll helpers on the CQs and
-# completion channels rdma_create_ep made), and cmtime -c 100 (two client runs against one
-# server, which must still be serving: rdma-core 44's cmtime server never exits by itself,
-# so the script stops it). With --perftest also perftest's eight tests with -R (rdma_cm
-# instead of the TCP exchange) and ib_send_bw/ib_send_lat -R -c UD. Those are not in the
-# default set: perftest 4.5's client connects right after its TCP handshake, while its server
-# listens only after it, so the REQ is now and then rejected (reason 8, no listener), and
-# perftest's own retry cannot recover (it reuses the IDs and channel it has just destroyed:
-# docs/compat.md §10); the script then starts the pair again (at most twice). A run passes
-# when both processes exit 0 and the client printed what success looks like for that tool.
+# from the ESTABLISHED event, the server's from the received GRH) with its defaults, with 4
+# connections × 20 messages of 1000 bytes and in RDMA_PS_IPOIB, rdma_server/rdma_client
+# (synchronous IDs: rdma_create_ep, rdma_get_request, rdma_verbs.h's inline post/poll
+# helpers on the CQs and completion channels rdma_create_ep made), and cmtime -c 100 (two
+# client runs against one server, which must still be serving: rdma-core 44's cmtime server
+# never exits by itself, so the script stops it). With --perftest also perftest's eight
+# tests with -R (rdma_cm instead of the TCP exchange) and ib_send_bw/ib_send_lat -R -c UD.
+# Those are not in the default set: perftest 4.5's client connects right after its TCP
+# handshake, while its server listens only after it, so the REQ is now and then rejected
+# (reason 8, no listener), and perftest's own retry cannot recover (it reuses the IDs and
+# channel it has just destroyed: docs/compat.md §10); the script then starts the pair again
+# (at most twice). A run passes when both processes exit 0 and the client printed what
+# success looks like for that tool.
 # Needs rdmacm-utils and perftest (installed when root, else the script skips).
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
@@ -163,6 +164,7 @@ run "ucmatose -c 8 -C 10" "^return status 0$" \
 run "udaddy" "^return status 0$" "udaddy -b $A" "udaddy -b $B -s $A"
 run "udaddy -c 4 -C 20 -S 1000" "^data transfers complete$" \
     "udaddy -b $A -c 4 -C 20 -S 1000" "udaddy -b $B -s $A -c 4 -C 20 -S 1000"
+run "udaddy -P ipoib" "^return status 0$" "udaddy -b $A -P ipoib" "udaddy -b $B -s $A -P ipoib"
 run "rdma_server/rdma_client" "^rdma_client: end 0$" "rdma_server -s $A" "rdma_client -s $A"
 
 # cmtime: rdma-core 44's server loops on its event channel for ever (it has no way to learn

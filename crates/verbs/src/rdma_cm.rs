@@ -212,6 +212,18 @@ fn register(dev: &str, id: CmId, inner: &Arc<IdInner>) {
         .insert((dev.to_string(), id.0), Arc::downgrade(inner));
 }
 
+/// Run `cmd`, the CM command that creates a CM ID for `inner` on device `d`, and register
+/// that ID before the reader thread can look it up: the hub stays locked throughout, so an
+/// answer that comes at once (a REJ or SIDR_REP from a peer with no listener, a request
+/// right after the listen) is never dropped as an event of an unknown ID.
+fn issue(d: &DevCm, inner: &Arc<IdInner>, cmd: impl FnOnce() -> Result<CmId>) -> Result<CmId> {
+    let name = d.ctx.device().name().to_string();
+    let mut h = hub();
+    let id = cmd()?;
+    h.ids.insert((name, id.0), Arc::downgrade(inner));
+    Ok(id)
+}
+
 fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest {
@@ -770,11 +782,9 @@ impl RdmaCmId {
         pd.extend_from_slice(&p.private_data);
         let sid = ServiceId::rdma_ip(self.0.ps, dst.port());
         if self.is_ud() {
-            let id = d.cm.sidr_request(dst.ip(), sid, &pd)?;
-            st.cm = Some(id);
-            let name = d.ctx.device().name().to_string();
-            drop(st);
-            register(&name, id, &self.0);
+            st.cm = Some(issue(&d, &self.0, || {
+                d.cm.sidr_request(dst.ip(), sid, &pd)
+            })?);
             return Ok(());
         }
         let rq_psn = random_u32() & 0xFF_FFFF;
@@ -791,12 +801,8 @@ impl RdmaCmId {
         c.path_mtu = st.path_mtu.0 as u8;
         c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
         c.private_data = pd;
-        let id = d.cm.connect(&c)?;
-        st.cm = Some(id);
+        st.cm = Some(issue(&d, &self.0, || d.cm.connect(&c))?);
         st.rq_psn = rq_psn;
-        let name = d.ctx.device().name().to_string();
-        drop(st);
-        register(&name, id, &self.0);
         Ok(())
     }
 
@@ -808,13 +814,9 @@ impl RdmaCmId {
             return Err(einval(OP, "ID not bound"));
         };
         let bind = (!st.wildcard).then_some(src.ip());
-        let id =
-            d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), bind)?;
-        st.cm = Some(id);
+        let sid = ServiceId::rdma_ip(self.0.ps, src.port());
+        st.cm = Some(issue(&d, &self.0, || d.cm.listen(sid, bind))?);
         st.listening = true;
-        let name = d.ctx.device().name().to_string();
-        drop(st);
-        register(&name, id, &self.0);
         Ok(())
     }
 
