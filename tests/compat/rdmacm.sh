@@ -22,7 +22,7 @@
 # handshake, while its server listens only after it, so the REQ is now and then rejected
 # (reason 8, no listener), and perftest's own retry cannot recover (it reuses the IDs and
 # channel it has just destroyed: docs/compat.md §10); the script then starts the pair again
-# (at most twice). A run passes when both processes exit 0 and the client printed what
+# (at most four times). A run passes when both processes exit 0 and the client printed what
 # success looks like for that tool.
 # Needs rdmacm-utils and perftest (installed when root, else the script skips).
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
@@ -105,7 +105,7 @@ start_server() {
 
 # run NAME CLIENT_REGEX "SERVER ARGS" "CLIENT ARGS" [pair]: TOOL is the first word of both.
 # With "pair", a client rejected before the server listened is retried with a new server
-# too (perftest: its server cannot take a second client).
+# too (perftest: its server cannot take a second client), up to four times.
 run() {
     local name=$1 expect=$2 sargs=$3 cargs=$4 mode=${5:-client}
     if ! start_server "$sargs"; then
@@ -117,14 +117,15 @@ run() {
     fi
     # The server's device may be up before its rdma_listen: a client that came too early is
     # rejected with reason 8 (no listener). Try again while the server still waits (at most
-    # twice more; a retried run says so).
-    local crc tries=0
+    # twice more, four times with "pair"; a retried run says so).
+    local crc tries=0 max=2
+    [ "$mode" = pair ] && max=4
     while :; do
         # shellcheck disable=SC2086
         UROCE_DEVICES="uroce1=$B" timeout 120 $cargs >"$work/cli" 2>&1
         crc=$?
         # (UD: UNREACHABLE with SIDR status 1, no listener; synchronous: ECONNREFUSED.)
-        if [ "$crc" != 0 ] && [ $tries -lt 2 ] \
+        if [ "$crc" != 0 ] && [ $tries -lt $max ] \
             && grep -qE "REJECTED|UNREACHABLE[,;] error: 1\.?$|Connection refused" "$work/cli" \
             && kill -0 "$server_pid" 2>/dev/null; then
             tries=$((tries + 1))
@@ -140,6 +141,8 @@ run() {
         fi
         break
     done
+    # A perftest server whose client gave up waits for ever.
+    [ "$mode" = pair ] && [ "$crc" != 0 ] && kill "$server_pid" 2>/dev/null
     wait "$server_pid"
     local src=$?
     server_pid=""
