@@ -8,7 +8,12 @@
  *   - rdma_create_qp without CQs makes them (id->send_cq/recv_cq, cq_context = the ID) and
  *     leaves id->qp in INIT; rdma_destroy_qp takes them all;
  *   - an empty channel made non-blocking gives -1/EAGAIN;
- *   - binding to an address no device has is -1/ENODEV; a NULL channel is -1/EOPNOTSUPP;
+ *   - binding to an address no device has is -1/ENODEV; RDMA_PS_IB is -1/EOPNOTSUPP;
+ *   - a UDP-port-space lookup gives a UD result; a UD ID's QP is ready (RTS) at once;
+ *   - a NULL channel makes a synchronous ID: resolve_addr/route return with the event at
+ *     id->event; rdma_create_ep makes the QP, CQs and completion channels (cq_context = the
+ *     ID); its rdma_connect to a port nobody listens on is -1/ECONNREFUSED; rdma_get_request
+ *     on an asynchronous ID is -1/EINVAL;
  *   - a destroyed ID and a destroyed (twice) channel give -1/EINVAL, never a crash.
  *
  * Run with LD_LIBRARY_PATH=target/compat and UROCE_DEVICES naming one device; prints
@@ -69,8 +74,65 @@ int main(int argc, char **argv)
 		rdma_freeaddrinfo(res);
 	}
 
-	CHECK(rdma_create_id(NULL, &none, NULL, RDMA_PS_TCP) == -1 && errno == EOPNOTSUPP,
-	      "NULL channel: errno %d", errno);
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_UDP;
+	r = rdma_getaddrinfo(local, "7174", &hints, &res);
+	CHECK(r == 0 && res && res->ai_dst_addr && res->ai_qp_type == IBV_QPT_UD &&
+		      res->ai_port_space == RDMA_PS_UDP,
+	      "rdma_getaddrinfo UDP: %d", r);
+	if (r == 0)
+		rdma_freeaddrinfo(res);
+
+	CHECK(rdma_create_id(NULL, &none, NULL, RDMA_PS_IB) == -1 && errno == EOPNOTSUPP,
+	      "RDMA_PS_IB: errno %d", errno);
+
+	/* Synchronous: no channel. */
+	memset(&dst, 0, sizeof dst);
+	dst.sin_family = AF_INET;
+	dst.sin_port = htons(7471);
+	inet_pton(AF_INET, local, &dst.sin_addr);
+	CHECK(rdma_create_id(NULL, &none, NULL, RDMA_PS_TCP) == 0 && none && none->channel,
+	      "synchronous rdma_create_id: errno %d", errno);
+	if (none) {
+		CHECK(rdma_resolve_addr(none, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
+			      none->event && none->event->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+		      "synchronous resolve_addr: errno %d", errno);
+		CHECK(rdma_resolve_route(none, 2000) == 0 && none->event &&
+			      none->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
+		      "synchronous resolve_route: errno %d", errno);
+		CHECK(rdma_get_request(none, &id) == -1 && errno == EINVAL,
+		      "rdma_get_request on a non-listening ID: errno %d", errno);
+		CHECK(rdma_destroy_id(none) == 0, "destroying a synchronous ID");
+		none = NULL;
+	}
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_TCP;
+	r = rdma_getaddrinfo(local, "7479", &hints, &res);
+	CHECK(r == 0, "rdma_getaddrinfo active: %d", r);
+	if (r == 0) {
+		memset(&attr, 0, sizeof attr);
+		attr.cap.max_send_wr = 2;
+		attr.cap.max_recv_wr = 2;
+		attr.cap.max_send_sge = 1;
+		attr.cap.max_recv_sge = 1;
+		attr.sq_sig_all = 1;
+		CHECK(rdma_create_ep(&none, res, NULL, &attr) == 0 && none,
+		      "rdma_create_ep: errno %d", errno);
+		if (none) {
+			CHECK(none->qp && none->send_cq && none->recv_cq &&
+				      none->send_cq_channel && none->recv_cq_channel &&
+				      none->send_cq->cq_context == none && none->qp_type == IBV_QPT_RC,
+			      "rdma_create_ep's QP, CQs and completion channels");
+			CHECK(rdma_connect(none, NULL) == -1 && errno == ECONNREFUSED,
+			      "synchronous connect to no listener: errno %d", errno);
+			CHECK(none->event && none->event->event == RDMA_CM_EVENT_REJECTED &&
+				      none->event->status == 8,
+			      "REJECTED (8) at id->event");
+			rdma_destroy_ep(none);
+			none = NULL;
+		}
+		rdma_freeaddrinfo(res);
+	}
 
 	ch = rdma_create_event_channel();
 	CHECK(ch != NULL && ch->fd >= 0, "rdma_create_event_channel");
@@ -84,10 +146,6 @@ int main(int argc, char **argv)
 	CHECK(rdma_bind_addr(id, (struct sockaddr *)&nodev) == -1 && errno == ENODEV,
 	      "bind to an address no device has: errno %d", errno);
 
-	memset(&dst, 0, sizeof dst);
-	dst.sin_family = AF_INET;
-	dst.sin_port = htons(7471);
-	inet_pton(AF_INET, local, &dst.sin_addr);
 	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0,
 	      "rdma_resolve_addr: errno %d", errno);
 	e = next_event(ch);
@@ -119,6 +177,31 @@ int main(int argc, char **argv)
 	}
 	rdma_destroy_qp(id);
 	CHECK(id->qp == NULL && id->send_cq == NULL, "rdma_destroy_qp took the QP and CQs");
+
+	{
+		struct rdma_cm_id *ud = NULL;
+		CHECK(rdma_create_id(ch, &ud, NULL, RDMA_PS_UDP) == 0 && ud &&
+			      ud->qp_type == IBV_QPT_UD && ud->ps == RDMA_PS_UDP,
+		      "a UD ID");
+		if (ud) {
+			CHECK(rdma_resolve_addr(ud, NULL, (struct sockaddr *)&dst, 2000) == 0,
+			      "UD resolve_addr");
+			e = next_event(ch);
+			if (e)
+				rdma_ack_cm_event(e);
+			memset(&attr, 0, sizeof attr);
+			attr.qp_type = IBV_QPT_UD;
+			attr.cap.max_send_wr = 4;
+			attr.cap.max_recv_wr = 4;
+			attr.cap.max_send_sge = 1;
+			attr.cap.max_recv_sge = 1;
+			CHECK(rdma_create_qp(ud, NULL, &attr) == 0 && ud->qp &&
+				      ud->qp->state == IBV_QPS_RTS,
+			      "a UD QP is in RTS at once: errno %d", errno);
+			rdma_destroy_qp(ud);
+			rdma_destroy_id(ud);
+		}
+	}
 
 	flags = fcntl(ch->fd, F_GETFL);
 	fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK);

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use uroce::cm::PortSpace;
-use uroce::rdma_cm::{ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind, RdmaCmId};
+use uroce::rdma_cm::{ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind, RdmaCmId, UdParam};
 
 use crate::context::{errno_of, wrap_context};
 use crate::qp::UQp;
@@ -106,6 +106,17 @@ pub struct rdma_cm_event {
     pub param: [u64; 7],
 }
 
+/// `struct rdma_ud_param` (56 bytes), the UD view of the event's `param` union.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct rdma_ud_param {
+    pub private_data: *const c_void,
+    pub private_data_len: u8,
+    pub ah_attr: ibv_ah_attr,
+    pub qp_num: u32,
+    pub qkey: u32,
+}
+
 /// `struct rdma_addrinfo` (96 bytes).
 #[repr(C)]
 #[derive(Debug)]
@@ -137,6 +148,15 @@ const _: () = {
     assert!(offset_of!(rdma_cm_id, pd) == 400);
     assert!(offset_of!(rdma_cm_id, qp_type) == 408);
     assert!(size_of::<rdma_conn_param>() == 24);
+    assert!(size_of::<rdma_ud_param>() == 56);
+    assert!(offset_of!(rdma_ud_param, ah_attr) == 16);
+    assert!(offset_of!(rdma_ud_param, qp_num) == 48);
+    assert!(offset_of!(rdma_ud_param, qkey) == 52);
+    assert!(offset_of!(rdma_cm_id, send_cq_channel) == 360);
+    assert!(offset_of!(rdma_cm_id, send_cq) == 368);
+    assert!(offset_of!(rdma_cm_id, recv_cq_channel) == 376);
+    assert!(offset_of!(rdma_cm_id, recv_cq) == 384);
+    assert!(offset_of!(rdma_cm_id, srq) == 392);
     assert!(offset_of!(rdma_conn_param, qp_num) == 16);
     assert!(size_of::<rdma_cm_event>() == 80);
     assert!(offset_of!(rdma_cm_event, param) == 24);
@@ -144,8 +164,11 @@ const _: () = {
     assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
 };
 
+const RDMA_PS_IPOIB: u32 = 0x0002;
 const RDMA_PS_TCP: u32 = 0x0106;
+const RDMA_PS_UDP: u32 = 0x0111;
 const IBV_QPT_RC: u32 = 2;
+const IBV_QPT_UD: u32 = 4;
 const RAI_PASSIVE: c_int = 1;
 const RAI_NUMERICHOST: c_int = 2;
 
@@ -187,6 +210,12 @@ pub struct UCmId {
     /// never freed, so a program that keeps using a destroyed ID (perftest 4.5 retries a
     /// rejected connect on the IDs it just destroyed) gets errors instead of a crash.
     destroyed: std::sync::atomic::AtomicBool,
+    /// Synchronous (made without a channel, `rdma_create_ep`, or a request taken with
+    /// `rdma_get_request`): the ID has its own channel, and the calls that end in an event
+    /// wait for it and leave it at `id->event` (librdmacm's `ucma_complete`).
+    sync: bool,
+    /// `rdma_create_ep(RAI_PASSIVE)`'s QP attributes, for the QPs `rdma_get_request` makes.
+    qp_init_attr: Option<ibv_qp_init_attr>,
 }
 
 /// An event: the C struct first, then the private data it points at.
@@ -347,14 +376,16 @@ fn new_id(rust: RdmaCmId, chan: *mut rdma_event_channel, context: *mut c_void) -
     let mut id: rdma_cm_id = unsafe { core::mem::zeroed() };
     id.channel = chan;
     id.context = context;
-    id.ps = RDMA_PS_TCP;
-    id.qp_type = IBV_QPT_RC;
+    id.ps = u32::from(rust.port_space().0);
+    id.qp_type = if rust.is_ud() { IBV_QPT_UD } else { IBV_QPT_RC };
     let key = rust.key();
     let b = Box::into_raw(Box::new(UCmId {
         id,
         rust,
         pending: AtomicUsize::new(0),
         destroyed: std::sync::atomic::AtomicBool::new(false),
+        sync: false,
+        qp_init_attr: None,
     }));
     let mut r = registry();
     r.ids.insert(key, b as usize);
@@ -402,11 +433,11 @@ pub unsafe extern "C" fn uroce_rdma_destroy_event_channel(channel: *mut rdma_eve
     })
 }
 
-/// `int rdma_create_id(channel, &id, context, ps)`: RDMA_PS_TCP with a channel (the
-/// synchronous mode of a NULL channel and the other port spaces are EOPNOTSUPP for now).
+/// `int rdma_create_id(channel, &id, context, ps)`: RDMA_PS_TCP (RC), RDMA_PS_UDP or
+/// RDMA_PS_IPOIB (UD). A NULL channel makes a synchronous ID with a channel of its own.
 ///
 /// # Safety
-/// `channel` is a live channel; `id` is valid for a write.
+/// `channel` is NULL or a live channel; `id` is valid for a write.
 pub unsafe extern "C" fn uroce_rdma_create_id(
     channel: *mut rdma_event_channel,
     id: *mut *mut rdma_cm_id,
@@ -417,16 +448,31 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
         if id.is_null() {
             return fail(libc::EINVAL);
         }
-        if channel.is_null() || ps != RDMA_PS_TCP {
-            return fail(libc::EOPNOTSUPP);
-        }
+        let ps = match ps {
+            RDMA_PS_TCP => PortSpace::TCP,
+            RDMA_PS_UDP => PortSpace::UDP,
+            RDMA_PS_IPOIB => PortSpace::IPOIB,
+            _ => return fail(libc::EOPNOTSUPP),
+        };
+        let sync = channel.is_null();
+        let channel = if sync {
+            let c = uroce_rdma_create_event_channel();
+            if c.is_null() {
+                return -1;
+            }
+            c
+        } else {
+            channel
+        };
         // SAFETY: looked up before it is read.
         let Some(ch) = (unsafe { uchan(channel) }) else {
             return fail(libc::EINVAL);
         };
-        match RdmaCmId::new(&ch, PortSpace::TCP) {
+        match RdmaCmId::new(&ch, ps) {
             Ok(rust) => {
                 let b = new_id(rust, channel, context);
+                // SAFETY: `b` was just made and is ours.
+                unsafe { (*b).sync = sync };
                 // SAFETY: valid for a write per the contract.
                 unsafe { id.write(b.cast()) };
                 0
@@ -434,6 +480,56 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
             Err(e) => fail_with(&e),
         }
     })
+}
+
+/// Synchronous IDs (`UCmId::sync`): after a call that ends in an event, wait for that event
+/// on the ID's own channel, keep it at `id->event` (acking the one kept before) and turn a
+/// failure into −1 with errno: ECONNREFUSED for REJECTED, else the status as an errno
+/// (librdmacm's `ucma_complete`). Asynchronous IDs: 0 at once.
+///
+/// # Safety
+/// `id` is one of ours and live.
+unsafe fn complete(id: *mut rdma_cm_id) -> c_int {
+    let (sync, chan, old) = {
+        // SAFETY: per the contract; the reference ends before the event is fetched.
+        let u = unsafe { &mut *id.cast::<UCmId>() };
+        let old = core::mem::replace(&mut u.id.event, core::ptr::null_mut());
+        (u.sync, u.id.channel, old)
+    };
+    if !sync {
+        return 0;
+    }
+    if !old.is_null() {
+        // SAFETY: an event we handed out and kept at id->event, acked once.
+        unsafe { uroce_rdma_ack_cm_event(old) };
+    }
+    let mut ev: *mut rdma_cm_event = core::ptr::null_mut();
+    // SAFETY: the ID's own live channel; `ev` is a valid slot.
+    if unsafe { uroce_rdma_get_cm_event(chan, &mut ev) } != 0 {
+        return -1;
+    }
+    // SAFETY: as above; `ev` is the live event just fetched.
+    let (kind, status) = unsafe {
+        (*id.cast::<UCmId>()).id.event = ev;
+        ((*ev).event, (*ev).status)
+    };
+    if status == 0 {
+        0
+    } else if kind == RdmaCmEventKind::Rejected as u32 {
+        fail(libc::ECONNREFUSED)
+    } else {
+        fail(status.saturating_abs())
+    }
+}
+
+/// [`on_id`], then [`complete`] when the call succeeded.
+fn on_id_complete(id: *mut rdma_cm_id, f: impl FnOnce(&mut UCmId) -> uroce::Result<()>) -> c_int {
+    let r = on_id(id, f);
+    if r != 0 {
+        return r;
+    }
+    // SAFETY: `on_id` found `id` to be a live ID of ours.
+    guard(-1, || unsafe { complete(id) })
 }
 
 /// `int rdma_destroy_id(struct rdma_cm_id *)`: waits until the ID's events are acked, then
@@ -447,12 +543,21 @@ pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         let Some(u) = (unsafe { ucm(id) }) else {
             return fail(libc::EINVAL);
         };
+        let kept = core::mem::replace(&mut u.id.event, core::ptr::null_mut());
+        if !kept.is_null() {
+            // SAFETY: the event a synchronous call kept at id->event, acked once.
+            unsafe { uroce_rdma_ack_cm_event(kept) };
+        }
         while u.pending.load(Ordering::Acquire) > 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         registry().ids.remove(&u.rust.key());
         u.destroyed.store(true, Ordering::Release);
         u.rust.clone().destroy();
+        if u.sync {
+            // SAFETY: the ID's own channel, made for it alone.
+            unsafe { uroce_rdma_destroy_event_channel(u.id.channel) };
+        }
         0
     })
 }
@@ -500,7 +605,8 @@ pub unsafe extern "C" fn uroce_rdma_resolve_addr(
         match u.rust.resolve_addr(s, d) {
             Ok(()) => {
                 sync(u);
-                0
+                // SAFETY: a live ID of ours.
+                unsafe { complete(id) }
             }
             Err(e) => fail_with(&e),
         }
@@ -515,7 +621,7 @@ pub unsafe extern "C" fn uroce_rdma_resolve_route(
     id: *mut rdma_cm_id,
     _timeout_ms: c_int,
 ) -> c_int {
-    on_id(id, |u| u.rust.resolve_route())
+    on_id_complete(id, |u| u.rust.resolve_route())
 }
 
 /// `int rdma_create_qp(id, pd, qp_init_attr)`: the QP on the ID's context (its default PD
@@ -581,7 +687,11 @@ pub unsafe extern "C" fn uroce_rdma_create_qp(
             unsafe { crate::qp::ibv_destroy_qp(qp) };
             return fail_with(&e);
         }
-        q.set_state(QP_STATE_INIT);
+        q.set_state(if vq.qp_type() == uroce::QpType::UD {
+            QP_STATE_RTS
+        } else {
+            QP_STATE_INIT
+        });
         u.id.qp = qp;
         // SAFETY: a valid init attr per the contract.
         let a = unsafe { &*attr };
@@ -701,7 +811,7 @@ pub unsafe extern "C" fn uroce_rdma_connect(
 ) -> c_int {
     // SAFETY: per the contract.
     let p = unsafe { param_from(param) };
-    on_id(id, |u| u.rust.connect(&p))
+    on_id_complete(id, |u| u.rust.connect(&p))
 }
 
 /// `int rdma_listen(id, backlog)`.
@@ -722,11 +832,19 @@ pub unsafe extern "C" fn uroce_rdma_accept(
 ) -> c_int {
     // SAFETY: per the contract.
     let p = unsafe { param_from(param) };
-    on_id(id, |u| {
+    let mut ud = false;
+    let r = on_id(id, |u| {
         u.rust.accept(&p)?;
         set_qp_state(u, QP_STATE_RTS);
+        ud = u.rust.is_ud();
         Ok(())
-    })
+    });
+    if r != 0 || ud {
+        // A UD accept is the SIDR_REP: nothing follows on this side.
+        return r;
+    }
+    // SAFETY: `on_id` found `id` to be a live ID of ours.
+    guard(-1, || unsafe { complete(id) })
 }
 
 /// `int rdma_reject(id, private_data, len)`.
@@ -761,7 +879,7 @@ pub unsafe extern "C" fn uroce_rdma_reject(
 /// # Safety
 /// `id` is a live ID.
 pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    on_id(id, |u| {
+    on_id_complete(id, |u| {
         u.rust.disconnect()?;
         set_qp_state(u, QP_STATE_ERR);
         Ok(())
@@ -804,26 +922,32 @@ pub unsafe extern "C" fn uroce_rdma_get_cm_event(
         let Some(ch) = (unsafe { uchan(channel) }) else {
             return fail(libc::EINVAL);
         };
-        let e = if is_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&ch)) {
-            match ch.try_get_event() {
-                Some(e) => e,
-                None => return fail(libc::EAGAIN),
-            }
-        } else {
-            match ch.get_event(None) {
-                Some(e) => e,
-                None => return fail(libc::EIO),
+        let nonblocking = is_nonblocking(std::os::fd::AsRawFd::as_raw_fd(&ch));
+        let ev = loop {
+            let e = if nonblocking {
+                match ch.try_get_event() {
+                    Some(e) => e,
+                    None => return fail(libc::EAGAIN),
+                }
+            } else {
+                match ch.get_event(None) {
+                    Some(e) => e,
+                    None => return fail(libc::EIO),
+                }
+            };
+            if let Some(ev) = to_c(channel, e) {
+                break ev;
             }
         };
-        let ev = to_c(channel, e);
         // SAFETY: valid for a write per the contract.
         unsafe { event.write(ev) };
         0
     })
 }
 
-/// The C event for `e`, allocating the C ID of a new connection.
-fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event {
+/// The C event for `e`, allocating the C ID of a new connection; `None` for an event of an
+/// ID destroyed meanwhile (dropped, as the kernel drops a destroyed ID's unreported events).
+fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> Option<*mut rdma_cm_event> {
     let listen = e
         .listen_id
         .as_ref()
@@ -832,6 +956,13 @@ fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event 
     let known = registry().ids.get(&e.id.key()).copied();
     let id = match known {
         Some(p) => p as *mut UCmId,
+        None if e.kind != RdmaCmEventKind::ConnectRequest => return None,
+        None if listen.is_null() => {
+            // The listener was destroyed with this request still queued.
+            let _ = e.id.reject(&[]);
+            e.id.clone().destroy();
+            return None;
+        }
         None => {
             // SAFETY: `listen` is NULL or a live registered ID.
             let context =
@@ -861,13 +992,36 @@ fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event 
     b.ev.listen_id = listen.cast();
     b.ev.event = e.kind as u32;
     b.ev.status = e.status;
+    let pd_ptr = if b.private_data.is_empty() {
+        core::ptr::null()
+    } else {
+        b.private_data.as_ptr().cast()
+    };
+    let pd_len = u8::try_from(b.private_data.len()).unwrap_or(u8::MAX);
+    if u.rust.is_ud() {
+        let ud = e.ud.unwrap_or(UdParam {
+            ah_attr: uroce::AhAttr::default(),
+            qp_num: 0,
+            qkey: 0,
+        });
+        let up = rdma_ud_param {
+            private_data: pd_ptr,
+            private_data_len: pd_len,
+            ah_attr: crate::objects::ah_attr_to_c(&ud.ah_attr),
+            qp_num: ud.qp_num,
+            qkey: ud.qkey,
+        };
+        // SAFETY: `param` is 56 bytes, 8-aligned: exactly an rdma_ud_param.
+        unsafe {
+            core::ptr::addr_of_mut!(b.ev.param)
+                .cast::<rdma_ud_param>()
+                .write(up)
+        };
+        return Some(Box::into_raw(b).cast());
+    }
     let cp = rdma_conn_param {
-        private_data: if b.private_data.is_empty() {
-            core::ptr::null()
-        } else {
-            b.private_data.as_ptr().cast()
-        },
-        private_data_len: u8::try_from(b.private_data.len()).unwrap_or(u8::MAX),
+        private_data: pd_ptr,
+        private_data_len: pd_len,
         responder_resources: e.param.responder_resources,
         initiator_depth: e.param.initiator_depth,
         flow_control: 0,
@@ -882,7 +1036,7 @@ fn to_c(channel: *mut rdma_event_channel, e: RdmaCmEvent) -> *mut rdma_cm_event 
             .cast::<rdma_conn_param>()
             .write(cp)
     };
-    Box::into_raw(b).cast()
+    Some(Box::into_raw(b).cast())
 }
 
 /// `int rdma_ack_cm_event(event)`.
@@ -928,15 +1082,204 @@ pub unsafe extern "C" fn uroce_rdma_set_option(
     })
 }
 
-/// `int rdma_migrate_id(id, channel)`.
+/// `int rdma_migrate_id(id, channel)`: the ID reports to `channel` from now on (its events
+/// still queued move along); a NULL channel makes it synchronous with a channel of its own.
 ///
 /// # Safety
-/// `id` is a live ID; `channel` a live channel.
+/// `id` is a live ID; `channel` NULL or a live channel.
 pub unsafe extern "C" fn uroce_rdma_migrate_id(
-    _id: *mut rdma_cm_id,
-    _channel: *mut rdma_event_channel,
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
 ) -> c_int {
-    fail(libc::ENOSYS)
+    guard(-1, || {
+        // SAFETY: looked up before it is read.
+        if unsafe { ucm(id) }.is_none() {
+            return fail(libc::EINVAL);
+        }
+        let sync = channel.is_null();
+        let channel = if sync {
+            let c = uroce_rdma_create_event_channel();
+            if c.is_null() {
+                return -1;
+            }
+            c
+        } else {
+            channel
+        };
+        // SAFETY: looked up before it is read.
+        let Some(ch) = (unsafe { uchan(channel) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: checked above: a live ID of ours.
+        let u = unsafe { &mut *id.cast::<UCmId>() };
+        u.rust.migrate(&ch);
+        if u.sync && u.id.channel != channel {
+            // SAFETY: the channel the ID made for itself, used by no one else.
+            unsafe { uroce_rdma_destroy_event_channel(u.id.channel) };
+        }
+        u.id.channel = channel;
+        u.sync = sync;
+        0
+    })
+}
+
+/// `int rdma_get_request(listen, &id)`: on a synchronous listener, wait for the next
+/// connection request; the new ID is synchronous too, holds the request at `id->event`, and
+/// has a QP when `rdma_create_ep` was given QP attributes (librdmacm `rdma_get_request`).
+///
+/// # Safety
+/// `listen` is a live, listening synchronous ID; `id` valid for a write.
+pub unsafe extern "C" fn uroce_rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: looked up before it is read.
+        let Some(l) = (unsafe { ucm(listen) }) else {
+            return fail(libc::EINVAL);
+        };
+        // (librdmacm would wait for ever on an ID that does not listen.)
+        if !l.sync || id.is_null() || !l.rust.is_listening() {
+            return fail(libc::EINVAL);
+        }
+        let kept = core::mem::replace(&mut l.id.event, core::ptr::null_mut());
+        let (chan, attr, pd) = (l.id.channel, l.qp_init_attr, l.id.pd);
+        if !kept.is_null() {
+            // SAFETY: the event kept at listen->event, acked once.
+            unsafe { uroce_rdma_ack_cm_event(kept) };
+        }
+        let mut ev: *mut rdma_cm_event = core::ptr::null_mut();
+        // SAFETY: the listener's own live channel; `ev` a valid slot.
+        if unsafe { uroce_rdma_get_cm_event(chan, &mut ev) } != 0 {
+            return -1;
+        }
+        // SAFETY: the live event just fetched.
+        let e = unsafe { &*ev };
+        let err = if e.event == RdmaCmEventKind::Rejected as u32 {
+            libc::ECONNREFUSED
+        } else if e.status != 0 {
+            e.status.saturating_abs()
+        } else if e.event != RdmaCmEventKind::ConnectRequest as u32 {
+            libc::EINVAL
+        } else {
+            0
+        };
+        if err != 0 {
+            // SAFETY: the event just fetched, acked once.
+            unsafe { uroce_rdma_ack_cm_event(ev) };
+            return fail(err);
+        }
+        let new = e.id;
+        // The new ID leaves the listener's channel for one of its own.
+        // SAFETY: `new` is the live ID the event names.
+        if unsafe { uroce_rdma_migrate_id(new, core::ptr::null_mut()) } != 0 {
+            // SAFETY: as above.
+            unsafe { uroce_rdma_ack_cm_event(ev) };
+            return -1;
+        }
+        if let Some(mut a) = attr {
+            // SAFETY: `new` is live; `a` a copy of the saved attributes.
+            if unsafe { uroce_rdma_create_qp(new, pd, &mut a) } != 0 {
+                // SAFETY: as above.
+                unsafe { uroce_rdma_ack_cm_event(ev) };
+                return -1;
+            }
+        }
+        // SAFETY: `new` is live and ours; `id` valid for a write per the contract.
+        unsafe {
+            (*new).event = ev;
+            id.write(new);
+        }
+        0
+    })
+}
+
+/// `int rdma_create_ep(&id, res, pd, qp_init_attr)`: a synchronous ID for `res`. Passive
+/// (`RAI_PASSIVE`): bound to `res->ai_src_addr`, the QP attributes kept for
+/// `rdma_get_request`. Active: address and route resolved, and with `qp_init_attr` a QP
+/// made on `pd` (the device's default PD when NULL), CQs and completion channels included.
+///
+/// # Safety
+/// `id` valid for a write; `res` a valid rdma_addrinfo; `pd` NULL or a PD of the device;
+/// `qp_init_attr` NULL or valid.
+pub unsafe extern "C" fn uroce_rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(r) = (unsafe { res.as_ref() }) else {
+            return fail(libc::EINVAL);
+        };
+        if id.is_null() {
+            return fail(libc::EINVAL);
+        }
+        let ps = u32::try_from(r.ai_port_space).unwrap_or(0);
+        let mut cm: *mut rdma_cm_id = core::ptr::null_mut();
+        // SAFETY: NULL channel (synchronous); `cm` a valid slot.
+        if unsafe {
+            uroce_rdma_create_id(core::ptr::null_mut(), &mut cm, core::ptr::null_mut(), ps)
+        } != 0
+        {
+            return -1;
+        }
+        let undo = |cm: *mut rdma_cm_id| {
+            let e = crate::util::errno();
+            // SAFETY: the ID just made, destroyed once.
+            unsafe { uroce_rdma_destroy_id(cm) };
+            set_errno(e);
+            -1
+        };
+        // SAFETY: per the contract (ai_*_addr NULL or valid sockaddrs).
+        let qp_attr = unsafe { qp_init_attr.as_mut() };
+        if r.ai_flags & RAI_PASSIVE != 0 {
+            // SAFETY: as above.
+            if unsafe { uroce_rdma_bind_addr(cm, r.ai_src_addr) } != 0 {
+                return undo(cm);
+            }
+            if let Some(a) = qp_attr {
+                let mut a = *a;
+                a.qp_type = u32::try_from(r.ai_qp_type).unwrap_or(IBV_QPT_RC);
+                // SAFETY: `cm` is live and ours.
+                unsafe { (*cm.cast::<UCmId>()).qp_init_attr = Some(a) };
+            }
+        } else {
+            // SAFETY: as above.
+            if unsafe { uroce_rdma_resolve_addr(cm, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
+                return undo(cm);
+            }
+            // SAFETY: `cm` is live and ours.
+            if unsafe { uroce_rdma_resolve_route(cm, 2000) } != 0 {
+                return undo(cm);
+            }
+            if let Some(a) = qp_attr {
+                a.qp_type = u32::try_from(r.ai_qp_type).unwrap_or(IBV_QPT_RC);
+                // SAFETY: `cm` is live; `a` the caller's valid attributes.
+                if unsafe { uroce_rdma_create_qp(cm, pd, a) } != 0 {
+                    return undo(cm);
+                }
+            }
+        }
+        // SAFETY: valid for a write per the contract.
+        unsafe { id.write(cm) };
+        0
+    })
+}
+
+/// `void rdma_destroy_ep(id)`: its QP (and the CQs made for it), then the ID.
+///
+/// # Safety
+/// `id` is a live ID, not used afterwards.
+pub unsafe extern "C" fn uroce_rdma_destroy_ep(id: *mut rdma_cm_id) {
+    guard((), || {
+        // SAFETY: per the contract; both look the pointer up first.
+        unsafe {
+            uroce_rdma_destroy_qp(id);
+            uroce_rdma_destroy_id(id);
+        }
+    })
 }
 
 /// `uint16_t rdma_get_src_port(id)` (network order).
@@ -967,7 +1310,8 @@ pub unsafe extern "C" fn uroce_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
 
 /// `int rdma_getaddrinfo(node, service, hints, &res)`: one result (the first address
 /// `getaddrinfo` gives), as librdmacm converts it: a passive lookup fills `ai_src_addr`,
-/// otherwise `ai_dst_addr`; RC over RDMA_PS_TCP.
+/// otherwise `ai_dst_addr` (and `ai_src_addr` from the hints' source address); the port
+/// space and QP type from the hints (RDMA_PS_UDP ↔ UD, else RDMA_PS_TCP ↔ RC).
 ///
 /// # Safety
 /// `node`/`service` NULL or C strings; `hints` NULL or valid; `res` valid for a write.
@@ -988,7 +1332,15 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
         // SAFETY: an all-zero addrinfo is a valid hints struct.
         let mut gh: libc::addrinfo = unsafe { core::mem::zeroed() };
         gh.ai_family = h.map_or(0, |h| h.ai_family);
-        gh.ai_socktype = libc::SOCK_STREAM;
+        // The port space (else the QP type) picks the socket type (librdmacm addrinfo.c).
+        let hps = h.map_or(0, |h| u32::try_from(h.ai_port_space).unwrap_or(0));
+        let hqp = h.map_or(0, |h| u32::try_from(h.ai_qp_type).unwrap_or(0));
+        let ud = matches!(hps, RDMA_PS_UDP | RDMA_PS_IPOIB) || (hps == 0 && hqp == IBV_QPT_UD);
+        gh.ai_socktype = if ud {
+            libc::SOCK_DGRAM
+        } else {
+            libc::SOCK_STREAM
+        };
         if flags & RAI_PASSIVE != 0 {
             gh.ai_flags |= libc::AI_PASSIVE;
         }
@@ -1016,6 +1368,36 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
             SocketAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
         } as u32;
         let passive = flags & RAI_PASSIVE != 0;
+        // An active lookup keeps the source address the hints name (rdmacm's examples pass
+        // the `-b` address that way).
+        // SAFETY: the hints' source address is NULL or a valid sockaddr per the contract.
+        let hsrc = h
+            .filter(|_| !passive)
+            .and_then(|h| unsafe { addr_from(h.ai_src_addr) });
+        let (src, src_len) = match hsrc {
+            Some(a) => (
+                Box::into_raw(Box::new(sockaddr_of(a))).cast::<libc::sockaddr>(),
+                match a {
+                    SocketAddr::V4(_) => size_of::<libc::sockaddr_in>(),
+                    SocketAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
+                } as u32,
+            ),
+            None => (core::ptr::null_mut(), 0),
+        };
+        let (ps, qp_type) = match (hps, hqp) {
+            (0, 0) if ud => (RDMA_PS_UDP, IBV_QPT_UD),
+            (0, 0) => (RDMA_PS_TCP, IBV_QPT_RC),
+            (0, q) => (
+                if q == IBV_QPT_UD {
+                    RDMA_PS_UDP
+                } else {
+                    RDMA_PS_TCP
+                },
+                q,
+            ),
+            (p, 0) => (p, if ud { IBV_QPT_UD } else { IBV_QPT_RC }),
+            (p, q) => (p, q),
+        };
         let ai = rdma_addrinfo {
             ai_flags: flags,
             ai_family: if addr.is_ipv4() {
@@ -1023,11 +1405,11 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
             } else {
                 libc::AF_INET6
             },
-            ai_qp_type: IBV_QPT_RC as c_int,
-            ai_port_space: RDMA_PS_TCP as c_int,
-            ai_src_len: if passive { len } else { 0 },
+            ai_qp_type: qp_type as c_int,
+            ai_port_space: ps as c_int,
+            ai_src_len: if passive { len } else { src_len },
             ai_dst_len: if passive { 0 } else { len },
-            ai_src_addr: if passive { sa } else { core::ptr::null_mut() },
+            ai_src_addr: if passive { sa } else { src },
             ai_dst_addr: if passive { core::ptr::null_mut() } else { sa },
             ai_src_canonname: core::ptr::null_mut(),
             ai_dst_canonname: core::ptr::null_mut(),

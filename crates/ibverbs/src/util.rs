@@ -33,7 +33,6 @@ pub(crate) fn debug_enabled() -> bool {
 }
 
 /// The calling thread's `errno`.
-#[cfg(test)]
 pub(crate) fn errno() -> c_int {
     // SAFETY: as in `set_errno`, the slot is valid for reads.
     unsafe { *libc::__errno_location() }

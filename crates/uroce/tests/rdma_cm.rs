@@ -3,6 +3,11 @@
 //! the client's private data, creates its QP and accepts; both see ESTABLISHED (the client
 //! with the server's private data), data flows, and a disconnect ends in DISCONNECTED and
 //! TIMEWAIT_EXIT on both sides. A connect to a port nobody listens on is REJECTED (8).
+//!
+//! UD (RDMA_PS_UDP): the connect is a SIDR_REQ, the server's CONNECT_REQUEST carries the
+//! client's private data, its accept is the SIDR_REP; the client's ESTABLISHED names the
+//! server's QP and Q_Key and gives the AH a datagram reaches it with. A rejected SIDR and one
+//! to a port nobody listens on end in UNREACHABLE with the SIDR status (2, 1).
 
 mod common;
 
@@ -11,9 +16,15 @@ use std::time::Duration;
 
 use common::*;
 use uroce::pair::ALL_ACCESS;
-use uroce::rdma_cm::{ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind as K, RdmaCmId};
+use uroce::rdma_cm::{
+    ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind as K, RdmaCmId, RDMA_UDP_QKEY,
+};
 use uroce::*;
 use wire::cm::PortSpace;
+
+/// Every test's devices (the tests may share a process): each test uses its own pair, so
+/// that tests in separate processes do not share addresses either.
+const DEVICES: &str = "rcm0=127.77.36.1,rcm1=127.77.36.2,rcm2=127.77.36.3,rcm3=127.77.36.4";
 
 fn next(chan: &EventChannel) -> RdmaCmEvent {
     chan.get_event(Some(Duration::from_secs(10)))
@@ -33,6 +44,10 @@ struct Res {
 }
 
 fn qp_on(id: &RdmaCmId) -> Res {
+    qp_of(id, QpType::RC)
+}
+
+fn qp_of(id: &RdmaCmId, ty: QpType) -> Res {
     let ctx = id.context().expect("bound to a device");
     let pd = ctx.alloc_pd().expect("pd");
     let cq = ctx.create_cq(32, None, 0).expect("cq");
@@ -44,7 +59,7 @@ fn qp_on(id: &RdmaCmId) -> Res {
         max_inline_data: 0,
     };
     let qp = id
-        .create_qp(&pd, &QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&pd, &QpInitAttr::new(ty, &cq, cap))
         .expect("rdma_create_qp");
     Res { pd, cq, qp }
 }
@@ -63,7 +78,7 @@ fn param(pd: &[u8]) -> ConnParam {
 #[test]
 fn rdma_cm_connect_accept_send_disconnect() {
     // The IDs find their devices among the configured ones, as rdma_cm finds a netdev.
-    std::env::set_var("UROCE_DEVICES", "rcm0=127.77.36.1,rcm1=127.77.36.2");
+    std::env::set_var("UROCE_DEVICES", DEVICES);
     uroce::init();
     let client_ip: SocketAddr = "127.77.36.1:0".parse().unwrap();
     let server: SocketAddr = "127.77.36.2:7471".parse().unwrap();
@@ -138,6 +153,102 @@ fn rdma_cm_connect_accept_send_disconnect() {
     assert_eq!(rej.status, 8);
 
     for id in [client, conn, listen, other] {
+        id.destroy();
+    }
+}
+
+#[test]
+fn rdma_cm_ud_sidr_resolve_send_reject() {
+    std::env::set_var("UROCE_DEVICES", DEVICES);
+    uroce::init();
+    let client_ip: SocketAddr = "127.77.36.3:0".parse().unwrap();
+    let server: SocketAddr = "127.77.36.4:7174".parse().unwrap();
+
+    let schan = EventChannel::new().expect("channel");
+    let listen = RdmaCmId::new(&schan, PortSpace::UDP).expect("id");
+    assert!(listen.is_ud());
+    listen.bind_addr(server).expect("bind");
+    listen.listen(8).expect("listen");
+
+    let cchan = EventChannel::new().expect("channel");
+    let ud_client = |chan: &EventChannel, to: SocketAddr| {
+        let id = RdmaCmId::new(chan, PortSpace::UDP).expect("id");
+        id.resolve_addr(Some(client_ip), to).expect("resolve_addr");
+        expect(chan, K::AddrResolved);
+        id.resolve_route().expect("resolve_route");
+        expect(chan, K::RouteResolved);
+        let r = qp_of(&id, QpType::UD);
+        (id, r)
+    };
+    let (client, c) = ud_client(&cchan, server);
+    // rdma_create_qp leaves a UD QP ready to send, with rdma_cm's Q_Key.
+    let qa =
+        c.qp.query(QpAttrMask::STATE | QpAttrMask::QKEY)
+            .expect("query");
+    assert_eq!((qa.qp_state, qa.qkey), (QpState::RTS, RDMA_UDP_QKEY));
+    client
+        .connect(&param(b"ud hello"))
+        .expect("connect (SIDR_REQ)");
+
+    let req = expect(&schan, K::ConnectRequest);
+    assert!(req.listen_id.as_ref() == Some(&listen));
+    assert_eq!(
+        req.param.private_data.len(),
+        180,
+        "the SIDR_REQ's 216 bytes less rdma_cm's 36"
+    );
+    assert_eq!(&req.param.private_data[..8], b"ud hello");
+    let conn = req.id.clone();
+    assert_eq!(conn.dst_addr().map(|a| a.ip()), Some(client_ip.ip()));
+    let s = qp_of(&conn, QpType::UD);
+    let len = 256usize;
+    let sbuf = s.pd.alloc_mr(GRH_BYTES + len, ALL_ACCESS).expect("mr");
+    s.qp.post_recv(&[RecvWr::new(1, &[sbuf.sge(0, (GRH_BYTES + len) as u32)])])
+        .expect("recv");
+    conn.accept(&param(b"ud welcome"))
+        .expect("accept (SIDR_REP)");
+
+    let est = expect(&cchan, K::Established);
+    assert_eq!(est.param.private_data.len(), 136);
+    assert_eq!(&est.param.private_data[..10], b"ud welcome");
+    let ud = est.ud.expect("UD parameters on ESTABLISHED");
+    assert_eq!((ud.qp_num, ud.qkey), (s.qp.qp_num(), RDMA_UDP_QKEY));
+    assert_eq!(ud.ah_attr.grh.dgid, Gid(wire::ip::gid_of_ip(server.ip())));
+
+    let ah = ud.create_ah(&c.pd).expect("AH toward the server");
+    let mut cbuf = c.pd.alloc_mr(len, ALL_ACCESS).expect("mr");
+    let data = pattern(9, len);
+    cbuf.copy_from_slice(&data);
+    c.qp.post_send(&[
+        SendWr::ud_send(2, &[cbuf.sge(0, len as u32)], &ah, ud.qp_num, ud.qkey).signaled(),
+    ])
+    .expect("send");
+    assert_eq!(wait1(&c.cq).status, WcStatus::SUCCESS);
+    let r = wait1(&s.cq);
+    assert_eq!(
+        (r.status, r.byte_len),
+        (WcStatus::SUCCESS, (GRH_BYTES + len) as u32)
+    );
+    assert_eq!(r.src_qp, c.qp.qp_num());
+    assert_eq!(&sbuf[GRH_BYTES..], &data[..]);
+
+    // The server refuses the next one: UNREACHABLE with SIDR status 2 (REJECT) and the
+    // server's private data.
+    let (refused, _r) = ud_client(&cchan, server);
+    refused.connect(&param(b"")).expect("connect");
+    let req = expect(&schan, K::ConnectRequest);
+    req.id.reject(b"not you").expect("reject (SIDR_REP)");
+    let un = expect(&cchan, K::Unreachable);
+    assert_eq!(un.status, 2);
+    assert_eq!(&un.param.private_data[..7], b"not you");
+
+    // Nobody listens on 7175: SIDR status 1 (service not supported).
+    let (nobody, _n) = ud_client(&cchan, "127.77.36.4:7175".parse().unwrap());
+    nobody.connect(&param(b"")).expect("connect");
+    let un = expect(&cchan, K::Unreachable);
+    assert_eq!(un.status, 1);
+
+    for id in [client, conn, listen, refused, req.id, nobody] {
         id.destroy();
     }
 }

@@ -26,11 +26,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cm::{CmAccept, CmChannel, CmConnect, CmEvent, CmId};
-use crate::cm::{CmaHdr, PortSpace, ServiceId, CMA_HDR_LEN};
+use crate::cm::{CmaHdr, PortSpace, ServiceId, SidrReqRepr, SidrStatus, CMA_HDR_LEN};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::pd::Pd;
+use crate::pd::{Ah, AhAttr, Pd};
 use crate::qp::{ConnectOpts, Qp, QpAttr, QpEndpoint, QpInitAttr};
 use crate::{AccessFlags, Errno, Gid, Mtu, QpAttrMask, QpState};
 
@@ -71,6 +71,29 @@ pub struct ConnParam {
     pub qp_num: u32,
 }
 
+/// The Q_Key of rdma_cm's UD port spaces (`RDMA_UDP_QKEY`, kernel cma.c `cma_set_qkey`): the
+/// Q_Key of every UD QP on an `RDMA_PS_UDP`/`RDMA_PS_IPOIB` ID and the one a SIDR_REP carries.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// What a UD peer resolved with SIDR needs to be sent to (`struct rdma_ud_param` without the
+/// private data): the address vector toward it, its QPN and Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdParam {
+    /// Toward the peer's address (its GID, RoCEv2, hop limit 64, port 1).
+    pub ah_attr: AhAttr,
+    /// The peer's UD QP.
+    pub qp_num: u32,
+    /// The Q_Key its QP expects.
+    pub qkey: u32,
+}
+
+impl UdParam {
+    /// The address handle on `pd` that sends reach the peer with.
+    pub fn create_ah(&self, pd: &Pd) -> Result<Ah> {
+        pd.create_ah(&self.ah_attr)
+    }
+}
+
 /// One event (`struct rdma_cm_event`).
 #[allow(missing_docs)]
 #[derive(Clone)]
@@ -85,6 +108,8 @@ pub struct RdmaCmEvent {
     /// The peer's connection parameters and private data (full CM field length after
     /// rdma_cm's header, as Linux reports it).
     pub param: ConnParam,
+    /// UD IDs: ESTABLISHED on the active side carries the peer the SIDR_REP named.
+    pub ud: Option<UdParam>,
 }
 
 impl fmt::Debug for RdmaCmEvent {
@@ -187,6 +212,18 @@ fn register(dev: &str, id: CmId, inner: &Arc<IdInner>) {
         .insert((dev.to_string(), id.0), Arc::downgrade(inner));
 }
 
+/// Run `cmd`, the CM command that creates a CM ID for `inner` on device `d`, and register
+/// that ID before the reader thread can look it up: the hub stays locked throughout, so an
+/// answer that comes at once (a REJ or SIDR_REP from a peer with no listener, a request
+/// right after the listen) is never dropped as an event of an unknown ID.
+fn issue(d: &DevCm, inner: &Arc<IdInner>, cmd: impl FnOnce() -> Result<CmId>) -> Result<CmId> {
+    let name = d.ctx.device().name().to_string();
+    let mut h = hub();
+    let id = cmd()?;
+    h.ids.insert((name, id.0), Arc::downgrade(inner));
+    Ok(id)
+}
+
 fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest {
@@ -195,30 +232,15 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
             peer,
             req,
         } => {
-            let Some(l) = find(dev, listen) else {
+            let Some((l, child)) = child_of(dev, listen, id, peer, &req.private_data) else {
                 let _ = d.cm.reject(id, 28, &[]);
                 return;
             };
-            let Ok(hdr) = CmaHdr::parse(&req.private_data) else {
-                let _ = d.cm.reject(id, 28, &[]);
-                return;
-            };
-            let lst = l.state();
-            let child = Arc::new(IdInner {
-                chan: l.0.chan.clone(),
-                ps: l.0.ps,
-                st: Mutex::new(IdState {
-                    dev: lst.dev.clone(),
-                    src: Some(SocketAddr::new(hdr.dst, lst.src.map_or(0, |s| s.port()))),
-                    dst: Some(SocketAddr::new(peer, hdr.src_port)),
-                    cm: Some(id),
-                    path_mtu: Mtu(req.path_mtu.into()),
-                    peer_req: Some(req.clone()),
-                    ..IdState::default()
-                }),
-            });
-            drop(lst);
-            register(dev, id, &child);
+            {
+                let mut st = child.state();
+                st.path_mtu = Mtu(req.path_mtu.into());
+                st.peer_req = Some(req.clone());
+            }
             let param = ConnParam {
                 private_data: req.private_data[CMA_HDR_LEN..].to_vec(),
                 // Swapped as the kernel reports them (cm.c cm_format_req_event).
@@ -229,12 +251,39 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
                 srq: req.srq,
                 qp_num: req.local_qpn.value(),
             };
-            l.0.chan.push(RdmaCmEvent {
+            l.push(RdmaCmEvent {
                 kind: RdmaCmEventKind::ConnectRequest,
-                id: RdmaCmId(child),
+                id: child,
                 listen_id: Some(l.clone()),
                 status: 0,
                 param,
+                ud: None,
+            });
+        }
+        CmEvent::SidrRequest {
+            id,
+            listen,
+            peer,
+            req,
+        } => {
+            let Some((l, child)) = child_of(dev, listen, id, peer, &req.private_data) else {
+                let _ = d.cm.sidr_reply(id, SidrStatus::REJECT.0, 0, 0, &[]);
+                return;
+            };
+            let param = ConnParam {
+                private_data: req.private_data[CMA_HDR_LEN..].to_vec(),
+                ..ConnParam::default()
+            };
+            child.state().peer_sidr = Some(req);
+            // The kernel reports a SIDR_REQ as CONNECT_REQUEST with only the private data
+            // (cma.c cma_ib_req_handler).
+            l.push(RdmaCmEvent {
+                kind: RdmaCmEventKind::ConnectRequest,
+                id: child,
+                listen_id: Some(l.clone()),
+                status: 0,
+                param,
+                ud: None,
             });
         }
         other => {
@@ -244,6 +293,35 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
             id.on_cm_event(d, other);
         }
     }
+}
+
+/// The listener `listen` and a new ID for request `id` from `peer`, whose private data
+/// starts with rdma_cm's header; `None` if the listener is gone or the header is bad.
+fn child_of(
+    dev: &str,
+    listen: CmId,
+    id: CmId,
+    peer: IpAddr,
+    private_data: &[u8],
+) -> Option<(RdmaCmId, RdmaCmId)> {
+    let l = find(dev, listen)?;
+    let hdr = CmaHdr::parse(private_data).ok()?;
+    let lst = l.state();
+    let child = Arc::new(IdInner {
+        chan: Mutex::new(l.chan()),
+        ps: l.0.ps,
+        st: Mutex::new(IdState {
+            dev: lst.dev.clone(),
+            src: Some(SocketAddr::new(hdr.dst, lst.src.map_or(0, |s| s.port()))),
+            dst: Some(SocketAddr::new(peer, hdr.src_port)),
+            cm: Some(id),
+            path_mtu: lst.path_mtu,
+            ..IdState::default()
+        }),
+    });
+    drop(lst);
+    register(dev, id, &child);
+    Some((l, RdmaCmId(child)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -285,6 +363,14 @@ impl EventChannel {
             .unwrap_or_else(|p| p.into_inner())
             .push_back(e);
         crate::sys::eventfd_signal(self.0.efd.as_raw_fd());
+    }
+
+    /// Removes the queued events of `id`.
+    fn take_for(&self, id: &RdmaCmId) -> Vec<RdmaCmEvent> {
+        let mut q = self.0.q.lock().unwrap_or_else(|p| p.into_inner());
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|e| e.id == *id);
+        *q = rest;
+        mine.into()
     }
 
     /// The next event, if one is queued.
@@ -341,12 +427,18 @@ struct IdState {
     peer_req: Option<Box<crate::cm::ReqRepr>>,
     /// Active: the REP that answered our REQ.
     peer_rep: Option<Box<crate::cm::RepRepr>>,
+    /// Passive UD: the SIDR_REQ that created the ID.
+    peer_sidr: Option<Box<SidrReqRepr>>,
     /// Bound to the wildcard address: listen for any address of the device.
     wildcard: bool,
+    /// `rdma_listen` succeeded.
+    listening: bool,
 }
 
 struct IdInner {
-    chan: EventChannel,
+    /// Where the ID's events go (changed by [`RdmaCmId::migrate`]); events are pushed with
+    /// this lock held, so none lands on a channel the ID has left.
+    chan: Mutex<EventChannel>,
     ps: PortSpace,
     st: Mutex<IdState>,
 }
@@ -409,34 +501,73 @@ fn route_source(dst: IpAddr) -> Option<IpAddr> {
 }
 
 impl RdmaCmId {
-    /// `rdma_create_id` in port space `ps` (only [`PortSpace::TCP`], reliable connections,
-    /// for now: others give EOPNOTSUPP).
+    /// `rdma_create_id` in port space `ps`: [`PortSpace::TCP`] (reliable connections) or
+    /// [`PortSpace::UDP`] / [`PortSpace::IPOIB`] (UD, peers resolved with SIDR); others give
+    /// EOPNOTSUPP.
     pub fn new(chan: &EventChannel, ps: PortSpace) -> Result<RdmaCmId> {
-        if ps != PortSpace::TCP {
+        if ![PortSpace::TCP, PortSpace::UDP, PortSpace::IPOIB].contains(&ps) {
             return Err(Error::local(
                 "rdma_create_id",
                 Errno::EOPNOTSUPP,
-                "only RDMA_PS_TCP is supported",
+                "only RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IPOIB are supported",
             ));
         }
         Ok(RdmaCmId(Arc::new(IdInner {
-            chan: chan.clone(),
+            chan: Mutex::new(chan.clone()),
             ps,
             st: Mutex::new(IdState::default()),
         })))
+    }
+
+    /// The ID's port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.0.ps
+    }
+
+    /// Whether the ID's connections are UD (`RDMA_PS_UDP`, `RDMA_PS_IPOIB`): `connect` sends
+    /// a SIDR_REQ, `accept` a SIDR_REP.
+    pub fn is_ud(&self) -> bool {
+        self.0.ps != PortSpace::TCP
     }
 
     fn state(&self) -> MutexGuard<'_, IdState> {
         self.0.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn chan_lock(&self) -> MutexGuard<'_, EventChannel> {
+        self.0.chan.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The channel the ID reports to.
+    pub fn chan(&self) -> EventChannel {
+        self.chan_lock().clone()
+    }
+
+    fn push(&self, e: RdmaCmEvent) {
+        self.chan_lock().push(e);
+    }
+
+    /// `rdma_migrate_id`: from now on the ID reports to `to`; its events still queued on
+    /// the old channel move along.
+    pub fn migrate(&self, to: &EventChannel) {
+        let mut c = self.chan_lock();
+        if Arc::ptr_eq(&c.0, &to.0) {
+            return;
+        }
+        for e in c.take_for(self) {
+            to.push(e);
+        }
+        *c = to.clone();
+    }
+
     fn event(&self, kind: RdmaCmEventKind, status: i32, param: ConnParam) {
-        self.0.chan.push(RdmaCmEvent {
+        self.push(RdmaCmEvent {
             kind,
             id: self.clone(),
             listen_id: None,
             status,
             param,
+            ud: None,
         });
     }
 
@@ -555,7 +686,7 @@ impl RdmaCmId {
         Ok(())
     }
 
-    /// `rdma_create_qp`: an RC QP on the ID's device and `pd`, moved to INIT.
+    /// `rdma_create_qp`: a QP on the ID's device and `pd`, moved to INIT (RC, UC) or RTS (UD).
     pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
         if self.state().dev.is_none() {
             return Err(einval("rdma_create_qp", "ID not bound to a device"));
@@ -565,9 +696,31 @@ impl RdmaCmId {
         Ok(qp)
     }
 
-    /// Make `qp` (created on the ID's context) the ID's QP, moved to INIT with every remote
-    /// access right, as `rdma_create_qp` leaves it.
+    /// Make `qp` (created on the ID's context) the ID's QP, as `rdma_create_qp` leaves it: an
+    /// RC/UC QP in INIT with every remote access right; a UD QP through INIT (Q_Key
+    /// [`RDMA_UDP_QKEY`]) and RTR to RTS, ready to send (librdmacm's `ucma_init_ud_qp`).
     pub fn attach_qp(&self, qp: &Qp) -> Result<()> {
+        if qp.qp_type() == crate::QpType::UD {
+            let a = QpAttr {
+                qp_state: QpState::INIT,
+                port_num: 1,
+                qkey: RDMA_UDP_QKEY,
+                ..QpAttr::default()
+            };
+            qp.modify(
+                &a,
+                QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+            )?;
+            qp.set_state(QpState::RTR)?;
+            let a = QpAttr {
+                qp_state: QpState::RTS,
+                sq_psn: 0,
+                ..QpAttr::default()
+            };
+            qp.modify(&a, QpAttrMask::STATE | QpAttrMask::SQ_PSN)?;
+            self.state().qp = Some(qp.downgrade());
+            return Ok(());
+        }
         let a = QpAttr {
             qp_state: QpState::INIT,
             port_num: 1,
@@ -604,11 +757,14 @@ impl RdmaCmId {
         d.cm.establish(id)
     }
 
-    /// `rdma_connect`: send the REQ (rdma_cm header + `p.private_data`, ≤ 56 bytes).
+    /// `rdma_connect`: send the REQ (rdma_cm header + `p.private_data`, ≤ 56 bytes), or on a
+    /// UD ID the SIDR_REQ (≤ 180 bytes), answered by ESTABLISHED with the peer's
+    /// [`UdParam`] or UNREACHABLE.
     pub fn connect(&self, p: &ConnParam) -> Result<()> {
         const OP: &str = "rdma_connect";
-        if p.private_data.len() > 56 {
-            return Err(einval(OP, "private data longer than 56 bytes"));
+        let max = if self.is_ud() { 180 } else { 56 };
+        if p.private_data.len() > max {
+            return Err(einval(OP, "private data longer than the request carries"));
         }
         let mut st = self.state();
         let (Some(d), Some(src), Some(dst)) = (st.dev.clone(), st.src, st.dst) else {
@@ -624,8 +780,14 @@ impl RdmaCmId {
         .emit(&mut pd)
         .map_err(|_| einval(OP, "source and destination of different families"))?;
         pd.extend_from_slice(&p.private_data);
-        let rq_psn = random_u32() & 0xFF_FFFF;
         let sid = ServiceId::rdma_ip(self.0.ps, dst.port());
+        if self.is_ud() {
+            st.cm = Some(issue(&d, &self.0, || {
+                d.cm.sidr_request(dst.ip(), sid, &pd)
+            })?);
+            return Ok(());
+        }
+        let rq_psn = random_u32() & 0xFF_FFFF;
         let mut c = match &st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
             Some(qp) => CmConnect::new(qp, dst.ip(), sid, rq_psn),
             None if p.qp_num != 0 => CmConnect::new_for_qpn(p.qp_num, dst.ip(), sid, rq_psn),
@@ -639,12 +801,8 @@ impl RdmaCmId {
         c.path_mtu = st.path_mtu.0 as u8;
         c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
         c.private_data = pd;
-        let id = d.cm.connect(&c)?;
-        st.cm = Some(id);
+        st.cm = Some(issue(&d, &self.0, || d.cm.connect(&c))?);
         st.rq_psn = rq_psn;
-        let name = d.ctx.device().name().to_string();
-        drop(st);
-        register(&name, id, &self.0);
         Ok(())
     }
 
@@ -656,19 +814,24 @@ impl RdmaCmId {
             return Err(einval(OP, "ID not bound"));
         };
         let bind = (!st.wildcard).then_some(src.ip());
-        let id =
-            d.cm.listen(ServiceId::rdma_ip(self.0.ps, src.port()), bind)?;
-        st.cm = Some(id);
-        let name = d.ctx.device().name().to_string();
-        drop(st);
-        register(&name, id, &self.0);
+        let sid = ServiceId::rdma_ip(self.0.ps, src.port());
+        st.cm = Some(issue(&d, &self.0, || d.cm.listen(sid, bind))?);
+        st.listening = true;
         Ok(())
+    }
+
+    /// Whether the ID listens (`rdma_listen` succeeded).
+    pub fn is_listening(&self) -> bool {
+        self.state().listening
     }
 
     /// `rdma_accept`: bring the QP to RTS with the request's values and send the REP
     /// (`p.private_data` ≤ 196 bytes).
     pub fn accept(&self, p: &ConnParam) -> Result<()> {
         const OP: &str = "rdma_accept";
+        if self.is_ud() {
+            return self.sidr_answer(OP, SidrStatus::SUCCESS, p);
+        }
         let mut st = self.state();
         let (Some(d), Some(id), Some(req)) = (st.dev.clone(), st.cm, st.peer_req.clone()) else {
             return Err(einval(OP, "not a connection request"));
@@ -712,14 +875,29 @@ impl RdmaCmId {
     /// `rdma_init_qp_attr`: the attributes and mask that move a QP the consumer manages
     /// itself to `state` (INIT, RTR or RTS) for this connection — kernel cma.c
     /// rdma_init_qp_attr with cm.c's cm_init_qp_{init,rtr,rts}_attr.
+    ///
+    /// On a UD ID: INIT with the P_Key index, port and Q_Key [`RDMA_UDP_QKEY`]; RTR with the
+    /// state alone; RTS with send PSN 0 (what librdmacm's `ucma_init_ud_qp` applies).
     pub fn init_qp_attr(&self, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
         const OP: &str = "rdma_init_qp_attr";
-        let mut st = self.state();
         let mut a = QpAttr {
             qp_state: state,
             port_num: 1,
             ..QpAttr::default()
         };
+        if self.is_ud() {
+            let m = match state {
+                QpState::INIT => {
+                    a.qkey = RDMA_UDP_QKEY;
+                    QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+                }
+                QpState::RTR => QpAttrMask::STATE,
+                QpState::RTS => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                _ => return Err(einval(OP, "state is not INIT, RTR or RTS")),
+            };
+            return Ok((a, m));
+        }
+        let mut st = self.state();
         if state == QpState::INIT {
             a.qp_access_flags = AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
@@ -801,8 +979,40 @@ impl RdmaCmId {
         Err(einval(OP, "state is not INIT, RTR or RTS"))
     }
 
-    /// `rdma_reject` (REJ reason 28, consumer defined; private data ≤ 148 bytes).
+    /// UD `rdma_accept` / `rdma_reject`: the SIDR_REP with `status`, our QP (the ID's, else
+    /// `p.qp_num`) and [`RDMA_UDP_QKEY`] (kernel cma.c `cma_send_sidr_rep`). No event
+    /// follows on this side.
+    fn sidr_answer(&self, op: &'static str, status: SidrStatus, p: &ConnParam) -> Result<()> {
+        let st = self.state();
+        let (Some(d), Some(id), true) = (st.dev.clone(), st.cm, st.peer_sidr.is_some()) else {
+            return Err(einval(op, "not a UD connection request"));
+        };
+        if p.private_data.len() > 136 {
+            return Err(einval(op, "private data longer than 136 bytes"));
+        }
+        let (qpn, qkey) = if status != SidrStatus::SUCCESS {
+            (0, 0)
+        } else {
+            match st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
+                Some(qp) => (qp.qp_num(), RDMA_UDP_QKEY),
+                None if p.qp_num != 0 => (p.qp_num, RDMA_UDP_QKEY),
+                None => return Err(einval(op, "no QP on the ID and no qp_num")),
+            }
+        };
+        drop(st);
+        d.cm.sidr_reply(id, status.0, qpn, qkey, &p.private_data)
+    }
+
+    /// `rdma_reject` (REJ reason 28, consumer defined; private data ≤ 148 bytes; on a UD ID
+    /// a SIDR_REP with status REJECT, ≤ 136 bytes).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        if self.is_ud() {
+            let p = ConnParam {
+                private_data: private_data.to_vec(),
+                ..ConnParam::default()
+            };
+            return self.sidr_answer("rdma_reject", SidrStatus::REJECT, &p);
+        }
         let st = self.state();
         let (Some(d), Some(id)) = (st.dev.clone(), st.cm) else {
             return Err(einval("rdma_reject", "not a connection request"));
@@ -822,13 +1032,16 @@ impl RdmaCmId {
         d.cm.disconnect(id)
     }
 
-    /// `rdma_destroy_id`: let go of the CM ID (a connection still up is disconnected).
+    /// `rdma_destroy_id`: let go of the CM ID (a connection still up is disconnected); its
+    /// events not taken from the channel yet are dropped, as the kernel drops them.
     pub fn destroy(self) {
         let st = self.state();
         if let (Some(d), Some(id)) = (st.dev.clone(), st.cm) {
             let _ = d.cm.destroy(id);
             hub().ids.remove(&(d.ctx.device().name().to_string(), id.0));
         }
+        drop(st);
+        drop(self.chan_lock().take_for(&self));
     }
 
     /// A device CM event for this ID.
@@ -910,9 +1123,35 @@ impl RdmaCmId {
                 self.event(K::Disconnected, status, ConnParam::default());
             }
             CmEvent::TimewaitExit { .. } => self.event(K::TimewaitExit, 0, ConnParam::default()),
-            CmEvent::ConnectRequest { .. }
-            | CmEvent::SidrRequest { .. }
-            | CmEvent::SidrReply { .. } => {}
+            CmEvent::SidrReply { rep, .. } => {
+                let param = ConnParam {
+                    private_data: rep.private_data.to_vec(),
+                    ..ConnParam::default()
+                };
+                if rep.status != SidrStatus::SUCCESS {
+                    // Kernel cma.c cma_sidr_rep_handler: UNREACHABLE, status = SIDR status.
+                    self.event(K::Unreachable, i32::from(rep.status.0), param);
+                    return;
+                }
+                let gid = self
+                    .state()
+                    .dst
+                    .map(|a| Gid(wire::ip::gid_of_ip(a.ip())))
+                    .unwrap_or_default();
+                self.push(RdmaCmEvent {
+                    kind: K::Established,
+                    id: self.clone(),
+                    listen_id: None,
+                    status: 0,
+                    param,
+                    ud: Some(UdParam {
+                        ah_attr: AhAttr::roce(gid, 0, 1),
+                        qp_num: rep.qpn.value(),
+                        qkey: rep.qkey.0,
+                    }),
+                });
+            }
+            CmEvent::ConnectRequest { .. } | CmEvent::SidrRequest { .. } => {}
         }
     }
 }

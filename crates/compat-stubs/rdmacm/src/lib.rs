@@ -4,20 +4,20 @@
 //! without the kernel's `/dev/infiniband/rdma_cm`, so uroce ships its own. It exports the
 //! complete `RDMACM_1.0`–`1.3` symbol set of rdma-core 44, so every rdmacm program loads.
 //!
-//! * The connection manager proper — event channels, IDs, address and route resolution,
-//!   QP creation on an ID, connect/listen/accept/reject/disconnect/establish, events,
-//!   options, `rdma_getaddrinfo` — lives in uroce's `libibverbs.so.1` beside the verbs
-//!   objects it hands out (`id->verbs`, `id->qp`, `id->pd`), exported there as
+//! * The connection manager proper — event channels, IDs (RC and UD port spaces,
+//!   synchronous IDs), address and route resolution, QP creation on an ID,
+//!   connect/listen/accept/reject/disconnect/establish, events, options, `rdma_migrate_id`,
+//!   `rdma_init_qp_attr`, the endpoint API (`rdma_create_ep`, `rdma_get_request`,
+//!   `rdma_destroy_ep`), `rdma_getaddrinfo` — lives in uroce's `libibverbs.so.1` beside the
+//!   verbs objects it hands out (`id->verbs`, `id->qp`, `id->pd`), exported there as
 //!   `uroce_rdma_*`; each function here forwards to its twin, found once with `dlsym`. Under
 //!   another libibverbs (the system's) they fail with ENOSYS, as before.
 //! * `rdma_event_str` (rdma-core's exact strings), `rpoll` and `rselect` (on ordinary
 //!   descriptors an rsocket-aware poll *is* `poll`/`select`, and no rsocket can exist here)
 //!   are implemented here.
 //! * Not built yet, failing with `ENOSYS` in the C shape (−1 + errno, NULL + errno, or
-//!   nothing for `void` functions): the synchronous endpoint API (`rdma_create_ep`,
-//!   `rdma_get_request`), SRQs on IDs, multicast, ECE, `rdma_init_qp_attr`,
-//!   `rdma_create_qp_ex`, `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and
-//!   rsockets.
+//!   nothing for `void` functions): SRQs on IDs, multicast, ECE, `rdma_create_qp_ex`,
+//!   `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and rsockets.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
 //! owns the arguments, so a callee that ignores them fits any prototype. Return types do
@@ -63,11 +63,9 @@ macro_rules! void_noop {
 // ---- rdma_cm core (RDMACM_1.0 .. 1.3) ----
 
 int_minus1!(
-    rdma_create_ep,
     rdma_create_qp_ex,
     rdma_create_srq,
     rdma_create_srq_ex,
-    rdma_get_request,
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
@@ -157,6 +155,9 @@ forward! {
     fn rdma_get_dst_port(id: P) -> u16 = 0;
     fn rdma_freeaddrinfo(res: P) -> () = ();
     fn rdma_init_qp_attr(id: P, qp_attr: P, qp_attr_mask: *mut c_int) -> c_int = -1;
+    fn rdma_create_ep(id: *mut P, res: P, pd: P, qp_init_attr: P) -> c_int = -1;
+    fn rdma_destroy_ep(id: P) -> () = ();
+    fn rdma_get_request(listen: P, id: *mut P) -> c_int = -1;
 }
 
 /// Why the connection manager is unavailable, as librdmacm reports it when it finds no
@@ -217,7 +218,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     EAI_SYSTEM
 }
 
-void_noop!(rdma_destroy_srq, rdma_destroy_ep, rdma_free_devices,);
+void_noop!(rdma_destroy_srq, rdma_free_devices,);
 
 /// `enum rdma_cm_event_type` names, indexed by value (librdmacm's `rdma_event_str`).
 const EVENT_NAMES: &[&core::ffi::CStr] = &[
@@ -352,7 +353,10 @@ mod tests {
         assert_eq!(errno(), libc::ENOSYS);
         // SAFETY: as above.
         assert!(unsafe { rdma_create_event_channel() }.is_null());
-        assert_eq!(rdma_create_ep(), -1);
+        let null = core::ptr::null_mut();
+        // SAFETY: as above.
+        let r = unsafe { rdma_create_ep(&mut id, null, null, null) };
+        assert_eq!(r, -1);
         assert_eq!(rread(), -1);
         assert_eq!(riowrite(), 0);
     }
