@@ -111,7 +111,8 @@ skip() { echo "SKIPPED: $*"; exit 0; }
 # ------------------------------------------------------------------- the matrix
 # both NAME FLAGS "UROCE-SIDE COMMAND" "RXE-SIDE COMMAND"
 #   FLAGS: pp (ping-pong output and data check), perf (perftest result row), v6 (IPv6 GIDs),
-#   cm (connects through rdma_cm: the IB CM's MADs on QP 1; the tool's own success output)
+#   cm (connects through rdma_cm: the IB CM's MADs on QP 1; the tool's own success output),
+#   noport (the tool has a fixed port and no -p)
 #   The uroce side runs in the namespace; "uroce ..." is the CLI, anything else a stock
 #   tool on the drop-in libraries. The rxe side runs in vm1. The client gets the server's
 #   address appended; both get -p PORT. A command that names the roles itself says
@@ -167,6 +168,9 @@ both v6_send_lat_s3         perf,v6 "ib_send_lat -d uroce0 -x 0 -s 3 -n 10"     
 both cm_rping_v_c10       cm   "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -C 10 -v"   "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -C 10 -v"
 both cm_rping_s4000_v     cm   "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -S 4000 -C 5 -v" "rping @SRV{-s -a @SELF@}@CLI{-c -a @PEER@} -S 4000 -C 5 -v"
 both cm_ucmatose_c4       cm   "ucmatose @SRV{-b @SELF@}@CLI{-s @PEER@} -c 4 -C 10"   "ucmatose @SRV{-b @SELF@}@CLI{-s @PEER@} -c 4 -C 10"
+both cm_udaddy            cm,noport "udaddy @SRV{-b @SELF@}@CLI{-s @PEER@}"         "udaddy @SRV{-b @SELF@}@CLI{-s @PEER@}"
+both cm_udaddy_c4_s1000    cm,noport "udaddy @SRV{-b @SELF@}@CLI{-s @PEER@} -c 4 -C 20 -S 1000" "udaddy @SRV{-b @SELF@}@CLI{-s @PEER@} -c 4 -C 20 -S 1000"
+both cm_send_bw_ud_R      perf,cm "ib_send_bw -d uroce0 -R -c UD -s 512 -n 20"      "ib_send_bw -d rxe0 -F -R -c UD -s 512 -n 20"
 both cm_write_bw_R        perf,cm "ib_write_bw -d uroce0 -R -s 65536 -n 20"          "ib_write_bw -d rxe0 -F -R -s 65536 -n 20"
 both cm_send_lat_R        perf,cm "ib_send_lat -d uroce0 -R -s 64 -n 100"            "ib_send_lat -d rxe0 -F -R -s 64 -n 100"
 # The uroce CLI against the stock tools.
@@ -415,7 +419,10 @@ run_cell() {
     port=$((port + 1))
     # Role templates (@SRV{..}, @CLI{..}, @SELF@, @PEER@): each side's command for its role.
     # rdma_cm tools without a TCP side channel (perftest -R still has one).
-    local cm=0 cm_only=0
+    # noport: the tool has a fixed port and no -p option (udaddy: 7174).
+    local popt="-p $port" lport=$port
+    [[ ",$flags," == *,noport,* ]] && popt="" lport=7174
+    local cm=0 cm_only=0 cm_mads=""
     [[ ",$flags," == *,cm,* ]] && cm=1
     [[ "$cm" = 1 && ",$flags," != *,perf,* ]] && cm_only=1
     local append_peer=1
@@ -435,7 +442,7 @@ run_cell() {
         uside[0]=$UROCE
     fi
     uside=(env "UROCE_DEVICES=$udev" "LD_LIBRARY_PATH=$COMPAT" "UROCE_STATS_DIR=$STATS_DIR"
-        UROCE_STATS_KEEP=1 timeout "$TOOL_TIMEOUT" "${uside[@]}" -p "$port")
+        UROCE_STATS_KEEP=1 timeout "$TOOL_TIMEOUT" "${uside[@]}" $popt)
     rm -f "$STATS_DIR"/*.exit.json
 
     # Background jobs are started without the nsx function, so that $! is the process itself
@@ -464,7 +471,7 @@ run_cell() {
                 nsx ss -Hlun "sport = :4791" 2>/dev/null | grep -q . && { sleep 1; break; }
             elif [ "$cm" = 1 ]; then
                 # perftest -R listens on rdma_cm a moment after its TCP port.
-                nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && { sleep 1; break; }
+                nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && { sleep 3; break; }
             else
                 nsx ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
             fi
@@ -472,9 +479,9 @@ run_cell() {
             sleep 0.1
         done
         if [ "$append_peer" = 1 ]; then
-            gx "timeout $TOOL_TIMEOUT $gcmd -p $port $U4" >"$gres" 2>&1
+            gx "timeout $TOOL_TIMEOUT $gcmd $popt $U4" >"$gres" 2>&1
         else
-            gx "timeout $TOOL_TIMEOUT $gcmd -p $port" >"$gres" 2>&1
+            gx "timeout $TOOL_TIMEOUT $gcmd $popt" >"$gres" 2>&1
         fi
         crc=$?
         wait "$sp"
@@ -482,13 +489,13 @@ run_cell() {
     else
         ures="$base.uroce-client.txt"
         gres="$base.rxe-server.txt"
-        "$LAB/exec" 1 "timeout $TOOL_TIMEOUT $gcmd -p $port" >"$gres" 2>&1 &
+        "$LAB/exec" 1 "timeout $TOOL_TIMEOUT $gcmd $popt" >"$gres" 2>&1 &
         sp=$!
         BG+=("$sp")
         for _ in $(seq 200); do
             if [ "$cm" = 1 ]; then
                 # Listening on rdma_cm (perftest -R opens its TCP port first).
-                gx "rdma res show cm_id | grep -q 'state LISTEN .*src-addr [^ ]*:$port '" 2>/dev/null && break
+                gx "rdma res show cm_id | grep -q 'state LISTEN .*src-addr [^ ]*:$lport '" 2>/dev/null && break
             else
                 gx "ss -Hltn 'sport = :$port' | grep -q ." 2>/dev/null && break
             fi
@@ -552,7 +559,7 @@ run_cell() {
         done
         # The CM on the wire (IBTA Vol 1 §12.6): no MAD sent twice on a clean link. A MAD
         # is (source, attribute, transaction ID); a retransmission repeats all three.
-        local cm_dups cm_mads
+        local cm_dups
         cm_mads=$(tshark -r "$base.pcap" -d udp.port==4791,infiniband -Y 'infiniband.mad' -T fields \
             -e ip.src -e infiniband.mad.attributeid -e infiniband.mad.transactionid 2>/dev/null)
         cm_dups=$(sort <<<"$cm_mads" | uniq -d | grep -c . || true)
@@ -702,6 +709,15 @@ run_cell() {
     if grep -q 'Correlation coefficient' "$gres" && grep -q "Can't produce a report" "$gres"; then
         return 2
     fi
+    # perftest -R's client connects as soon as its TCP handshake is done, which may be
+    # before its server listens on rdma_cm (for UD: before its second listener exists):
+    # REJ reason 8 or SIDR status 1, as with the kernel's CM on both ends.
+    # (perftest 4.5's retry after the REJ then reuses freed IDs and may crash.)
+    if [ "$cm" = 1 ] && [ "$cm_only" = 0 ] &&
+        { grep -qE 'RDMA_CM_EVENT_(UNREACHABLE; error: 1|REJECTED)|Unexpected CM event .* 8$' "$client_out" ||
+            grep -q '	0x0012	' <<<"$cm_mads"; }; then
+        return 4
+    fi
     # Only late answers (rxe resent after a full QP timeout, and what follows from that):
     # the uroce process was not scheduled in time on this host, or it really stalled.
     local late=1
@@ -738,6 +754,11 @@ for _ in $(seq "$repeat"); do
         if [ "$r" = 2 ]; then
             keep_try "$name" "$srv"
             echo "       retrying $name/$srv-server: rxe's perftest could not calibrate its clock under emulation"
+            run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
+            r=$?
+        elif [ "$r" = 4 ]; then
+            keep_try "$name" "$srv"
+            echo "       retrying $name/$srv-server once: perftest -R's client connected before its server listened"
             run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
             r=$?
         elif [ "$r" = 3 ]; then
