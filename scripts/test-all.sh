@@ -27,6 +27,9 @@ bash tests/compat/tools.sh
 echo "== drop-in librdmacm: rping and ucmatose connecting through the CM (tests/compat/rdmacm.sh)"
 bash tests/compat/rdmacm.sh --no-build
 
+echo "== drop-in libraries under libfabric: fi_info -p verbs (tests/compat/libfabric.sh)"
+bash tests/compat/libfabric.sh --no-build
+
 echo "== interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh)"
 if [ "${UROCE_SKIP_INTEROP:-0}" = 1 ]; then
     echo "SKIPPED: UROCE_SKIP_INTEROP=1"

@@ -142,7 +142,7 @@ int main(int argc, char **argv)
 
 	memset(&nodev, 0, sizeof nodev);
 	nodev.sin_family = AF_INET;
-	inet_pton(AF_INET, "127.99.99.99", &nodev.sin_addr);
+	inet_pton(AF_INET, "192.0.2.99", &nodev.sin_addr);
 	CHECK(rdma_bind_addr(id, (struct sockaddr *)&nodev) == -1 && errno == ENODEV,
 	      "bind to an address no device has: errno %d", errno);
 
@@ -177,6 +177,57 @@ int main(int argc, char **argv)
 	}
 	rdma_destroy_qp(id);
 	CHECK(id->qp == NULL && id->send_cq == NULL, "rdma_destroy_qp took the QP and CQs");
+
+	{
+		/* rdma_get_devices: the contexts the IDs carry, NULL-terminated. */
+		int n = -1, i, seen = 0;
+		struct ibv_context **list = rdma_get_devices(&n);
+		CHECK(list && n >= 1 && list[n] == NULL, "rdma_get_devices: %d device(s)", n);
+		for (i = 0; list && i < n; i++)
+			seen |= list[i] == id->verbs;
+		CHECK(seen, "rdma_get_devices lists the ID's context");
+		rdma_free_devices(list);
+	}
+	{
+		/* A loopback address no device has binds to the first device (the kernel's
+		 * cma_bind_loopback). */
+		struct rdma_cm_id *lo = NULL;
+		struct sockaddr_in la;
+		memset(&la, 0, sizeof la);
+		la.sin_family = AF_INET;
+		inet_pton(AF_INET, "127.99.99.99", &la.sin_addr);
+		CHECK(rdma_create_id(ch, &lo, NULL, RDMA_PS_TCP) == 0 && lo, "an ID to bind");
+		if (lo) {
+			CHECK(rdma_bind_addr(lo, (struct sockaddr *)&la) == 0 && lo->verbs == id->verbs,
+			      "bind to a loopback address: errno %d", errno);
+			rdma_destroy_id(lo);
+		}
+	}
+	{
+		/* rdma_getaddrinfo without node and service: the hints' addresses. */
+		struct rdma_addrinfo h2, *r2 = NULL;
+		struct sockaddr_in src;
+		memset(&h2, 0, sizeof h2);
+		memset(&src, 0, sizeof src);
+		src.sin_family = AF_INET;
+		src.sin_port = htons(4242);
+		inet_pton(AF_INET, local, &src.sin_addr);
+		h2.ai_family = AF_INET;
+		h2.ai_port_space = RDMA_PS_TCP;
+		h2.ai_src_len = sizeof src;
+		h2.ai_src_addr = (struct sockaddr *)&src;
+		CHECK(rdma_getaddrinfo(NULL, NULL, &h2, &r2) == 0 && r2 && r2->ai_src_addr &&
+			      memcmp(r2->ai_src_addr, &src, sizeof src) == 0 && !r2->ai_dst_addr &&
+			      r2->ai_qp_type == IBV_QPT_RC,
+		      "rdma_getaddrinfo from the hints' source address");
+		if (r2)
+			rdma_freeaddrinfo(r2);
+		r2 = NULL;
+		h2.ai_src_len = 0;
+		h2.ai_src_addr = NULL;
+		CHECK(rdma_getaddrinfo(NULL, NULL, &h2, &r2) != 0 && !r2,
+		      "rdma_getaddrinfo with nothing to look up fails");
+	}
 
 	{
 		struct rdma_cm_id *ud = NULL;

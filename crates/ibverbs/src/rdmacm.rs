@@ -338,11 +338,19 @@ fn on_id(id: *mut rdma_cm_id, f: impl FnOnce(&mut UCmId) -> uroce::Result<()>) -
 /// The C context and default PD of the ID's device (created once per device).
 fn device_objects(id: &RdmaCmId) -> Option<(*mut ibv_context, *mut ibv_pd)> {
     let name = id.device_name()?;
+    device_objects_with(name, || id.context())
+}
+
+/// The C context and default PD of device `name`, opening it with `open` the first time.
+fn device_objects_with(
+    name: String,
+    open: impl FnOnce() -> Option<uroce::Context>,
+) -> Option<(*mut ibv_context, *mut ibv_pd)> {
     let mut r = registry();
     if let (Some(c), Some(p)) = (r.ctxs.get(&name), r.pds.get(&name)) {
         return Some((*c as *mut ibv_context, *p as *mut ibv_pd));
     }
-    let ctx = id.context()?;
+    let ctx = open()?;
     let c = wrap_context(ctx)?;
     // SAFETY: `c` is a live context we just wrapped.
     let p = unsafe { crate::objects::ibv_alloc_pd(c) };
@@ -1308,6 +1316,55 @@ pub unsafe extern "C" fn uroce_rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
+/// `struct ibv_context **rdma_get_devices(int *num_devices)`: every configured device's
+/// context — the very ones the IDs bound to it carry in `id->verbs` (librdmacm opens each
+/// device once, `ucma_init` in librdmacm/cma.c) — in a NULL-terminated array that
+/// [`uroce_rdma_free_devices`] frees; the contexts stay open. No device: NULL, ENODEV.
+///
+/// # Safety
+/// `num_devices` is NULL or points to a writable `int`.
+pub unsafe extern "C" fn uroce_rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
+    let ctxs: Vec<*mut ibv_context> = uroce::devices()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|d| {
+            let name = d.name().to_string();
+            device_objects_with(name, || d.open().ok()).map(|(c, _)| c)
+        })
+        .collect();
+    if !num_devices.is_null() {
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { *num_devices = c_int::try_from(ctxs.len()).unwrap_or(c_int::MAX) };
+    }
+    if ctxs.is_empty() {
+        set_errno(libc::ENODEV);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: plain allocation of n + 1 pointers; freed by uroce_rdma_free_devices.
+    let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
+        .cast::<*mut ibv_context>();
+    if list.is_null() {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    }
+    for (i, c) in ctxs.iter().enumerate() {
+        // SAFETY: `list` holds ctxs.len() + 1 slots; the last stays NULL (calloc).
+        unsafe { *list.add(i) = *c };
+    }
+    list
+}
+
+/// `void rdma_free_devices(struct ibv_context **list)`: frees the array (not the contexts).
+///
+/// # Safety
+/// `list` is NULL or came from [`uroce_rdma_get_devices`] and is not used afterwards.
+pub unsafe extern "C" fn uroce_rdma_free_devices(list: *mut *mut ibv_context) {
+    if !list.is_null() {
+        // SAFETY: allocated with calloc by uroce_rdma_get_devices.
+        unsafe { libc::free(list.cast()) };
+    }
+}
+
 /// `int rdma_getaddrinfo(node, service, hints, &res)`: one result (the first address
 /// `getaddrinfo` gives), as librdmacm converts it: a passive lookup fills `ai_src_addr`,
 /// otherwise `ai_dst_addr` (and `ai_src_addr` from the hints' source address); the port
@@ -1347,34 +1404,43 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
         if flags & RAI_NUMERICHOST != 0 {
             gh.ai_flags |= libc::AI_NUMERICHOST;
         }
-        let mut out: *mut libc::addrinfo = core::ptr::null_mut();
-        // SAFETY: C strings or NULL per the contract; `out` receives a list we free below.
-        let r = unsafe { libc::getaddrinfo(node, service, &gh, &mut out) };
-        if r != 0 {
-            return r;
-        }
-        // SAFETY: getaddrinfo succeeded: `out` is a valid list with at least one entry.
-        let first = unsafe { &*out };
-        // SAFETY: the entry's address has its family's length.
-        let addr = unsafe { addr_from(first.ai_addr) };
-        // SAFETY: the list from getaddrinfo, freed once.
-        unsafe { libc::freeaddrinfo(out) };
-        let Some(addr) = addr else {
-            return libc::EAI_FAMILY;
-        };
-        let sa = Box::into_raw(Box::new(sockaddr_of(addr))).cast::<libc::sockaddr>();
-        let len = match addr {
-            SocketAddr::V4(_) => size_of::<libc::sockaddr_in>(),
-            SocketAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
-        } as u32;
         let passive = flags & RAI_PASSIVE != 0;
-        // An active lookup keeps the source address the hints name (rdmacm's examples pass
-        // the `-b` address that way).
-        // SAFETY: the hints' source address is NULL or a valid sockaddr per the contract.
-        let hsrc = h
-            .filter(|_| !passive)
-            .and_then(|h| unsafe { addr_from(h.ai_src_addr) });
-        let (src, src_len) = match hsrc {
+        // SAFETY: the hints' addresses are NULL or valid sockaddrs per the contract.
+        let hsrc = h.and_then(|h| unsafe { addr_from(h.ai_src_addr) });
+        // SAFETY: as above.
+        let hdst = h.and_then(|h| unsafe { addr_from(h.ai_dst_addr) });
+        let (src, dst) = if node.is_null() && service.is_null() {
+            // Nothing to look up: the addresses the hints carry (librdmacm's addrinfo.c;
+            // libfabric's verbs provider asks this way).
+            if hsrc.is_none() && hdst.is_none() {
+                return libc::EAI_NONAME;
+            }
+            (hsrc, if passive { None } else { hdst })
+        } else {
+            let mut out: *mut libc::addrinfo = core::ptr::null_mut();
+            // SAFETY: C strings or NULL per the contract; `out` receives a list freed below.
+            let r = unsafe { libc::getaddrinfo(node, service, &gh, &mut out) };
+            if r != 0 {
+                return r;
+            }
+            // SAFETY: getaddrinfo succeeded: `out` is a valid list with at least one entry.
+            let first = unsafe { &*out };
+            // SAFETY: the entry's address has its family's length.
+            let addr = unsafe { addr_from(first.ai_addr) };
+            // SAFETY: the list from getaddrinfo, freed once.
+            unsafe { libc::freeaddrinfo(out) };
+            let Some(addr) = addr else {
+                return libc::EAI_FAMILY;
+            };
+            // An active lookup keeps the source address the hints name (rdmacm's examples
+            // pass the `-b` address that way).
+            if passive {
+                (Some(addr), None)
+            } else {
+                (hsrc, Some(addr))
+            }
+        };
+        let boxed = |a: Option<SocketAddr>| match a {
             Some(a) => (
                 Box::into_raw(Box::new(sockaddr_of(a))).cast::<libc::sockaddr>(),
                 match a {
@@ -1384,6 +1450,9 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
             ),
             None => (core::ptr::null_mut(), 0),
         };
+        let v4 = dst.or(src).is_some_and(|a| a.is_ipv4());
+        let (src, src_len) = boxed(src);
+        let (dst, dst_len) = boxed(dst);
         let (ps, qp_type) = match (hps, hqp) {
             (0, 0) if ud => (RDMA_PS_UDP, IBV_QPT_UD),
             (0, 0) => (RDMA_PS_TCP, IBV_QPT_RC),
@@ -1400,17 +1469,13 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
         };
         let ai = rdma_addrinfo {
             ai_flags: flags,
-            ai_family: if addr.is_ipv4() {
-                libc::AF_INET
-            } else {
-                libc::AF_INET6
-            },
+            ai_family: if v4 { libc::AF_INET } else { libc::AF_INET6 },
             ai_qp_type: qp_type as c_int,
             ai_port_space: ps as c_int,
-            ai_src_len: if passive { len } else { src_len },
-            ai_dst_len: if passive { 0 } else { len },
-            ai_src_addr: if passive { sa } else { src },
-            ai_dst_addr: if passive { core::ptr::null_mut() } else { sa },
+            ai_src_len: src_len,
+            ai_dst_len: dst_len,
+            ai_src_addr: src,
+            ai_dst_addr: dst,
             ai_src_canonname: core::ptr::null_mut(),
             ai_dst_canonname: core::ptr::null_mut(),
             ai_route_len: 0,

@@ -617,7 +617,16 @@ impl RdmaCmId {
                     Error::local("rdma_bind_addr", Errno(19), "no uroce device configured")
                 })?
         } else {
-            device_for(addr.ip())?
+            match device_for(addr.ip()) {
+                Ok(d) => d,
+                // A loopback address no device has binds to the first device, as the
+                // kernel's rdma_cm does (cma_bind_loopback in drivers/infiniband/core/cma.c);
+                // libfabric's verbs provider binds "localhost" to find a device.
+                Err(e) if addr.ip().is_loopback() => {
+                    crate::devices()?.into_iter().next().ok_or(e)?
+                }
+                Err(e) => return Err(e),
+            }
         };
         let d = dev_cm(&dev)?;
         let mut st = self.state();

@@ -16,8 +16,9 @@
 //!   descriptors an rsocket-aware poll *is* `poll`/`select`, and no rsocket can exist here)
 //!   are implemented here.
 //! * Not built yet, failing with `ENOSYS` in the C shape (−1 + errno, NULL + errno, or
-//!   nothing for `void` functions): SRQs on IDs, multicast, ECE, `rdma_create_qp_ex`,
-//!   `rdma_get_devices` (NULL, `*num_devices = 0`, errno ENODEV) and rsockets.
+//!   nothing for `void` functions): SRQs on IDs, multicast, ECE, `rdma_create_qp_ex` and
+//!   rsockets. Without uroce's libibverbs loaded, `rdma_get_devices` answers NULL,
+//!   `*num_devices = 0`, errno ENODEV.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
 //! owns the arguments, so a callee that ignores them fits any prototype. Return types do
@@ -158,20 +159,30 @@ forward! {
     fn rdma_create_ep(id: *mut P, res: P, pd: P, qp_init_attr: P) -> c_int = -1;
     fn rdma_destroy_ep(id: P) -> () = ();
     fn rdma_get_request(listen: P, id: *mut P) -> c_int = -1;
+    fn rdma_free_devices(list: *mut P) -> () = ();
 }
 
 /// Why the connection manager is unavailable, as librdmacm reports it when it finds no
 /// `rdma_cm` device (`ucma_init()` failing in `librdmacm/cma.c`).
 const NO_CM_DEVICE: c_int = libc::ENODEV;
 
-/// `struct ibv_context **rdma_get_devices(int *num_devices)`: no RDMA CM device, so NULL with
-/// errno ENODEV and `*num_devices = 0`, as librdmacm answers when `ucma_init()` fails
-/// (`librdmacm/cma.c`). Callers that read the count without checking the pointer (libfabric's
-/// verbs provider) see zero devices.
+/// `struct ibv_context **rdma_get_devices(int *num_devices)`: forwarded to uroce's
+/// libibverbs. Without it, no RDMA CM device: NULL with errno ENODEV and `*num_devices = 0`,
+/// as librdmacm answers when `ucma_init()` fails (`librdmacm/cma.c`); callers that read the
+/// count without checking the pointer (libfabric's verbs provider) see zero devices.
 ///
 /// # Safety
 /// `num_devices` is NULL or points to a writable `int`.
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut c_void {
+    static SLOT: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+    let f = resolve(&SLOT, c"uroce_rdma_get_devices");
+    if !f.is_null() {
+        // SAFETY: `f` is uroce's implementation of this prototype.
+        let f: unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void =
+            unsafe { core::mem::transmute(f) };
+        // SAFETY: the caller's contract, passed on unchanged.
+        return unsafe { f(num_devices) };
+    }
     if !num_devices.is_null() {
         // SAFETY: non-NULL, and the caller's contract makes it a writable int.
         unsafe { *num_devices = 0 };
@@ -218,7 +229,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     EAI_SYSTEM
 }
 
-void_noop!(rdma_destroy_srq, rdma_free_devices,);
+void_noop!(rdma_destroy_srq,);
 
 /// `enum rdma_cm_event_type` names, indexed by value (librdmacm's `rdma_event_str`).
 const EVENT_NAMES: &[&core::ffi::CStr] = &[

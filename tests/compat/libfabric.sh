@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# libfabric's verbs provider (Debian's libfabric1, 1.17) on uroce's libibverbs.so.1 and
+# librdmacm.so.1: `fi_info -p verbs` must list the uroce device for connected (FI_EP_MSG,
+# through rdma_cm) and datagram (FI_EP_DGRAM) endpoints.
+#
+#   tests/compat/libfabric.sh [--no-build]
+#
+# The verbs provider finds a device's IP address by walking the host's interfaces and
+# binding an rdma_cm ID to each address (prov/verbs/src/verbs_info.c); it skips "lo", so
+# the test runs in a network namespace of its own with a veth pair carrying the device's
+# address. Needs root (namespaces) and fi_info (Debian package libfabric-bin, installed
+# when root); otherwise it skips. Ends with "N passed, M failed"; exit 1 on a failure.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=1
+[ "${1:-}" = --no-build ] && build=0
+skip() { echo "SKIPPED: $*"; exit 0; }
+[ "$(id -u)" = 0 ] || skip "not root (network namespaces)"
+if ! command -v fi_info >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfabric-bin >/dev/null 2>&1 ||
+        skip "fi_info missing and apt-get could not install libfabric-bin"
+fi
+if [ "$build" = 1 ]; then scripts/build-compat.sh >/dev/null || { echo "FAILED: build"; exit 1; }; fi
+NS=urfab$$
+ip netns add "$NS" || skip "cannot create a network namespace"
+trap 'ip netns del "$NS" 2>/dev/null' EXIT
+ip -n "$NS" link set lo up
+ip -n "$NS" link add fab0 type veth peer name fab1 || skip "no veth"
+ip -n "$NS" link set fab0 up
+ip -n "$NS" link set fab1 up
+ip -n "$NS" addr add 10.89.0.1/24 dev fab0
+pass=0
+fail=0
+out=$(ip netns exec "$NS" env UROCE_DEVICES=uroce0=10.89.0.1 LD_LIBRARY_PATH="$PWD/target/compat" \
+    timeout 60 fi_info -p verbs 2>&1)
+for want in "FI_EP_MSG" "FI_EP_DGRAM"; do
+    # fi_info prints blocks of "provider/fabric/domain/version/type/protocol".
+    if grep -B4 "type: $want" <<<"$out" | grep -q "domain: uroce0"; then
+        echo "ok   fi_info -p verbs lists uroce0 for $want"
+        pass=$((pass + 1))
+    else
+        echo "FAIL fi_info -p verbs lists no uroce0 $want endpoint:"
+        sed 's/^/       /' <<<"$out" | tail -12
+        fail=$((fail + 1))
+    fi
+done
+echo "libfabric: $pass passed, $fail failed"
+[ "$fail" = 0 ]
