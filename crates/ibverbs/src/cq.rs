@@ -14,14 +14,16 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint, c_void};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use abi::uverbs;
 
 use crate::context::{errno_of, uctx, ObjKind, UContext};
 use crate::types::*;
-use crate::util::{errno_ret, guard, guard_errno, is_nonblocking, set_blocking, set_errno};
+use crate::util::{
+    errno_ret, guard, guard_errno, is_nonblocking, set_blocking, set_errno, OwnerLock,
+};
 
 // The poll path reinterprets the caller's `ibv_wc` array as the ABI's `Wc` (CQE prefix).
 const _: () = {
@@ -66,7 +68,7 @@ pub struct UCq {
     /// read it. Only the thread inside a poll batch (holding `polling`) touches it.
     cur: UnsafeCell<uverbs::Wc>,
     /// Held from a successful `start_poll` until `end_poll`, as rxe holds its CQ lock.
-    polling: AtomicBool,
+    polling: OwnerLock,
 }
 
 const _: () = {
@@ -187,7 +189,7 @@ unsafe fn new_cq(
         reported: AtomicU32::new(0),
         cq: Some(cq),
         cur: UnsafeCell::new(uverbs::Wc::default()),
-        polling: AtomicBool::new(false),
+        polling: OwnerLock::default(),
     });
     let user_handle = b.cq.as_ref().map_or(0, uroce::Cq::user_handle);
     let ptr = Box::into_raw(b);
@@ -358,16 +360,11 @@ unsafe extern "C" fn ex_start_poll(cq: *mut ibv_cq, attr: *mut ibv_poll_cq_attr)
     }
     // SAFETY: live CQ (contract).
     let polling = unsafe { &(*c).polling };
-    while polling
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
+    polling.acquire();
     // SAFETY: we hold `polling`.
     let r = unsafe { ex_take(c) };
     if r != 0 {
-        polling.store(false, Ordering::Release);
+        polling.release();
         return errno_ret(r);
     }
     0
@@ -378,7 +375,7 @@ unsafe extern "C" fn ex_start_poll(cq: *mut ibv_cq, attr: *mut ibv_poll_cq_attr)
 unsafe extern "C" fn ex_next_poll(cq: *mut ibv_cq) -> c_int {
     let c = cq.cast::<UCq>();
     // SAFETY: a live CQ inside a batch (contract).
-    if c.is_null() || !unsafe { (*c).polling.load(Ordering::Relaxed) } {
+    if c.is_null() || !unsafe { (*c).polling.held() } {
         return errno_ret(libc::EINVAL);
     }
     // SAFETY: the caller is the thread that opened the batch.
@@ -390,7 +387,7 @@ unsafe extern "C" fn ex_end_poll(cq: *mut ibv_cq) {
     let c = cq.cast::<UCq>();
     if !c.is_null() {
         // SAFETY: live CQ (contract).
-        unsafe { (*c).polling.store(false, Ordering::Release) };
+        unsafe { (*c).polling.release() };
     }
 }
 

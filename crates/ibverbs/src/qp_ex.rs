@@ -18,13 +18,14 @@
 //! fails the batch instead (docs/compat.md §11).
 //!
 //! Concurrency: as rxe holds its send-queue lock from `wr_start` to `wr_complete` /
-//! `wr_abort`, a batch is owned by the thread that opened it (`BatchCell::open`); a second
-//! `wr_start` waits. A `wr_*` call outside a batch is ignored.
+//! `wr_abort`, a batch is owned by the thread that opened it (`BatchCell::open`); another
+//! thread's `wr_start` waits, the same thread's second `wr_start` drops the open batch and
+//! starts anew (where rxe would deadlock). A `wr_*` call outside a batch, or from a thread
+//! that does not own it, is ignored; `wr_complete` then returns EINVAL.
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use abi::uverbs::Sge;
 use uroce::{Payload, QpCap, QpType, Remote, SendFlags, SendWr, WrOpcode};
@@ -32,7 +33,7 @@ use uroce::{Payload, QpCap, QpType, Remote, SendFlags, SendWr, WrOpcode};
 use crate::objects::uah;
 use crate::qp::{post_sends, UQp};
 use crate::types::*;
-use crate::util::errno_ret;
+use crate::util::{errno_ret, OwnerLock};
 
 /// The `IBV_QP_EX_WITH_*` operations uroce offers per QP type (the subset of rxe's
 /// `RXE_SUP_{RC,UC,UD}_QP_SEND_OPS_FLAGS` that uroce implements).
@@ -93,7 +94,7 @@ struct Batch {
 /// A QP's batch with its owner flag (see the module documentation).
 #[derive(Debug)]
 pub struct BatchCell {
-    open: AtomicBool,
+    open: OwnerLock,
     batch: UnsafeCell<Batch>,
     max_wr: usize,
     max_sge: usize,
@@ -103,7 +104,7 @@ pub struct BatchCell {
 impl BatchCell {
     pub(crate) fn new(cap: &QpCap) -> BatchCell {
         BatchCell {
-            open: AtomicBool::new(false),
+            open: OwnerLock::default(),
             batch: UnsafeCell::new(Batch::default()),
             max_wr: cap.max_send_wr as usize,
             max_sge: cap.max_send_sge as usize,
@@ -196,7 +197,7 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp {
 unsafe fn batch<'a>(qp: *mut ibv_qp) -> Option<(&'a UQp, &'a mut Batch)> {
     // SAFETY: per the contract.
     let q = unsafe { qp.cast::<UQp>().as_ref() }?;
-    if !q.batch.open.load(Ordering::Acquire) {
+    if !q.batch.open.held() {
         return None;
     }
     // SAFETY: the batch is open and owned by the caller (contract).
@@ -521,14 +522,7 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp) {
     let Some(q) = (unsafe { qp.cast::<UQp>().as_ref() }) else {
         return;
     };
-    while q
-        .batch
-        .open
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::thread::yield_now();
-    }
+    q.batch.open.acquire();
     // SAFETY: we own the batch now.
     let b = unsafe { &mut *q.batch.batch.get() };
     b.err = 0;
@@ -539,7 +533,7 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp) {
 
 /// Closes the batch.
 fn close(q: &UQp) {
-    q.batch.open.store(false, Ordering::Release);
+    q.batch.open.release();
 }
 
 /// `wr_complete`: posts the batch; 0, or the batch's error / the post's errno. On a post
