@@ -420,6 +420,12 @@ static void rc_tests(struct end *a, struct end *b)
 	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
 	rc = ibv_wr_complete(x);
 	CHECK(rc == EINVAL, "wr_set_sge before any WR: wr_complete %d, want EINVAL", rc);
+	/* An opcode uroce never offers (local invalidate: no memory windows) fails the same way. */
+	ibv_wr_start(x);
+	x->wr_id = 32;
+	ibv_wr_local_inv(x, 0x1234);
+	rc = ibv_wr_complete(x);
+	CHECK(rc == EINVAL, "wr_local_inv: wr_complete %d, want EINVAL", rc);
 	struct ibv_poll_cq_attr pa = { 0 };
 	CHECK(ibv_start_poll(a->cq, &pa) == ENOENT && ibv_start_poll(b->cq, &pa) == ENOENT,
 	      "a refused batch produced completions");

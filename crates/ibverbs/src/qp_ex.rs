@@ -14,8 +14,9 @@
 //! `max_inline_data` or more WRs than `max_send_wr` (as rxe's `qp->err`); EINVAL for a
 //! `wr_set_*` before any WR, a UD WR without `wr_set_ud_addr`, or an opcode whose
 //! `IBV_QP_EX_WITH_*` flag was not in `send_ops_flags`. rxe leaves the slot of an opcode not
-//! asked for NULL, so calling it crashes the program; uroce fills it with a function that
-//! fails the batch instead (docs/compat.md §11).
+//! asked for NULL, so calling it crashes the program; uroce fills it (and those of the
+//! opcodes it never offers: bind MW, local invalidate, TSO, atomic write, the XRC SRQ
+//! number) with a function that fails the batch instead (docs/compat.md §11).
 //!
 //! Concurrency: as rxe holds its send-queue lock from `wr_start` to `wr_complete` /
 //! `wr_abort`, a batch is owned by the thread that opened it (`BatchCell::open`); another
@@ -164,6 +165,13 @@ pub(crate) fn tail(ops: u64) -> ibv_qp_ex_tail {
     } else {
         refuse_u32
     });
+    // Opcodes uroce never offers (memory windows, TSO, atomic write) and XRC: refused too,
+    // rather than left NULL.
+    t.wr_bind_mw = Some(refuse_bind_mw);
+    t.wr_local_inv = Some(refuse_u32);
+    t.wr_send_tso = Some(refuse_tso);
+    t.wr_atomic_write = Some(refuse_atomic_write);
+    t.wr_set_xrc_srqn = Some(refuse_u32);
     t.wr_set_ud_addr = Some(wr_set_ud_addr);
     t.wr_set_inline_data = Some(wr_set_inline_data);
     t.wr_set_inline_data_list = Some(wr_set_inline_data_list);
@@ -286,6 +294,19 @@ unsafe extern "C" fn refuse_plain(qp: *mut ibv_qp) {
     unsafe { refuse(qp) }
 }
 unsafe extern "C" fn refuse_u32(qp: *mut ibv_qp, _: u32) {
+    // SAFETY: as above.
+    unsafe { refuse(qp) }
+}
+
+unsafe extern "C" fn refuse_bind_mw(qp: *mut ibv_qp, _: *mut c_void, _: u32, _: *const c_void) {
+    // SAFETY: as above.
+    unsafe { refuse(qp) }
+}
+unsafe extern "C" fn refuse_tso(qp: *mut ibv_qp, _: *mut c_void, _: u16, _: u16) {
+    // SAFETY: as above.
+    unsafe { refuse(qp) }
+}
+unsafe extern "C" fn refuse_atomic_write(qp: *mut ibv_qp, _: u32, _: u64, _: *const c_void) {
     // SAFETY: as above.
     unsafe { refuse(qp) }
 }

@@ -864,17 +864,17 @@ pub struct ibv_qp_ex_tail {
     pub wr_flags: c_uint,
     pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u64, u64)>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u64)>,
-    pub wr_bind_mw: AnyFn,
-    pub wr_local_inv: AnyFn,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, u32, *const c_void)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64)>,
     pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u32)>,
     pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp)>,
     pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
     pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
-    pub wr_send_tso: AnyFn,
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, u16, u16)>,
     pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_ah, u32, u32)>,
-    pub wr_set_xrc_srqn: AnyFn,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
     pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, usize)>,
     pub wr_set_inline_data_list:
         Option<unsafe extern "C" fn(*mut ibv_qp, usize, *const ibv_data_buf)>,
@@ -883,7 +883,7 @@ pub struct ibv_qp_ex_tail {
     pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp)>,
     pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp) -> c_int>,
     pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp)>,
-    pub wr_atomic_write: AnyFn,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, *const c_void)>,
 }
 
 const _: () = {
