@@ -15,7 +15,8 @@
 #      127.77.43.2), the perftest exchange on TCP port $UCX_PORT (default 13457) and up —
 #      UCT put_bw (zero copy) over rc_verbs, UCT am_lat over ud_verbs, UCP tag_lat over
 #      rc_verbs (ud_verbs for wire-up only) and over ud_verbs, and UCP ucp_put_bw over
-#      rc_verbs. A run passes when both processes exit 0 and the client's "Final:" line
+#      rc_verbs and over ud_verbs (which has no RDMA: UCP emulates the put with active
+#      messages). A run passes when both processes exit 0 and the client's "Final:" line
 #      reports every iteration.
 # Needs ucx-utils and libucx0 (installed when root, else the script skips) and a user
 # namespace (unshare -Urm; skips with the reason otherwise).
@@ -83,7 +84,7 @@ md=$(awk '/^# Memory domain: uroce0$/{f=1; next} /^# Memory domain:/{f=0} f' "$w
 if grep -q "Transport: rc_verbs" <<<"$md" && grep -q "Transport: ud_verbs" <<<"$md" \
     && grep -q "Device: uroce0:1" <<<"$md"; then
     ok "ucx_info -d lists uroce0: $(grep -c 'Transport:' <<<"$md") transports on uroce0:1" \
-       "($(grep 'Transport:' <<<"$md" | awk '{print $3}' | tr '\n' ' '))"
+       "($(grep 'Transport:' <<<"$md" | awk '{print $3}' | paste -sd ' '))"
 else
     bad "ucx_info -d does not list uroce0 with rc_verbs and ud_verbs:"
     grep -E "Memory domain|Transport|Device|ERROR|WARN" "$work/info" | head -20 | sed 's/^/    /'
@@ -141,6 +142,8 @@ perf "UCP tag_lat over rc_verbs" 2000 "UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEV
 perf "UCP tag_lat over ud_verbs" 2000 "UCX_TLS=ud_verbs UCX_NET_DEVICES=uroce0:1" -t tag_lat
 perf "UCP ucp_put_bw 64 KiB over rc_verbs" 1000 "UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=uroce0:1" \
     -t ucp_put_bw -s 65536
+perf "UCP ucp_put_bw 16 KiB over ud_verbs (UCP's software RMA)" 200 "UCX_TLS=ud_verbs UCX_NET_DEVICES=uroce0:1" \
+    -t ucp_put_bw -s 16384
 
 echo "compat-ucx: $pass passed, $fail failed"
 [ "$fail" = 0 ]
