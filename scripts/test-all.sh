@@ -5,7 +5,8 @@
 #      without root / tshark);
 #   2. the drop-in libibverbs.so.1 / librdmacm.so.1 with the stock rdma-core, rdmacm-utils
 #      and perftest binaries, and every ELF object of the RDMA packages loading against them
-#      (tests/compat/*.sh install the Debian packages as root, and skip otherwise);
+#      (tests/compat/*.sh install the Debian packages as root, and skip otherwise), and UCX
+#      1.13's ucx_info / ucx_perftest on them (tests/compat/ucx.sh);
 #   3. interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh: needs root, qemu,
 #      the lab beside the repository and the Debian package mirror; about 15 minutes;
 #      prints "SKIPPED: <why>" without them; UROCE_SKIP_INTEROP=1 skips it on purpose).
@@ -29,6 +30,9 @@ bash tests/compat/rdmacm.sh --no-build
 
 echo "== drop-in libraries under libfabric: fi_info -p verbs (tests/compat/libfabric.sh)"
 bash tests/compat/libfabric.sh --no-build
+
+echo "== UCX 1.13 on the drop-in libraries: ucx_info -d, ucx_perftest over rc_verbs/ud_verbs (tests/compat/ucx.sh)"
+bash tests/compat/ucx.sh --no-build
 
 echo "== interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh)"
 if [ "${UROCE_SKIP_INTEROP:-0}" = 1 ]; then

@@ -258,6 +258,25 @@ else
     bad "compiling tests/compat/errno.c"
 fi
 
+# The extended verbs (ibv_create_cq_ex + start_poll/ibv_wc_read_*, ibv_create_qp_ex with
+# send_ops_flags + ibv_wr_*), with rdma-core's own inlines from <infiniband/verbs.h>: data
+# checked on one device and between two embedded devices, and the refusals
+# (tests/compat/exverbs.c).
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+    echo "skip exverbs.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/exverbs" tests/compat/exverbs.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    A=${COMPAT_ADDR_A:-127.0.0.1}
+    B=${COMPAT_ADDR_B:-127.0.0.2}
+    for devs in "uroce0=$A" "uroce0=$A,uroce1=$B"; do
+        out=$(UROCE_DEVICES="$devs" timeout 120 "$work/exverbs" 2>&1)
+        if [ $? = 0 ]; then ok "extended CQs and QPs, ibv_wr_* ($(tail -1 <<<"$out"))"
+        else bad "exverbs.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
+    done
+else
+    bad "compiling tests/compat/exverbs.c"
+fi
+
 # uroce's librdmacm through rdma-core's own <rdma/rdma_cma.h> (librdmacm-dev): address and
 # route resolution, rdma_create_qp's CQs, and misuse (destroyed IDs and channels) refused
 # with errno rather than a crash (tests/compat/rdmacm_api.c).

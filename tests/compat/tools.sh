@@ -9,9 +9,10 @@
 #   tests/compat/tools.sh --no-build
 #
 # Covered: ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong (-g 0, with --chk so the data
-# is verified; rc also with -e), and the eight perftest tests with -x 0, with -e where
-# perftest offers it (not for WRITE: "Events feature not available on WRITE verb"), with
-# --post_list for the bandwidth tests, -c UD and --use-srq for the send tests.
+# is verified; rc also with -e, and with -N: the ibv_wr_* API), and the eight perftest tests
+# with -x 0, with -e where perftest offers it (not for WRITE: "Events feature not available
+# on WRITE verb"), with --post_list for the bandwidth tests, -c UD and --use-srq for the send
+# tests.
 # A run passes when both processes exit 0 and the client printed its result line.
 # Needs ibverbs-utils and perftest (installed when root, else the script skips).
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
@@ -117,6 +118,8 @@ res='^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
 
 run "ibv_rc_pingpong" "$pp" ibv_rc_pingpong -g 0 -n 500 -c
 run "ibv_rc_pingpong -e" "$pp" ibv_rc_pingpong -g 0 -n 500 -c -e
+# -N: ibv_create_qp_ex with send_ops_flags and the ibv_wr_* post interface (docs/compat.md §11).
+run "ibv_rc_pingpong -N" "$pp" ibv_rc_pingpong -g 0 -n 500 -c -N
 run "ibv_ud_pingpong" "$pp" ibv_ud_pingpong -g 0 -n 500 -c
 run "ibv_srq_pingpong" "$pp" ibv_srq_pingpong -g 0 -n 200 -c
 

@@ -183,6 +183,7 @@ fn context_for(dev: &'static UDevice, ctx: Context) -> Box<UContext> {
     vctx.query_port = Some(op_query_port);
     vctx.query_device_ex = Some(op_query_device_ex);
     vctx.create_qp_ex = Some(crate::qp::op_create_qp_ex);
+    vctx.create_cq_ex = Some(crate::cq::op_create_cq_ex);
     let c = &mut vctx.context;
     c.device = core::ptr::from_ref(&dev.ibv).cast_mut();
     c.ops.poll_cq = Some(crate::cq::op_poll_cq);

@@ -10,6 +10,7 @@
 //! CQ, `ibv_ack_cq_events` adds to `comp_events_completed` under `cq->mutex` and signals
 //! `cq->cond`, and `ibv_destroy_cq` waits until every reported event is acknowledged.
 
+use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_uint, c_void};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -20,7 +21,9 @@ use abi::uverbs;
 
 use crate::context::{errno_of, uctx, ObjKind, UContext};
 use crate::types::*;
-use crate::util::{errno_ret, guard, guard_errno, is_nonblocking, set_blocking, set_errno};
+use crate::util::{
+    errno_ret, guard, guard_errno, is_nonblocking, set_blocking, set_errno, OwnerLock,
+};
 
 // The poll path reinterprets the caller's `ibv_wc` array as the ABI's `Wc` (CQE prefix).
 const _: () = {
@@ -51,14 +54,28 @@ pub struct UChannel {
     cqs: Mutex<HashMap<u64, usize>>,
 }
 
-/// A completion queue.
+/// A completion queue. `ibv` and `ex` together are a `struct ibv_cq_ex` (rdma-core's
+/// `verbs_cq` is the union of both), so every CQ can be used through `ibv_poll_cq`, and one
+/// made by `ibv_create_cq_ex` also through `ibv_start_poll` and the `ibv_wc_read_*` inlines.
 #[repr(C)]
 pub struct UCq {
     pub(crate) ibv: ibv_cq,
+    ex: ibv_cq_ex_tail,
     pub(crate) cq: Option<uroce::Cq>,
     /// Events handed out by `ibv_get_cq_event` (compared with `comp_events_completed`).
     reported: AtomicU32,
+    /// The completion `start_poll`/`next_poll` took from the ring; the `read_*` functions
+    /// read it. Only the thread inside a poll batch (holding `polling`) touches it.
+    cur: UnsafeCell<uverbs::Wc>,
+    /// Held from a successful `start_poll` until `end_poll`, as rxe holds its CQ lock.
+    polling: OwnerLock,
 }
+
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(UCq, ibv) == 0);
+    assert!(offset_of!(UCq, ex) == core::mem::size_of::<ibv_cq>());
+};
 
 impl std::fmt::Debug for UCq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -136,6 +153,61 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     })
 }
 
+/// Creates a CQ and its box; `ex` is its `ibv_cq_ex` tail (zero for `ibv_create_cq`).
+///
+/// # Safety
+/// `channel` is NULL or a live channel of `u`'s context.
+unsafe fn new_cq(
+    u: &UContext,
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    vector: u32,
+    ex: ibv_cq_ex_tail,
+) -> Result<*mut UCq, c_int> {
+    let chan = channel.cast::<UChannel>();
+    // SAFETY: NULL or a live channel per the contract.
+    let ch = unsafe { chan.as_ref() };
+    let cq = u
+        .ctx
+        .create_cq(cqe, ch.map(|c| &c.ch), vector)
+        .map_err(|e| errno_of(&e))?;
+    let b = Box::new(UCq {
+        ibv: ibv_cq {
+            context,
+            channel,
+            cq_context,
+            handle: cq.handle(),
+            cqe: c_int::try_from(cq.cqe()).unwrap_or(c_int::MAX),
+            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+            cond: libc::PTHREAD_COND_INITIALIZER,
+            comp_events_completed: 0,
+            async_events_completed: 0,
+        },
+        ex,
+        reported: AtomicU32::new(0),
+        cq: Some(cq),
+        cur: UnsafeCell::new(uverbs::Wc::default()),
+        polling: OwnerLock::default(),
+    });
+    let user_handle = b.cq.as_ref().map_or(0, uroce::Cq::user_handle);
+    let ptr = Box::into_raw(b);
+    if let Some(c) = ch {
+        let _g = u.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: refcnt is only changed under the context lock we hold; the channel is
+        // live per the contract.
+        unsafe { (*chan).ibv.refcnt += 1 };
+        c.cqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(user_handle, ptr as usize);
+    }
+    u.register(user_handle, ObjKind::Cq, ptr as usize);
+    u.retain();
+    Ok(ptr)
+}
+
 /// `struct ibv_cq *ibv_create_cq(ctx, int cqe, void *cq_context, struct ibv_comp_channel *,
 /// int comp_vector)`. `cq->cqe` is the size actually granted.
 ///
@@ -158,47 +230,216 @@ pub unsafe extern "C" fn ibv_create_cq(
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
-        let chan = channel.cast::<UChannel>();
-        // SAFETY: NULL or a live channel per the contract.
-        let ch = unsafe { chan.as_ref() };
-        let cq = match u.ctx.create_cq(cqe, ch.map(|c| &c.ch), vector) {
-            Ok(cq) => cq,
+        // SAFETY: an all-zero tail is valid (integers and `None` function pointers).
+        let tail = unsafe { core::mem::zeroed() };
+        // SAFETY: forwarded contract.
+        match unsafe { new_cq(u, context, cqe, cq_context, channel, vector, tail) } {
+            Ok(p) => p.cast::<ibv_cq>(),
             Err(e) => {
-                set_errno(errno_of(&e));
-                return core::ptr::null_mut();
+                set_errno(e);
+                core::ptr::null_mut()
             }
-        };
-        let b = Box::new(UCq {
-            ibv: ibv_cq {
-                context,
-                channel,
-                cq_context,
-                handle: cq.handle(),
-                cqe: c_int::try_from(cq.cqe()).unwrap_or(c_int::MAX),
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                comp_events_completed: 0,
-                async_events_completed: 0,
-            },
-            reported: AtomicU32::new(0),
-            cq: Some(cq),
-        });
-        let user_handle = b.cq.as_ref().map_or(0, uroce::Cq::user_handle);
-        let ptr = Box::into_raw(b);
-        if let Some(c) = ch {
-            let _g = u.lock.lock().unwrap_or_else(|p| p.into_inner());
-            // SAFETY: refcnt is only changed under the context lock we hold; the channel is
-            // live per the contract.
-            unsafe { (*chan).ibv.refcnt += 1 };
-            c.cqs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(user_handle, ptr as usize);
         }
-        u.register(user_handle, ObjKind::Cq, ptr as usize);
-        u.retain();
-        ptr.cast::<ibv_cq>()
     })
+}
+
+/// The `create_cq_ex` op (the inline `ibv_create_cq_ex`). Checks as rdma-core 44 does for
+/// rxe: `comp_mask` within `FLAGS | PD` (`ibv_cmd_create_cq_ex`), `wc_flags` within
+/// `IBV_WC_STANDARD_FLAGS` (`providers/rxe/rxe.c`, `RXE_SUP_WC_EX_FLAGS`: no completion
+/// timestamps, CVLAN, flow tag or tag matching), otherwise EOPNOTSUPP. Of the creation
+/// flags, `SINGLE_THREADED` is a hint and accepted; `IGNORE_OVERRUN` (which the kernel rxe
+/// refuses) and unknown bits are EOPNOTSUPP. A parent domain in `parent_domain` is ignored,
+/// as rxe ignores it. `read_byte_len` … `read_dlid_path_bits` are set only when their
+/// `IBV_WC_EX_WITH_*` flag was asked for, as rxe sets them; `read_opcode`,
+/// `read_vendor_err` and `read_wc_flags` always.
+///
+/// # Safety
+/// Called by the inline `ibv_create_cq_ex` with a live context and a valid `attr`.
+pub(crate) unsafe extern "C" fn op_create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq {
+    guard(core::ptr::null_mut(), || {
+        let fail = |e: c_int| {
+            set_errno(e);
+            core::ptr::null_mut()
+        };
+        // SAFETY: per the contract.
+        let (Some(u), Some(a)) = (unsafe { uctx(context) }, unsafe { attr.as_ref() }) else {
+            return fail(libc::EINVAL);
+        };
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
+            return fail(libc::EOPNOTSUPP);
+        }
+        if a.wc_flags & !wc_ex::STANDARD != 0 {
+            return fail(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+            && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0
+        {
+            return fail(libc::EOPNOTSUPP);
+        }
+        let want = |f: u64| a.wc_flags & f != 0;
+        let tail = ibv_cq_ex_tail {
+            comp_mask: 0,
+            status: 0,
+            wr_id: 0,
+            start_poll: Some(ex_start_poll),
+            next_poll: Some(ex_next_poll),
+            end_poll: Some(ex_end_poll),
+            read_opcode: Some(ex_read_opcode),
+            read_vendor_err: Some(ex_read_vendor_err),
+            read_byte_len: want(wc_ex::BYTE_LEN).then_some(ex_read_byte_len as _),
+            read_imm_data: want(wc_ex::IMM).then_some(ex_read_imm_data as _),
+            read_qp_num: want(wc_ex::QP_NUM).then_some(ex_read_qp_num as _),
+            read_src_qp: want(wc_ex::SRC_QP).then_some(ex_read_src_qp as _),
+            read_wc_flags: Some(ex_read_wc_flags),
+            read_slid: want(wc_ex::SLID).then_some(ex_read_slid as _),
+            read_sl: want(wc_ex::SL).then_some(ex_read_sl as _),
+            read_dlid_path_bits: want(wc_ex::DLID_PATH_BITS).then_some(ex_read_dlid_path_bits as _),
+            read_completion_ts: None,
+            read_cvlan: None,
+            read_flow_tag: None,
+            read_tm_info: None,
+            read_completion_wallclock_ns: None,
+        };
+        // SAFETY: a live channel of this context or NULL (contract).
+        match unsafe {
+            new_cq(
+                u,
+                context,
+                a.cqe,
+                a.cq_context,
+                a.channel,
+                a.comp_vector,
+                tail,
+            )
+        } {
+            Ok(p) => p.cast::<ibv_cq>(),
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// Takes the next completion off the ring into `cur` and mirrors its `status` and `wr_id`
+/// into the `ibv_cq_ex`; ENOENT when the ring is empty.
+///
+/// # Safety
+/// `c` is a live CQ whose `polling` flag the caller holds.
+unsafe fn ex_take(c: *mut UCq) -> c_int {
+    // SAFETY: live CQ (contract).
+    let Some(inner) = (unsafe { (*c).cq.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: only the holder of `polling` touches `cur`.
+    let cur = unsafe { &mut *(*c).cur.get() };
+    match inner.poll_raw(core::slice::from_mut(cur)) {
+        Ok(1) => {
+            // SAFETY: as above; `status`/`wr_id` are written only inside a poll batch.
+            unsafe {
+                (*c).ex.status = cur.status;
+                (*c).ex.wr_id = cur.wr_id;
+            }
+            0
+        }
+        Ok(_) => libc::ENOENT,
+        Err(e) => errno_of(&e),
+    }
+}
+
+/// `start_poll`: 0 with the first completion current, or ENOENT (nothing to poll; the batch
+/// is not open and `end_poll` must not be called) or another errno.
+unsafe extern "C" fn ex_start_poll(cq: *mut ibv_cq, attr: *mut ibv_poll_cq_attr) -> c_int {
+    let c = cq.cast::<UCq>();
+    if c.is_null() {
+        return errno_ret(libc::EINVAL);
+    }
+    // SAFETY: `attr` is NULL or valid (contract); the only comp_mask defined is 0.
+    if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
+        return errno_ret(libc::EINVAL);
+    }
+    // SAFETY: live CQ (contract).
+    let polling = unsafe { &(*c).polling };
+    polling.acquire();
+    // SAFETY: we hold `polling`.
+    let r = unsafe { ex_take(c) };
+    if r != 0 {
+        polling.release();
+        return errno_ret(r);
+    }
+    0
+}
+
+/// `next_poll`: 0 with the next completion current, or ENOENT; the batch stays open until
+/// `end_poll` either way.
+unsafe extern "C" fn ex_next_poll(cq: *mut ibv_cq) -> c_int {
+    let c = cq.cast::<UCq>();
+    // SAFETY: a live CQ inside a batch (contract).
+    if c.is_null() || !unsafe { (*c).polling.held() } {
+        return errno_ret(libc::EINVAL);
+    }
+    // SAFETY: the caller is the thread that opened the batch.
+    errno_ret(unsafe { ex_take(c) })
+}
+
+/// `end_poll`: closes the batch (the completions read are already consumed).
+unsafe extern "C" fn ex_end_poll(cq: *mut ibv_cq) {
+    let c = cq.cast::<UCq>();
+    if !c.is_null() {
+        // SAFETY: live CQ (contract).
+        unsafe { (*c).polling.release() };
+    }
+}
+
+/// The current completion of a poll batch.
+///
+/// # Safety
+/// `cq` is a live CQ inside a poll batch of the calling thread.
+unsafe fn cur<'a>(cq: *mut ibv_cq) -> &'a uverbs::Wc {
+    // SAFETY: per the contract; only this thread writes `cur` while the batch is open.
+    unsafe { &*(*cq.cast::<UCq>()).cur.get() }
+}
+
+unsafe extern "C" fn ex_read_opcode(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: contract of the `ibv_wc_read_*` inlines: inside a batch.
+    unsafe { cur(cq) }.opcode
+}
+unsafe extern "C" fn ex_read_vendor_err(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.vendor_err
+}
+unsafe extern "C" fn ex_read_byte_len(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.byte_len
+}
+/// The immediate in network byte order (`__be32`), as `ibv_wc.imm_data`.
+unsafe extern "C" fn ex_read_imm_data(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.ex
+}
+unsafe extern "C" fn ex_read_qp_num(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.qp_num
+}
+unsafe extern "C" fn ex_read_src_qp(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.src_qp
+}
+unsafe extern "C" fn ex_read_wc_flags(cq: *mut ibv_cq) -> c_uint {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.wc_flags
+}
+unsafe extern "C" fn ex_read_slid(cq: *mut ibv_cq) -> u32 {
+    // SAFETY: as above.
+    u32::from(unsafe { cur(cq) }.slid)
+}
+unsafe extern "C" fn ex_read_sl(cq: *mut ibv_cq) -> u8 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.sl
+}
+unsafe extern "C" fn ex_read_dlid_path_bits(cq: *mut ibv_cq) -> u8 {
+    // SAFETY: as above.
+    unsafe { cur(cq) }.dlid_path_bits
 }
 
 /// `int ibv_resize_cq(struct ibv_cq *, int cqe)`: `cq->cqe` becomes the new size.

@@ -35,10 +35,12 @@
 //!   `ibv_init_ah_from_wc`, `ibv_destroy_ah`;
 //! * [`cq`]: `ibv_create_comp_channel`, `ibv_destroy_comp_channel`, `ibv_create_cq`,
 //!   `ibv_resize_cq`, `ibv_destroy_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events`, ops
-//!   `poll_cq` and `req_notify_cq`;
+//!   `poll_cq`, `req_notify_cq` and `create_cq_ex` (the `ibv_cq_ex` poll interface:
+//!   `start_poll`, `next_poll`, `end_poll`, `read_*`);
 //! * [`qp`]: `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
 //!   `ibv_create_srq`, `ibv_modify_srq`, `ibv_query_srq`, `ibv_destroy_srq`, ops
-//!   `post_send`, `post_recv`, `post_srq_recv` (straight to the rings).
+//!   `post_send`, `post_recv`, `post_srq_recv` (straight to the rings), `create_qp_ex`;
+//! * [`qp_ex`]: `ibv_qp_to_qp_ex` and the `ibv_wr_*` functions of an extended QP.
 //!
 //! Without the device:
 //! * [`device`]: `ibv_get_device_list`, `ibv_free_device_list`, `ibv_get_device_name`,
@@ -49,8 +51,8 @@
 //!   `ibv_event_type_str`, `ibv_rate_to_mult`, `mult_to_ibv_rate`, `ibv_rate_to_mbps`,
 //!   `mbps_to_ibv_rate` (byte-identical to rdma-core 44, checked by tests/compat/load.sh);
 //! * [`stubs`]: `ibv_fork_init`, `ibv_is_fork_initialized` (UNNEEDED), `ibv_dofork_range`,
-//!   `ibv_dontfork_range`, `ibv_query_qp_data_in_order` (0), `ibv_qp_to_qp_ex` (NULL: no
-//!   extended QPs), `verbs_register_driver_34` (no-op), `__ioctl_final_num_attrs`.
+//!   `ibv_dontfork_range`, `ibv_query_qp_data_in_order` (0), `verbs_register_driver_34`
+//!   (no-op), `__ioctl_final_num_attrs`.
 //!
 //! Not offered by uroce (EOPNOTSUPP in the C shape; [`stubs`]): `ibv_import_*`,
 //! `ibv_unimport_*`, `ibv_reg_dmabuf_mr`, `ibv_rereg_mr`, `ibv_attach_mcast`,
@@ -58,9 +60,9 @@
 //! `ibv_copy_*_kern` converters (no-ops; system librdmacm only), the provider interface
 //! (`ibv_cmd_*`, `execute_ioctl`, `_verbs_init_and_alloc_context`, `verbs_open_device`,
 //! `verbs_init_cq`, `verbs_set_ops`, `verbs_uninit_context`, `__verbs_log`), and every
-//! extended `verbs_context` op except `query_port`, `query_device_ex` and `create_qp_ex`
-//! (NULL slots: the inlines `ibv_create_cq_ex`, `ibv_alloc_dm`, … fail with EOPNOTSUPP as
-//! for a device without them; `create_qp_ex` itself refuses `send_ops_flags`).
+//! extended `verbs_context` op except `query_port`, `query_device_ex`, `create_qp_ex` and
+//! `create_cq_ex` (NULL slots: the inlines `ibv_alloc_dm`, `ibv_open_xrcd`, … fail with
+//! EOPNOTSUPP as for a device without them).
 //!
 //! Errors follow rdma-core's conventions: an `int` verb returns the errno value and stores it
 //! in `errno` as well; pointer-returning verbs give NULL with `errno` set; the few documented
@@ -80,6 +82,7 @@ pub mod cq;
 pub mod device;
 pub mod objects;
 pub mod qp;
+pub mod qp_ex;
 pub mod rdmacm;
 pub mod strings;
 pub mod stubs;
@@ -94,6 +97,7 @@ pub use cq::*;
 pub use device::*;
 pub use objects::*;
 pub use qp::*;
+pub use qp_ex::*;
 pub use rdmacm::*;
 pub use strings::*;
 pub use stubs::*;

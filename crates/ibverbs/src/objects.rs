@@ -273,7 +273,8 @@ pub(crate) fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
     }
 }
 
-/// `struct ibv_ah *ibv_create_ah(struct ibv_pd *, struct ibv_ah_attr *)`.
+/// `struct ibv_ah *ibv_create_ah(struct ibv_pd *, struct ibv_ah_attr *)`. A flow label wider
+/// than 20 bits is cut to them by the device, as rdma-core's providers do (docs/compat.md §11).
 ///
 /// # Safety
 /// `pd` is a live PD; `attr` is a valid `ibv_ah_attr`.

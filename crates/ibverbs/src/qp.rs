@@ -47,12 +47,25 @@ const _: () = {
     assert!(offset_of!(Sge, lkey) == offset_of!(ibv_sge, lkey));
 };
 
-/// A queue pair.
+/// A queue pair. `ibv` and `ex` together are a `struct ibv_qp_ex` (rdma-core's `verbs_qp`
+/// is the union of both); `ex` is filled only for QPs made by `ibv_create_qp_ex`
+/// (`ibv_qp_to_qp_ex` returns NULL for the others), see [`crate::qp_ex`].
 #[repr(C)]
 pub struct UQp {
     ibv: ibv_qp,
-    qp: Option<uroce::Qp>,
+    pub(crate) ex: ibv_qp_ex_tail,
+    pub(crate) qp: Option<uroce::Qp>,
+    /// Made through the `create_qp_ex` op (rdma-core's `VERBS_QP_EX`).
+    pub(crate) is_ex: bool,
+    /// The `ibv_wr_*` batch between `wr_start` and `wr_complete`/`wr_abort`.
+    pub(crate) batch: crate::qp_ex::BatchCell,
 }
+
+const _: () = {
+    use core::mem::offset_of;
+    assert!(offset_of!(UQp, ibv) == 0);
+    assert!(offset_of!(UQp, ex) == core::mem::size_of::<ibv_qp>());
+};
 
 /// A shared receive queue.
 #[repr(C)]
@@ -65,6 +78,11 @@ impl UQp {
     /// The verbs QP behind it (rdma_cm moves it through its states).
     pub(crate) fn verbs_qp(&self) -> Option<uroce::Qp> {
         self.qp.clone()
+    }
+
+    /// `qp->qp_type`.
+    pub(crate) fn ex_qp_type(&self) -> QpType {
+        QpType(self.ibv.qp_type)
     }
 
     /// Record a state the QP was moved to outside `ibv_modify_qp` (`qp->state`).
@@ -296,7 +314,7 @@ const SQ_FULL_GRACE: Duration = Duration::from_millis(2);
 /// within its limits; perftest's bandwidth tests (tx_depth outstanding, one signaled WR per
 /// cq_mod) hit exactly that window. A queue that is really full still fails with ENOMEM,
 /// after the grace period.
-fn post_sends(q: &uroce::Qp, wrs: &[SendWr<'_>]) -> Result<(), (usize, c_int)> {
+pub(crate) fn post_sends(q: &uroce::Qp, wrs: &[SendWr<'_>]) -> Result<(), (usize, c_int)> {
     let mut done = 0usize;
     let mut deadline: Option<Instant> = None;
     while let Some(rest) = wrs.get(done..).filter(|r| !r.is_empty()) {
@@ -450,11 +468,15 @@ fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
 
 /// The `create_qp_ex` op (the inline `ibv_create_qp_ex` calls it for any `comp_mask` other
 /// than `IBV_QP_INIT_ATTR_PD` alone). It accepts what rdma-core's rxe provider accepts
-/// without the extended post-send interface (`check_qp_init_attr` in `providers/rxe/rxe.c`):
-/// `comp_mask` within `PD | CREATE_FLAGS`, `create_flags` 0 (rxe supports no creation flag),
-/// and then creates the QP as [`ibv_create_qp`] does. Any other `comp_mask` bit or creation
-/// flag is EOPNOTSUPP, as rxe answers; so is `SEND_OPS_FLAGS`, because uroce does not offer
-/// the `ibv_wr_*` interface. Without `IBV_QP_INIT_ATTR_PD` there is no PD: EINVAL.
+/// (`check_qp_init_attr` in `providers/rxe/rxe.c`): `comp_mask` within `PD | CREATE_FLAGS |
+/// SEND_OPS_FLAGS`, `create_flags` 0 (rxe supports no creation flag), and `send_ops_flags`
+/// within what the QP type supports (RC: RDMA WRITE (with immediate), SEND (with immediate
+/// or invalidate), RDMA READ, the two atomics; UC: the writes and sends; UD: SEND and SEND
+/// with immediate; no other QP type). Anything else is EOPNOTSUPP, as rxe answers; uroce
+/// also refuses `LOCAL_INV`, `BIND_MW` and `ATOMIC_WRITE`, which rxe offers but uroce has
+/// no memory windows or atomic write for. Without `IBV_QP_INIT_ATTR_PD` there is no PD:
+/// EINVAL. The QP then gets the `ibv_wr_*` interface ([`crate::qp_ex`]), as every QP rxe
+/// makes through this op does.
 ///
 /// # Safety
 /// `context` is a live context; `attr` is valid, with live CQs (and SRQ) of that context.
@@ -470,10 +492,20 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
     let Some(a) = (unsafe { attr.as_mut() }) else {
         return fail(libc::EINVAL);
     };
-    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0 {
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 {
         return fail(libc::EOPNOTSUPP);
     }
     if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+        a.send_ops_flags
+    } else {
+        0
+    };
+    if send_ops & !crate::qp_ex::supported_send_ops(QpType(a.qp_type)) != 0 {
         return fail(libc::EOPNOTSUPP);
     }
     if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
@@ -486,7 +518,7 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
     // SAFETY: `ibv_qp_init_attr_ex` begins with the fields of `ibv_qp_init_attr`, in the same
     // order and at the same offsets (rdma-core's verbs.h defines it so), so `attr` is also a
     // valid `ibv_qp_init_attr`; the granted capacities are written back into `a.cap`.
-    unsafe { ibv_create_qp(a.pd, attr.cast::<ibv_qp_init_attr>()) }
+    unsafe { create_qp(a.pd, attr.cast::<ibv_qp_init_attr>(), Some(send_ops)) }
 }
 
 /// `struct ibv_qp *ibv_create_qp(struct ibv_pd *, struct ibv_qp_init_attr *)`: the granted
@@ -497,6 +529,20 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
 pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: forwarded contract.
+    unsafe { create_qp(pd, init_attr, None) }
+}
+
+/// [`ibv_create_qp`]; with `send_ops` (the validated `send_ops_flags`, possibly 0) the QP is
+/// an extended one with the `ibv_wr_*` interface.
+///
+/// # Safety
+/// As [`ibv_create_qp`].
+unsafe fn create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
 ) -> *mut ibv_qp {
     guard(core::ptr::null_mut(), || {
         let inval = || {
@@ -539,8 +585,10 @@ pub unsafe extern "C" fn ibv_create_qp(
                 return core::ptr::null_mut();
             }
         };
-        a.cap = cap_to_c(&qp.cap());
+        let cap = qp.cap();
+        a.cap = cap_to_c(&cap);
         let user_handle = qp.user_handle();
+        let ex = send_ops.map_or_else(crate::qp_ex::plain_tail, crate::qp_ex::tail);
         let b = Box::new(UQp {
             ibv: ibv_qp {
                 context: p.ibv.context,
@@ -557,7 +605,10 @@ pub unsafe extern "C" fn ibv_create_qp(
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 events_completed: 0,
             },
+            ex,
             qp: Some(qp),
+            is_ex: send_ops.is_some(),
+            batch: crate::qp_ex::BatchCell::new(&cap),
         });
         let ptr = Box::into_raw(b);
         // SAFETY: the PD's context is live (contract).

@@ -116,13 +116,6 @@ errno_stubs!(0 =>
     ibv_query_qp_data_in_order,
 );
 
-/// `ibv_qp_to_qp_ex`: NULL, as upstream for a QP created without `send_ops_flags`; uroce
-/// creates no extended QPs (perftest then uses the old post-send path). errno EOPNOTSUPP.
-pub extern "C" fn ibv_qp_to_qp_ex() -> *mut c_void {
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
-}
-
 // ---- IBVERBS_PRIVATE_34: the provider interface (§2.1) ----
 //
 // rdma-core's own providers (the system libmlx5/libefa) link against these. They are

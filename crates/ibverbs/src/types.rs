@@ -127,6 +127,9 @@ pub struct ibv_context {
 /// `verbs_context.query_port`: called by the inline `ibv_query_port` with `port_attr_len` 52.
 pub type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+/// `verbs_context.create_cq_ex`.
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq;
 /// `verbs_context.create_qp_ex`.
 pub type CreateQpExFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
@@ -169,7 +172,8 @@ pub struct verbs_context {
     pub modify_wq: AnyFn,
     pub create_wq: AnyFn,
     pub query_rt_values: AnyFn,
-    pub create_cq_ex: AnyFn,
+    /// Called by the inline `ibv_create_cq_ex`.
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: AnyFn,
@@ -748,6 +752,139 @@ pub const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1;
 /// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
 pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: `send_ops_flags` asks for the `ibv_wr_*` interface.
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+
+/// `enum ibv_qp_create_send_ops_flags` (`IBV_QP_EX_WITH_*`).
+pub mod send_ops {
+    pub const RDMA_WRITE: u64 = 1 << 0;
+    pub const RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+    pub const SEND: u64 = 1 << 2;
+    pub const SEND_WITH_IMM: u64 = 1 << 3;
+    pub const RDMA_READ: u64 = 1 << 4;
+    pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+    pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    pub const LOCAL_INV: u64 = 1 << 7;
+    pub const BIND_MW: u64 = 1 << 8;
+    pub const SEND_WITH_INV: u64 = 1 << 9;
+    pub const TSO: u64 = 1 << 10;
+    pub const ATOMIC_WRITE: u64 = 1 << 12;
+}
+
+/// `enum ibv_create_cq_wc_flags` (`IBV_WC_EX_WITH_*`).
+pub mod wc_ex {
+    pub const BYTE_LEN: u64 = 1 << 0;
+    pub const IMM: u64 = 1 << 1;
+    pub const QP_NUM: u64 = 1 << 2;
+    pub const SRC_QP: u64 = 1 << 3;
+    pub const SLID: u64 = 1 << 4;
+    pub const SL: u64 = 1 << 5;
+    pub const DLID_PATH_BITS: u64 = 1 << 6;
+    pub const COMPLETION_TIMESTAMP: u64 = 1 << 7;
+    /// `IBV_WC_STANDARD_FLAGS`: the fields of a plain `ibv_wc`.
+    pub const STANDARD: u64 = BYTE_LEN | IMM | QP_NUM | SRC_QP | SLID | SL | DLID_PATH_BITS;
+}
+
+/// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`.
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a hint only.
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+/// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
+/// `struct ibv_cq_init_attr_ex` (56 B): the argument of the `create_cq_ex` op.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_data_buf` (`ibv_wr_set_inline_data_list`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+/// `struct ibv_cq_ex` after its `ibv_cq`-shaped prefix (which ends at 128): the fields the
+/// inline `ibv_start_poll`, `ibv_wc_read_*`, … read. Placed right after an [`ibv_cq`], it
+/// makes the two together an `ibv_cq_ex` (asserted in `cq.rs`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_cq_ex_tail {
+    pub comp_mask: u32,
+    pub status: u32,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq)>,
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_uint>,
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq) -> u8>,
+    pub read_completion_ts: AnyFn,
+    pub read_cvlan: AnyFn,
+    pub read_flow_tag: AnyFn,
+    pub read_tm_info: AnyFn,
+    pub read_completion_wallclock_ns: AnyFn,
+}
+
+/// `struct ibv_qp_ex` after its `ibv_qp` (`qp_base`, 160 B): `wr_id`, `wr_flags` and the
+/// `ibv_wr_*` function pointers. Placed right after an [`ibv_qp`] it makes an `ibv_qp_ex`
+/// (asserted in `qp_ex.rs`). The QP pointer every function takes is the `ibv_qp_ex`'s, which
+/// is also the `ibv_qp`'s (`qp_base` is at 0).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_qp_ex_tail {
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u64)>,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, u32, *const c_void)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, u16, u16)>,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp, u32)>,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp)>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp)>,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp, u32, u64, *const c_void)>,
+}
 
 const _: () = {
     assert!(size_of::<pthread_mutex_t>() == 40);
@@ -940,6 +1077,35 @@ const _: () = {
     assert!(offset_of!(ibv_qp_init_attr, cap) == 32);
     assert!(offset_of!(ibv_qp_init_attr, qp_type) == 52);
     assert!(offset_of!(ibv_qp_init_attr, sq_sig_all) == 56);
+
+    assert!(size_of::<ibv_cq_init_attr_ex>() == 56);
+    assert!(offset_of!(ibv_cq_init_attr_ex, comp_vector) == 24);
+    assert!(offset_of!(ibv_cq_init_attr_ex, wc_flags) == 32);
+    assert!(offset_of!(ibv_cq_init_attr_ex, comp_mask) == 40);
+    assert!(offset_of!(ibv_cq_init_attr_ex, flags) == 44);
+    assert!(offset_of!(ibv_cq_init_attr_ex, parent_domain) == 48);
+    // ibv_cq_ex = ibv_cq (128 B) + this tail: start_poll at 144, read_opcode at 168, …
+    assert!(size_of::<ibv_cq>() + size_of::<ibv_cq_ex_tail>() == 288);
+    assert!(128 + offset_of!(ibv_cq_ex_tail, wr_id) == 136);
+    assert!(128 + offset_of!(ibv_cq_ex_tail, start_poll) == 144);
+    assert!(128 + offset_of!(ibv_cq_ex_tail, read_opcode) == 168);
+    assert!(128 + offset_of!(ibv_cq_ex_tail, read_dlid_path_bits) == 240);
+    assert!(128 + offset_of!(ibv_cq_ex_tail, read_completion_wallclock_ns) == 280);
+    // ibv_qp_ex = ibv_qp (160 B) + this tail: wr_id at 168, wr_start at 320, …
+    assert!(size_of::<ibv_qp>() + size_of::<ibv_qp_ex_tail>() == 352);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_id) == 168);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_flags) == 176);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_atomic_cmp_swp) == 184);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_rdma_read) == 216);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_send) == 240);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_set_ud_addr) == 272);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_set_inline_data) == 288);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_set_sge_list) == 312);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_start) == 320);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_abort) == 336);
+    assert!(160 + offset_of!(ibv_qp_ex_tail, wr_atomic_write) == 344);
+    assert!(size_of::<ibv_data_buf>() == 16);
+    assert!(offset_of!(verbs_context, create_cq_ex) == 200);
 
     assert!(size_of::<ibv_qp_init_attr_ex>() == 136);
     assert!(offset_of!(ibv_qp_init_attr_ex, comp_mask) == 60);

@@ -161,3 +161,90 @@ mod tests {
         assert_eq!(guard(-1, || 7), 7);
     }
 }
+
+/// A lock held by one thread across calls (from `ibv_start_poll` to `ibv_end_poll`, from
+/// `ibv_wr_start` to `ibv_wr_complete`), as rxe holds a spinlock there. Unlike a spinlock,
+/// a second `acquire` by the thread that already holds it takes it over instead of
+/// deadlocking, and `held` tells whether the calling thread holds it, so calls made outside
+/// the bracket, or from another thread, can be refused.
+#[derive(Debug, Default)]
+pub(crate) struct OwnerLock(std::sync::atomic::AtomicUsize);
+
+thread_local! {
+    static THREAD_TOKEN: u8 = const { 0 };
+}
+
+/// A non-zero value unique to the calling thread while it lives.
+fn thread_token() -> usize {
+    THREAD_TOKEN.with(|t| core::ptr::from_ref(t) as usize)
+}
+
+impl OwnerLock {
+    /// Takes the lock for the calling thread, waiting while another thread holds it.
+    pub(crate) fn acquire(&self) {
+        use std::sync::atomic::Ordering;
+        let me = thread_token();
+        loop {
+            match self
+                .0
+                .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(cur) if cur == me => return,
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Whether the calling thread holds the lock.
+    pub(crate) fn held(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) == thread_token()
+    }
+
+    /// Releases the lock if the calling thread holds it.
+    pub(crate) fn release(&self) {
+        use std::sync::atomic::Ordering;
+        let me = thread_token();
+        let _ = self
+            .0
+            .compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod owner_lock_tests {
+    use super::OwnerLock;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn owner_lock_is_per_thread_and_reentrant() {
+        let l = Arc::new(OwnerLock::default());
+        assert!(!l.held());
+        l.acquire();
+        assert!(l.held());
+        // The owner taking it again does not deadlock.
+        l.acquire();
+        assert!(l.held());
+        // Another thread neither holds it nor can release it; its acquire waits until the
+        // owner releases.
+        let got = Arc::new(AtomicBool::new(false));
+        let (l2, got2) = (Arc::clone(&l), Arc::clone(&got));
+        let t = std::thread::spawn(move || {
+            assert!(!l2.held());
+            l2.release();
+            l2.acquire();
+            got2.store(true, Ordering::SeqCst);
+            assert!(l2.held());
+            l2.release();
+        });
+        // Whatever the scheduling, the other thread cannot have it while we hold it.
+        std::thread::yield_now();
+        assert!(l.held());
+        assert!(!got.load(Ordering::SeqCst));
+        l.release();
+        t.join().unwrap();
+        assert!(got.load(Ordering::SeqCst));
+        assert!(!l.held());
+    }
+}

@@ -183,13 +183,11 @@ fn dest_from(
             "sgid_index {sgid_index} >= gid_tbl_len {GID_TBL_LEN}"
         ));
     }
-    if flow_label > 0xF_FFFF {
-        return Err(refuse!(
-            EINVAL,
-            BAD_VALUE,
-            "flow_label {flow_label:#x} > 20 bits"
-        ));
-    }
+    // The flow label has 20 bits (IBTA 8.3.1; IPv6); the bits above are dropped, not refused,
+    // as rdma-core's providers mask it (`IB_GRH_FLOWLABEL_MASK` in `providers/mlx5/verbs.c`)
+    // and the kernel takes any value in an AV: UCX 1.13 passes `~0` to both create_ah and
+    // modify_qp (docs/compat.md §11).
+    let flow_label = flow_label & 0xF_FFFF;
     let ip = gid_to_ip(dgid);
     if ip.is_ipv4() != dev_ip.is_ipv4() || ip.is_unspecified() || ip.is_multicast() {
         return Err(refuse!(

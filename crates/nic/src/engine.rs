@@ -920,7 +920,12 @@ fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
             let cq = if c.is_recv() { q.recv_cq } else { q.send_cq };
             // A solicited-only arming fires for a receive whose last packet had the SE
             // bit, and for any error (IBA 11.4.2.2).
-            if res.push_cqe(cq, &to_wc(&c), c.fires_solicited()).is_err() {
+            let mut wc = to_wc(&c);
+            // Only UD receives carry the GRH area (and the flag).
+            if c.wc_flags.contains(transport::WcFlags::GRH) {
+                wc.sl = res.ud_recv_sl;
+            }
+            if res.push_cqe(cq, &wc, c.fires_solicited()).is_err() {
                 overflow = true;
             }
         }

@@ -255,6 +255,13 @@ pub(crate) struct Resources {
     pub(crate) cq_watch: Vec<u32>,
     /// QPs with `QpObj::owes_signal` set.
     pub(crate) owing_qps: u32,
+    /// `wc.sl` of a UD receive completion: the RoCE L3 header type of the packet, as mlx5
+    /// reports it there for UD over RoCE (2 IPv4, 1 IPv6: the CQE's `roce_pkt_type`, the
+    /// kernel's `MLX5_CQE_ROCE_L3_HEADER_TYPE_*`). UCX 1.13's `ud_verbs` reads it to find
+    /// the destination GID inside the 40-byte GRH area and drops packets otherwise
+    /// (docs/compat.md §11). A device has one address, so every packet it receives is of
+    /// that family.
+    pub(crate) ud_recv_sl: u8,
 }
 
 /// A device's state (behind its mutex).
@@ -294,6 +301,7 @@ pub(crate) struct DevState {
 impl DevState {
     pub(crate) fn new(cfg: DeviceConfig, engine: Arc<EngineShared>) -> DevState {
         let gsi = crate::gsi::Gsi::new(abi::provider::node_guid(cfg.addr), crate::gsi::id_seed());
+        let ud_recv_sl = if cfg.addr.is_ipv4() { 2 } else { 1 };
         DevState {
             cfg,
             engine,
@@ -308,6 +316,7 @@ impl DevState {
                 counters: EngineCounters::default(),
                 cq_watch: Vec::new(),
                 owing_qps: 0,
+                ud_recv_sl,
             },
             qps: Slab::new(16),
             ready: VecDeque::new(),
