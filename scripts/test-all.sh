@@ -4,8 +4,9 @@
 #      the netfault namespace test and the tshark agreement test skip, saying why,
 #      without root / tshark);
 #   2. the drop-in libibverbs.so.1 / librdmacm.so.1 with the stock rdma-core, rdmacm-utils
-#      and perftest binaries, and every ELF object of the RDMA packages loading against them
-#      (tests/compat/*.sh install the Debian packages as root, and skip otherwise), and UCX
+#      and perftest binaries (perftest -R through the CM too), and every ELF object of the
+#      RDMA packages loading against them (tests/compat/*.sh install the Debian packages as
+#      root, and skip otherwise), libfabric's fi_info (tests/compat/libfabric.sh) and UCX
 #      1.13's ucx_info / ucx_perftest on them (tests/compat/ucx.sh);
 #   3. interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh: needs root, qemu,
 #      the lab beside the repository and the Debian package mirror; about 15 minutes;
@@ -25,8 +26,8 @@ bash tests/compat/loadall.sh --no-build
 echo "== drop-in C libraries: stock tools end to end (tests/compat/tools.sh)"
 bash tests/compat/tools.sh
 
-echo "== drop-in librdmacm: rping and ucmatose connecting through the CM (tests/compat/rdmacm.sh)"
-bash tests/compat/rdmacm.sh --no-build
+echo "== drop-in librdmacm: rdmacm-utils and perftest -R connecting through the CM (tests/compat/rdmacm.sh --perftest)"
+bash tests/compat/rdmacm.sh --no-build --perftest
 
 echo "== drop-in libraries under libfabric: fi_info -p verbs (tests/compat/libfabric.sh)"
 bash tests/compat/libfabric.sh --no-build
