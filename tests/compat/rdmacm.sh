@@ -58,17 +58,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-if [ "$build" = 1 ]; then
-    scripts/build-compat.sh || { echo "FAIL build"; echo "0 passed, 1 failed"; exit 1; }
-fi
-for addr in "$A" "$B"; do
-    if ss -uln "sport = :4791" 2>/dev/null | grep -qE "(^|[[:space:]])$addr:4791"; then
-        echo "FAIL: UDP $addr:4791 is already bound by another process" \
-             "(set RDMACM_ADDR_A/RDMACM_ADDR_B to free loopback addresses)"
-        echo "compat-rdmacm: 0 passed, 1 failed"
-        exit 1
-    fi
-done
+# shellcheck source=tests/compat/lib.sh
+. tests/compat/lib.sh
+compat_build compat-rdmacm
+compat_free_addrs compat-rdmacm RDMACM_ADDR_A/RDMACM_ADDR_B "$A" "$B"
 export LD_LIBRARY_PATH="$(pwd)/target/compat"
 work=$(mktemp -d)
 server_pid=""

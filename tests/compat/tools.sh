@@ -47,19 +47,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-if [ "$build" = 1 ]; then
-    scripts/build-compat.sh || { echo "FAIL build"; echo "0 passed, 1 failed"; exit 1; }
-fi
-# Each device binds UDP 4791 on its address; another process holding it would make every
-# run fail with "Couldn't get context", so say so up front.
-for addr in "$A" "$B"; do
-    if ss -uln "sport = :4791" 2>/dev/null | grep -qE "(^|[[:space:]])$addr:4791"; then
-        echo "FAIL: UDP $addr:4791 is already bound by another process" \
-             "(set COMPAT_ADDR_A/COMPAT_ADDR_B to free loopback addresses)"
-        echo "compat-tools: 0 passed, 1 failed"
-        exit 1
-    fi
-done
+# shellcheck source=tests/compat/lib.sh
+. tests/compat/lib.sh
+compat_build compat-tools
+compat_free_addrs compat-tools COMPAT_ADDR_A/COMPAT_ADDR_B "$A" "$B"
 export LD_LIBRARY_PATH="$(pwd)/target/compat"
 work=$(mktemp -d)
 server_pid=""

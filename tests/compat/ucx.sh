@@ -52,17 +52,10 @@ if ! unshare --user --map-root-user --mount true 2>/dev/null; then
     exit 0
 fi
 
-if [ "$build" = 1 ]; then
-    scripts/build-compat.sh || { echo "FAIL build"; echo "compat-ucx: 0 passed, 1 failed"; exit 1; }
-fi
-for addr in "$A" "$B"; do
-    if ss -uln "sport = :4791" 2>/dev/null | grep -qE "(^|[[:space:]])$addr:4791"; then
-        echo "FAIL: UDP $addr:4791 is already bound by another process" \
-             "(set UCX_ADDR_A/UCX_ADDR_B to free loopback addresses)"
-        echo "compat-ucx: 0 passed, 1 failed"
-        exit 1
-    fi
-done
+# shellcheck source=tests/compat/lib.sh
+. tests/compat/lib.sh
+compat_build compat-ucx
+compat_free_addrs compat-ucx UCX_ADDR_A/UCX_ADDR_B "$A" "$B"
 export LD_LIBRARY_PATH="$(pwd)/target/compat"
 ns=scripts/uverbs-ns.sh
 work=$(mktemp -d)

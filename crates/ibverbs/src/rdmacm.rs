@@ -441,6 +441,31 @@ pub unsafe extern "C" fn uroce_rdma_destroy_event_channel(channel: *mut rdma_eve
     })
 }
 
+/// The event channel an ID is to use: `channel`, or for a synchronous ID (NULL) a private
+/// one made here (librdmacm's `rdma_create_id` with no channel). `None` with errno set if
+/// `channel` is not one of ours or the private one cannot be made.
+fn channel_or_private(
+    channel: *mut rdma_event_channel,
+) -> Option<(*mut rdma_event_channel, EventChannel)> {
+    let channel = if channel.is_null() {
+        let c = uroce_rdma_create_event_channel();
+        if c.is_null() {
+            return None;
+        }
+        c
+    } else {
+        channel
+    };
+    // SAFETY: looked up before it is read.
+    match unsafe { uchan(channel) } {
+        Some(ch) => Some((channel, ch)),
+        None => {
+            set_errno(libc::EINVAL);
+            None
+        }
+    }
+}
+
 /// `int rdma_create_id(channel, &id, context, ps)`: RDMA_PS_TCP (RC), RDMA_PS_UDP or
 /// RDMA_PS_IPOIB (UD). A NULL channel makes a synchronous ID with a channel of its own.
 ///
@@ -463,18 +488,8 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
             _ => return fail(libc::EOPNOTSUPP),
         };
         let sync = channel.is_null();
-        let channel = if sync {
-            let c = uroce_rdma_create_event_channel();
-            if c.is_null() {
-                return -1;
-            }
-            c
-        } else {
-            channel
-        };
-        // SAFETY: looked up before it is read.
-        let Some(ch) = (unsafe { uchan(channel) }) else {
-            return fail(libc::EINVAL);
+        let Some((channel, ch)) = channel_or_private(channel) else {
+            return -1;
         };
         match RdmaCmId::new(&ch, ps) {
             Ok(rust) => {
@@ -1105,18 +1120,8 @@ pub unsafe extern "C" fn uroce_rdma_migrate_id(
             return fail(libc::EINVAL);
         }
         let sync = channel.is_null();
-        let channel = if sync {
-            let c = uroce_rdma_create_event_channel();
-            if c.is_null() {
-                return -1;
-            }
-            c
-        } else {
-            channel
-        };
-        // SAFETY: looked up before it is read.
-        let Some(ch) = (unsafe { uchan(channel) }) else {
-            return fail(libc::EINVAL);
+        let Some((channel, ch)) = channel_or_private(channel) else {
+            return -1;
         };
         // SAFETY: checked above: a live ID of ours.
         let u = unsafe { &mut *id.cast::<UCmId>() };

@@ -251,14 +251,7 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
                 srq: req.srq,
                 qp_num: req.local_qpn.value(),
             };
-            l.push(RdmaCmEvent {
-                kind: RdmaCmEventKind::ConnectRequest,
-                id: child,
-                listen_id: Some(l.clone()),
-                status: 0,
-                param,
-                ud: None,
-            });
+            l.push(connect_request(&l, child, param));
         }
         CmEvent::SidrRequest {
             id,
@@ -277,14 +270,7 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
             child.state().peer_sidr = Some(req);
             // The kernel reports a SIDR_REQ as CONNECT_REQUEST with only the private data
             // (cma.c cma_ib_req_handler).
-            l.push(RdmaCmEvent {
-                kind: RdmaCmEventKind::ConnectRequest,
-                id: child,
-                listen_id: Some(l.clone()),
-                status: 0,
-                param,
-                ud: None,
-            });
+            l.push(connect_request(&l, child, param));
         }
         other => {
             let Some(id) = find(dev, other.id()) else {
@@ -292,6 +278,18 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
             };
             id.on_cm_event(d, other);
         }
+    }
+}
+
+/// The CONNECT_REQUEST event of listener `l` for its new ID `child`.
+fn connect_request(l: &RdmaCmId, child: RdmaCmId, param: ConnParam) -> RdmaCmEvent {
+    RdmaCmEvent {
+        kind: RdmaCmEventKind::ConnectRequest,
+        id: child,
+        listen_id: Some(l.clone()),
+        status: 0,
+        param,
+        ud: None,
     }
 }
 
