@@ -33,6 +33,16 @@ impl Qp {
                 return None;
             }
             let ty = self.cfg.qp_type;
+            // DCQCN's pacer (docs/wire.md §11.3): while the rate is limited, a request
+            // leaves no earlier than its schedule; `poll_timeout` then names that time.
+            if let Some(cc) = self.cc.as_mut() {
+                let work = self.rec.probe_one || self.cursor < self.sq.len();
+                if work && !cc.may_send(now) {
+                    self.paced = true;
+                    return None;
+                }
+            }
+            self.paced = false;
             if self.rec.probe_one && ty == QpType::Rc {
                 if let Some(t) = self.send_probe(now, mem, buf) {
                     return Some(t);
