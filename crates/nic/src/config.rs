@@ -117,6 +117,27 @@ pub struct DeviceConfig {
     /// busy-polling application otherwise waits for the scheduler to give the engine its
     /// core. Off: the library only ever wakes the engine.
     pub app_progress: bool,
+    /// ECN congestion control (docs/wire.md §11), on by default as on RoCE NICs with
+    /// DCQCN: packets leave ECN-capable (ECT(0)), a CE-marked packet makes the receiving QP
+    /// send its peer a CNP, and a CNP makes the sending QP cut its rate (DCQCN, paced).
+    /// Off: packets leave not-ECT, and CE marks and CNPs are only counted. The environment
+    /// variable `UROCE_ECN=0` (or `off`) turns it off for devices started from
+    /// `UROCE_DEVICES` ([`DeviceConfig::from_spec`]).
+    pub ecn: bool,
+    /// DCQCN's parameters (used when `ecn` is on).
+    pub dcqcn: transport::DcqcnParams,
+}
+
+/// The environment variable that turns ECN congestion control off (`0`, `off`, `false`,
+/// `no`) or on (anything else) for devices started from `UROCE_DEVICES`.
+pub const ECN_ENV: &str = "UROCE_ECN";
+
+/// Whether an `UROCE_ECN` value turns ECN on.
+pub fn ecn_setting(v: &str) -> bool {
+    !matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "0" | "off" | "false" | "no"
+    )
 }
 
 impl DeviceConfig {
@@ -135,12 +156,18 @@ impl DeviceConfig {
             yield_when_idle: false,
             park_when_contended: true,
             app_progress: true,
+            ecn: true,
+            dcqcn: transport::DcqcnParams::default(),
         }
     }
 
     /// Defaults for a device from a `UROCE_DEVICES` entry.
     pub fn from_spec(spec: &DeviceSpec) -> DeviceConfig {
-        DeviceConfig::new(spec.name.clone(), spec.addr)
+        let mut c = DeviceConfig::new(spec.name.clone(), spec.addr);
+        if let Some(v) = std::env::var_os(ECN_ENV) {
+            c.ecn = ecn_setting(&v.to_string_lossy());
+        }
+        c
     }
 
     /// The active MTU as the transport's enum, if the configured value is legal.
@@ -189,5 +216,16 @@ mod tests {
         c.active_mtu = 4096;
         c.limits.max_sge = 33;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn ecn_is_on_by_default_and_the_switch_reads_off_values() {
+        assert!(DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap()).ecn);
+        for off in ["0", "off", "OFF", "false", "no", " 0 "] {
+            assert!(!ecn_setting(off), "{off}");
+        }
+        for on in ["1", "on", "yes", ""] {
+            assert!(ecn_setting(on), "{on}");
+        }
     }
 }

@@ -1267,7 +1267,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
                 } else {
                     0
                 };
-                handle_datagram(st, d, m.from, likely, now);
+                handle_datagram(st, d, m.from, likely, m.ce(), now);
             }
         }
         any |= n > 0;
@@ -1280,7 +1280,14 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
 
 /// One datagram from the socket: parse, verify the ICRC as far as a UDP socket allows
 /// (IPv4: the ID and DF the socket hides are solved for; wire::icrc docs), deliver.
-fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, likely_ident: u16, now: Time) {
+fn handle_datagram(
+    st: &mut DevState,
+    data: &[u8],
+    from: SocketAddr,
+    likely_ident: u16,
+    ce: bool,
+    now: Time,
+) {
     let dev_ip = st.cfg.addr;
     let c = &mut st.res.counters;
     let Ok((pkt, crc)) = transport::wire::roce::parse_datagram(data) else {
@@ -1346,7 +1353,7 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, likely_iden
     };
     c.port_rcv_packets += 1;
     c.port_rcv_data += (data.len() / 4) as u64;
-    deliver(st, &pkt, from.ip(), &RxMeta { grh }, now, Payload::Copy);
+    deliver(st, &pkt, from.ip(), &RxMeta { grh, ce }, now, Payload::Copy);
 }
 
 fn v4_grh(
@@ -1406,7 +1413,7 @@ fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferList, now: T
         }
     };
     let payload = Payload::resolve_from(bytes, deferred);
-    deliver(st, &pkt, ip, &RxMeta { grh }, now, payload);
+    deliver(st, &pkt, ip, &RxMeta { grh, ce: false }, now, payload);
 }
 
 /// Hand a packet to its QP (demultiplexed by BTH destination QPN). RC/UC packets must come

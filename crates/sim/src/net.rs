@@ -716,14 +716,26 @@ mod tests {
 
     #[test]
     fn ce_mark_keeps_the_ip_checksum_valid_and_skips_not_ect() {
-        let ip = IpRepr::v4_socket(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), 2, 64);
+        let ip = IpRepr::v4_socket(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            2,
+            64,
+        );
         let mut h = [0u8; 20];
         ip.emit(&mut h, 40).unwrap();
         assert!(mark_ce(&mut h));
         assert_eq!(h[1] & 3, 3);
-        let sum = h.chunks(2).fold(0u32, |s, w| s + u32::from(u16::from_be_bytes([w[0], w[1]])));
+        let sum = h
+            .chunks(2)
+            .fold(0u32, |s, w| s + u32::from(u16::from_be_bytes([w[0], w[1]])));
         assert_eq!((sum & 0xFFFF) + (sum >> 16), 0xFFFF, "checksum verifies");
-        let ip = IpRepr::v4_socket(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), 0, 64);
+        let ip = IpRepr::v4_socket(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            0,
+            64,
+        );
         ip.emit(&mut h, 40).unwrap();
         assert!(!mark_ce(&mut h), "not-ECT is never marked");
         assert_eq!(h[1] & 3, 0);

@@ -86,10 +86,24 @@ fn run(flows: usize, cc: bool, seed: u64) -> Outcome {
         let mut rcfg = QpConfig::new(rq, QpType::Rc);
         rcfg.cc = cc.then_some(params);
         let rqi = sim.add_qp(rx, rcfg, ep);
-        bring_up(sim.qp_mut(ep, sqi), rq, Psn::new(0), Psn::new(0), Mtu::Mtu1024, &attr)
-            .unwrap();
-        bring_up(sim.qp_mut(rx, rqi), sq, Psn::new(0), Psn::new(0), Mtu::Mtu1024, &attr)
-            .unwrap();
+        bring_up(
+            sim.qp_mut(ep, sqi),
+            rq,
+            Psn::new(0),
+            Psn::new(0),
+            Mtu::Mtu1024,
+            &attr,
+        )
+        .unwrap();
+        bring_up(
+            sim.qp_mut(rx, rqi),
+            sq,
+            Psn::new(0),
+            Psn::new(0),
+            Mtu::Mtu1024,
+            &attr,
+        )
+        .unwrap();
         senders.push((ep, sqi));
     }
     // Flows start 200 µs apart; measure from 20 ms after the last start for 30 ms.
@@ -177,7 +191,10 @@ fn check_with_cc(flows: usize) {
          max queue {} B, tail drops {} ({} measured), CE {}, CNPs {}",
         o.net.max_queue_bytes, o.net.tail_dropped, o.drops_measured, o.net.ce_marked, o.cnps
     );
-    assert!(o.net.ce_marked > 0 && o.cnps > 0, "the port marked and CNPs went");
+    assert!(
+        o.net.ce_marked > 0 && o.cnps > 0,
+        "the port marked and CNPs went"
+    );
     assert!(j >= 0.9, "Jain's fairness {j:.3} < 0.9: {gbps:.2?}");
     assert!(
         o.net.max_queue_bytes <= MARK + WINDOW_BYTES,

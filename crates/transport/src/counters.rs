@@ -106,7 +106,10 @@ impl Counters {
             ("rcv_no_wqe_drop", self.rcv_no_wqe_drop),
             ("qkey_violation", self.qkey_violation),
             ("rcvd_cnp", self.rcvd_cnp),
-            ("np_ecn_marked_roce_packets", self.np_ecn_marked_roce_packets),
+            (
+                "np_ecn_marked_roce_packets",
+                self.np_ecn_marked_roce_packets,
+            ),
             ("np_cnp_sent", self.np_cnp_sent),
             ("rp_cnp_handled", self.rp_cnp_handled),
             ("rp_cnp_ignored", self.rp_cnp_ignored),

@@ -252,8 +252,7 @@ impl Dcqcn {
         self.next_tx = from.add_nanos(tx_ns(bytes, self.rc));
         // Byte counter: every `byte_reset` bytes is an increase event.
         self.bytes_since_stage = self.bytes_since_stage.saturating_add(bytes);
-        while self.active && self.p.byte_reset > 0 && self.bytes_since_stage >= self.p.byte_reset
-        {
+        while self.active && self.p.byte_reset > 0 && self.bytes_since_stage >= self.p.byte_reset {
             self.bytes_since_stage -= self.p.byte_reset;
             self.bc_stage = self.bc_stage.saturating_add(1);
             self.increase(false);
@@ -534,7 +533,13 @@ mod tests {
                 }
             }
             d.may_send(us(6000));
-            (d.rate(), d.target_rate(), d.alpha(), d.cuts(), d.is_active())
+            (
+                d.rate(),
+                d.target_rate(),
+                d.alpha(),
+                d.cuts(),
+                d.is_active(),
+            )
         };
         assert_eq!(run(false), run(true));
     }
