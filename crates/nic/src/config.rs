@@ -121,11 +121,29 @@ pub struct DeviceConfig {
     /// DCQCN: packets leave ECN-capable (ECT(0)), a CE-marked packet makes the receiving QP
     /// send its peer a CNP, and a CNP makes the sending QP cut its rate (DCQCN, paced).
     /// Off: packets leave not-ECT, and CE marks and CNPs are only counted. The environment
-    /// variable `UROCE_ECN=0` (or `off`) turns it off for devices started from
-    /// `UROCE_DEVICES` ([`DeviceConfig::from_spec`]).
+    /// variable `UROCE_ECN=0` (or `off`) makes it off in every [`DeviceConfig::new`] of the
+    /// process (so for every device a program starts, from `UROCE_DEVICES` or its own
+    /// configuration); setting the field afterwards overrides it.
     pub ecn: bool,
-    /// DCQCN's parameters (used when `ecn` is on).
+    /// DCQCN's parameters (used when `ecn` is on). [`DeviceConfig::new`] applies
+    /// `UROCE_DCQCN` (mlx5's names and units, `rp_ai_rate=1,rp_time_reset=3000`,
+    /// [`transport::DcqcnParams::apply`]) to the defaults; a malformed value is reported on
+    /// stderr once and ignored.
     pub dcqcn: transport::DcqcnParams,
+}
+
+/// The environment variable with DCQCN parameter settings for every device of the process.
+pub const DCQCN_ENV: &str = "UROCE_DCQCN";
+
+fn dcqcn_from_env() -> transport::DcqcnParams {
+    let mut p = transport::DcqcnParams::default();
+    if let Ok(v) = std::env::var(DCQCN_ENV) {
+        if let Err(e) = p.apply(&v) {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("uroce: {DCQCN_ENV} ignored: {e}"));
+        }
+    }
+    p
 }
 
 /// The environment variable that turns ECN congestion control off (`0`, `off`, `false`,
@@ -156,18 +174,14 @@ impl DeviceConfig {
             yield_when_idle: false,
             park_when_contended: true,
             app_progress: true,
-            ecn: true,
-            dcqcn: transport::DcqcnParams::default(),
+            ecn: std::env::var(ECN_ENV).map_or(true, |v| ecn_setting(&v)),
+            dcqcn: dcqcn_from_env(),
         }
     }
 
     /// Defaults for a device from a `UROCE_DEVICES` entry.
     pub fn from_spec(spec: &DeviceSpec) -> DeviceConfig {
-        let mut c = DeviceConfig::new(spec.name.clone(), spec.addr);
-        if let Some(v) = std::env::var_os(ECN_ENV) {
-            c.ecn = ecn_setting(&v.to_string_lossy());
-        }
-        c
+        DeviceConfig::new(spec.name.clone(), spec.addr)
     }
 
     /// The active MTU as the transport's enum, if the configured value is legal.
@@ -220,7 +234,9 @@ mod tests {
 
     #[test]
     fn ecn_is_on_by_default_and_the_switch_reads_off_values() {
-        assert!(DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap()).ecn);
+        if std::env::var_os(ECN_ENV).is_none() {
+            assert!(DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap()).ecn);
+        }
         for off in ["0", "off", "OFF", "false", "no", " 0 "] {
             assert!(!ecn_setting(off), "{off}");
         }

@@ -535,6 +535,11 @@ fn run(shared: Arc<EngineShared>) {
 /// whether the application ended the sleep: its doorbell or a control-plane command came
 /// through the wake fd. A datagram or the timeout says nothing about the application, and
 /// spinning would not have served a datagram sooner than the wake-up did (`crate::spin`).
+/// A deadline closer than this is met by spinning rather than sleeping.
+const SPIN_DEADLINE_NS: u64 = 60_000;
+/// A sleep until a deadline ends this much before it (timer slack, wake-up latency).
+const WAKE_EARLY_NS: u64 = 30_000;
+
 fn park(
     shared: &EngineShared,
     mut core: std::sync::MutexGuard<'_, Core>,
@@ -575,20 +580,23 @@ fn park(
         unpark_all(&mut core.devs);
         return None;
     }
-    // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under 1 ms are
-    //    met by spinning (epoll's resolution); longer ones wake up to 1 ms early and spin.
-    //    While asleep, the core is free for an application thread to do the work
-    //    (`EngineShared::drive`); it wakes the engine if it arms an earlier deadline.
-    let timeout_ms = match next {
-        None => -1,
+    // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under
+    //    `SPIN_DEADLINE_NS` are met by spinning; later ones are slept for with nanosecond
+    //    resolution (`Epoll::wait_for`), waking `WAKE_EARLY_NS` early to spin the rest —
+    //    so a paced QP (docs/wire.md §11.3) whose next packet is due in a few hundred µs
+    //    does not keep a core busy. While asleep, the core is free for an application
+    //    thread to do the work (`EngineShared::drive`); it wakes the engine if it arms an
+    //    earlier deadline.
+    let timeout = match next {
+        None => None,
         Some(t) => {
             let dt = t.nanos_since(now_of(shared.epoch));
-            if dt < 1_000_000 {
+            if dt < SPIN_DEADLINE_NS {
                 shared.parked.store(false, SeqCst);
                 unpark_all(&mut core.devs);
                 return None;
             }
-            i32::try_from(dt / 1_000_000).unwrap_or(i32::MAX)
+            Some(Duration::from_nanos(dt - WAKE_EARLY_NS))
         }
     };
     shared
@@ -596,7 +604,7 @@ fn park(
         .store(next.map_or(u64::MAX, |t| t.0), SeqCst);
     drop(core);
     let t0 = Instant::now();
-    let _ = shared.epoll.wait(events, timeout_ms);
+    let _ = shared.epoll.wait_for(events, timeout);
     let slept = t0.elapsed();
     let mut core = lock(&shared.core);
     shared.parked.store(false, SeqCst);

@@ -82,7 +82,7 @@ mod state;
 mod sys;
 
 pub use cm;
-pub use config::{ecn_setting, DeviceConfig, Limits, ECN_ENV};
+pub use config::{ecn_setting, DeviceConfig, Limits, DCQCN_ENV, ECN_ENV};
 pub use counters::{CqCounters, EngineCounters, PortCounters};
 pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};
 pub use state::event;

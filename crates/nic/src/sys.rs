@@ -153,6 +153,62 @@ impl Epoll {
     }
 
     /// Wait up to `timeout_ms` (−1 = forever); returns `(token, events)` pairs in `out`.
+    /// Wait for events at most `timeout` (`None`: forever), with nanosecond resolution
+    /// (`epoll_pwait2`, Linux 5.11), or in whole milliseconds rounded up where the kernel
+    /// lacks it.
+    pub(crate) fn wait_for(
+        &self,
+        out: &mut Vec<(u64, u32)>,
+        timeout: Option<std::time::Duration>,
+    ) -> io::Result<()> {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
+        let Some(t) = timeout else {
+            return self.wait(out, -1);
+        };
+        if !NO_PWAIT2.load(Relaxed) {
+            const N: usize = 64;
+            // SAFETY: epoll_event is plain data; all-zero is a valid value.
+            let mut evs: [libc::epoll_event; N] = unsafe { zeroed() };
+            let ts = libc::timespec {
+                tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+                tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+            };
+            // SAFETY: `evs` has room for N events, `ts` is a live timespec, and a null
+            // signal mask means "unchanged" (epoll_pwait2(2)).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.fd.as_raw_fd(),
+                    evs.as_mut_ptr(),
+                    N as c_int,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            };
+            out.clear();
+            if r >= 0 {
+                for ev in evs.iter().take(r as usize) {
+                    let (token, events) = (ev.u64, ev.events);
+                    out.push((token, events));
+                }
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOSYS) {
+                return if is_would_block(&e) || e.kind() == io::ErrorKind::Interrupted {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            NO_PWAIT2.store(true, Relaxed);
+        }
+        let ms = t.as_nanos().div_ceil(1_000_000);
+        self.wait(out, i32::try_from(ms).unwrap_or(i32::MAX))
+    }
+
     pub(crate) fn wait(&self, out: &mut Vec<(u64, u32)>, timeout_ms: i32) -> io::Result<()> {
         const N: usize = 64;
         // SAFETY: epoll_event is plain data; all-zero is a valid value.

@@ -41,24 +41,57 @@ fn jain(x: &[u64]) -> f64 {
     s * s / (x.len() as f64 * q)
 }
 
-fn run(flows: usize, cc: bool, seed: u64) -> Outcome {
-    let link = LinkConfig {
-        rate_gbps: 25,
+/// One scenario: `flows` senders on `link_gbps` links, `delay_ns` away from a switch port of
+/// `port_mbps` in front of the receiver; flows start `stagger_ns` apart, goodput is measured
+/// for `measure_ns` from `warm_ns` after the last start.
+#[derive(Clone, Copy)]
+struct Scenario {
+    flows: usize,
+    cc: Option<DcqcnParams>,
+    seed: u64,
+    link_gbps: u64,
+    delay_ns: u64,
+    port_mbps: u64,
+    stagger_ns: u64,
+    warm_ns: u64,
+    measure_ns: u64,
+}
+
+/// The data-centre case: 25 Gbit/s senders, 2 µs links, a 10 Gbit/s port.
+fn datacentre(flows: usize, cc: bool) -> Scenario {
+    Scenario {
+        flows,
+        cc: cc.then_some(DcqcnParams {
+            max_rate: 25_000_000_000,
+            pacer_burst_ns: 2_000,
+            measure_ns: 50_000,
+            ..DcqcnParams::mlx5()
+        }),
+        seed: 7 + flows as u64,
+        link_gbps: 25,
         delay_ns: 2_000,
-        jitter_ns: 200,
+        port_mbps: 10_000,
+        stagger_ns: 200_000,
+        warm_ns: 20_000_000,
+        measure_ns: 30_000_000,
+    }
+}
+
+fn run(sc: Scenario) -> Outcome {
+    let Scenario { flows, seed, .. } = sc;
+    let cc = sc.cc.is_some();
+    let link = LinkConfig {
+        rate_gbps: sc.link_gbps,
+        delay_ns: sc.delay_ns,
+        jitter_ns: sc.delay_ns / 10,
         bottleneck: Some(Bottleneck {
-            rate_mbps: 10_000,
+            rate_mbps: sc.port_mbps,
             queue_bytes: QUEUE,
             mark_bytes: MARK,
         }),
         ..LinkConfig::default()
     };
-    let params = DcqcnParams {
-        max_rate: 25_000_000_000,
-        pacer_burst_ns: 2_000,
-        measure_ns: 50_000,
-        ..DcqcnParams::default()
-    };
+    let params = sc.cc.unwrap_or_default();
     let mut sim = Sim::new(seed, link);
     let rx = sim.add_endpoint(Ipv4Addr::new(10, 2, 0, 1));
     sim.endpoints[rx]
@@ -106,10 +139,9 @@ fn run(flows: usize, cc: bool, seed: u64) -> Outcome {
         .unwrap();
         senders.push((ep, sqi));
     }
-    // Flows start 200 µs apart; measure from 20 ms after the last start for 30 ms.
-    let start = |i: usize| Time::from_micros(200 * i as u64);
-    let warm = start(flows - 1).add_nanos(20_000_000);
-    let end = warm.add_nanos(30_000_000);
+    let start = |i: usize| Time::from_nanos(sc.stagger_ns * i as u64);
+    let warm = start(flows - 1).add_nanos(sc.warm_ns);
+    let end = warm.add_nanos(sc.measure_ns);
     let mut outstanding = vec![0usize; flows];
     let mut goodput = vec![0u64; flows];
     let mut next_id = 0u64;
@@ -178,7 +210,7 @@ fn run(flows: usize, cc: bool, seed: u64) -> Outcome {
 }
 
 fn check_with_cc(flows: usize) {
-    let o = run(flows, true, 7 + flows as u64);
+    let o = run(datacentre(flows, true));
     let gbps: Vec<f64> = o
         .goodput
         .iter()
@@ -225,7 +257,7 @@ fn dcqcn_eight_flows_share_a_marking_bottleneck() {
 #[test]
 fn without_congestion_control_the_same_bottleneck_overflows() {
     for flows in [2, 4, 8] {
-        let o = run(flows, false, 7 + flows as u64);
+        let o = run(datacentre(flows, false));
         eprintln!(
             "{flows} flows, no CC: goodput {:?} B, max queue {} B, tail drops {} ({} measured), CE {}",
             o.goodput, o.net.max_queue_bytes, o.net.tail_dropped, o.drops_measured, o.net.ce_marked
@@ -236,4 +268,48 @@ fn without_congestion_control_the_same_bottleneck_overflows() {
         );
         assert_eq!(o.cnps, 0, "no CNPs without congestion control");
     }
+}
+
+/// netfault's bottleneck (scripts/netfault-cc-test.sh) in virtual time, with the device's
+/// default (software-path) parameters: two flows, 100 Mbit/s, the same queue and threshold,
+/// software-NIC senders (2 Gbit/s) 30 µs away. `UROCE_DCQCN` overrides parameters, to try
+/// others.
+#[test]
+fn two_flows_at_100_mbit_with_the_default_parameters() {
+    let o = run(Scenario {
+        flows: 2,
+        cc: Some(tune(DcqcnParams::default())),
+        seed: 3,
+        link_gbps: 2,
+        delay_ns: 30_000,
+        port_mbps: 100,
+        stagger_ns: 1_000_000,
+        warm_ns: 1_000_000_000,
+        measure_ns: 2_000_000_000,
+    });
+    let mbps: Vec<f64> = o
+        .goodput
+        .iter()
+        .map(|&b| b as f64 * 8e3 / o.measure_ns as f64)
+        .collect();
+    let total: f64 = mbps.iter().sum();
+    let j = jain(&o.goodput);
+    eprintln!(
+        "100 Mbit/s, 2 flows, DCQCN: goodput {mbps:.1?} Mbit/s (sum {total:.1}), Jain {j:.3}, \
+         max queue {} B, tail drops {} ({} measured), CE {}, CNPs {}",
+        o.net.max_queue_bytes, o.net.tail_dropped, o.drops_measured, o.net.ce_marked, o.cnps
+    );
+    // At most 1024 of every 1106 bytes on the wire are payload: 92.6 Mbit/s of goodput.
+    let max = 100.0 * 1024.0 / 1106.0;
+    assert!(j >= 0.9, "Jain {j:.3}");
+    assert_eq!(o.drops_measured, 0);
+    assert!(o.net.max_queue_bytes <= MARK + WINDOW_BYTES);
+    assert!(total >= 0.85 * max, "{total:.1} Mbit/s");
+}
+
+fn tune(mut p: DcqcnParams) -> DcqcnParams {
+    if let Ok(v) = std::env::var("UROCE_DCQCN") {
+        p.apply(&v).unwrap();
+    }
+    p
 }

@@ -197,6 +197,8 @@ mod tests {
         let a = Counters {
             sent_pkts: 3,
             rcvd_cnp: 2,
+            np_cnp_sent: 5,
+            rp_cnp_handled: 1,
             ..Counters::default()
         };
         let mut b = Counters {
@@ -208,7 +210,8 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 28);
+        assert_eq!(names.len(), 32);
+        assert_eq!((b.np_cnp_sent, b.rp_cnp_handled), (10, 2));
         assert_eq!(
             b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),
             Some(4)

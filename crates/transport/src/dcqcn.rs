@@ -30,7 +30,8 @@ pub struct DcqcnParams {
     /// `rp_min_rate`: never paced below this (bit/s).
     pub min_rate: u64,
     /// `rp_rate_to_set_on_first_cnp` (bit/s). 0: a software NIC has no fixed line rate to start
-    /// from, so the first CNP starts from the QP's measured sending rate.
+    /// from, so the first CNP starts from the QP's measured sending rate, or the caller's
+    /// delivery-rate estimate if lower ([`Dcqcn::on_cnp_with_hint`]).
     pub rate_on_first_cnp: u64,
     /// `rp_dce_tcp_g`: α gain, in 1/1024 (α ← g·α + (1 − g) after a period with a CNP).
     pub g: u32,
@@ -40,6 +41,9 @@ pub struct DcqcnParams {
     pub alpha_period_ns: u64,
     /// `rp_rate_reduce_monitor_period`: at most one rate cut per period (ns).
     pub rate_reduce_period_ns: u64,
+    /// A CNP within `rate_reduce_period` of the last cut makes a cut at the period's end
+    /// (`true`), or only counts for α (`false`).
+    pub defer_cut: bool,
     /// `rp_gd`: a cut is Rc·α / 2^gd with α in 1/1024 (11: the paper's Rc·α/2).
     pub gd: u32,
     /// `rp_min_dec_fac`: a cut leaves at least this percentage of the rate.
@@ -70,11 +74,33 @@ pub struct DcqcnParams {
 }
 
 impl Default for DcqcnParams {
-    /// The mlx5 defaults (cong.c and NVIDIA's parameter documentation) where they are
-    /// timescale-free; the periods are the DCQCN paper's (α and rate-increase timer 55 µs,
-    /// N = 50 µs between CNPs), which suit a software NIC whose round trips are tens of
-    /// microseconds or more better than mlx5's 1 µs α period.
+    /// Software-path time scales (docs/wire.md §11.4): the mlx5 defaults
+    /// ([`DcqcnParams::mlx5`]) with the periods stretched to round trips of milliseconds —
+    /// a uroce device's path through the kernel, namespaces, VMs or a congested software
+    /// switch — where the mlx5 periods (a few µs) would cut the rate many times per round
+    /// trip for one congestion event: α updated every 3.3 ms, at most one cut per 3 ms (later
+    /// CNPs only feed α), increase timer 4 ms with steps of 2 and 20 Mbit/s (chosen with
+    /// `sim`'s 100 Mbit/s scenario and netfault, docs/wire.md §11.7). The notification
+    /// point still sends a CNP at most every 50 µs per QP.
     fn default() -> DcqcnParams {
+        DcqcnParams {
+            alpha_period_ns: 3_300_000,
+            rate_reduce_period_ns: 3_000_000,
+            defer_cut: false,
+            time_reset_ns: 4_000_000,
+            ai_rate: 2 * MBPS,
+            hai_rate: 20 * MBPS,
+            ..DcqcnParams::mlx5()
+        }
+    }
+}
+
+impl DcqcnParams {
+    /// The Linux mlx5 defaults (`drivers/infiniband/hw/mlx5/cong.c`, NVIDIA's DCQCN
+    /// parameter documentation) for hardware round trips of microseconds, with the DCQCN
+    /// paper's α period (55 µs) and N = 50 µs between CNPs: what the simulator's data-centre
+    /// scenario runs.
+    pub fn mlx5() -> DcqcnParams {
         DcqcnParams {
             max_rate: 100_000 * MBPS,
             min_rate: MBPS,
@@ -83,6 +109,7 @@ impl Default for DcqcnParams {
             initial_alpha: 1023,
             alpha_period_ns: 55_000,
             rate_reduce_period_ns: 4_000,
+            defer_cut: true,
             gd: 11,
             min_dec_fac: 50,
             time_reset_ns: 300_000,
@@ -96,6 +123,65 @@ impl Default for DcqcnParams {
             pacer_burst_ns: 1_000_000,
             measure_ns: 1_000_000,
         }
+    }
+
+    /// Apply `name=value` settings separated by commas, with mlx5's congestion parameter
+    /// names and units (`drivers/infiniband/hw/mlx5/cong.c`: rates in Mbit/s, times in µs,
+    /// `rp_byte_reset` in bytes here) plus `pacer_burst_us` and `measure_us`; e.g.
+    /// `rp_ai_rate=1,rp_time_reset=3000`. On an error nothing is changed and the message
+    /// names the setting.
+    pub fn apply(&mut self, settings: &str) -> Result<(), String> {
+        let mut p = *self;
+        for item in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("`{item}`: expected name=value"))?;
+            let (name, value) = (name.trim(), value.trim());
+            let v: u64 = value
+                .parse()
+                .map_err(|_| format!("`{name}`: `{value}` is not a non-negative integer"))?;
+            let mbps = |v: u64| v.checked_mul(MBPS).ok_or(format!("`{name}`: too large"));
+            let us = |v: u64| v.checked_mul(1_000).ok_or(format!("`{name}`: too large"));
+            let small = |v: u64, max: u64| {
+                if v <= max {
+                    Ok(v as u32)
+                } else {
+                    Err(format!("`{name}`: {v} is above {max}"))
+                }
+            };
+            let flag = |v: u64| match v {
+                0 | 1 => Ok(v == 1),
+                _ => Err(format!("`{name}`: 0 or 1")),
+            };
+            match name {
+                "rp_max_rate" => p.max_rate = mbps(v)?,
+                "rp_min_rate" => p.min_rate = mbps(v)?,
+                "rp_rate_to_set_on_first_cnp" => p.rate_on_first_cnp = mbps(v)?,
+                "rp_dce_tcp_g" => p.g = small(v, u64::from(ONE))?,
+                "rp_initial_alpha_value" => p.initial_alpha = small(v, u64::from(ONE))?,
+                "rp_dce_tcp_rtt" => p.alpha_period_ns = us(v)?,
+                "rp_rate_reduce_monitor_period" => p.rate_reduce_period_ns = us(v)?,
+                "rp_gd" => p.gd = small(v, 31)?,
+                "rp_min_dec_fac" => p.min_dec_fac = small(v, 100)?,
+                "rp_time_reset" => p.time_reset_ns = us(v)?,
+                "rp_byte_reset" => p.byte_reset = v,
+                "rp_threshold" => p.threshold = small(v, 1 << 16)?,
+                "rp_ai_rate" => p.ai_rate = mbps(v)?,
+                "rp_hai_rate" => p.hai_rate = mbps(v)?,
+                "rp_clamp_tgt_rate" => p.clamp_tgt_rate = flag(v)?,
+                "rp_clamp_tgt_rate_ati" => p.clamp_tgt_rate_ati = flag(v)?,
+                "np_min_time_between_cnps" => p.min_time_between_cnps_ns = us(v)?,
+                "pacer_burst_us" => p.pacer_burst_ns = us(v)?,
+                "measure_us" => p.measure_ns = us(v)?,
+                "defer_cut" => p.defer_cut = flag(v)?,
+                _ => return Err(format!("unknown DCQCN parameter `{name}`")),
+            }
+        }
+        if p.min_rate > p.max_rate {
+            return Err("rp_min_rate is above rp_max_rate".into());
+        }
+        *self = p;
+        Ok(())
     }
 }
 
@@ -195,6 +281,13 @@ impl Dcqcn {
 
     /// A CNP for this QP arrived at `now`.
     pub fn on_cnp(&mut self, now: Time) {
+        self.on_cnp_with_hint(now, None);
+    }
+
+    /// A CNP arrived at `now`; `delivery_rate` is the caller's estimate of what the path
+    /// delivers for this QP (bit/s; the requester's bytes in flight over its smoothed round
+    /// trip), which bounds the start rate of the first CNP when `rate_on_first_cnp` is 0.
+    pub fn on_cnp_with_hint(&mut self, now: Time, delivery_rate: Option<u64>) {
         self.advance(now);
         if !self.active {
             // First CNP: start from `rate_on_first_cnp`, else the measured sending rate.
@@ -203,7 +296,8 @@ impl Dcqcn {
             let start = if self.p.rate_on_first_cnp != 0 {
                 self.p.rate_on_first_cnp
             } else {
-                self.current_measure(now)
+                let m = self.current_measure(now);
+                delivery_rate.filter(|&r| r > 0).map_or(m, |r| r.min(m))
             };
             self.rc = start.clamp(self.p.min_rate.max(1), self.p.max_rate.max(1));
             self.rt = self.rc;
@@ -220,7 +314,7 @@ impl Dcqcn {
         };
         if due <= now {
             self.cut(now);
-        } else if self.pending_cut.is_none() {
+        } else if self.p.defer_cut && self.pending_cut.is_none() {
             self.pending_cut = Some(due);
         }
     }
@@ -430,7 +524,7 @@ mod tests {
         DcqcnParams {
             max_rate: 1000 * M,
             rate_on_first_cnp: 800 * M,
-            ..DcqcnParams::default()
+            ..DcqcnParams::mlx5()
         }
     }
 
@@ -607,6 +701,77 @@ mod tests {
         }
         d.on_cnp(us(2400));
         assert_eq!(d.target_rate(), 100 * M);
+        // A lower delivery-rate estimate wins.
+        let mut d = Dcqcn::new(DcqcnParams {
+            rate_on_first_cnp: 0,
+            ..params()
+        });
+        for i in 0..30 {
+            d.on_sent(us(i * 80), 1000);
+        }
+        d.on_cnp_with_hint(us(2400), Some(40 * M));
+        assert_eq!(d.target_rate(), 40 * M);
+    }
+
+    #[test]
+    fn settings_use_mlx5_names_and_units_and_reject_nonsense() {
+        let mut p = DcqcnParams::mlx5();
+        p.apply("rp_ai_rate=2, rp_time_reset=3000,np_min_time_between_cnps=4,rp_clamp_tgt_rate=1")
+            .unwrap();
+        assert_eq!(p.ai_rate, 2 * M);
+        assert_eq!(p.time_reset_ns, 3_000_000);
+        assert_eq!(p.min_time_between_cnps_ns, 4_000);
+        assert!(p.clamp_tgt_rate);
+        let before = p;
+        for bad in [
+            "rp_ai_rate",
+            "rp_ai_rate=-1",
+            "rp_ai_rate=x",
+            "rp_dce_tcp_g=2000",
+            "rp_min_dec_fac=101",
+            "rp_clamp_tgt_rate=2",
+            "nope=1",
+            "rp_max_rate=18446744073709551615",
+            "rp_min_rate=5,rp_max_rate=1",
+            "rp_ai_rate=1,bogus",
+        ] {
+            assert!(p.apply(bad).is_err(), "{bad}");
+            assert_eq!(p, before, "{bad}: nothing changed");
+        }
+        assert_eq!(p.apply(""), Ok(()));
+    }
+
+    #[test]
+    fn settings_parser_never_panics() {
+        // A deterministic spread of hostile strings (the parser sees the environment).
+        let pieces = [
+            "rp_ai_rate",
+            "=",
+            ",",
+            "1",
+            "18446744073709551616",
+            "rp_gd=",
+            "np_min_time_between_cnps",
+            " ",
+            "\u{0}",
+            "é",
+            "rp_dce_tcp_g=1024",
+            "-",
+            "0x10",
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..5000 {
+            let mut s = String::new();
+            for _ in 0..(x % 9) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                s.push_str(pieces[(x % pieces.len() as u64) as usize]);
+            }
+            let mut p = DcqcnParams::default();
+            let _ = p.apply(&s);
+            assert!(p.min_rate <= p.max_rate && p.g <= ONE && p.min_dec_fac <= 100);
+        }
     }
 
     #[test]

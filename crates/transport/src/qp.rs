@@ -830,11 +830,19 @@ impl Qp {
         if pkt.bth.opcode == Opcode::CNP {
             self.counters.rcvd_cnp += 1;
             // Reaction point (docs/wire.md §11.3): a connected QP sending requests.
+            let mtu = u64::from(self.mtu());
             if let Some(cc) = self.cc.as_mut() {
                 if self.cfg.qp_type != QpType::Ud
                     && matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd)
                 {
-                    cc.on_cnp(now);
+                    // What the path delivers: the bytes in flight over the round trip.
+                    let flight = u64::from(self.next_psn.diff(self.unacked).max(0) as u32);
+                    let hint = self.rec.srtt_ns().filter(|_| flight > 0).map(|rtt| {
+                        let bytes = flight * (mtu + 64);
+                        u64::try_from(u128::from(bytes) * 8_000_000_000 / u128::from(rtt.max(1)))
+                            .unwrap_or(u64::MAX)
+                    });
+                    cc.on_cnp_with_hint(now, hint);
                     self.counters.rp_cnp_handled += 1;
                     return;
                 }

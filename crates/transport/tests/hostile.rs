@@ -90,6 +90,7 @@ fn arb_ctl() -> impl Strategy<Value = u8> {
     prop_oneof![
         8 => prop_oneof![Just(ctl::TO_RESPONDER), Just(ctl::TO_REQUESTER)],
         2 => Just(ctl::TO_RESPONDER | ctl::RAW_PSN),
+        1 => prop_oneof![Just(ctl::TO_RESPONDER | ctl::CE), Just(ctl::TO_REQUESTER | ctl::CE)],
         1 => Just(ctl::TICK),
         1 => Just(ctl::POST_RECV),
         1 => any::<u8>(),
@@ -195,4 +196,35 @@ fn out_of_range_write_is_refused_and_naked() {
     assert_eq!(st.responder_refused, 1);
     assert_eq!(st.responder_state, Some(transport::QpState::Err));
     assert_eq!(st.responder_packets, 1, "the NAK");
+}
+
+/// Congestion control (kinds 2–4): CE-marked requests make the responder send CNPs (spaced:
+/// all arrive at one instant, so one CNP), and CNPs fed to the requester are handled; every
+/// emitted packet parses and matches its opcode (`drive` checks).
+#[test]
+fn ce_marks_and_cnps_reach_the_congestion_control() {
+    let reqs = sample_requests(2);
+    let mut cnp_bth = BthRepr::new(Opcode::CNP, Qpn::new(0x11), Psn::new(0));
+    cnp_bth.becn = true;
+    let cnp = RocePacketRepr::new(cnp_bth, &[]);
+    let mut cnp_bytes = vec![0u8; cnp.buffer_len()];
+    let n = cnp.emit(&mut cnp_bytes).unwrap();
+    cnp_bytes.truncate(n);
+    let mut steps: Vec<(u8, &[u8])> = reqs
+        .iter()
+        .take(3)
+        .map(|r| (ctl::TO_RESPONDER | ctl::RAW_PSN | ctl::CE, &r[..]))
+        .collect();
+    steps.push((ctl::TO_REQUESTER, &cnp_bytes));
+    steps.push((ctl::TICK, &[]));
+    let st = drive(&script(2, &steps));
+    assert_eq!(st.responder_cnps, 1, "{st:?}");
+    assert_eq!(st.requester_cnps_handled, 1, "{st:?}");
+    // Without congestion control (kind 0): counted, not answered.
+    let st = drive(&script(0, &steps));
+    assert_eq!(
+        (st.responder_cnps, st.requester_cnps_handled),
+        (0, 0),
+        "{st:?}"
+    );
 }
