@@ -5,7 +5,7 @@
 # with it off (UROCE_ECN=0). Each flow is a netfault_peer pair (RDMA WRITEs of 64 KiB, path
 # MTU 1024) on its own pair of addresses; both share the one bottleneck.
 #
-#   sudo scripts/netfault-cc-test.sh        # about 1.5 minutes; not in the default test command
+#   sudo scripts/netfault-cc-test.sh        # about 80 s (plus a release build); not in the default test command
 #
 # Reported per mode: tail drops as % of the packets the bottleneck saw, CE marks, the
 # devices' np_cnp_sent / rp_cnp_handled, each flow's goodput and their sum against the link

@@ -434,7 +434,9 @@ impl Dcqcn {
         {
             self.rt = self.rc;
         }
-        let by_alpha = (u128::from(self.rc) * u128::from(self.alpha) >> self.p.gd.min(63)) as u64;
+        let by_alpha =
+            u64::try_from((u128::from(self.rc) * u128::from(self.alpha)) >> self.p.gd.min(63))
+                .unwrap_or(u64::MAX);
         let by_floor = self.rc / 100 * u64::from(100 - self.p.min_dec_fac.min(100));
         self.rc = self
             .rc
@@ -549,7 +551,7 @@ mod tests {
         assert!(d.is_active());
         // α = 1023/1024: Rc·α/2 ≈ 400 Mb/s off 800 (min_dec_fac 50 % allows it).
         assert_eq!(d.target_rate(), 800 * M);
-        let want = 800 * M - (800 * M * 1023 >> 11);
+        let want = 800 * M - ((800 * M * 1023) >> 11);
         assert_eq!(d.rate(), want);
         assert_eq!(d.cuts(), 1);
     }
