@@ -418,3 +418,42 @@ pub fn drive(data: &[u8]) -> DriveStats {
         requester_cnps_handled: req.qp.counters().rp_cnp_handled,
     }
 }
+
+/// Fuzz body for DCQCN's settings string (`UROCE_DCQCN`, [`crate::DcqcnParams::apply`]) and
+/// the reaction point run with whatever it accepted: the first line of `data` is the
+/// settings, each later byte an event (CNP, packet sent, pacer check) at a time that moves
+/// forward by an amount from the byte. Panics if a refused setting changed anything, if an
+/// accepted one broke an invariant, or if the state machine panics or leaves its bounds.
+pub fn dcqcn_settings(data: &[u8]) {
+    let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
+    let (text, events) = data.split_at(split);
+    let text = String::from_utf8_lossy(text);
+    let mut p = crate::DcqcnParams::default();
+    let before = p;
+    if p.apply(&text).is_err() {
+        assert_eq!(p, before, "a refused setting changed nothing");
+    }
+    assert!(p.min_rate <= p.max_rate && p.g <= 1024 && p.initial_alpha <= 1024);
+    assert!(p.min_dec_fac <= 100);
+    let mut d = crate::Dcqcn::new(p);
+    let mut now = Time::ZERO;
+    for &b in events.iter().skip(1).take(4096) {
+        now = now.add_nanos(u64::from(b) << (b % 24));
+        match b % 3 {
+            0 => d.on_cnp_with_hint(now, Some(u64::from(b) << 20)),
+            1 => d.on_sent(now, usize::from(b) * 17),
+            _ => {
+                let _ = d.may_send(now);
+            }
+        }
+        assert!(d.alpha() <= 1024);
+        if d.is_active() {
+            assert!(
+                d.rate() >= p.min_rate.max(1).min(p.max_rate),
+                "{}",
+                d.rate()
+            );
+            assert!(d.rate() <= p.max_rate.max(1));
+        }
+    }
+}

@@ -100,6 +100,30 @@ fn arb_ctl() -> impl Strategy<Value = u8> {
 proptest! {
     #![proptest_config(config())]
 
+    /// The `dcqcn_settings` fuzz target's body: random settings text (often valid names)
+    /// followed by random events.
+    #[test]
+    fn dcqcn_settings_on_random_inputs(
+        names in proptest::collection::vec(prop_oneof![
+            Just("rp_ai_rate="), Just("rp_min_rate="), Just("rp_max_rate="), Just("rp_gd="),
+            Just("rp_dce_tcp_g="), Just("rp_min_dec_fac="), Just("rp_time_reset="),
+            Just("np_min_time_between_cnps="), Just("defer_cut="), Just("bogus="),
+        ], 0..6),
+        values in proptest::collection::vec(any::<u64>(), 6),
+        events in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let mut text = String::new();
+        for (n, v) in names.iter().zip(&values) {
+            text.push_str(n);
+            text.push_str(&(v % 1_000_000).to_string());
+            text.push(',');
+        }
+        let mut data = text.into_bytes();
+        data.push(b'\n');
+        data.extend_from_slice(&events);
+        transport::fuzzing::dcqcn_settings(&data);
+    }
+
     /// The fuzz target's body on random bytes.
     #[test]
     fn fuzz_entry_on_random_inputs(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
