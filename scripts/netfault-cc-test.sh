@@ -17,7 +17,7 @@
 # (exit 0) without root, namespaces or netfault.
 #
 # Knobs: CC_RATE_MBPS (100), CC_QUEUE_KB (192), CC_MARK_KB (32), CC_BYTES per flow (160M),
-# CC_WARMUP_SECS (3), CC_SAMPLE_SECS (6), CC_MODES ("on off"), NETFAULT_DIR, NETFAULT_PEER
+# CC_WARMUP_SECS (3), CC_SAMPLE_SECS (12), CC_MODES ("on off"), NETFAULT_DIR, NETFAULT_PEER
 # (a prebuilt netfault_peer), UROCE_BIN (a prebuilt uroce). Namespaces urcca/urccb and state
 # in /run/netfault-uroce-cc, so it does not collide with scripts/netfault-test.sh.
 set -uo pipefail
@@ -25,7 +25,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export NETFAULT_A=urcca NETFAULT_B=urccb NETFAULT_RUN=/run/netfault-uroce-cc
 RATE="${CC_RATE_MBPS:-100}" QUEUE="${CC_QUEUE_KB:-192}" MARK="${CC_MARK_KB:-32}"
-BYTES="${CC_BYTES:-160M}" WARMUP="${CC_WARMUP_SECS:-3}" SAMPLE="${CC_SAMPLE_SECS:-6}"
+BYTES="${CC_BYTES:-160M}" WARMUP="${CC_WARMUP_SECS:-3}" SAMPLE="${CC_SAMPLE_SECS:-12}"
 MODES="${CC_MODES:-on off}"
 SERVER_IPS=(10.79.0.1 10.79.0.11) CLIENT_IPS=(10.79.0.2 10.79.0.12) PORTS=(18611 18612)
 PEER_ARGS=(--phases write --mtu 1024 --msg-size 64K --depth 16 --ack-timeout 14 --spin-us 50 --deadline 300)
