@@ -156,6 +156,7 @@ fn config(args: &Args, seed: u64) -> anyhow::Result<WorkloadConfig> {
         reorder_delay_ns: (delay_ns, delay_ns * 10 + 1_000),
         rate_gbps: args.rate_gbps,
         partition_at,
+        bottleneck: None,
     };
     Ok(WorkloadConfig {
         seed,

@@ -1386,6 +1386,9 @@ impl DevState {
             sq_sig_all: c.sq_sig_all != 0,
         };
         cfg.uses_srq = true;
+        // ECN congestion control (docs/wire.md §11): every connected QP of a device with
+        // ECN on is a DCQCN reaction and notification point.
+        cfg.cc = self.cfg.ecn.then_some(self.cfg.dcqcn);
         let mtu = self.cfg.mtu().unwrap_or(Mtu::Mtu1024);
         if let Some(q) = self.qps.get_mut(qpn) {
             q.qp = Qp::new(cfg);

@@ -117,6 +117,45 @@ pub struct DeviceConfig {
     /// busy-polling application otherwise waits for the scheduler to give the engine its
     /// core. Off: the library only ever wakes the engine.
     pub app_progress: bool,
+    /// ECN congestion control (docs/wire.md §11), on by default as on RoCE NICs with
+    /// DCQCN: packets leave ECN-capable (ECT(0)), a CE-marked packet makes the receiving QP
+    /// send its peer a CNP, and a CNP makes the sending QP cut its rate (DCQCN, paced).
+    /// Off: packets leave not-ECT, and CE marks and CNPs are only counted. The environment
+    /// variable `UROCE_ECN=0` (or `off`) makes it off in every [`DeviceConfig::new`] of the
+    /// process (so for every device a program starts, from `UROCE_DEVICES` or its own
+    /// configuration); setting the field afterwards overrides it.
+    pub ecn: bool,
+    /// DCQCN's parameters (used when `ecn` is on). [`DeviceConfig::new`] applies
+    /// `UROCE_DCQCN` (mlx5's names and units, `rp_ai_rate=1,rp_time_reset=3000`,
+    /// [`transport::DcqcnParams::apply`]) to the defaults; a malformed value is reported on
+    /// stderr once and ignored.
+    pub dcqcn: transport::DcqcnParams,
+}
+
+/// The environment variable with DCQCN parameter settings for every device of the process.
+pub const DCQCN_ENV: &str = "UROCE_DCQCN";
+
+fn dcqcn_from_env() -> transport::DcqcnParams {
+    let mut p = transport::DcqcnParams::default();
+    if let Ok(v) = std::env::var(DCQCN_ENV) {
+        if let Err(e) = p.apply(&v) {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("uroce: {DCQCN_ENV} ignored: {e}"));
+        }
+    }
+    p
+}
+
+/// The environment variable that turns ECN congestion control off (`0`, `off`, `false`,
+/// `no`) or on (anything else) for devices started from `UROCE_DEVICES`.
+pub const ECN_ENV: &str = "UROCE_ECN";
+
+/// Whether an `UROCE_ECN` value turns ECN on.
+pub fn ecn_setting(v: &str) -> bool {
+    !matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "0" | "off" | "false" | "no"
+    )
 }
 
 impl DeviceConfig {
@@ -135,6 +174,8 @@ impl DeviceConfig {
             yield_when_idle: false,
             park_when_contended: true,
             app_progress: true,
+            ecn: std::env::var(ECN_ENV).map_or(true, |v| ecn_setting(&v)),
+            dcqcn: dcqcn_from_env(),
         }
     }
 
@@ -189,5 +230,18 @@ mod tests {
         c.active_mtu = 4096;
         c.limits.max_sge = 33;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn ecn_is_on_by_default_and_the_switch_reads_off_values() {
+        if std::env::var_os(ECN_ENV).is_none() {
+            assert!(DeviceConfig::new("uroce0", "127.0.0.1".parse().unwrap()).ecn);
+        }
+        for off in ["0", "off", "OFF", "false", "no", " 0 "] {
+            assert!(!ecn_setting(off), "{off}");
+        }
+        for on in ["1", "on", "yes", ""] {
+            assert!(ecn_setting(on), "{on}");
+        }
     }
 }

@@ -230,6 +230,7 @@ pub(crate) fn start_device_in(
         ));
     }
     let sock = sys::bind_roce_udp(SocketAddr::new(cfg.addr, ROCE_V2_PORT))?;
+    sys::set_ecn(&sock, cfg.ecn)?;
     let engine = if cfg.dedicated_engine {
         EngineShared::start(&cfg.name)?
     } else {

@@ -535,6 +535,11 @@ fn run(shared: Arc<EngineShared>) {
 /// whether the application ended the sleep: its doorbell or a control-plane command came
 /// through the wake fd. A datagram or the timeout says nothing about the application, and
 /// spinning would not have served a datagram sooner than the wake-up did (`crate::spin`).
+/// A deadline closer than this is met by spinning rather than sleeping.
+const SPIN_DEADLINE_NS: u64 = 60_000;
+/// A sleep until a deadline ends this much before it (timer slack, wake-up latency).
+const WAKE_EARLY_NS: u64 = 30_000;
+
 fn park(
     shared: &EngineShared,
     mut core: std::sync::MutexGuard<'_, Core>,
@@ -575,20 +580,23 @@ fn park(
         unpark_all(&mut core.devs);
         return None;
     }
-    // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under 1 ms are
-    //    met by spinning (epoll's resolution); longer ones wake up to 1 ms early and spin.
-    //    While asleep, the core is free for an application thread to do the work
-    //    (`EngineShared::drive`); it wakes the engine if it arms an earlier deadline.
-    let timeout_ms = match next {
-        None => -1,
+    // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under
+    //    `SPIN_DEADLINE_NS` are met by spinning; later ones are slept for with nanosecond
+    //    resolution (`Epoll::wait_for`), waking `WAKE_EARLY_NS` early to spin the rest —
+    //    so a paced QP (docs/wire.md §11.3) whose next packet is due in a few hundred µs
+    //    does not keep a core busy. While asleep, the core is free for an application
+    //    thread to do the work (`EngineShared::drive`); it wakes the engine if it arms an
+    //    earlier deadline.
+    let timeout = match next {
+        None => None,
         Some(t) => {
             let dt = t.nanos_since(now_of(shared.epoch));
-            if dt < 1_000_000 {
+            if dt < SPIN_DEADLINE_NS {
                 shared.parked.store(false, SeqCst);
                 unpark_all(&mut core.devs);
                 return None;
             }
-            i32::try_from(dt / 1_000_000).unwrap_or(i32::MAX)
+            Some(Duration::from_nanos(dt - WAKE_EARLY_NS))
         }
     };
     shared
@@ -596,7 +604,7 @@ fn park(
         .store(next.map_or(u64::MAX, |t| t.0), SeqCst);
     drop(core);
     let t0 = Instant::now();
-    let _ = shared.epoll.wait(events, timeout_ms);
+    let _ = shared.epoll.wait_for(events, timeout);
     let slept = t0.elapsed();
     let mut core = lock(&shared.core);
     shared.parked.store(false, SeqCst);
@@ -1272,7 +1280,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
                 } else {
                     0
                 };
-                handle_datagram(st, d, m.from, likely, now);
+                handle_datagram(st, d, m.from, likely, m.ce(), now);
             }
         }
         any |= n > 0;
@@ -1285,7 +1293,14 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
 
 /// One datagram from the socket: parse, verify the ICRC as far as a UDP socket allows
 /// (IPv4: the ID and DF the socket hides are solved for; wire::icrc docs), deliver.
-fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, likely_ident: u16, now: Time) {
+fn handle_datagram(
+    st: &mut DevState,
+    data: &[u8],
+    from: SocketAddr,
+    likely_ident: u16,
+    ce: bool,
+    now: Time,
+) {
     let dev_ip = st.cfg.addr;
     let c = &mut st.res.counters;
     let Ok((pkt, crc)) = transport::wire::roce::parse_datagram(data) else {
@@ -1356,7 +1371,7 @@ fn handle_datagram(st: &mut DevState, data: &[u8], from: SocketAddr, likely_iden
     };
     c.port_rcv_packets += 1;
     c.port_rcv_data += (data.len() / 4) as u64;
-    deliver(st, &pkt, from.ip(), &RxMeta { grh }, now, Payload::Copy);
+    deliver(st, &pkt, from.ip(), &RxMeta { grh, ce }, now, Payload::Copy);
 }
 
 fn v4_grh(
@@ -1416,7 +1431,7 @@ fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferList, now: T
         }
     };
     let payload = Payload::resolve_from(bytes, deferred);
-    deliver(st, &pkt, ip, &RxMeta { grh }, now, payload);
+    deliver(st, &pkt, ip, &RxMeta { grh, ce: false }, now, payload);
 }
 
 /// Hand a packet to its QP (demultiplexed by BTH destination QPN). RC/UC packets must come

@@ -83,7 +83,7 @@ mod state;
 mod sys;
 
 pub use cm;
-pub use config::{DeviceConfig, Limits};
+pub use config::{ecn_setting, DeviceConfig, Limits, DCQCN_ENV, ECN_ENV};
 pub use counters::{CqCounters, EngineCounters, PortCounters};
 pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};
 pub use state::event;

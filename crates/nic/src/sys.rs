@@ -153,6 +153,62 @@ impl Epoll {
     }
 
     /// Wait up to `timeout_ms` (−1 = forever); returns `(token, events)` pairs in `out`.
+    /// Wait for events at most `timeout` (`None`: forever), with nanosecond resolution
+    /// (`epoll_pwait2`, Linux 5.11), or in whole milliseconds rounded up where the kernel
+    /// lacks it.
+    pub(crate) fn wait_for(
+        &self,
+        out: &mut Vec<(u64, u32)>,
+        timeout: Option<std::time::Duration>,
+    ) -> io::Result<()> {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
+        let Some(t) = timeout else {
+            return self.wait(out, -1);
+        };
+        if !NO_PWAIT2.load(Relaxed) {
+            const N: usize = 64;
+            // SAFETY: epoll_event is plain data; all-zero is a valid value.
+            let mut evs: [libc::epoll_event; N] = unsafe { zeroed() };
+            let ts = libc::timespec {
+                tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+                tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+            };
+            // SAFETY: `evs` has room for N events, `ts` is a live timespec, and a null
+            // signal mask means "unchanged" (epoll_pwait2(2)).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.fd.as_raw_fd(),
+                    evs.as_mut_ptr(),
+                    N as c_int,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            };
+            out.clear();
+            if r >= 0 {
+                for ev in evs.iter().take(r as usize) {
+                    let (token, events) = (ev.u64, ev.events);
+                    out.push((token, events));
+                }
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOSYS) {
+                return if is_would_block(&e) || e.kind() == io::ErrorKind::Interrupted {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            NO_PWAIT2.store(true, Relaxed);
+        }
+        let ms = t.as_nanos().div_ceil(1_000_000);
+        self.wait(out, i32::try_from(ms).unwrap_or(i32::MAX))
+    }
+
     pub(crate) fn wait(&self, out: &mut Vec<(u64, u32)>, timeout_ms: i32) -> io::Result<()> {
         const N: usize = 64;
         // SAFETY: epoll_event is plain data; all-zero is a valid value.
@@ -218,6 +274,27 @@ pub(crate) fn bind_roce_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
     sock.set_nonblocking(true)?;
     Ok(sock)
 }
+
+/// ECN on the device's socket (docs/wire.md §11.1): with `ecn`, every datagram leaves
+/// ECN-capable — ECT(0) in the IPv4 TOS / IPv6 traffic class, DSCP 0 (`IP_TOS` /
+/// `IPV6_TCLASS`) — as a RoCE NIC with DCQCN sends; without, not-ECT. Either way the kernel
+/// reports each received datagram's TOS / traffic class (`IP_RECVTOS` / `IPV6_RECVTCLASS`),
+/// which [`MsgBatch::received`] reads, so a CE mark is seen.
+pub(crate) fn set_ecn(sock: &UdpSocket, ecn: bool) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let tos = if ecn { ECT0 } else { 0 };
+    if sock.local_addr()?.is_ipv6() {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos)?;
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, tos)?;
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
+}
+
+/// ECN codepoints (RFC 3168 §5): ECT(0) and CE.
+pub(crate) const ECT0: c_int = 0b10;
+pub(crate) const CE: u8 = 0b11;
 
 /// Linux binds a link-local IPv6 address (fe80::/10) only with a scope id, the index of the
 /// interface that holds it (EINVAL otherwise), but a device is configured with a bare address
@@ -299,8 +376,9 @@ pub(crate) struct MsgBatch {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     addrs: Vec<libc::sockaddr_storage>,
-    /// One control-message buffer per header (a GSO segment size out, a GRO one in).
-    ctrl: Vec<[u64; 4]>,
+    /// One control-message buffer per header (a GSO segment size out; a GRO one and the
+    /// TOS / traffic class in).
+    ctrl: Vec<[u64; 8]>,
     /// Datagrams in each header of the last send.
     groups: Vec<usize>,
 }
@@ -343,7 +421,7 @@ impl MsgBatch {
             hdrs: vec![h; cap],
             iovs: vec![i; cap],
             addrs: vec![a; cap],
-            ctrl: vec![[0; 4]; cap],
+            ctrl: vec![[0; 8]; cap],
             groups: vec![0; cap],
         }
     }
@@ -376,7 +454,7 @@ impl MsgBatch {
         m.msg_iovlen = count;
         if ctrl_len > 0 {
             m.msg_control = ctrl.as_mut_ptr().cast::<c_void>();
-            m.msg_controllen = ctrl_len.min(size_of::<[u64; 4]>());
+            m.msg_controllen = ctrl_len.min(size_of::<[u64; 8]>());
         }
         hdr.msg_hdr = m;
         hdr.msg_len = 0;
@@ -393,8 +471,9 @@ impl MsgBatch {
     /// each with [`MsgBatch::received`].
     pub(crate) fn recv(&mut self, sock: &UdpSocket, bufs: &mut [Vec<u8>]) -> io::Result<usize> {
         let n = bufs.len().min(self.hdrs.len());
+        // Room for two int-sized messages: the GRO segment size and the TOS / traffic class.
         // SAFETY: CMSG_SPACE only computes a size.
-        let ctrl_len = unsafe { libc::CMSG_SPACE(size_of::<c_int>() as u32) } as usize;
+        let ctrl_len = 2 * unsafe { libc::CMSG_SPACE(size_of::<c_int>() as u32) } as usize;
         for (i, b) in bufs.iter_mut().enumerate().take(n) {
             let len = b.len();
             self.set_iov(i, b.as_mut_ptr(), len);
@@ -433,6 +512,7 @@ impl MsgBatch {
         let from = from_storage(self.addrs.get(i)?)?;
         let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let mut segment = None;
+        let mut tos = None;
         if !h.msg_hdr.msg_control.is_null() {
             // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages
             // into this header's own buffer (`ctrl`), which CMSG_* walk within those bounds.
@@ -442,12 +522,23 @@ impl MsgBatch {
                     if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
                         let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<c_int>());
                         segment = usize::try_from(v).ok().filter(|&v| v > 0);
+                    } else if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS
+                    {
+                        // IPv4: one byte (ip(7), IP_RECVTOS).
+                        tos = Some(*libc::CMSG_DATA(c));
+                    } else if (*c).cmsg_level == libc::IPPROTO_IPV6
+                        && (*c).cmsg_type == libc::IPV6_TCLASS
+                    {
+                        // IPv6: an int (ipv6(7), IPV6_RECVTCLASS).
+                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<c_int>());
+                        tos = Some(v as u8);
                     }
                     c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
                 }
             }
         }
         Some(Received {
+            tos,
             len: h.msg_len as usize,
             from,
             truncated,
@@ -522,8 +613,8 @@ impl MsgBatch {
         let Some(ctrl) = self.ctrl.get_mut(h) else {
             return 0;
         };
-        *ctrl = [0; 4];
-        // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes; a u16 message fits the 32-byte,
+        *ctrl = [0; 8];
+        // SAFETY: CMSG_SPACE/CMSG_LEN only compute sizes; a u16 message fits the 64-byte,
         // 8-aligned buffer, where a msghdr naming that buffer lets CMSG_FIRSTHDR find it.
         unsafe {
             let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
@@ -670,6 +761,18 @@ pub(crate) struct Received {
     pub(crate) truncated: bool,
     /// UDP GRO: the size of the datagrams coalesced into this message.
     pub(crate) segment: Option<usize>,
+    /// The IPv4 TOS / IPv6 traffic class, when the socket reports it ([`set_ecn`]); for
+    /// GRO, of every coalesced datagram: Linux's GRO does not merge packets whose TOS /
+    /// traffic class differ (`inet_gro_receive` in net/ipv4/af_inet.c, `ipv6_gro_receive`
+    /// in net/ipv6/ip6_offload.c).
+    pub(crate) tos: Option<u8>,
+}
+
+impl Received {
+    /// The ECN field said CE (congestion experienced).
+    pub(crate) fn ce(&self) -> bool {
+        self.tos.is_some_and(|t| t & 3 == CE)
+    }
 }
 
 fn to_storage(addr: &SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
@@ -830,6 +933,48 @@ fe80000000000000000000000000000z 07 40 20 80   bad
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(got, Some(13), "zero-checksum UDP/IPv6 datagram was dropped");
+    }
+
+    #[test]
+    fn ecn_sockets_send_ect0_and_report_the_tos_they_receive() {
+        let rx = bind_roce_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        set_ecn(&rx, true).unwrap();
+        let to = rx.local_addr().unwrap();
+        let on = bind_roce_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        set_ecn(&on, true).unwrap();
+        let off = bind_roce_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        set_ecn(&off, false).unwrap();
+        // A switch that marked the packet: the sender's TOS says CE (UDP sockets may set
+        // the ECN bits, ip(7)).
+        let marked = UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt_int(marked.as_raw_fd(), libc::IPPROTO_IP, libc::IP_TOS, 3).unwrap();
+        on.send_to(b"on", to).unwrap();
+        off.send_to(b"off", to).unwrap();
+        marked.send_to(b"marked", to).unwrap();
+        let mut batch = MsgBatch::new(4);
+        let mut bufs = vec![vec![0u8; 2048]; 4];
+        let mut seen = Vec::new();
+        for _ in 0..2000 {
+            let n = batch.recv(&rx, &mut bufs).unwrap();
+            for (i, b) in bufs.iter().enumerate().take(n) {
+                let m = batch.received(i).unwrap();
+                let text = String::from_utf8_lossy(&b[..m.len]).into_owned();
+                seen.push((text, m.tos, m.ce()));
+            }
+            if seen.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                ("marked".to_string(), Some(3), true),
+                ("off".to_string(), Some(0), false),
+                ("on".to_string(), Some(2), false),
+            ]
+        );
     }
 
     #[test]

@@ -39,6 +39,24 @@ pub struct LinkConfig {
     pub rate_gbps: u64,
     /// From this virtual time on every link is cut, for good.
     pub partition_at: Option<Time>,
+    /// A congested switch port in front of every endpoint (`None`: none).
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// A switch egress port in front of each endpoint, shared by every frame to that endpoint:
+/// a FIFO drained at `rate_mbps`, dropping a frame that would take it above `queue_bytes`
+/// (tail drop) and marking an ECN-capable frame CE (RFC 3168) when more than `mark_bytes`
+/// wait ahead of it (a step marking threshold, DCTCP-style, as a switch with
+/// Kmin = Kmax does for DCQCN). Frames reach the port after the link delay and leave it for
+/// the endpoint at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bottleneck {
+    /// Drain rate (Mbit/s, Ethernet framing included as on the egress links).
+    pub rate_mbps: u64,
+    /// Queue limit (bytes).
+    pub queue_bytes: u64,
+    /// Marking threshold (bytes queued ahead of the frame).
+    pub mark_bytes: u64,
 }
 
 impl Default for LinkConfig {
@@ -53,6 +71,7 @@ impl Default for LinkConfig {
             reorder_delay_ns: (1_000, 20_000),
             rate_gbps: 25,
             partition_at: None,
+            bottleneck: None,
         }
     }
 }
@@ -83,6 +102,15 @@ pub struct NetStats {
     pub partition_drops: u64,
     /// Frames rejected without having been corrupted, or not for any QP: a violation.
     pub malformed: u64,
+    /// Bottleneck: frames dropped at a full queue.
+    pub tail_dropped: u64,
+    /// Bottleneck: frames marked CE.
+    pub ce_marked: u64,
+    /// Bottleneck: frames above the marking threshold that were not ECN-capable.
+    pub nonect: u64,
+    /// Bottleneck: the most bytes ever queued at one port (since the last
+    /// [`Sim::reset_max_queue`]).
+    pub max_queue_bytes: u64,
 }
 
 /// A QP living at an endpoint.
@@ -133,6 +161,13 @@ enum Kind {
     },
     TxReady {
         ep: u32,
+    },
+    /// The frame in `frames[slot]` reaches the bottleneck port in front of `to`.
+    Enqueue {
+        to: u32,
+        slot: u32,
+        flipped: bool,
+        covered: bool,
     },
 }
 
@@ -188,6 +223,8 @@ pub struct Sim {
     txbuf: Vec<u8>,
     /// Latest scheduled in-order arrival per (src, dst), so jitter never reorders.
     fifo: Vec<Vec<Time>>,
+    /// Bottleneck: when each endpoint's port has sent everything queued.
+    port_free: Vec<Time>,
     stats: NetStats,
 }
 
@@ -220,6 +257,7 @@ impl Sim {
             free: Vec::new(),
             txbuf: vec![0; TXBUF_LEN],
             fifo: Vec::new(),
+            port_free: Vec::new(),
             stats: NetStats::default(),
         }
     }
@@ -239,6 +277,19 @@ impl Sim {
         &self.link
     }
 
+    /// Start measuring [`NetStats::max_queue_bytes`] afresh (e.g. after a warm-up).
+    pub fn reset_max_queue(&mut self) {
+        self.stats.max_queue_bytes = 0;
+    }
+
+    /// Bytes queued now at the bottleneck port in front of endpoint `ep`.
+    pub fn queued_bytes(&self, ep: usize) -> u64 {
+        match (self.link.bottleneck, self.port_free.get(ep)) {
+            (Some(b), Some(&free)) => backlog_bytes(free.nanos_since(self.now), b.rate_mbps),
+            _ => 0,
+        }
+    }
+
     /// Add an endpoint with address `ip`; returns its index.
     pub fn add_endpoint(&mut self, ip: Ipv4Addr) -> usize {
         self.endpoints.push(Endpoint {
@@ -255,6 +306,7 @@ impl Sim {
             row.push(Time::ZERO);
         }
         self.fifo.push(vec![Time::ZERO; n]);
+        self.port_free.push(Time::ZERO);
         n - 1
     }
 
@@ -333,6 +385,15 @@ impl Sim {
                 self.pump(ep);
                 Step::Touched(ep)
             }
+            Kind::Enqueue {
+                to,
+                slot,
+                flipped,
+                covered,
+            } => {
+                self.enqueue(to as usize, slot, flipped, covered);
+                Step::Nothing
+            }
             Kind::TxReady { ep } => {
                 let ep = ep as usize;
                 if self.endpoints[ep].tx_ready_at != Some(ev.at) {
@@ -385,7 +446,10 @@ impl Sim {
         if let Some(h) = frame.get(..20) {
             hdr.copy_from_slice(h);
         }
-        let meta = RxMeta { grh: Grh::V4(hdr) };
+        let meta = RxMeta {
+            grh: Grh::V4(hdr),
+            ce: hdr[1] & 3 == 3,
+        };
         self.stats.frames_delivered += 1;
         let srq = e.srq.as_mut().map(|s| s as &mut dyn RecvQueue);
         e.qps[qi]
@@ -551,15 +615,135 @@ impl Sim {
                 continue;
             }
             let to = dst as u32;
-            self.push(
-                at,
+            let kind = if self.link.bottleneck.is_some() {
+                Kind::Enqueue {
+                    to,
+                    slot: fslot,
+                    flipped,
+                    covered,
+                }
+            } else {
                 Kind::Deliver {
                     to,
                     slot: fslot,
                     flipped,
                     covered,
-                },
-            );
+                }
+            };
+            self.push(at, kind);
         }
+    }
+}
+
+/// Ethernet header, FCS, preamble and inter-frame gap around an IP packet (bytes).
+const ETH_OVERHEAD: u64 = 38;
+
+/// Bytes a port draining at `rate_mbps` still holds when it is busy for `ns` more.
+fn backlog_bytes(ns: u64, rate_mbps: u64) -> u64 {
+    u64::try_from(u128::from(ns) * u128::from(rate_mbps) / 8_000).unwrap_or(u64::MAX)
+}
+
+/// Set the ECN field of the IPv4 header at the start of `frame` to CE and fix the header
+/// checksum. Returns whether the frame was ECN-capable (ECT(0) or ECT(1)) and so was marked.
+fn mark_ce(frame: &mut [u8]) -> bool {
+    let Some(h) = frame.get_mut(..20) else {
+        return false;
+    };
+    if h[0] >> 4 != 4 || !matches!(h[1] & 3, 1 | 2) {
+        return false;
+    }
+    h[1] |= 3;
+    h[10] = 0;
+    h[11] = 0;
+    let ihl = usize::from(h[0] & 0xF) * 4;
+    let mut sum: u32 = 0;
+    for w in h.get(..ihl.min(20)).unwrap_or(&[]).chunks(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xFFFF {
+        sum = (sum & 0xFFFF) + (sum >> 16);
+    }
+    let c = !(sum as u16);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+impl Sim {
+    /// A frame reaches the bottleneck port in front of `to`: drop it at a full queue, mark
+    /// it above the threshold, else queue it behind what is there and deliver it when it has
+    /// been sent.
+    fn enqueue(&mut self, to: usize, slot: u32, flipped: bool, covered: bool) {
+        let Some(b) = self.link.bottleneck else {
+            return;
+        };
+        let now = self.now;
+        let free = self.port_free.get(to).copied().unwrap_or(now).max(now);
+        let backlog = backlog_bytes(free.nanos_since(now), b.rate_mbps);
+        let len = self.frames[slot as usize].len() as u64 + ETH_OVERHEAD;
+        if backlog + len > b.queue_bytes {
+            self.stats.tail_dropped += 1;
+            self.free.push(slot);
+            return;
+        }
+        if backlog > b.mark_bytes {
+            if mark_ce(&mut self.frames[slot as usize]) {
+                self.stats.ce_marked += 1;
+            } else {
+                self.stats.nonect += 1;
+            }
+        }
+        self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(backlog + len);
+        let ser = (u128::from(len) * 8_000).div_ceil(u128::from(b.rate_mbps.max(1)));
+        let done = free.add_nanos(u64::try_from(ser).unwrap_or(u64::MAX));
+        if let Some(p) = self.port_free.get_mut(to) {
+            *p = done;
+        }
+        self.push(
+            done,
+            Kind::Deliver {
+                to: to as u32,
+                slot,
+                flipped,
+                covered,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ce_mark_keeps_the_ip_checksum_valid_and_skips_not_ect() {
+        let ip = IpRepr::v4_socket(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            2,
+            64,
+        );
+        let mut h = [0u8; 20];
+        ip.emit(&mut h, 40).unwrap();
+        assert!(mark_ce(&mut h));
+        assert_eq!(h[1] & 3, 3);
+        let sum = h
+            .chunks(2)
+            .fold(0u32, |s, w| s + u32::from(u16::from_be_bytes([w[0], w[1]])));
+        assert_eq!((sum & 0xFFFF) + (sum >> 16), 0xFFFF, "checksum verifies");
+        let ip = IpRepr::v4_socket(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            0,
+            64,
+        );
+        ip.emit(&mut h, 40).unwrap();
+        assert!(!mark_ce(&mut h), "not-ECT is never marked");
+        assert_eq!(h[1] & 3, 0);
+    }
+
+    #[test]
+    fn backlog_is_rate_times_time() {
+        // 1 ms at 100 Mbit/s is 12.5 kB.
+        assert_eq!(backlog_bytes(1_000_000, 100), 12_500);
     }
 }

@@ -190,6 +190,7 @@ impl Pair {
         if let Ok(pkt) = RocePacketRepr::parse(bytes) {
             let meta = RxMeta {
                 grh: Grh::V4([0x45; 20]),
+                ce: false,
             };
             let srq = self.srq[to].as_mut().map(|s| s as &mut dyn RecvQueue);
             self.qps[to].handle_packet(self.now, &pkt, &meta, &mut self.mem[to], srq);

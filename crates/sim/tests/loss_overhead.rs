@@ -31,6 +31,7 @@ fn perftest_like(op: Op, seed: u64, loss: f64, reorder: f64, dup: f64, corrupt: 
             reorder_delay_ns: (20_000, 201_000),
             rate_gbps: 1,
             partition_at: None,
+            bottleneck: None,
         },
         mtu: Mtu::Mtu1024,
         timeout: 14,

@@ -60,8 +60,18 @@ pub struct Counters {
     pub rcv_no_wqe_drop: u64,
     /// UD: packets dropped for a Q_Key mismatch.
     pub qkey_violation: u64,
-    /// CNPs received (passed to congestion control by the caller).
+    /// CNPs received.
     pub rcvd_cnp: u64,
+    /// Notification point: received RoCEv2 packets whose IP ECN field was CE (mlx5's
+    /// `np_ecn_marked_roce_packets`).
+    pub np_ecn_marked_roce_packets: u64,
+    /// Notification point: CNPs sent (`np_cnp_sent`).
+    pub np_cnp_sent: u64,
+    /// Reaction point: CNPs that drove a DCQCN rate decrease (`rp_cnp_handled`).
+    pub rp_cnp_handled: u64,
+    /// Reaction point: CNPs ignored (congestion control off, a UD QP, or not sending:
+    /// `rp_cnp_ignored`).
+    pub rp_cnp_ignored: u64,
 }
 
 impl Counters {
@@ -96,6 +106,13 @@ impl Counters {
             ("rcv_no_wqe_drop", self.rcv_no_wqe_drop),
             ("qkey_violation", self.qkey_violation),
             ("rcvd_cnp", self.rcvd_cnp),
+            (
+                "np_ecn_marked_roce_packets",
+                self.np_ecn_marked_roce_packets,
+            ),
+            ("np_cnp_sent", self.np_cnp_sent),
+            ("rp_cnp_handled", self.rp_cnp_handled),
+            ("rp_cnp_ignored", self.rp_cnp_ignored),
         ]
         .into_iter()
     }
@@ -131,6 +148,10 @@ impl Counters {
             rcv_no_wqe_drop,
             qkey_violation,
             rcvd_cnp,
+            np_ecn_marked_roce_packets,
+            np_cnp_sent,
+            rp_cnp_handled,
+            rp_cnp_ignored,
         } = *other;
         self.sent_pkts += sent_pkts;
         self.rcvd_pkts += rcvd_pkts;
@@ -160,6 +181,10 @@ impl Counters {
         self.rcv_no_wqe_drop += rcv_no_wqe_drop;
         self.qkey_violation += qkey_violation;
         self.rcvd_cnp += rcvd_cnp;
+        self.np_ecn_marked_roce_packets += np_ecn_marked_roce_packets;
+        self.np_cnp_sent += np_cnp_sent;
+        self.rp_cnp_handled += rp_cnp_handled;
+        self.rp_cnp_ignored += rp_cnp_ignored;
     }
 }
 
@@ -172,6 +197,8 @@ mod tests {
         let a = Counters {
             sent_pkts: 3,
             rcvd_cnp: 2,
+            np_cnp_sent: 5,
+            rp_cnp_handled: 1,
             ..Counters::default()
         };
         let mut b = Counters {
@@ -183,7 +210,8 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 28);
+        assert_eq!(names.len(), 32);
+        assert_eq!((b.np_cnp_sent, b.rp_cnp_handled), (10, 2));
         assert_eq!(
             b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),
             Some(4)

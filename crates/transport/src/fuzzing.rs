@@ -147,8 +147,9 @@ struct Subject {
 }
 
 impl Subject {
-    fn new(qpn: u32, peer: u32, ty: QpType, mtu: Mtu) -> Subject {
+    fn new(qpn: u32, peer: u32, ty: QpType, mtu: Mtu, cc: bool) -> Subject {
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
+        cfg.cc = cc.then(crate::DcqcnParams::default);
         cfg.caps.max_send_wr = 16;
         cfg.caps.max_recv_wr = 16;
         let mut qp = Qp::new(cfg);
@@ -254,10 +255,13 @@ impl Subject {
         n
     }
 
-    fn feed(&mut self, now: Time, pkt: &RocePacketRepr<'_>) {
+    fn feed(&mut self, now: Time, pkt: &RocePacketRepr<'_>, ce: bool) {
         let before = self.mem.refused_remote;
-        self.qp
-            .handle_packet(now, pkt, &RxMeta::default(), &mut self.mem, None);
+        let meta = RxMeta {
+            ce,
+            ..RxMeta::default()
+        };
+        self.qp.handle_packet(now, pkt, &meta, &mut self.mem, None);
         // RC: a refused remote access is a NAK and ERR (class C/J). UC drops the message
         // silently and stays up (docs/wire.md §5.4).
         if self.mem.refused_remote > before && self.qp.qp_type() == QpType::Rc {
@@ -280,6 +284,8 @@ pub mod ctl {
     pub const RAW_QPN: u8 = 0x10;
     /// Keep the packet's own PSN.
     pub const RAW_PSN: u8 = 0x20;
+    /// The packet arrived with the IP ECN field CE (congestion control runs for kinds 2–4).
+    pub const CE: u8 = 0x40;
     /// Advance time and fire timers.
     pub const TICK: u8 = 6;
     /// Post two more receive WQEs at the responder.
@@ -287,7 +293,7 @@ pub mod ctl {
 }
 
 /// Build a [`drive`] script: `kind` selects the transport (0 = RC at MTU 256, 5 = RC at
-/// MTU 1024, 6 = UC, 7 = UD); each step is a control byte ([`ctl`]) and packet bytes.
+/// MTU 1024, 6 = UC, 7 = UD; 2–4: RC at MTU 256 with DCQCN on both QPs); each step is a control byte ([`ctl`]) and packet bytes.
 pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
     let mut out = vec![kind];
     for (c, bytes) in steps {
@@ -301,8 +307,8 @@ pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
 
 /// The valid request packets the requester of a `kind` script sends first (for mutation).
 pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
-    let (ty, mtu) = kind_of(kind);
-    let mut req = Subject::new(0x11, 0x12, ty, mtu);
+    let (ty, mtu, cc) = kind_of(kind);
+    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
     let mut out = Vec::new();
@@ -312,12 +318,13 @@ pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
     out
 }
 
-fn kind_of(kind: u8) -> (QpType, Mtu) {
+fn kind_of(kind: u8) -> (QpType, Mtu, bool) {
     match kind % 8 {
-        0..=4 => (QpType::Rc, Mtu::Mtu256),
-        5 => (QpType::Rc, Mtu::Mtu1024),
-        6 => (QpType::Uc, Mtu::Mtu256),
-        _ => (QpType::Ud, Mtu::Mtu256),
+        0 | 1 => (QpType::Rc, Mtu::Mtu256, false),
+        2..=4 => (QpType::Rc, Mtu::Mtu256, true),
+        5 => (QpType::Rc, Mtu::Mtu1024, false),
+        6 => (QpType::Uc, Mtu::Mtu256, false),
+        _ => (QpType::Ud, Mtu::Mtu256, false),
     }
 }
 
@@ -336,14 +343,18 @@ pub struct DriveStats {
     pub responder_packets: u64,
     /// Final responder state.
     pub responder_state: Option<QpState>,
+    /// CNPs the responder sent (CE-marked packets, kinds 2–4).
+    pub responder_cnps: u64,
+    /// CNPs the requester's congestion control handled.
+    pub requester_cnps_handled: u64,
 }
 
 /// Interpret `data` as a script of hostile packets and actions against a responder and a
 /// requester (RC, or UC/UD by the first byte); panic on any broken invariant.
 pub fn drive(data: &[u8]) -> DriveStats {
-    let (ty, mtu) = kind_of(data.first().copied().unwrap_or(0));
-    let mut resp = Subject::new(0x12, 0x11, ty, mtu);
-    let mut req = Subject::new(0x11, 0x12, ty, mtu);
+    let (ty, mtu, cc) = kind_of(data.first().copied().unwrap_or(0));
+    let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc);
+    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc);
     resp.post_recvs(6);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
@@ -385,10 +396,11 @@ pub fn drive(data: &[u8]) -> DriveStats {
                 if ctl & 0x20 == 0 {
                     pkt.bth.psn = Psn::new(pkt.bth.psn.value() % 32);
                 }
+                let ce = ctl & ctl::CE != 0;
                 if ctl & 8 == 0 {
-                    resp.feed(now, &pkt);
+                    resp.feed(now, &pkt, ce);
                 } else {
-                    req.feed(now, &pkt);
+                    req.feed(now, &pkt, ce);
                 }
             }
         }
@@ -402,5 +414,46 @@ pub fn drive(data: &[u8]) -> DriveStats {
         responder_refused: resp.mem.refused_remote,
         responder_packets: resp_pkts,
         responder_state: Some(resp.qp.state()),
+        responder_cnps: resp.qp.counters().np_cnp_sent,
+        requester_cnps_handled: req.qp.counters().rp_cnp_handled,
+    }
+}
+
+/// Fuzz body for DCQCN's settings string (`UROCE_DCQCN`, [`crate::DcqcnParams::apply`]) and
+/// the reaction point run with whatever it accepted: the first line of `data` is the
+/// settings, each later byte an event (CNP, packet sent, pacer check) at a time that moves
+/// forward by an amount from the byte. Panics if a refused setting changed anything, if an
+/// accepted one broke an invariant, or if the state machine panics or leaves its bounds.
+pub fn dcqcn_settings(data: &[u8]) {
+    let split = data.iter().position(|&b| b == b'\n').unwrap_or(data.len());
+    let (text, events) = data.split_at(split);
+    let text = String::from_utf8_lossy(text);
+    let mut p = crate::DcqcnParams::default();
+    let before = p;
+    if p.apply(&text).is_err() {
+        assert_eq!(p, before, "a refused setting changed nothing");
+    }
+    assert!(p.min_rate <= p.max_rate && p.g <= 1024 && p.initial_alpha <= 1024);
+    assert!(p.min_dec_fac <= 100);
+    let mut d = crate::Dcqcn::new(p);
+    let mut now = Time::ZERO;
+    for &b in events.iter().skip(1).take(4096) {
+        now = now.add_nanos(u64::from(b) << (b % 24));
+        match b % 3 {
+            0 => d.on_cnp_with_hint(now, Some(u64::from(b) << 20)),
+            1 => d.on_sent(now, usize::from(b) * 17),
+            _ => {
+                let _ = d.may_send(now);
+            }
+        }
+        assert!(d.alpha() <= 1024);
+        if d.is_active() {
+            assert!(
+                d.rate() >= p.min_rate.max(1).min(p.max_rate),
+                "{}",
+                d.rate()
+            );
+            assert!(d.rate() <= p.max_rate.max(1));
+        }
     }
 }

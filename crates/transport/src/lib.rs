@@ -11,6 +11,8 @@
 //!   AckReq, PSN window, `max_rd_atomic`, fences, credits; ACK timer, RNR wait, go-back-N.
 //! * `recovery` — the requester's congestion window and round-trip-estimated retransmission
 //!   timer.
+//! * [`dcqcn`] — ECN congestion control: DCQCN's reaction point (rate, α, recovery, pacer)
+//!   and the notification point's CNP spacing, evaluated lazily at the caller's time.
 //! * `completer` — ACK/NAK/READ response/ATOMIC ACK → send completions.
 //! * `responder` — requests → memory operations, receive completions,
 //!   ACKs (coalesced), NAKs, READ responses, saved atomic results.
@@ -49,6 +51,7 @@
 
 mod completer;
 mod counters;
+pub mod dcqcn;
 pub mod fuzzing;
 mod mem;
 mod packet;
@@ -62,6 +65,7 @@ mod wc;
 mod wr;
 
 pub use counters::Counters;
+pub use dcqcn::{CnpGate, Dcqcn, DcqcnParams};
 pub use mem::{AtomicOp, MemError, Memory, RemoteAccess};
 pub use qp::{
     bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, RxMeta, Srq, Transmit, GRH_LEN,

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 
 use wire::{Msn, Opcode, Psn, Qpn, Rkey, RocePacketRepr, Transport};
 
+use crate::dcqcn::{CnpGate, Dcqcn};
 use crate::mem::Memory;
 use crate::recovery::Recovery;
 use crate::state::{check_modify, AttrMask, Mtu, QpAttr, QpState, QpType};
@@ -98,6 +99,11 @@ pub struct QpConfig {
     /// distance between losses and not below this; a local ACK timeout restarts it from one
     /// packet.
     pub min_window: u32,
+    /// ECN congestion control (docs/wire.md §11): `Some` makes this QP a DCQCN reaction
+    /// point (a CNP cuts its request rate, applied by a pacer) and a notification point (a
+    /// CE-marked packet makes it send its peer a CNP, at most one per
+    /// `min_time_between_cnps_ns`). `None`: CNPs are counted and ignored, CE marks too.
+    pub cc: Option<crate::dcqcn::DcqcnParams>,
 }
 
 impl QpConfig {
@@ -114,6 +120,7 @@ impl QpConfig {
             retry_cnt_7_infinite: true,
             min_rto_ns: 1_000_000,
             min_window: 8,
+            cc: None,
         }
     }
 }
@@ -145,12 +152,15 @@ impl Grh {
 pub struct RxMeta {
     /// The IP header (for UD receives).
     pub grh: Grh,
+    /// The IP header's ECN field was CE (congestion experienced, RFC 3168).
+    pub ce: bool,
 }
 
 impl Default for RxMeta {
     fn default() -> RxMeta {
         RxMeta {
             grh: Grh::V4([0; 20]),
+            ce: false,
         }
     }
 }
@@ -386,6 +396,15 @@ pub struct Qp {
     /// SQD: the drain has been reported (or found complete).
     pub(crate) drain_reported: bool,
     pub(crate) counters: Counters,
+
+    // ---- congestion control (dcqcn.rs) ----
+    /// Reaction point: rate and pacer (`cfg.cc` set).
+    pub(crate) cc: Option<Dcqcn>,
+    /// The requester stopped for the pacer: its next departure is a deadline.
+    pub(crate) paced: bool,
+    /// Notification point: when the last CNP went, and whether one is due.
+    pub(crate) cnp_gate: CnpGate,
+    pub(crate) cnp_due: bool,
 }
 
 impl Qp {
@@ -427,6 +446,10 @@ impl Qp {
             events: VecDeque::new(),
             drain_reported: false,
             counters: Counters::default(),
+            cc: cfg.cc.map(Dcqcn::new),
+            paced: false,
+            cnp_gate: CnpGate::default(),
+            cnp_due: false,
         }
     }
 
@@ -778,6 +801,10 @@ impl Qp {
             self.retrans_deadline,
             self.rnr_until,
             self.rec.probe_deadline,
+            self.cc
+                .as_ref()
+                .filter(|_| self.paced)
+                .and_then(Dcqcn::next_departure),
         ]
         .into_iter()
         .flatten()
@@ -802,6 +829,25 @@ impl Qp {
         };
         if pkt.bth.opcode == Opcode::CNP {
             self.counters.rcvd_cnp += 1;
+            // Reaction point (docs/wire.md §11.3): a connected QP sending requests.
+            let mtu = u64::from(self.mtu());
+            if let Some(cc) = self.cc.as_mut() {
+                if self.cfg.qp_type != QpType::Ud
+                    && matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd)
+                {
+                    // What the path delivers: the bytes in flight over the round trip.
+                    let flight = u64::from(self.next_psn.diff(self.unacked).max(0) as u32);
+                    let hint = self.rec.srtt_ns().filter(|_| flight > 0).map(|rtt| {
+                        let bytes = flight * (mtu + 64);
+                        u64::try_from(u128::from(bytes) * 8_000_000_000 / u128::from(rtt.max(1)))
+                            .unwrap_or(u64::MAX)
+                    });
+                    cc.on_cnp_with_hint(now, hint);
+                    self.counters.rp_cnp_handled += 1;
+                    return;
+                }
+            }
+            self.counters.rp_cnp_ignored += 1;
             return;
         }
         // The headers must be the ones the opcode says (a Repr built by hand may lie).
@@ -819,6 +865,9 @@ impl Qp {
             return;
         }
         let state = self.attr.qp_state;
+        if meta.ce && state != QpState::Reset && state != QpState::Init {
+            self.note_ce(now);
+        }
         if info.is_request {
             if !matches!(
                 state,
@@ -855,15 +904,63 @@ impl Qp {
         mem: &mut M,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        if self.cnp_due {
+            self.cnp_due = false;
+            if let Some(t) = self.build_cnp(buf) {
+                self.counters.sent_pkts += 1;
+                self.counters.np_cnp_sent += 1;
+                return Some(t);
+            }
+        }
         let t = match self.responder_transmit(mem, buf) {
             Some(t) => Some(t),
-            None => self.requester_transmit(now, mem, buf),
+            None => {
+                let t = self.requester_transmit(now, mem, buf);
+                if let (Some(t), Some(cc)) = (&t, self.cc.as_mut()) {
+                    cc.on_sent(now, t.len + wire::icrc::ICRC_LEN);
+                }
+                t
+            }
         };
         if t.is_some() {
             self.counters.sent_pkts += 1;
         }
         self.check_drained();
         t
+    }
+
+    /// Notification point (docs/wire.md §11.2): a CE-marked RoCEv2 packet for this QP. A
+    /// connected QP owes its peer QP a CNP unless it sent one within
+    /// `min_time_between_cnps_ns` (UD QPs are not notification points: the CNP would need an
+    /// address handle for the sender).
+    fn note_ce(&mut self, now: Time) {
+        self.counters.np_ecn_marked_roce_packets += 1;
+        let Some(p) = self.cfg.cc else {
+            return;
+        };
+        if self.cfg.qp_type == QpType::Ud {
+            return;
+        }
+        if self.cnp_gate.allow(now, p.min_time_between_cnps_ns) {
+            self.cnp_due = true;
+        }
+    }
+
+    /// A CNP to the peer QP (IBTA RoCEv2 Annex A17.9.3; docs/wire.md §11.2): BTH with opcode
+    /// 0x81, the B bit set, P_Key of the QP, PSN 0, then 16 reserved zero bytes (the caller
+    /// appends the ICRC).
+    fn build_cnp(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let dest = self.attr.dest_qp_num;
+        let mut bth = wire::BthRepr::new(Opcode::CNP, dest, wire::Psn::new(0));
+        bth.pkey = self.cfg.pkey;
+        bth.becn = true;
+        let pkt = wire::RocePacketRepr::new(bth, &[]);
+        let len = crate::packet::finish_in_place(&pkt, 0, buf)?;
+        Some(Transmit {
+            len,
+            ah: None,
+            dest_qpn: dest,
+        })
     }
 
     // ---------------------------------------------------------------------------------------

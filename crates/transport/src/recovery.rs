@@ -209,7 +209,6 @@ impl Recovery {
     }
 
     /// Smoothed round trip time, once measured.
-    #[cfg(test)]
     pub(crate) fn srtt_ns(&self) -> Option<u64> {
         self.srtt_ns
     }

@@ -11,6 +11,9 @@ use crate::state::{QpState, QpType};
 use crate::time::{local_ack_timeout_ns, Time};
 use crate::{LocalData, SendFlags, WcStatus, WrOpcode};
 
+/// While the rate is limited, AckReq at least every this many packets.
+const PACED_ACK_EVERY: u32 = 4;
+
 /// Why a request packet could not be built.
 enum BuildError {
     /// The WQE failed locally with this status.
@@ -33,6 +36,16 @@ impl Qp {
                 return None;
             }
             let ty = self.cfg.qp_type;
+            // DCQCN's pacer (docs/wire.md §11.3): while the rate is limited, a request
+            // leaves no earlier than its schedule; `poll_timeout` then names that time.
+            if let Some(cc) = self.cc.as_mut() {
+                let work = self.rec.probe_one || self.cursor < self.sq.len();
+                if work && !cc.may_send(now) {
+                    self.paced = true;
+                    return None;
+                }
+            }
+            self.paced = false;
             if self.rec.probe_one && ty == QpType::Rc {
                 if let Some(t) = self.send_probe(now, mem, buf) {
                     return Some(t);
@@ -173,7 +186,14 @@ impl Qp {
         // half window, so that a small window slides on ACKs instead of stopping and waiting.
         let window = self.window();
         let fills_window = next_psn.next().diff(self.unacked) >= window as i32;
-        let every = self.cfg.max_pkts_per_ack.min((window / 2).max(1));
+        let mut every = self.cfg.max_pkts_per_ack.min((window / 2).max(1));
+        // While DCQCN paces this QP (docs/wire.md §11.3), packets leave slowly: a packet
+        // would otherwise wait for the acknowledgement of an AckReq packet sent up to half a
+        // window later, and the round-trip-estimated retransmission timer would resend it
+        // needlessly. So request an ACK every few packets.
+        if self.cc.as_ref().is_some_and(crate::Dcqcn::is_active) {
+            every = every.min(PACED_ACK_EVERY);
+        }
         let ack_req =
             ty == QpType::Rc && (last || fills_window || self.pkts_since_ackreq + 1 >= every);
         bth.ack_req = ack_req;
@@ -315,7 +335,16 @@ impl Qp {
     /// timeout before backoff) from `now`, unless the local ACK timer fires first anyway (or
     /// no round trip has been measured yet).
     pub(crate) fn arm_probe(&mut self, now: Time) {
-        let cap = local_ack_timeout_ns(self.attr.timeout).map_or(u64::MAX, |t| t / 16);
+        // While DCQCN limits the rate (docs/wire.md §11.3) the path is congested and its
+        // round trip is mostly queueing, which varies by milliseconds: a probe capped at a
+        // sixteenth of the local ACK timeout would fire while the packet still waits in a
+        // queue and start a go-back-N that only adds to it. So the cap is a quarter then.
+        let div = if self.cc.as_ref().is_some_and(crate::Dcqcn::is_active) {
+            4
+        } else {
+            16
+        };
+        let cap = local_ack_timeout_ns(self.attr.timeout).map_or(u64::MAX, |t| t / div);
         self.rec.probe_deadline = self
             .rec
             .rto_ns(self.cfg.min_rto_ns, cap)

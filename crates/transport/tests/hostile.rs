@@ -90,6 +90,7 @@ fn arb_ctl() -> impl Strategy<Value = u8> {
     prop_oneof![
         8 => prop_oneof![Just(ctl::TO_RESPONDER), Just(ctl::TO_REQUESTER)],
         2 => Just(ctl::TO_RESPONDER | ctl::RAW_PSN),
+        1 => prop_oneof![Just(ctl::TO_RESPONDER | ctl::CE), Just(ctl::TO_REQUESTER | ctl::CE)],
         1 => Just(ctl::TICK),
         1 => Just(ctl::POST_RECV),
         1 => any::<u8>(),
@@ -98,6 +99,30 @@ fn arb_ctl() -> impl Strategy<Value = u8> {
 
 proptest! {
     #![proptest_config(config())]
+
+    /// The `dcqcn_settings` fuzz target's body: random settings text (often valid names)
+    /// followed by random events.
+    #[test]
+    fn dcqcn_settings_on_random_inputs(
+        names in proptest::collection::vec(prop_oneof![
+            Just("rp_ai_rate="), Just("rp_min_rate="), Just("rp_max_rate="), Just("rp_gd="),
+            Just("rp_dce_tcp_g="), Just("rp_min_dec_fac="), Just("rp_time_reset="),
+            Just("np_min_time_between_cnps="), Just("defer_cut="), Just("bogus="),
+        ], 0..6),
+        values in proptest::collection::vec(any::<u64>(), 6),
+        events in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let mut text = String::new();
+        for (n, v) in names.iter().zip(&values) {
+            text.push_str(n);
+            text.push_str(&(v % 1_000_000).to_string());
+            text.push(',');
+        }
+        let mut data = text.into_bytes();
+        data.push(b'\n');
+        data.extend_from_slice(&events);
+        transport::fuzzing::dcqcn_settings(&data);
+    }
 
     /// The fuzz target's body on random bytes.
     #[test]
@@ -195,4 +220,35 @@ fn out_of_range_write_is_refused_and_naked() {
     assert_eq!(st.responder_refused, 1);
     assert_eq!(st.responder_state, Some(transport::QpState::Err));
     assert_eq!(st.responder_packets, 1, "the NAK");
+}
+
+/// Congestion control (kinds 2–4): CE-marked requests make the responder send CNPs (spaced:
+/// all arrive at one instant, so one CNP), and CNPs fed to the requester are handled; every
+/// emitted packet parses and matches its opcode (`drive` checks).
+#[test]
+fn ce_marks_and_cnps_reach_the_congestion_control() {
+    let reqs = sample_requests(2);
+    let mut cnp_bth = BthRepr::new(Opcode::CNP, Qpn::new(0x11), Psn::new(0));
+    cnp_bth.becn = true;
+    let cnp = RocePacketRepr::new(cnp_bth, &[]);
+    let mut cnp_bytes = vec![0u8; cnp.buffer_len()];
+    let n = cnp.emit(&mut cnp_bytes).unwrap();
+    cnp_bytes.truncate(n);
+    let mut steps: Vec<(u8, &[u8])> = reqs
+        .iter()
+        .take(3)
+        .map(|r| (ctl::TO_RESPONDER | ctl::RAW_PSN | ctl::CE, &r[..]))
+        .collect();
+    steps.push((ctl::TO_REQUESTER, &cnp_bytes));
+    steps.push((ctl::TICK, &[]));
+    let st = drive(&script(2, &steps));
+    assert_eq!(st.responder_cnps, 1, "{st:?}");
+    assert_eq!(st.requester_cnps_handled, 1, "{st:?}");
+    // Without congestion control (kind 0): counted, not answered.
+    let st = drive(&script(0, &steps));
+    assert_eq!(
+        (st.responder_cnps, st.requester_cnps_handled),
+        (0, 0),
+        "{st:?}"
+    );
 }

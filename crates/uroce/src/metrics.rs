@@ -64,6 +64,10 @@ fn port_help(name: &str) -> &'static str {
         "port_rcv_data" => "Bytes received in 4-byte words (IB PMA PortRcvData).",
         "cq_overflow" => "Completions lost because a CQ was full (the QP went to ERR).",
         "rcvd_cnp" => "Congestion notification packets received.",
+        "np_ecn_marked_roce_packets" => "Received RoCEv2 packets whose IP ECN field was CE (mlx5 name).",
+        "np_cnp_sent" => "CNPs sent in answer to CE-marked packets, at most one per QP per np_min_time_between_cnps (mlx5 name).",
+        "rp_cnp_handled" => "CNPs that drove a DCQCN rate decrease at this sender (mlx5 name).",
+        "rp_cnp_ignored" => "CNPs ignored: congestion control off, a UD QP, or a QP not sending (mlx5 name).",
         _ => "uroce device counter (Linux rxe / IB PMA name).",
     }
 }

@@ -154,6 +154,8 @@ pub struct Host {
     pub rp_filter_all: Option<u8>,
     /// `$UROCE_DAEMON`, if set (it must exist then).
     pub daemon_env: Option<String>,
+    /// `$UROCE_ECN`, if set (`0`/`off` turns devices' ECN congestion control off).
+    pub ecn_env: Option<String>,
     pub sockets: Vec<SocketFile>,
     /// RLIMIT_MEMLOCK soft limit.
     pub memlock: Memlock,
@@ -710,26 +712,43 @@ pub fn route(d: &Device) -> Finding {
     }
 }
 
-/// ECN/DSCP: what the interface does, and that uroce devices do not mark or react yet.
+/// ECN/DSCP: what the interface does, and whether uroce devices mark and react (DCQCN,
+/// docs/wire.md §11; `UROCE_ECN`).
 pub fn ecn(h: &Host, d: &Device) -> Finding {
     let dev = Some(d.name.as_str());
     let qdisc = h
         .iface_of(d.addr)
         .and_then(|i| i.qdisc.clone().map(|q| format!("{}: qdisc {q}", i.name)));
-    finding(
-        "ecn",
-        dev,
-        Status::Info,
-        format!(
-            "device ECN: not implemented yet in uroce devices{}",
-            qdisc.map(|q| format!("; {q}")).unwrap_or_default()
-        ),
-        "uroce's UDP sockets set no TOS / traffic class, so its packets leave \
-            with DSCP 0 and ECN not-ECT, and it neither sends nor reacts to CNPs \
-            (no DCQCN yet); net.ipv4.tcp_ecn concerns TCP only. On a lossy \
-            fabric, drops are recovered by retransmission alone",
-        "",
-    )
+    let on = h.ecn_env.as_deref().is_none_or(nic::ecn_setting);
+    let qdisc = qdisc.map(|q| format!("; {q}")).unwrap_or_default();
+    if on {
+        finding(
+            "ecn",
+            dev,
+            Status::Info,
+            format!("device ECN: on (ECT(0), CNPs, DCQCN){qdisc}"),
+            "packets leave ECN-capable (ECT(0), DSCP 0); a CE-marked packet makes \
+                the receiving QP send a CNP, a CNP makes the sender cut its rate \
+                (DCQCN, paced per QP); counters np_ecn_marked_roce_packets, \
+                np_cnp_sent, rp_cnp_handled. The switches must mark ECN (not drop) \
+                above a queue threshold for this to help; net.ipv4.tcp_ecn concerns \
+                TCP only",
+            "",
+        )
+    } else {
+        finding(
+            "ecn",
+            dev,
+            Status::Info,
+            format!(
+                "device ECN: off (UROCE_ECN={}){qdisc}",
+                h.ecn_env.as_deref().unwrap_or("")
+            ),
+            "packets leave not-ECT and CNPs are only counted: on a congested \
+                fabric, drops are recovered by retransmission alone",
+            "unset UROCE_ECN (ECN congestion control is on by default)",
+        )
+    }
 }
 
 /// Daemon socket permissions, or embedded mode.
@@ -1085,8 +1104,8 @@ pub fn counters(h: &Host) -> Vec<Finding> {
             matched)",
             "xmit_discards: the interface MTU (mtu check); unknown QP / address \
             mismatch: a peer talking to a destroyed QP or through NAT. Drops \
-            without ECN marks: enable ECN on the path (uroce devices do not \
-            react to it yet)",
+            without ECN marks: enable ECN marking on the path (uroce devices \
+            react to it with DCQCN unless UROCE_ECN=0)",
         ),
     ];
     let mut out = Vec::new();
@@ -1486,8 +1505,13 @@ mod tests {
 
     #[test]
     fn ecn_is_honest() {
-        let f = ecn(&host(), &dev("10.0.0.5"));
+        let mut h = host();
+        let f = ecn(&h, &dev("10.0.0.5"));
         assert_eq!(f.status, Status::Info);
-        assert!(f.value.contains("not implemented yet") && f.value.contains("qdisc mq"));
+        assert!(f.value.contains("ECN: on") && f.value.contains("qdisc mq"));
+        h.ecn_env = Some("0".into());
+        let f = ecn(&h, &dev("10.0.0.5"));
+        assert!(f.value.contains("ECN: off (UROCE_ECN=0)"), "{}", f.value);
+        assert!(f.fix.contains("unset UROCE_ECN"));
     }
 }

@@ -523,6 +523,7 @@ pub fn measure(want: &Want) -> Host {
         rp_filter_all: fs.read_num("/proc/sys/net/ipv4/conf/all/rp_filter"),
         sockets: daemon_sockets(daemon_env.as_deref()),
         daemon_env,
+        ecn_env: std::env::var(nic::ECN_ENV).ok(),
         mr_size: want.mr_size,
         want_hugepages: want.hugepages,
         rules,
