@@ -231,6 +231,52 @@ fn capture_snaplen_cuts_frames_and_keeps_their_length() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_writer_that_cannot_keep_up_costs_records_not_progress() {
+    // A FIFO nobody reads: the writer thread blocks once the pipe buffer is full, the queue
+    // fills, and the engine must go on, dropping and counting records.
+    let dir = scratch("stuck");
+    let fifo = dir.join("stuck.pcap");
+    let mk = Command::new("mkfifo").arg(&fifo).output().unwrap();
+    ok(&mk, "mkfifo");
+    let out = Command::new(uroce())
+        .args([
+            "bench",
+            "write_bw",
+            "--loopback",
+            "-n",
+            "300",
+            "-s",
+            "65536",
+        ])
+        .args(["--timeout", "120"])
+        .env("UROCE_DEVICES", "uroce0=127.79.8.1")
+        .env("UROCE_CAPTURE", &fifo)
+        .output()
+        .unwrap();
+    ok(&out, "uroce bench with a stuck capture writer");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("packets not recorded"))
+        .unwrap_or_else(|| panic!("no loss report on stderr: {err}"));
+    // 300 WRITEs of 64 KiB at a 1024-byte MTU: 19200 packets and their ACKs, none written
+    // (the writer's first write never returns), most dropped at the full queue (8192
+    // records, and at most 1 MiB of them taken into the writer's batch).
+    let number_before = |marker: &str| -> u64 {
+        line.split(marker)
+            .next()
+            .and_then(|h| h.split([' ', '(']).rfind(|w| !w.is_empty()))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number before {marker:?} in {line}"))
+    };
+    let lost = number_before(" packets not recorded");
+    let dropped = number_before(" with the queue full");
+    assert!(lost >= 19200, "{line}");
+    assert!(dropped >= 19200 - 8192 - 1024 && dropped <= lost, "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Whether something listens on TCP `port` (from /proc/net/tcp: a probe connection would
 /// be taken for the client).
 fn listening(port: u16) -> bool {

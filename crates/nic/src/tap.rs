@@ -48,8 +48,9 @@ pub const ENV_PATH: &str = "UROCE_CAPTURE";
 pub const ENV_SNAPLEN: &str = "UROCE_CAPTURE_SNAPLEN";
 /// Bytes of each frame kept unless [`ENV_SNAPLEN`] says otherwise.
 pub const DEFAULT_SNAPLEN: u32 = 65535;
-/// Records the queue to the writer thread holds before new ones are dropped.
-pub const QUEUE: usize = 16384;
+/// Records the queue to the writer thread holds before new ones are dropped (at most about
+/// 35 MB of frames at a 4096-byte MTU).
+pub const QUEUE: usize = 8192;
 /// Bytes of records the writer gathers before a `write`.
 const BATCH_BYTES: usize = 1 << 20;
 const ETH_HEADER_LEN: usize = 14;
@@ -244,8 +245,8 @@ fn header(file: &mut File, snaplen: u32) -> io::Result<TsResolution> {
     }
 }
 
-/// The writer thread: gather what is queued into one buffer of whole records, append it
-/// with one `write`, repeat; exits when every sender is gone.
+/// The writer thread, for the life of the process: gather what is queued into one buffer of
+/// whole records, append it with one `write`, repeat.
 fn writer(sink: &Sink, mut file: File, rx: Receiver<Rec>, resolution: TsResolution) {
     let mut w = PcapWriter::continuing(Vec::with_capacity(BATCH_BYTES), resolution);
     let mut warned = false;
