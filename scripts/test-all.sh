@@ -14,6 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The drop-in libraries first: Rust tests run stock C programs on them
+# (crates/cli/tests/capture_trace.rs: uroce trace around ibv_rc_pingpong).
+echo "== drop-in C libraries: build (scripts/build-compat.sh)"
+scripts/build-compat.sh
+
 echo "== cargo test --workspace"
 cargo test --workspace
 

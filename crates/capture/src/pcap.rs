@@ -395,6 +395,23 @@ impl<R: Read> Iterator for PcapReader<R> {
     }
 }
 
+/// The 24-byte header of a little-endian classic pcap file (version 2.4) with `link_type`,
+/// timestamps at `resolution` and `snaplen`.
+pub fn file_header(link_type: LinkType, resolution: TsResolution, snaplen: u32) -> [u8; 24] {
+    let magic = match resolution {
+        TsResolution::Micro => MAGIC_MICRO,
+        TsResolution::Nano => MAGIC_NANO,
+    };
+    let mut hdr = [0u8; FILE_HEADER_LEN];
+    hdr[0..4].copy_from_slice(&magic.to_le_bytes());
+    hdr[4..6].copy_from_slice(&2u16.to_le_bytes());
+    hdr[6..8].copy_from_slice(&4u16.to_le_bytes());
+    // bytes 8..16: thiszone and sigfigs, both 0 (pcap draft: "SHOULD be 0").
+    hdr[16..20].copy_from_slice(&snaplen.to_le_bytes());
+    hdr[20..24].copy_from_slice(&u32::from(link_type.0).to_le_bytes());
+    hdr
+}
+
 /// Writer of classic pcap files: little-endian, version 2.4, snaplen [`WRITE_SNAPLEN`].
 ///
 /// Used by `uroce capture` to record the frames the NIC sends and receives; every file it
@@ -409,27 +426,42 @@ pub struct PcapWriter<W: Write> {
 impl<W: Write> PcapWriter<W> {
     /// Writes the file header for `link_type` with timestamps at `resolution`.
     pub fn new(
-        mut writer: W,
+        writer: W,
         link_type: LinkType,
         resolution: TsResolution,
     ) -> Result<Self, PcapError> {
-        let magic = match resolution {
-            TsResolution::Micro => MAGIC_MICRO,
-            TsResolution::Nano => MAGIC_NANO,
-        };
-        let mut hdr = [0u8; FILE_HEADER_LEN];
-        hdr[0..4].copy_from_slice(&magic.to_le_bytes());
-        hdr[4..6].copy_from_slice(&2u16.to_le_bytes());
-        hdr[6..8].copy_from_slice(&4u16.to_le_bytes());
-        // bytes 8..16: thiszone and sigfigs, both 0 (pcap draft: "SHOULD be 0").
-        hdr[16..20].copy_from_slice(&WRITE_SNAPLEN.to_le_bytes());
-        hdr[20..24].copy_from_slice(&u32::from(link_type.0).to_le_bytes());
-        writer.write_all(&hdr)?;
+        Self::with_snaplen(writer, link_type, resolution, WRITE_SNAPLEN)
+    }
+
+    /// [`PcapWriter::new`] announcing `snaplen` in the file header (the writer does not cut
+    /// frames itself: pass the first `snaplen` bytes to [`PcapWriter::write_frame_cut`]).
+    pub fn with_snaplen(
+        mut writer: W,
+        link_type: LinkType,
+        resolution: TsResolution,
+        snaplen: u32,
+    ) -> Result<Self, PcapError> {
+        writer.write_all(&file_header(link_type, resolution, snaplen))?;
         Ok(PcapWriter {
             writer,
             resolution,
             records_written: 0,
         })
+    }
+
+    /// A writer of records only, for a file whose header is already written (or is being
+    /// assembled elsewhere, e.g. records batched in memory and appended to a shared file).
+    pub fn continuing(writer: W, resolution: TsResolution) -> Self {
+        PcapWriter {
+            writer,
+            resolution,
+            records_written: 0,
+        }
+    }
+
+    /// The writer underneath (to take out what was written to an in-memory buffer).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.writer
     }
 
     /// Writes an Ethernet-type pcap file with nanosecond timestamps (what `uroce capture`

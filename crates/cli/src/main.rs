@@ -8,12 +8,15 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod capture_cmd;
 mod decode;
 mod devinfo;
 mod doctor;
 mod pingpong;
+mod run_with;
 mod sim;
 mod stat;
+mod trace_cmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,6 +45,10 @@ enum Command {
     Stat(stat::Args),
     /// Check this host against the RoCE deployment checklist: PASS/WARN/FAIL with fixes.
     Doctor(doctor::Args),
+    /// Run a command with its uroce devices writing every RoCEv2 packet to a pcap file.
+    Capture(capture_cmd::Args),
+    /// Run a command printing each verbs command its contexts send (args, result, reason).
+    Trace(trace_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +61,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Stat(args) => stat::run(args),
         Command::Doctor(args) => doctor::run(args),
+        Command::Capture(args) => capture_cmd::run(args),
+        Command::Trace(args) => trace_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -180,6 +180,9 @@ fn run(dev: &Device) {
                 if let Some(conn) = conns.remove(&token) {
                     let _ = shared.epoll.delete(conn.stream.as_raw_fd());
                     dev.lock_cp().destroy_context(conn.ctx);
+                    if let Some(t) = &dev.trace {
+                        t.close(&dev.cfg.name, conn.ctx);
+                    }
                     dev.engine.kick();
                     drop(conn);
                 }
@@ -239,6 +242,14 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                     st.maps = None;
                     kick
                 };
+                if let Some(t) = &dev.trace {
+                    t.command(
+                        &dev.cfg.name,
+                        conn.ctx,
+                        conn.inbuf.get(..total).unwrap_or(&[]),
+                        &conn.out,
+                    );
+                }
                 if kick {
                     dev.engine.kick();
                 }

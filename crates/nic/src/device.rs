@@ -35,6 +35,10 @@ pub(crate) struct Device {
     /// start, not on the engine thread, whose sockets would otherwise come and go under a
     /// running application.
     pub(crate) gso: Option<sys::GsoIds>,
+    /// Packet capture (`UROCE_CAPTURE`, `crate::tap`), handed to the engine's `DevIo`.
+    pub(crate) tap: Option<Arc<crate::tap::Tap>>,
+    /// Command trace (`UROCE_TRACE`, `crate::trace`), written by the control plane.
+    pub(crate) trace: Option<Arc<crate::trace::Tracer>>,
     state: Mutex<DevState>,
     /// Control-plane threads waiting for the lock: the engine lets them in between passes.
     cp_waiting: AtomicU32,
@@ -256,6 +260,11 @@ pub(crate) fn start_device_in(
             std::net::IpAddr::V4(a) if a.is_loopback() => sys::loopback_gso_ids(),
             _ => None,
         },
+        // A sealed device (the fuzz harness) is never captured or traced.
+        tap: (!hermetic)
+            .then(|| crate::tap::for_device(&cfg.name, cfg.addr))
+            .flatten(),
+        trace: (!hermetic).then(crate::trace::from_env).flatten(),
         cfg,
         space,
         cp_waiting: AtomicU32::new(0),

@@ -164,7 +164,7 @@ impl Core {
             if !self.devs.iter().any(|e| Arc::ptr_eq(&e.dev, d)) {
                 self.devs.push(EngineDev {
                     dev: d.clone(),
-                    io: DevIo::new(d.gso),
+                    io: DevIo::new(d.gso, d.tap.clone()),
                 });
             }
         }
@@ -365,10 +365,13 @@ pub(crate) struct DevIo {
     /// rxe and RoCE NICs check — is not known here.
     gso: Option<sys::GsoIds>,
     force_rx: bool,
+    /// The device's packet capture (`crate::tap`; `UROCE_CAPTURE`): `None` when off, the
+    /// only cost capture adds to the datapath.
+    tap: Option<Arc<crate::tap::Tap>>,
 }
 
 impl DevIo {
-    fn new(gso: Option<sys::GsoIds>) -> DevIo {
+    fn new(gso: Option<sys::GsoIds>, tap: Option<Arc<crate::tap::Tap>>) -> DevIo {
         DevIo {
             pool: Vec::new(),
             loopq: VecDeque::new(),
@@ -378,6 +381,7 @@ impl DevIo {
             tx: MsgBatch::new(TX_BATCH),
             gso,
             force_rx: true,
+            tap,
         }
     }
 
@@ -1058,6 +1062,11 @@ fn route(
     c.port_xmit_data += ((t.len + ICRC_LEN) / 4) as u64;
     if dest.ip == dev_ip {
         c.loopback_pkts += 1;
+        if let Some(tap) = &io.tap {
+            if let Some(pkt) = buf.get(..t.len) {
+                tap.looped(pkt, |p| deferred.materialize(&res.mrs, p));
+            }
+        }
         io.loopq.push_back((buf, t.len, deferred));
         return;
     }
@@ -1148,6 +1157,11 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
         c.port_xmit_data += ((len + ICRC_LEN) / 4) as u64;
         if to == dev_ip {
             c.loopback_pkts += 1;
+            if let Some(tap) = &io.tap {
+                if let Some(pkt) = buf.get(..len) {
+                    tap.looped(pkt, |_| true);
+                }
+            }
             io.loopq.push_back((buf, len, DeferList::default()));
             continue;
         }
@@ -1178,6 +1192,9 @@ fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
             Sent::Took(k) => {
                 for _ in 0..k {
                     if let Some(d) = io.txq.pop_front() {
+                        if let Some(tap) = &io.tap {
+                            tap.sent(d.dst, d.ident, d.bytes());
+                        }
                         io.pool.push(d.buf);
                     }
                 }
@@ -1280,7 +1297,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
                 } else {
                     0
                 };
-                handle_datagram(st, d, m.from, likely, m.ce(), now);
+                handle_datagram(st, io.tap.as_deref(), d, m.from, likely, m.ce(), now);
             }
         }
         any |= n > 0;
@@ -1295,6 +1312,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
 /// (IPv4: the ID and DF the socket hides are solved for; wire::icrc docs), deliver.
 fn handle_datagram(
     st: &mut DevState,
+    tap: Option<&crate::tap::Tap>,
     data: &[u8],
     from: SocketAddr,
     likely_ident: u16,
@@ -1305,6 +1323,9 @@ fn handle_datagram(
     let c = &mut st.res.counters;
     let Ok((pkt, crc)) = transport::wire::roce::parse_datagram(data) else {
         c.port_rcv_errors += 1;
+        if let Some(tap) = tap {
+            tap.received(from, 0, true, data);
+        }
         return;
     };
     let transport_bytes = data
@@ -1329,23 +1350,31 @@ fn handle_datagram(
                 ident: likely_ident,
                 dont_frag: true,
             };
-            if icrc::compute_for(&likely, &udp, transport_bytes) == Ok(crc) {
+            let (ident, dont_frag) = if icrc::compute_for(&likely, &udp, transport_bytes) == Ok(crc)
+            {
                 st.idents.expected(s);
-                v4_grh(s, d, likely_ident, true, udp_len)
+                (likely_ident, true)
             } else {
                 // Solving for the hidden ID and DF accepts one corrupted packet in 2^15
                 // unless the solution is plausible for this sender (crate::ident).
                 match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc)
                     .filter(|u| st.idents.believe_solved(s, u.ident, u.dont_frag))
                 {
-                    Some(u) => v4_grh(s, d, u.ident, u.dont_frag, udp_len),
+                    Some(u) => (u.ident, u.dont_frag),
                     None => {
                         c.rcvd_icrc_err += 1;
                         c.port_rcv_errors += 1;
+                        if let Some(tap) = tap {
+                            tap.received(from, 0, true, data);
+                        }
                         return;
                     }
                 }
+            };
+            if let Some(tap) = tap {
+                tap.received(from, ident, dont_frag, data);
             }
+            v4_grh(s, d, ident, dont_frag, udp_len)
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let ip = IpRepr::V6 {
@@ -1355,6 +1384,9 @@ fn handle_datagram(
                 flow_label: 0,
                 hop_limit: 64,
             };
+            if let Some(tap) = tap {
+                tap.received(from, 0, true, data);
+            }
             if !icrc::verify_udp(&ip, &udp, transport_bytes, crc) {
                 c.rcvd_icrc_err += 1;
                 c.port_rcv_errors += 1;

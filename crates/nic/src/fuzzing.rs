@@ -202,6 +202,12 @@ fn run_checked(dev: &Device, ctx: CtxId, msg: &[u8], out: &mut Outcome) {
     let word = msg.first_chunk::<4>().map_or(0, |w| u32::from_ne_bytes(*w));
     assert_eq!(r.command, word, "the reply must echo the command word");
     out.replies += 1;
+    // The trace line `uroce trace` would print for it (crate::trace): any command, any
+    // reply, never a panic; a refusal shows its errno.
+    let line = crate::trace::describe(msg, &reply);
+    if let Err(errno) = r.result {
+        assert!(line.contains(&format!("(errno {})", errno.0)), "{line}");
+    }
     if std::env::var_os("NIC_FUZZ_TRACE").is_some() {
         let cmd = Command(word & abi::cmd::CMD_COMMAND_MASK);
         eprintln!("nic fuzz: {cmd:?} → {:?}", r.result.map(<[u8]>::len));
@@ -569,6 +575,19 @@ fn sge(off: u64, len: u32) -> Sge {
         length: len,
         lkey: MR_KEY,
     }
+}
+
+/// The `trace_describe` fuzz target's body: `data[0]` splits the rest into a request and a
+/// reply, formatted as `uroce trace` would (`crate::trace::describe`); returns the line.
+/// Arbitrary bytes must never panic it, and the line always has its ` = ` result part.
+pub fn describe_pair(data: &[u8]) -> String {
+    let (split, rest) = data
+        .split_first()
+        .map_or((0, data), |(s, r)| (usize::from(*s), r));
+    let (req, reply) = rest.split_at(split.min(rest.len()));
+    let line = crate::trace::describe(req, reply);
+    assert!(line.contains(" = "), "{line}");
+    line
 }
 
 /// Valid inputs that walk through every command with real work for the engine: the

@@ -81,9 +81,15 @@ mod slab;
 mod spin;
 mod state;
 mod sys;
+mod tap;
+pub mod trace;
 
 pub use cm;
 pub use config::{ecn_setting, DeviceConfig, Limits, DCQCN_ENV, ECN_ENV};
 pub use counters::{CqCounters, EngineCounters, PortCounters};
 pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};
 pub use state::event;
+pub use tap::{
+    expand_path as capture_path, DEFAULT_SNAPLEN as CAPTURE_DEFAULT_SNAPLEN,
+    ENV_PATH as CAPTURE_ENV, ENV_SNAPLEN as CAPTURE_SNAPLEN_ENV,
+};

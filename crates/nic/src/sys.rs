@@ -855,6 +855,28 @@ pub(crate) fn at_exit(f: extern "C" fn()) {
     let _ = unsafe { libc::atexit(f) };
 }
 
+/// Hold an exclusive `flock` on `fd` until [`funlock`] (or the file's close): processes that
+/// append to one capture file agree on who writes its header (docs/operations.md §1).
+pub(crate) fn flock_exclusive(fd: BorrowedFd<'_>) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor we borrow; no memory is passed.
+        let r = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Release a [`flock_exclusive`] lock.
+pub(crate) fn funlock(fd: BorrowedFd<'_>) {
+    // SAFETY: as in `flock_exclusive`.
+    let _ = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_UN) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
