@@ -441,7 +441,11 @@ def stat_last(path):
             except ValueError:
                 continue  # a line cut off when the sampler was stopped
             for proc in report.get("processes", []):
-                if last is None or proc.get("time_ms", 0) >= last.get("time_ms", 0):
+                # The exit snapshot is the process's last word: a live sample the watcher
+                # took while the process was still tearing down (its stats socket answers
+                # until its last atexit handler) may carry a later time, never newer counts.
+                key = (bool(proc.get("exited")), proc.get("time_ms", 0))
+                if last is None or key >= (bool(last.get("exited")), last.get("time_ms", 0)):
                     last = proc
     if last is None:
         print("stat: no snapshot")
