@@ -757,10 +757,17 @@ for _ in $(seq "$repeat"); do
             run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
             r=$?
         elif [ "$r" = 4 ]; then
-            keep_try "$name" "$srv"
-            echo "       retrying $name/$srv-server once: perftest -R's client connected before its server listened"
-            run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
-            r=$?
+            # perftest -R opens a second rdma_cm connection right after the first, before
+            # its server has the second listener: a race of perftest's own, which may
+            # repeat (seen twice in a row); up to four more tries, as rdmacm.sh does.
+            local_try=1
+            while [ "$r" = 4 ] && [ "$local_try" -le 4 ]; do
+                keep_try "$name" "$srv"
+                echo "       retrying $name/$srv-server ($local_try of 4): perftest -R's client connected before its server listened"
+                run_cell "$name" "$flags" "$ucmd" "$gcmd" "$srv"
+                r=$?
+                local_try=$((local_try + 1))
+            done
         elif [ "$r" = 3 ]; then
             # Counted: the final lines say how many cells needed this.
             keep_try "$name" "$srv"
