@@ -10,8 +10,6 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-
 /// Arguments of `uroce capture`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -51,10 +49,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let pattern = args.output.to_string_lossy().into_owned();
     let templated = pattern.contains('%');
-    if !templated {
-        File::create(&args.output)
-            .with_context(|| format!("cannot create {}", args.output.display()))?;
-    }
+    crate::run_with::empty_unless_templated(&args.output)?;
     let code = crate::run_with::run(
         &args.command,
         &[

@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{Command, ExitCode};
 
 use anyhow::Context;
@@ -25,4 +26,13 @@ pub fn run(argv: &[OsString], env: &[(&str, OsString)]) -> anyhow::Result<ExitCo
         _ => 1,
     };
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// Empty `path` before CMD runs (its processes append to it), unless it is a template
+/// (`%p`, `%d`), which names a file per process or device.
+pub fn empty_unless_templated(path: &Path) -> anyhow::Result<()> {
+    if !path.to_string_lossy().contains('%') {
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -4,11 +4,8 @@
 //! one line each (docs/operations.md §2).
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-use anyhow::Context;
 
 /// Arguments of `uroce trace`.
 #[derive(Debug, clap::Args)]
@@ -44,9 +41,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let dest: OsString = match &args.output {
         Some(p) => {
-            if !p.to_string_lossy().contains('%') {
-                File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
-            }
+            crate::run_with::empty_unless_templated(p)?;
             p.clone().into_os_string()
         }
         None => "stderr".into(),
