@@ -80,7 +80,7 @@ const BATCH: usize = 32;
 /// Datagrams per `sendmmsg` (runs of them go as GSO sends: `sys::MsgBatch::send`).
 const TX_BATCH: usize = 128;
 /// Receive buffer: a message of datagrams the kernel coalesced (UDP GRO) is at most 64 KiB.
-const RX_BUF: usize = 1 << 16;
+const RX_BUF: usize = (1 << 16) + size_of::<abi::daemon::DataHdr>();
 /// Packets one QP may build per service before others get a turn.
 const TX_BUDGET: usize = 64;
 /// UDP datagrams queued before QPs stop transmitting (socket back-pressure).
@@ -301,7 +301,12 @@ impl EngineShared {
     }
 
     pub(crate) fn add_device(&self, dev: Arc<Device>) -> io::Result<()> {
-        self.epoll.add(dev.sock.as_raw_fd(), dev.id, EPOLLIN)?;
+        // A daemon's client reads what the daemon forwards, never the shared UDP socket.
+        let fd = match &dev.daemon {
+            Some(l) => l.data.as_raw_fd(),
+            None => dev.sock.as_raw_fd(),
+        };
+        self.epoll.add(fd, dev.id, EPOLLIN)?;
         lock(&self.devices).push(dev);
         self.generation.fetch_add(1, SeqCst);
         self.kick();
@@ -965,6 +970,7 @@ fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
 
 fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
     let dev_ip = st.cfg.addr;
+    let own = st.own_qpns;
     let hermetic = st.hermetic;
     let DevState {
         res,
@@ -1000,7 +1006,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         };
         let deferred = mem.payload.deferred();
         sent += 1;
-        route(dev_ip, hermetic, q, res, io, buf, t, deferred);
+        route(dev_ip, own, hermetic, q, res, io, buf, t, deferred);
     }
     if sent == TX_BUDGET {
         more = true;
@@ -1040,6 +1046,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn route(
     dev_ip: IpAddr,
+    own: Option<(u32, u32)>,
     hermetic: bool,
     q: &QpObj,
     res: &mut Resources,
@@ -1060,7 +1067,10 @@ fn route(
     let c = &mut res.counters;
     c.port_xmit_packets += 1;
     c.port_xmit_data += ((t.len + ICRC_LEN) / 4) as u64;
-    if dest.ip == dev_ip {
+    // On a daemon's device, a QP of another process at this address is reached through
+    // the daemon (the datagram goes to our own address and the daemon forwards it).
+    let here = own.is_none_or(|w| crate::state::in_window(w, bth_dest_qpn(&buf)));
+    if dest.ip == dev_ip && here {
         c.loopback_pkts += 1;
         if let Some(tap) = &io.tap {
             if let Some(pkt) = buf.get(..t.len) {
@@ -1078,6 +1088,14 @@ fn route(
     send_udp(dev_ip, &dest, &mut res.counters, io, buf, t.len);
 }
 
+/// The destination QP of a packet that starts with its BTH (IBTA Vol 1 §9.2: bytes 5–7).
+fn bth_dest_qpn(pkt: &[u8]) -> u32 {
+    match pkt.get(5..8) {
+        Some(b) => u32::from_be_bytes([0, b[0], b[1], b[2]]),
+        None => 0,
+    }
+}
+
 /// Queue `buf[..len]` (a transport packet, room for the ICRC after it) as a UDP datagram to
 /// `dest`, with the ICRC its IP and UDP headers give.
 fn send_udp(
@@ -1088,6 +1106,43 @@ fn send_udp(
     mut buf: Vec<u8>,
     len: usize,
 ) {
+    match seal_datagram(dev_ip, dest, &mut buf, len) {
+        Ok(()) => io.txq.push_back(Datagram {
+            buf,
+            len: len + ICRC_LEN,
+            dst: SocketAddr::new(dest.ip, ROCE_V2_PORT),
+            ident: 0,
+        }),
+        Err(NoRoute) => {
+            c.xmit_no_route += 1;
+            io.put_buf(buf);
+        }
+        Err(Discard) => {
+            c.xmit_discards += 1;
+            io.put_buf(buf);
+        }
+    }
+}
+
+/// Why a packet could not be sealed into a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SealError {
+    /// Source and destination address families differ.
+    NoRoute,
+    /// The packet or the room for its ICRC is missing.
+    Discard,
+}
+use SealError::{Discard, NoRoute};
+
+/// Write the ICRC after `buf[..len]` (a transport packet from `dev_ip` to `dest` over UDP
+/// port 4791 as a socket sends it: IPv4 ID 0 and DF), making it a RoCEv2 UDP payload of
+/// `len + ICRC_LEN` bytes.
+pub(crate) fn seal_datagram(
+    dev_ip: IpAddr,
+    dest: &Dest,
+    buf: &mut [u8],
+    len: usize,
+) -> Result<(), SealError> {
     let ip = match (dev_ip, dest.ip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             IpRepr::v4_socket(s, d, dest.traffic_class, dest.hop_limit)
@@ -1099,35 +1154,16 @@ fn send_udp(
             flow_label: dest.flow_label,
             hop_limit: dest.hop_limit,
         },
-        _ => {
-            c.xmit_no_route += 1;
-            io.put_buf(buf);
-            return;
-        }
+        _ => return Err(NoRoute),
     };
     let udp = UdpRepr::roce(ROCE_V2_PORT);
     let crc = match buf.get(..len).map(|p| icrc::compute_for(&ip, &udp, p)) {
         Some(Ok(crc)) => crc,
-        _ => {
-            c.xmit_discards += 1;
-            io.put_buf(buf);
-            return;
-        }
+        _ => return Err(Discard),
     };
-    match buf.get_mut(len..len + ICRC_LEN) {
-        Some(tail) => tail.copy_from_slice(&icrc::icrc_wire_bytes(crc)),
-        None => {
-            c.xmit_discards += 1;
-            io.put_buf(buf);
-            return;
-        }
-    }
-    io.txq.push_back(Datagram {
-        buf,
-        len: len + ICRC_LEN,
-        dst: SocketAddr::new(dest.ip, ROCE_V2_PORT),
-        ident: 0,
-    });
+    let tail = buf.get_mut(len..len + ICRC_LEN).ok_or(Discard)?;
+    tail.copy_from_slice(&icrc::icrc_wire_bytes(crc));
+    Ok(())
 }
 
 /// Queue the CM's MADs (QP 1): to the internal loopback for this device's own address,
@@ -1155,7 +1191,8 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
         }
         c.port_xmit_packets += 1;
         c.port_xmit_data += ((len + ICRC_LEN) / 4) as u64;
-        if to == dev_ip {
+        // On a daemon's device the daemon routes MADs (another process may own the ID).
+        if to == dev_ip && st.own_qpns.is_none() {
             c.loopback_pkts += 1;
             if let Some(tap) = &io.tap {
                 if let Some(pkt) = buf.get(..len) {
@@ -1273,12 +1310,15 @@ fn plan_sends(
 // Receive side
 
 fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
+    if let Some(link) = &dev.daemon {
+        return receive_forwarded(dev, link, st, io, now);
+    }
     let mut any = false;
     // A coalesced message (UDP GRO) is, on loopback, one GSO send, whose ICRCs a counting
     // kernel's sender made for IDs 0, 1, 2, … (`plan_sends`): the first guess at each ID.
     let counting = io.gso == Some(sys::GsoIds::Counting);
     for _ in 0..4 {
-        let n = io.rx.recv(&dev.sock, &mut io.rx_bufs).unwrap_or(0);
+        let n = io.rx.recv(dev.sock.as_fd(), &mut io.rx_bufs).unwrap_or(0);
         for i in 0..n {
             let Some(m) = io.rx.received(i) else {
                 continue;
@@ -1290,15 +1330,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
             let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
                 continue;
             };
-            // Coalesced by the kernel (UDP GRO): datagrams of `segment` bytes back to back.
-            for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
-                let likely = if counting {
-                    u16::try_from(j).unwrap_or(0)
-                } else {
-                    0
-                };
-                handle_datagram(st, io.tap.as_deref(), d, m.from, likely, m.ce(), now);
-            }
+            receive_message(st, io.tap.as_deref(), data, &m, counting, 0, now);
         }
         any |= n > 0;
         if n < BATCH {
@@ -1306,6 +1338,120 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
         }
     }
     any
+}
+
+/// One received message: a datagram, or datagrams of `m.segment` bytes back to back
+/// (UDP GRO; `first` is the first one's place in its GSO send).
+fn receive_message(
+    st: &mut DevState,
+    tap: Option<&crate::tap::Tap>,
+    data: &[u8],
+    m: &sys::Received,
+    counting: bool,
+    first: u16,
+    now: Time,
+) {
+    for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
+        let likely = if counting {
+            u16::try_from(j).unwrap_or(0).wrapping_add(first)
+        } else {
+            0
+        };
+        handle_datagram(st, tap, d, m.from, likely, m.ce(), now);
+    }
+}
+
+/// What the daemon forwarded (`crate::daemon_client`): each message an
+/// `abi::daemon::DataHdr` and the datagram(s). End of stream: the daemon is gone.
+fn receive_forwarded(
+    dev: &Device,
+    link: &crate::daemon_client::DaemonLink,
+    st: &mut DevState,
+    io: &mut DevIo,
+    now: Time,
+) -> bool {
+    use abi::daemon::DataHdr;
+    use zerocopy::FromBytes;
+    if link.fatal.load(SeqCst) {
+        return false;
+    }
+    let counting = io.gso == Some(sys::GsoIds::Counting);
+    let mut any = false;
+    for _ in 0..4 {
+        let n = match io.rx.recv(link.data.as_fd(), &mut io.rx_bufs) {
+            Ok(n) => n,
+            Err(_) => {
+                daemon_gone(dev, link, st);
+                return true;
+            }
+        };
+        for i in 0..n {
+            let len = io.rx.received_len(i);
+            if len == 0 {
+                daemon_gone(dev, link, st);
+                return true;
+            }
+            let Some(msg) = io.rx_bufs.get(i).and_then(|b| b.get(..len)) else {
+                continue;
+            };
+            let Ok((h, data)) = DataHdr::read_from_prefix(msg) else {
+                st.res.counters.port_rcv_errors += 1;
+                continue;
+            };
+            let m = sys::Received {
+                len: data.len(),
+                from: SocketAddr::new(abi::daemon::addr_of_gid(h.src), h.src_port),
+                truncated: false,
+                segment: (h.segment > 0).then_some(usize::from(h.segment)),
+                tos: (h.flags & DataHdr::TOS_VALID != 0).then_some(h.tos),
+            };
+            receive_message(
+                st,
+                io.tap.as_deref(),
+                data,
+                &m,
+                counting,
+                h.first_index,
+                now,
+            );
+        }
+        any |= n > 0;
+        if n < BATCH {
+            break;
+        }
+    }
+    any
+}
+
+/// The daemon closed our link: the device is dead (docs/daemon.md, "When the daemon dies").
+/// Stop reading, give the daemon's port back, flush every QP, and tell every context.
+fn daemon_gone(dev: &Device, link: &crate::daemon_client::DaemonLink, st: &mut DevState) {
+    if link.fatal.swap(true, SeqCst) {
+        return;
+    }
+    let _ = dev.engine.epoll.delete(link.data.as_raw_fd());
+    let _ = sys::release_udp(dev.sock.as_fd(), dev.cfg.addr.is_ipv6());
+    let DevState {
+        qps, res, ready, ..
+    } = st;
+    for idx in qps.indices_where(|_| true) {
+        if let Some(q) = qps.get_mut(idx) {
+            if !matches!(q.qp.state(), QpState::Err | QpState::Reset) {
+                let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
+            }
+        }
+        make_ready(qps, ready, idx);
+    }
+    let ctxs: Vec<_> = res.ctxs.keys().copied().collect();
+    for c in ctxs {
+        res.post_async(c, 1, crate::state::event::DEVICE_FATAL);
+    }
+    eprintln!(
+        "uroce: {}: the daemon at {} went away; the device is fatal (reopen it once a \
+         daemon serves it again)",
+        dev.cfg.name,
+        link.socket.display()
+    );
 }
 
 /// One datagram from the socket: parse, verify the ICRC as far as a UDP socket allows

@@ -71,6 +71,8 @@ mod cmds;
 mod config;
 mod counters;
 mod ctrl;
+pub mod daemon;
+mod daemon_client;
 mod device;
 mod dma;
 mod engine;

@@ -48,6 +48,8 @@ pub mod event {
     pub const SRQ_LIMIT_REACHED: u32 = 15;
     /// A QP on an SRQ entered ERR: it will produce no more receive completions.
     pub const QP_LAST_WQE_REACHED: u32 = 16;
+    /// The device stopped working (its daemon went away).
+    pub const DEVICE_FATAL: u32 = 8;
 }
 
 /// Where packets for an address go: the device's own address (internal loopback) or UDP.
@@ -233,8 +235,15 @@ pub(crate) struct QpObj {
 
 impl QpObj {
     /// Whether packets of this QP may leave through the socket.
-    pub(crate) fn remote_capable(&self, dev_ip: IpAddr) -> bool {
-        self.ty == QpType::Ud || self.av.is_some_and(|d| d.ip != dev_ip)
+    /// Whether the QP may send or receive through the socket: UD, a remote address, or
+    /// — on a device attached to a daemon — a peer QP of another process (`own`: this
+    /// process's QP-number window).
+    pub(crate) fn remote_capable(&self, dev_ip: IpAddr, own: Option<(u32, u32)>) -> bool {
+        self.ty == QpType::Ud
+            || self.av.is_some_and(|d| {
+                d.ip != dev_ip
+                    || own.is_some_and(|w| !in_window(w, self.qp.query().dest_qp_num.value()))
+            })
     }
 }
 
@@ -296,6 +305,16 @@ pub(crate) struct DevState {
     pub(crate) hermetic: bool,
     /// IPv4 Identifications of the senders heard from, to judge solved ICRCs.
     pub(crate) idents: crate::ident::IdentGuard,
+    /// On a device attached to a daemon: this process's QP numbers `(base, count)`; a
+    /// packet to the device's own address takes the internal loopback only to these.
+    pub(crate) own_qpns: Option<(u32, u32)>,
+    /// The daemon this device is attached to, if any (`crate::daemon_client`).
+    pub(crate) daemon: Option<Arc<crate::daemon_client::DaemonLink>>,
+}
+
+/// Whether `qpn` is in the window `(base, count)`.
+pub(crate) fn in_window(w: (u32, u32), qpn: u32) -> bool {
+    qpn.wrapping_sub(w.0) < w.1
 }
 
 impl DevState {
@@ -330,6 +349,38 @@ impl DevState {
             gsi,
             hermetic: false,
             idents: crate::ident::IdentGuard::default(),
+            own_qpns: None,
+            daemon: None,
+        }
+    }
+
+    /// This device is a daemon's client (`crate::daemon_client`): QP numbers from the
+    /// granted window, CM IDs with the granted prefix.
+    pub(crate) fn attach_to_daemon(&mut self, link: Arc<crate::daemon_client::DaemonLink>) {
+        let g = link.grant;
+        self.daemon = Some(link);
+        self.qps = Slab::new(g.qpn_base);
+        self.own_qpns = Some((g.qpn_base, g.qpn_count));
+        self.gsi
+            .set_id_prefix(u8::try_from(g.id_prefix_bits).unwrap_or(0), g.id_prefix);
+    }
+
+    /// Whether the device is dead because its daemon went away.
+    pub(crate) fn fatal(&self) -> bool {
+        self.daemon
+            .as_ref()
+            .is_some_and(|l| l.fatal.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Give back to the daemon the service IDs of `before` no listener of this device is
+    /// on any more (after a CM ID or a context went away).
+    pub(crate) fn release_listens(&self, before: &[transport::wire::cm::ServiceId]) {
+        if let Some(l) = &self.daemon {
+            for sid in before {
+                if !self.gsi.cm.is_listening(*sid) {
+                    l.unlisten(sid.0);
+                }
+            }
         }
     }
 
@@ -387,11 +438,11 @@ impl DevState {
     }
 
     pub(crate) fn recount_remote(&mut self) {
-        let ip = self.cfg.addr;
+        let (ip, own) = (self.cfg.addr, self.own_qpns);
         self.remote_qps = self
             .qps
             .iter()
-            .filter(|(_, q)| q.remote_capable(ip))
+            .filter(|(_, q)| q.remote_capable(ip, own))
             .count();
     }
 }
