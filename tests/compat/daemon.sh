@@ -8,7 +8,7 @@
 #     each) on the one device and address, every process exiting 0, with `uroce devinfo` and
 #     `uroce stat` run while they do (stat must show the daemon and its clients);
 #  3. ibv_rc_pingpong (--chk) and `uroce bench write_bw --verify` between two processes;
-#     rping -v through the daemon's CM routing;
+#     rping -v, udaddy and ucmatose through the daemon's CM routing;
 #  4. a client killed with SIGKILL mid-transfer: another pair's 256 MiB verified WRITE stream
 #     finishes with every payload matching, the daemon logs the reclaim and `uroce stat`
 #     no longer lists the killed process;
@@ -37,7 +37,7 @@ done
 ADDR=${DAEMON_ADDR:-127.0.0.77}
 port=${DAEMON_TCP_PORT:-19300}
 
-need=(ibv_devices ibv_rc_pingpong ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw rping)
+need=(ibv_devices ibv_rc_pingpong ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw rping udaddy ucmatose)
 missing=()
 for t in "${need[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -178,6 +178,12 @@ pair "uroce bench write_bw --verify, two processes" \
 pair "rping -v -C 20 through the daemon's CM routing" \
     rping -s -a "$ADDR" -C 20 -v -p $((port + 22)) -- \
     rping -c -a "$ADDR" -C 20 -v -p $((port + 22))
+pair "udaddy (UD over SIDR) through the daemon" \
+    udaddy -b "$ADDR" -- \
+    udaddy -s "$ADDR"
+pair "ucmatose -c 4 -C 10 through the daemon" \
+    ucmatose -b "$ADDR" -c 4 -C 10 -p $((port + 24)) -- \
+    ucmatose -s "$ADDR" -c 4 -C 10 -p $((port + 24))
 
 # 4. SIGKILL a client while another pair streams 256 MiB of verified WRITEs.
 timeout 300 "$UROCE" bench write_bw -s 65536 -n 4096 --verify -p $((port + 30)) >"$work/ka.s" 2>&1 &
