@@ -18,14 +18,17 @@
 //! [`op::ERROR`] with an [`ErrorBody`] (an errno and a sentence). Requests:
 //!
 //! * [`op::QUERY`] → [`DeviceInfo`].
-//! * [`op::ATTACH`] [`AttachReq`] with one descriptor (`SCM_RIGHTS`): the client's end of a
+//! * [`op::ATTACH`] [`AttachReq`] with two descriptors (`SCM_RIGHTS`): the client's end of a
 //!   `SOCK_SEQPACKET` pair on which the daemon forwards the client's datagrams, each a
-//!   [`DataHdr`] and the UDP payload → [`AttachResp`] with one descriptor: the device's UDP
+//!   [`DataHdr`] and the UDP payload, and the eventfd that wakes the client's engine → [`AttachResp`] with one descriptor: the device's UDP
 //!   socket (bound to `addr:4791`), which the client sends on directly. A connection that
 //!   attached is the client's lifeline: when it closes the daemon reclaims everything the
 //!   client held, as closing `uverbs0` makes the kernel do.
 //! * [`op::LISTEN`] / [`op::UNLISTEN`] [`ListenReq`]: claim or release a CM service ID, so
 //!   REQs and SIDR_REQs for it reach this client (EADDRINUSE if another client holds it).
+//! * [`op::PEER`] [`PeerReq`]: a packet ring to the client in `slot` → empty reply with two
+//!   descriptors: the ring's memfd and that client's engine wake-up eventfd; the daemon
+//!   hands the ring to that client on its data socket ([`DataHdr::RING`]).
 //! * [`op::STATS`] → UTF-8 text, one `key value` pair per line ([`parse_stats`]).
 //!
 //! Decoding never panics and checks every length ([`decode`]; fuzzed by the
@@ -61,6 +64,8 @@ pub mod op {
     pub const UNLISTEN: u32 = 4;
     /// The daemon's counters for this device.
     pub const STATS: u32 = 5;
+    /// A packet ring to another client (its slot): for QPs of two processes on one device.
+    pub const PEER: u32 = 6;
     /// A refusal ([`super::ErrorBody`]).
     pub const ERROR: u32 = 0xffff_ffff;
 }
@@ -185,6 +190,18 @@ pub struct ListenReq {
     pub service_id: u64,
 }
 
+/// `PEER` request body.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+#[repr(C)]
+pub struct PeerReq {
+    /// The slot of the client to send to.
+    pub slot: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+}
+
 /// `ERROR` reply body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
@@ -250,6 +267,9 @@ pub struct DataHdr {
 impl DataHdr {
     /// `tos` was reported by the socket.
     pub const TOS_VALID: u8 = 1;
+    /// No datagram: the message carries (`SCM_RIGHTS`) a packet ring from the client whose
+    /// slot is `first_index` (docs/daemon.md §2.1).
+    pub const RING: u8 = 2;
 }
 
 /// A decoded message.
@@ -269,6 +289,8 @@ pub enum Msg {
     Unlisten(ListenReq),
     /// `LISTEN` / `UNLISTEN` success.
     Done(u32),
+    /// `PEER` request.
+    Peer(PeerReq),
     /// `STATS` request.
     Stats,
     /// `STATS` reply.
@@ -308,10 +330,12 @@ pub fn decode(bytes: &[u8]) -> Result<Msg, DecodeError> {
         op::ATTACH => Msg::Attach(body(rest)?),
         op::LISTEN => Msg::Listen(body(rest)?),
         op::UNLISTEN => Msg::Unlisten(body(rest)?),
+        op::PEER => Msg::Peer(body(rest)?),
         x if x == op::QUERY | REPLY => Msg::Info(body(rest)?),
         x if x == op::ATTACH | REPLY => Msg::Attached(body(rest)?),
         x if x == op::LISTEN | REPLY && len == 0 => Msg::Done(op::LISTEN),
         x if x == op::UNLISTEN | REPLY && len == 0 => Msg::Done(op::UNLISTEN),
+        x if x == op::PEER | REPLY && len == 0 => Msg::Done(op::PEER),
         x if x == op::STATS | REPLY => {
             Msg::StatsText(String::from_utf8(rest.to_vec()).map_err(|_| DecodeError::Malformed)?)
         }
@@ -341,6 +365,7 @@ pub fn encode(m: &Msg) -> Vec<u8> {
         Msg::Attached(a) => frame(op::ATTACH | REPLY, a.as_bytes()),
         Msg::Listen(l) => frame(op::LISTEN, l.as_bytes()),
         Msg::Unlisten(l) => frame(op::UNLISTEN, l.as_bytes()),
+        Msg::Peer(p) => frame(op::PEER, p.as_bytes()),
         Msg::Done(o) => frame(o | REPLY, &[]),
         Msg::StatsText(s) => frame(op::STATS | REPLY, s.as_bytes()),
         Msg::Error(e) => frame(op::ERROR, e.as_bytes()),
@@ -566,6 +591,11 @@ mod tests {
             }),
             Msg::Unlisten(ListenReq { service_id: 1 }),
             Msg::Done(op::LISTEN),
+            Msg::Peer(PeerReq {
+                slot: 4,
+                reserved: 0,
+            }),
+            Msg::Done(op::PEER),
             Msg::Stats,
             Msg::StatsText("clients 2\n".into()),
             Msg::Error(ErrorBody::new(98, "service ID in use")),

@@ -648,7 +648,7 @@ proptest! {
     #[test]
     fn decode_daemon_message_random(
         data in proptest::collection::vec(any::<u8>(), 0..300),
-        op in prop_oneof![Just(1u32), Just(2), Just(3), Just(4), Just(5), Just(0x8000_0001),
+        op in prop_oneof![Just(1u32), Just(2), Just(3), Just(4), Just(5), Just(6), Just(0x8000_0006), Just(0x8000_0001),
                           Just(0x8000_0002), Just(0x8000_0003), Just(0x8000_0005),
                           Just(0xffff_ffff)],
     ) {

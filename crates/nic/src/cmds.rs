@@ -1623,6 +1623,7 @@ impl DevState {
             qpo.av = Some(av);
             qpo.dest_raw = m.dest;
         }
+        let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.query().dest_qp_num.value()));
         if mask.contains(AttrMask::ALT_PATH) {
             qpo.alt_raw = m.alt_dest;
             qpo.alt_pkey_index = m.alt_pkey_index;
@@ -1650,6 +1651,9 @@ impl DevState {
             }
         }
         let idx = m.qp_handle;
+        if let Some((ip, qpn)) = ring_to {
+            self.ensure_peer_ring(ip, qpn);
+        }
         self.make_ready(idx);
         self.recount_remote();
         Ok(())

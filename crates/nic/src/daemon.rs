@@ -45,13 +45,21 @@ pub struct RawClient {
     link: crate::daemon_client::DaemonLink,
     /// The device's UDP socket, as the daemon handed it over.
     pub udp: OwnedFd,
+    /// The wake-up eventfd handed to the daemon.
+    pub wake: OwnedFd,
 }
 
 impl RawClient {
     /// Attach to the device socket `path` as a new client.
     pub fn attach(path: &Path) -> io::Result<RawClient> {
-        let (link, udp) = crate::daemon_client::DaemonLink::attach(path)?;
-        Ok(RawClient { link, udp })
+        let wake = sys::eventfd()?;
+        let (link, udp) = crate::daemon_client::DaemonLink::attach(path, wake.as_fd())?;
+        Ok(RawClient { link, udp, wake })
+    }
+
+    /// Ask for a packet ring to the client in `slot`.
+    pub fn peer(&self, slot: u32) -> io::Result<()> {
+        self.link.peer(slot).map(|_| ())
     }
 
     /// What the daemon granted.
@@ -96,6 +104,7 @@ struct Counters {
     clients_attached: u64,
     clients_reclaimed: u64,
     listens_reclaimed: u64,
+    rings: u64,
 }
 
 struct Client {
@@ -108,6 +117,8 @@ struct Client {
 
 struct Attached {
     data: OwnedFd,
+    /// The client engine's wake-up eventfd (given to its ring producers).
+    wake: OwnedFd,
     pid: u32,
     slot: u32,
     listens: HashSet<u64>,
@@ -176,7 +187,8 @@ impl Dev {
         let mut s = format!(
             "device {}\naddr {}\nclients {}\nclients_attached {}\nclients_reclaimed {}\n\
              listens {}\nlistens_reclaimed {}\nrcvd_datagrams {}\nforwarded {}\n\
-             forward_drops {}\nunknown_qpn {}\nbad_packets {}\nmads_routed {}\nmads_answered {}\n",
+             forward_drops {}\nunknown_qpn {}\nbad_packets {}\nmads_routed {}\nmads_answered {}\n\
+             peer_rings_made {}\n",
             self.cfg.name,
             self.cfg.addr,
             self.slots.len(),
@@ -190,7 +202,8 @@ impl Dev {
             c.unknown_qpn,
             c.bad_packets,
             c.mads_routed,
-            c.mads_answered
+            c.mads_answered,
+            c.rings
         );
         let mut attached: Vec<&Attached> = self
             .slots
@@ -304,6 +317,8 @@ fn serve_devices(cfg: DaemonConfig, sig: Option<OwnedFd>, stop: &AtomicBool) -> 
         });
     }
     let mut d = Daemon {
+        reply_fds: Vec::new(),
+        rings: HashMap::new(),
         epoll,
         epoch,
         devs,
@@ -322,6 +337,10 @@ fn serve_devices(cfg: DaemonConfig, sig: Option<OwnedFd>, stop: &AtomicBool) -> 
 }
 
 struct Daemon {
+    /// Descriptors to send with the next reply.
+    reply_fds: Vec<OwnedFd>,
+    /// Packet rings between clients: (producer, consumer) → memfd.
+    rings: HashMap<(u64, u64), OwnedFd>,
     epoll: Epoll,
     epoch: Instant,
     devs: Vec<Dev>,
@@ -411,7 +430,7 @@ impl Daemon {
         if let Some(c) = self.clients.get_mut(&tok) {
             let mut buf = [0u8; 4096];
             loop {
-                match sys::recv_with_fd(c.ctl.as_fd(), &mut buf) {
+                match sys::recv_with_fds(c.ctl.as_fd(), &mut buf) {
                     Ok((0, _)) => {
                         closed = true;
                         break;
@@ -464,12 +483,12 @@ impl Daemon {
                 return;
             };
             let bytes = proto::encode(&reply);
-            let sent = match (&reply, c.attached.as_ref()) {
-                (Msg::Attached(_), Some(_)) => {
-                    let dev = &self.devs[c.dev];
-                    send_blocking_with_fd(&c.ctl, &bytes, dev.sock.as_fd())
-                }
-                _ => send_blocking(&c.ctl, &bytes),
+            let pass = std::mem::take(&mut self.reply_fds);
+            let sent = if pass.is_empty() {
+                send_blocking(&c.ctl, &bytes)
+            } else {
+                let b: Vec<BorrowedFd<'_>> = pass.iter().map(|f| f.as_fd()).collect();
+                send_blocking_with_fds(&c.ctl, &bytes, &b)
             };
             if sent.is_err() {
                 closed = true;
@@ -491,8 +510,8 @@ impl Daemon {
                 if self.clients.get(&tok)?.attached.is_some() {
                     return err(libc::EBUSY, "this connection is attached already");
                 }
-                let Some(data) = fds.next() else {
-                    return err(libc::EINVAL, "ATTACH without its data socket");
+                let (Some(data), Some(wake)) = (fds.next(), fds.next()) else {
+                    return err(libc::EINVAL, "ATTACH without its data socket and eventfd");
                 };
                 sys::set_bufs(data.as_fd(), 4 << 20);
                 let dev = &mut self.devs[dev_i];
@@ -509,6 +528,13 @@ impl Daemon {
                     id_prefix: slot,
                     reserved: 0,
                 };
+                match dev.sock.try_clone() {
+                    Ok(u) => self.reply_fds = vec![OwnedFd::from(u)],
+                    Err(e) => {
+                        dev.slots.remove(&slot);
+                        return err(libc::EMFILE, &format!("cannot pass the UDP socket: {e}"));
+                    }
+                }
                 log(&format!(
                     "{}: pid {} attached (slot {slot}, QPNs {:#x}-{:#x})",
                     dev.cfg.name,
@@ -519,6 +545,7 @@ impl Daemon {
                 let c = self.clients.get_mut(&tok)?;
                 c.attached = Some(Attached {
                     data,
+                    wake,
                     pid: a.pid,
                     slot,
                     listens: HashSet::new(),
@@ -526,6 +553,7 @@ impl Daemon {
                 });
                 Some(Msg::Attached(grant))
             }
+            Msg::Peer(p) => self.peer(tok, dev_i, p.slot),
             Msg::Listen(l) => {
                 if self.clients.get(&tok)?.attached.is_none() {
                     return err(libc::EINVAL, "LISTEN before ATTACH");
@@ -556,7 +584,56 @@ impl Daemon {
         }
     }
 
+    /// `PEER`: the ring from client `tok` to the client in `slot`, made on first use and
+    /// handed to that client on its data socket; the reply carries the ring and that
+    /// client's wake-up eventfd.
+    fn peer(&mut self, tok: u64, dev_i: usize, slot: u32) -> Option<Msg> {
+        let err = |e: i32, s: &str| Some(Msg::Error(ErrorBody::new(e, s)));
+        let me = self.clients.get(&tok)?.attached.as_ref()?.slot;
+        let Some(&to) = self.devs[dev_i].slots.get(&slot) else {
+            return err(libc::ENOENT, "no client holds that slot");
+        };
+        if to == tok {
+            return err(
+                libc::EINVAL,
+                "a ring to oneself (use the internal loopback)",
+            );
+        }
+        let consumer = self.clients.get(&to)?.attached.as_ref()?;
+        if let std::collections::hash_map::Entry::Vacant(slot_entry) = self.rings.entry((tok, to)) {
+            let ring = match crate::peer_ring::create() {
+                Ok(r) => r,
+                Err(e) => return err(libc::ENOMEM, &format!("peer ring: {e}")),
+            };
+            let hdr = DataHdr {
+                flags: DataHdr::RING,
+                first_index: u16::try_from(me).unwrap_or(0),
+                ..DataHdr::default()
+            };
+            if let Err(e) = sys::send_with_fds(
+                consumer.data.as_fd(),
+                hdr.as_bytes(),
+                &[ring.as_fd()],
+                libc::MSG_DONTWAIT,
+            ) {
+                return err(
+                    libc::EAGAIN,
+                    &format!("cannot hand the ring to its consumer: {e}"),
+                );
+            }
+            slot_entry.insert(ring);
+            self.devs[dev_i].c.rings += 1;
+        }
+        let ring = self.rings.get(&(tok, to))?;
+        match (ring.try_clone(), consumer.wake.try_clone()) {
+            (Ok(r), Ok(w)) => self.reply_fds = vec![r, w],
+            _ => return err(libc::EMFILE, "cannot pass the ring"),
+        }
+        Some(Msg::Done(proto::op::PEER))
+    }
+
     fn drop_client(&mut self, tok: u64) {
+        self.rings.retain(|(a, b), _| *a != tok && *b != tok);
         let Some(c) = self.clients.remove(&tok) else {
             return;
         };
@@ -636,9 +713,9 @@ fn send_blocking(s: &UnixStream, bytes: &[u8]) -> io::Result<()> {
     r
 }
 
-fn send_blocking_with_fd(s: &UnixStream, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+fn send_blocking_with_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     s.set_nonblocking(false)?;
-    let r = sys::send_with_fd(s.as_fd(), bytes, fd);
+    let r = sys::send_with_fds(s.as_fd(), bytes, fds, 0);
     s.set_nonblocking(true)?;
     r
 }

@@ -17,7 +17,7 @@
 //! not a destroy fails with EIO.
 
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +50,7 @@ fn other(msg: String) -> io::Error {
 impl DaemonLink {
     /// Attach to the device served on `socket`. Returns the link and the device's UDP
     /// socket.
-    pub(crate) fn attach(socket: &Path) -> io::Result<(DaemonLink, OwnedFd)> {
+    pub(crate) fn attach(socket: &Path, wake: BorrowedFd<'_>) -> io::Result<(DaemonLink, OwnedFd)> {
         let ctl = UnixStream::connect(socket).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -67,11 +67,11 @@ impl DaemonLink {
             pid: std::process::id(),
             reserved: 0,
         }));
-        sys::send_with_fd(ctl.as_fd(), &req, theirs.as_fd())?;
+        sys::send_with_fds(ctl.as_fd(), &req, &[theirs.as_fd(), wake], 0)?;
         drop(theirs);
         // The reply: a header and an AttachResp, the UDP socket with its first byte.
         let mut buf = vec![0u8; 8 + size_of::<AttachResp>()];
-        let (n, fd) = sys::recv_with_fd(ctl.as_fd(), &mut buf)?;
+        let (n, fds) = sys::recv_with_fds(ctl.as_fd(), &mut buf)?;
         if n == 0 {
             return Err(other(format!(
                 "{}: the daemon closed the connection",
@@ -106,7 +106,10 @@ impl DaemonLink {
         buf.truncate(total);
         match proto::decode(&buf) {
             Ok(Msg::Attached(grant)) => {
-                let udp = fd.ok_or_else(|| other("the daemon sent no UDP socket".into()))?;
+                let udp = fds
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| other("the daemon sent no UDP socket".into()))?;
                 ctl.set_read_timeout(Some(Duration::from_secs(10)))?;
                 Ok((
                     DaemonLink {
@@ -135,6 +138,48 @@ impl DaemonLink {
             Msg::Done(_) => Ok(()),
             Msg::Error(e) => Err(io::Error::from_raw_os_error(e.errno)),
             other_msg => Err(other(format!("unexpected answer: {other_msg:?}"))),
+        }
+    }
+
+    /// A packet ring to the client in `slot` (docs/daemon.md §2.1): the ring's memfd and
+    /// that client's wake-up eventfd.
+    pub(crate) fn peer(&self, slot: u32) -> io::Result<(OwnedFd, OwnedFd)> {
+        if self.fatal.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let s = self.ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        io::Write::write_all(
+            &mut &*s,
+            &proto::encode(&Msg::Peer(proto::PeerReq { slot, reserved: 0 })),
+        )?;
+        // The reply is an 8-byte header (+ an error body); descriptors come with its first byte.
+        let mut hdr = [0u8; 8];
+        let (n, fds) = sys::recv_with_fds(s.as_fd(), &mut hdr)?;
+        if n == 0 {
+            return Err(other("the daemon closed the connection".into()));
+        }
+        let mut got = n;
+        while got < 8 {
+            let k = (&*s).read(&mut hdr[got..])?;
+            if k == 0 {
+                return Err(other("the daemon closed the connection".into()));
+            }
+            got += k;
+        }
+        let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]).min(proto::MAX_BODY);
+        let mut all = hdr.to_vec();
+        all.resize(8 + len as usize, 0);
+        (&*s).read_exact(&mut all[8..])?;
+        match proto::decode(&all) {
+            Ok(Msg::Done(proto::op::PEER)) => {
+                let mut it = fds.into_iter();
+                match (it.next(), it.next()) {
+                    (Some(ring), Some(wake)) => Ok((ring, wake)),
+                    _ => Err(other("PEER reply without its descriptors".into())),
+                }
+            }
+            Ok(Msg::Error(e)) => Err(e.to_io()),
+            other_msg => Err(other(format!("unexpected answer to PEER: {other_msg:?}"))),
         }
     }
 

@@ -247,13 +247,29 @@ pub(crate) fn start_device_in(
             format!("address {} is already device {}", cfg.addr, d.cfg.name),
         ));
     }
+    let engine = if cfg.dedicated_engine {
+        EngineShared::start(&cfg.name)?
+    } else {
+        let mut e = SHARED_ENGINE.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*e {
+            Some(e) => e.clone(),
+            None => {
+                let s = EngineShared::start("shared")?;
+                *e = Some(s.clone());
+                s
+            }
+        }
+    };
     // A daemon serving this address owns its port: attach to it (docs/daemon.md).
     let mut cfg = cfg;
     let link = match (!hermetic)
         .then(|| crate::daemon_client::lookup(cfg.addr))
         .flatten()
     {
-        Some(path) => Some(crate::daemon_client::DaemonLink::attach(&path)?),
+        Some(path) => Some(crate::daemon_client::DaemonLink::attach(
+            &path,
+            engine.wake_fd(),
+        )?),
         None => None,
     };
     let (sock, daemon) = match link {
@@ -267,19 +283,6 @@ pub(crate) fn start_device_in(
             let sock = sys::bind_roce_udp(SocketAddr::new(cfg.addr, ROCE_V2_PORT))?;
             sys::set_ecn(&sock, cfg.ecn)?;
             (sock, None)
-        }
-    };
-    let engine = if cfg.dedicated_engine {
-        EngineShared::start(&cfg.name)?
-    } else {
-        let mut e = SHARED_ENGINE.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*e {
-            Some(e) => e.clone(),
-            None => {
-                let s = EngineShared::start("shared")?;
-                *e = Some(s.clone());
-                s
-            }
         }
     };
     let dev = Arc::new(Device {

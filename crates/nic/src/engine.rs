@@ -77,6 +77,10 @@ use crate::sys::{self, Epoll, MsgBatch, Sent, EPOLLIN};
 const PKT_BUF: usize = 4096 + transport::MAX_HEADER_LEN + ICRC_LEN + 16;
 /// Messages per `recvmmsg`.
 const BATCH: usize = 32;
+/// A daemon client's engine reads the daemon's socket at least this often while busy.
+const DAEMON_POLL_NS: u64 = 5_000_000;
+/// Packets taken from one peer ring per pass.
+const RING_BUDGET: u32 = 256;
 /// Datagrams per `sendmmsg` (runs of them go as GSO sends: `sys::MsgBatch::send`).
 const TX_BATCH: usize = 128;
 /// Receive buffer: a message of datagrams the kernel coalesced (UDP GRO) is at most 64 KiB.
@@ -207,7 +211,7 @@ impl Core {
 /// Whether a device has work only another pass would do: ready QPs, a socket epoll said
 /// is readable, undelivered loopback packets.
 fn unfinished(io: &DevIo, st: &DevState) -> bool {
-    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty()
+    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty() || !io.ring_backlog.is_empty()
 }
 
 impl EngineShared {
@@ -370,6 +374,12 @@ pub(crate) struct DevIo {
     /// rxe and RoCE NICs check — is not known here.
     gso: Option<sys::GsoIds>,
     force_rx: bool,
+    /// Packets for peer rings that were full: (slot, buffer, length), in order.
+    ring_backlog: VecDeque<(u32, Vec<u8>, usize)>,
+    /// Scratch for packets read from peer rings.
+    ring_rx: Vec<u8>,
+    /// When the daemon's socket was last read.
+    daemon_polled: Time,
     /// The device's packet capture (`crate::tap`; `UROCE_CAPTURE`): `None` when off, the
     /// only cost capture adds to the datapath.
     tap: Option<Arc<crate::tap::Tap>>,
@@ -386,6 +396,9 @@ impl DevIo {
             tx: MsgBatch::new(TX_BATCH),
             gso,
             force_rx: true,
+            ring_backlog: VecDeque::new(),
+            ring_rx: Vec::new(),
+            daemon_polled: Time(0),
             tap,
         }
     }
@@ -399,7 +412,7 @@ impl DevIo {
     }
 
     fn backlogged(&self) -> bool {
-        self.txq.len() >= TXQ_MAX
+        self.txq.len() >= TXQ_MAX || self.ring_backlog.len() >= TXQ_MAX
     }
 }
 
@@ -560,15 +573,24 @@ fn park(
             for cx in st.res.ctxs.values() {
                 let _ = cx.doorbells.finish_park();
             }
+            for r in st.peer_rx.iter() {
+                r.set_parked(false);
+            }
         }
     };
-    // 1. Announce `parked` on every doorbell page, re-checking the bitmaps.
+    // 1. Announce `parked` on every doorbell page and peer ring, re-checking them.
     let mut may_sleep = true;
     let mut next: Option<Time> = None;
     for d in core.devs.iter() {
-        let st = d.dev.lock_engine();
+        let mut st = d.dev.lock_engine();
         for cx in st.res.ctxs.values() {
             if !cx.doorbells.prepare_park().unwrap_or(false) {
+                may_sleep = false;
+            }
+        }
+        for r in st.peer_rx.iter_mut() {
+            r.set_parked(true);
+            if r.pending() {
                 may_sleep = false;
             }
         }
@@ -642,10 +664,20 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
     // Before a retransmission deadline fires, read what the socket holds even when this
     // pass would not poll it: after a stall the awaited ACK is often already there.
     let timer_due = st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now);
-    if io.force_rx || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live())) {
+    // A daemon's client also looks every few ms whatever its QPs do: the daemon hands
+    // over peer rings and says it is gone on that socket (docs/daemon.md §6).
+    let daemon_due = dev.daemon.is_some() && now.nanos_since(io.daemon_polled) >= DAEMON_POLL_NS;
+    if io.force_rx
+        || daemon_due
+        || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live()))
+    {
         io.force_rx = false;
+        if dev.daemon.is_some() {
+            io.daemon_polled = now;
+        }
         progress |= receive(dev, st, io, now);
     }
+    progress |= receive_rings(st, io, now);
     progress |= fire_timers(st, now);
     progress |= send_gsi(st, io);
     check_err_rqs(st);
@@ -978,6 +1010,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         ready,
         timers,
         err_rqs,
+        peer_tx,
         ..
     } = st;
     let Some(q) = qps.get_mut(idx) else {
@@ -1006,7 +1039,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         };
         let deferred = mem.payload.deferred();
         sent += 1;
-        route(dev_ip, own, hermetic, q, res, io, buf, t, deferred);
+        route(dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, deferred);
     }
     if sent == TX_BUDGET {
         more = true;
@@ -1050,6 +1083,7 @@ fn route(
     hermetic: bool,
     q: &QpObj,
     res: &mut Resources,
+    peer_tx: &mut std::collections::HashMap<u32, crate::peer_ring::TxRing>,
     io: &mut DevIo,
     mut buf: Vec<u8>,
     t: Transmit,
@@ -1084,6 +1118,24 @@ fn route(
         res.counters.xmit_discards += 1;
         io.put_buf(buf);
         return;
+    }
+    // Another process of this daemon device with a packet ring: straight into its memory.
+    let slot = bth_dest_qpn(&buf) >> crate::daemon::WINDOW_BITS;
+    if dest.ip == dev_ip {
+        if let Some(tx) = peer_tx.get_mut(&slot) {
+            if let Some(tap) = &io.tap {
+                if let Some(pkt) = buf.get(..t.len) {
+                    tap.looped(pkt, |_| true);
+                }
+            }
+            let queued = io.ring_backlog.iter().any(|(s, _, _)| *s == slot);
+            if !queued && buf.get(..t.len).is_some_and(|p| tx.stage(p)) {
+                io.put_buf(buf);
+            } else {
+                io.ring_backlog.push_back((slot, buf, t.len));
+            }
+            return;
+        }
     }
     send_udp(dev_ip, &dest, &mut res.counters, io, buf, t.len);
 }
@@ -1208,8 +1260,64 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
     any
 }
 
-fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
+/// Move what waits for full peer rings into them (in order), then publish every ring that
+/// got packets (one Release store each, a wake-up only for a parked consumer).
+fn flush_rings(st: &mut DevState, io: &mut DevIo) -> bool {
     let mut progress = false;
+    let mut blocked: Vec<u32> = Vec::new();
+    let mut k = 0;
+    while k < io.ring_backlog.len() {
+        let Some((slot, _, _)) = io.ring_backlog.get(k) else {
+            break;
+        };
+        let slot = *slot;
+        if blocked.contains(&slot) {
+            k += 1;
+            continue;
+        }
+        let staged = match (st.peer_tx.get_mut(&slot), io.ring_backlog.get(k)) {
+            (Some(tx), Some((_, b, len))) => b.get(..*len).is_some_and(|p| tx.stage(p)),
+            // The ring is gone: the packet is lost, as on a vanished link.
+            (None, _) => true,
+            _ => false,
+        };
+        if staged {
+            if let Some((_, b, _)) = io.ring_backlog.remove(k) {
+                io.pool.push(b);
+            }
+            progress = true;
+        } else {
+            blocked.push(slot);
+            k += 1;
+        }
+    }
+    for tx in st.peer_tx.values_mut() {
+        tx.publish();
+    }
+    progress
+}
+
+/// Packets other processes of the daemon's device put into this device's peer rings.
+fn receive_rings(st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
+    if st.peer_rx.is_empty() {
+        return false;
+    }
+    let mut rings = std::mem::take(&mut st.peer_rx);
+    // Its own scratch buffer: `drain` sizes it to each packet (never a pool buffer).
+    let mut buf = std::mem::take(&mut io.ring_rx);
+    let mut n = 0;
+    for r in rings.iter_mut() {
+        n += r.drain(RING_BUDGET, &mut buf, |pkt| {
+            deliver_loopback(st, pkt, DeferList::default(), now);
+        });
+    }
+    io.ring_rx = buf;
+    st.peer_rx = rings;
+    n > 0
+}
+
+fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
+    let mut progress = flush_rings(st, io);
     let mut groups = [0usize; TX_BATCH];
     // After a refused GSO send, the next message goes datagram by datagram.
     let mut single_first = false;
@@ -1398,6 +1506,16 @@ fn receive_forwarded(
                 st.res.counters.port_rcv_errors += 1;
                 continue;
             };
+            if h.flags & DataHdr::RING != 0 {
+                // A packet ring from another process of the device (crate::peer_ring).
+                for fd in io.rx.take_fds(i) {
+                    match crate::peer_ring::RxRing::attach(&fd) {
+                        Ok(r) => st.peer_rx.push(r),
+                        Err(e) => eprintln!("uroce: {}: peer ring: {e}", dev.cfg.name),
+                    }
+                }
+                continue;
+            }
             let m = sys::Received {
                 len: data.len(),
                 from: SocketAddr::new(abi::daemon::addr_of_gid(h.src), h.src_port),

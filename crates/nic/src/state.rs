@@ -310,6 +310,11 @@ pub(crate) struct DevState {
     pub(crate) own_qpns: Option<(u32, u32)>,
     /// The daemon this device is attached to, if any (`crate::daemon_client`).
     pub(crate) daemon: Option<Arc<crate::daemon_client::DaemonLink>>,
+    /// Packet rings to other processes of the daemon's device, by their window slot
+    /// (`crate::peer_ring`); made by the control plane when a QP is connected to theirs.
+    pub(crate) peer_tx: HashMap<u32, crate::peer_ring::TxRing>,
+    /// Packet rings from other processes, polled by the engine on every pass.
+    pub(crate) peer_rx: Vec<crate::peer_ring::RxRing>,
 }
 
 /// Whether `qpn` is in the window `(base, count)`.
@@ -351,6 +356,8 @@ impl DevState {
             idents: crate::ident::IdentGuard::default(),
             own_qpns: None,
             daemon: None,
+            peer_tx: HashMap::new(),
+            peer_rx: Vec::new(),
         }
     }
 
@@ -363,6 +370,37 @@ impl DevState {
         self.own_qpns = Some((g.qpn_base, g.qpn_count));
         self.gsi
             .set_id_prefix(u8::try_from(g.id_prefix_bits).unwrap_or(0), g.id_prefix);
+    }
+
+    /// On a daemon's device: make sure a packet ring leads to the process that owns QP
+    /// `dest_qpn` at this device's own address, if another process owns it (asked of the
+    /// daemon once per peer process; without a ring, packets go through the daemon).
+    pub(crate) fn ensure_peer_ring(&mut self, dest_ip: IpAddr, dest_qpn: u32) {
+        let (Some(link), Some(own)) = (&self.daemon, self.own_qpns) else {
+            return;
+        };
+        if dest_ip != self.cfg.addr || in_window(own, dest_qpn) {
+            return;
+        }
+        let slot = dest_qpn >> crate::daemon::WINDOW_BITS;
+        // Asked at every connection: the slot may have changed hands since the ring we hold
+        // was made (the daemon keeps one ring per pair of live clients).
+        // No ring (the peer went away, or the daemon refused): the daemon forwards.
+        if let Ok((ring, wake)) = link.peer(slot) {
+            if self
+                .peer_tx
+                .get(&slot)
+                .is_some_and(|t| t.same_memory(&ring))
+            {
+                return;
+            }
+            match crate::peer_ring::TxRing::attach(&ring, wake) {
+                Ok(tx) => {
+                    self.peer_tx.insert(slot, tx);
+                }
+                Err(e) => eprintln!("uroce: {}: peer ring to slot {slot}: {e}", self.cfg.name),
+            }
+        }
     }
 
     /// Whether the device is dead because its daemon went away.
@@ -438,11 +476,20 @@ impl DevState {
     }
 
     pub(crate) fn recount_remote(&mut self) {
-        let (ip, own) = (self.cfg.addr, self.own_qpns);
+        let (ip, own, rings) = (self.cfg.addr, self.own_qpns, &self.peer_tx);
+        // A peer process reached through a packet ring needs no socket.
+        let ringed = |q: &QpObj| {
+            q.av.is_some_and(|d| {
+                d.ip == ip
+                    && rings.contains_key(
+                        &(q.qp.query().dest_qp_num.value() >> crate::daemon::WINDOW_BITS),
+                    )
+            })
+        };
         self.remote_qps = self
             .qps
             .iter()
-            .filter(|(_, q)| q.remote_capable(ip, own))
+            .filter(|(_, q)| q.remote_capable(ip, own) && !ringed(q))
             .count();
     }
 }

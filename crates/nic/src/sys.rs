@@ -112,69 +112,12 @@ pub(crate) fn send_message(fd: BorrowedFd<'_>, msg: &[u8]) -> io::Result<usize> 
     }
 }
 
-/// Send `msg` on a Unix socket with one descriptor attached (`SCM_RIGHTS`), blocking, all
-/// of it (the descriptor travels with the first byte).
-pub(crate) fn send_with_fd(
-    sock: BorrowedFd<'_>,
-    msg: &[u8],
-    pass: BorrowedFd<'_>,
-) -> io::Result<()> {
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<c_int>() as u32) } as usize;
-    let mut ctrl = [0u64; 4];
-    let mut iov = libc::iovec {
-        iov_base: msg.as_ptr() as *mut c_void,
-        iov_len: msg.len(),
-    };
-    // SAFETY: all-zero is a valid msghdr; the fields are set below.
-    let mut m: libc::msghdr = unsafe { zeroed() };
-    m.msg_iov = &mut iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctrl.as_mut_ptr().cast::<c_void>();
-    m.msg_controllen = space;
-    // SAFETY: `ctrl` has room for one control message with one int (`space` ≤ 32 bytes);
-    // CMSG_FIRSTHDR/CMSG_DATA point inside it.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&m);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(size_of::<c_int>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<c_int>(), pass.as_raw_fd());
-    }
-    // SAFETY: `m` points at `iov` (a live slice) and `ctrl`, both alive during the call.
-    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let sent = r as usize;
-    if sent < msg.len() {
-        // The rest without the descriptor.
-        let mut rest = msg.get(sent..).unwrap_or(&[]);
-        while !rest.is_empty() {
-            // SAFETY: `rest` is a live slice.
-            let r = unsafe {
-                libc::send(
-                    sock.as_raw_fd(),
-                    rest.as_ptr().cast::<c_void>(),
-                    rest.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            if r <= 0 {
-                return Err(io::Error::last_os_error());
-            }
-            rest = rest.get(r as usize..).unwrap_or(&[]);
-        }
-    }
-    Ok(())
-}
-
-/// Receive into `buf` from a Unix socket (blocking), and the descriptor that came with it,
-/// if any (extra descriptors are closed). Returns the byte count (0: end of stream).
-pub(crate) fn recv_with_fd(
+/// Receive into `buf` from a Unix socket, and the descriptors that came with it. Returns
+/// the byte count (0: end of stream).
+pub(crate) fn recv_with_fds(
     sock: BorrowedFd<'_>,
     buf: &mut [u8],
-) -> io::Result<(usize, Option<OwnedFd>)> {
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut ctrl = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast::<c_void>(),
@@ -191,7 +134,7 @@ pub(crate) fn recv_with_fd(
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut got: Option<OwnedFd> = None;
+    let mut got: Vec<OwnedFd> = Vec::new();
     // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages into
     // `ctrl`; every descriptor in an SCM_RIGHTS message is new and ours to own.
     unsafe {
@@ -201,10 +144,7 @@ pub(crate) fn recv_with_fd(
                 let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<c_int>();
                 let data = libc::CMSG_DATA(c).cast::<c_int>();
                 for k in 0..n {
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k)));
-                    if got.is_none() {
-                        got = Some(fd);
-                    }
+                    got.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
                 }
             }
             c = libc::CMSG_NXTHDR(&m, c);
@@ -285,6 +225,119 @@ pub(crate) fn drain_fd(fd: BorrowedFd<'_>) {
     let mut b = [0u8; 512];
     // SAFETY: reads into a local buffer of the stated length.
     while unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast::<c_void>(), b.len()) } > 0 {}
+}
+
+/// A new memfd of `len` bytes (close-on-exec).
+pub(crate) fn memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create takes a NUL-terminated name and returns a new descriptor or -1.
+    let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: the descriptor was just created and belongs to no one else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate on a descriptor we own.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+    Ok(fd)
+}
+
+/// A shared read-write mapping of the first `len` bytes of `fd`; unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory valid until drop; who accesses it, and how, is the
+// business of the `SharedMem` built on it (atomic words only).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: p.cast::<u8>(),
+            len,
+        })
+    }
+
+    /// The mapping as a region of atomic words. The `SharedMem` must be dropped before this
+    /// mapping (the caller keeps both in one owner, mapping last).
+    pub(crate) fn region(&self) -> io::Result<abi::shm::SharedMem> {
+        // SAFETY: `ptr..ptr+len` is a live shared mapping until `self` drops, which the
+        // caller orders after every user of the region; every access through `SharedMem` is
+        // atomic, and the only other accessor is another process.
+        unsafe { abi::shm::SharedMem::from_raw_parts(self.ptr, self.len) }
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range `shared` mapped.
+        unsafe { libc::munmap(self.ptr.cast::<c_void>(), self.len) };
+    }
+}
+
+/// Send `msg` with several descriptors attached (`SCM_RIGHTS`), blocking, all of it.
+pub(crate) fn send_with_fds(
+    sock: BorrowedFd<'_>,
+    msg: &[u8],
+    pass: &[BorrowedFd<'_>],
+    flags: c_int,
+) -> io::Result<()> {
+    let n = pass.len().min(4);
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE((n * size_of::<c_int>()) as u32) } as usize;
+    let mut ctrl = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: msg.as_ptr() as *mut c_void,
+        iov_len: msg.len(),
+    };
+    // SAFETY: all-zero is a valid msghdr; the fields are set below.
+    let mut m: libc::msghdr = unsafe { zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    if n > 0 {
+        m.msg_control = ctrl.as_mut_ptr().cast::<c_void>();
+        m.msg_controllen = space;
+        // SAFETY: `ctrl` (64 bytes) has room for one control message with up to 4 ints;
+        // CMSG_FIRSTHDR/CMSG_DATA point inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&m);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN((n * size_of::<c_int>()) as u32) as usize;
+            let data = libc::CMSG_DATA(c).cast::<c_int>();
+            for (k, fd) in pass.iter().take(n).enumerate() {
+                std::ptr::write_unaligned(data.add(k), fd.as_raw_fd());
+            }
+        }
+    }
+    // SAFETY: `m` points at `iov` (a live slice) and `ctrl`, both alive during the call.
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL | flags) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (r as usize) < msg.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short send of a message with descriptors",
+        ));
+    }
+    Ok(())
 }
 
 /// An epoll instance.
@@ -676,6 +729,39 @@ impl MsgBatch {
             return if is_would_block(&e) { Ok(0) } else { Err(e) };
         }
         Ok(r as usize)
+    }
+
+    /// The descriptors (`SCM_RIGHTS`) that came with message `i` of the last
+    /// [`MsgBatch::recv`] on a Unix socket; each is taken once (a second call returns none).
+    pub(crate) fn take_fds(&mut self, i: usize) -> Vec<OwnedFd> {
+        let mut got = Vec::new();
+        let Some(h) = self.hdrs.get_mut(i) else {
+            return got;
+        };
+        if h.msg_hdr.msg_control.is_null() {
+            return got;
+        }
+        // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages
+        // into this header's own buffer; descriptors in SCM_RIGHTS are new and ours. The
+        // control length is zeroed afterwards so they are never taken twice.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let n =
+                        ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<c_int>();
+                    let data = libc::CMSG_DATA(c).cast::<c_int>();
+                    for k in 0..n {
+                        let fd = std::ptr::read_unaligned(data.add(k));
+                        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                        got.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+            }
+        }
+        h.msg_hdr.msg_controllen = 0;
+        got
     }
 
     /// The length of message `i` of the last [`MsgBatch::recv`] (0: end of stream on a
