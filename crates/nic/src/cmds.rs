@@ -903,8 +903,10 @@ impl DevState {
         let write = acc & (AccessFlags::LOCAL_WRITE.0 | remote_w) != 0;
         let range = dma::user_range(self.mem_space(), r.start, r.length, write)
             .map_err(mem_refusal("range", r.start, r.length, write))?;
-        self.next_mr_key = self.next_mr_key.wrapping_add(1);
-        let key8 = u32::from(self.next_mr_key);
+        // Unpredictable and unique among the device's keys (`crate::keys`); lkey == rkey
+        // as in rxe.
+        let mrs = &self.res.mrs;
+        let key = self.keygen.draw(self.hermetic, |k| mrs.key_taken(k));
         let idx = self
             .res
             .mrs
@@ -912,7 +914,7 @@ impl DevState {
                 Mr {
                     ctx,
                     pd: r.pd_handle,
-                    key: 0,
+                    key,
                     iova: r.hca_va,
                     length: r.length,
                     access: acc,
@@ -928,11 +930,6 @@ impl DevState {
                     self.cfg.limits.max_mr
                 )
             })?;
-        // rxe: key = pool index << 8 | 8-bit key; lkey == rkey.
-        let key = (idx << 8) | key8;
-        if let Some(mr) = self.res.mrs.get_mut(idx) {
-            mr.key = key;
-        }
         self.pd_use(r.pd_handle);
         push(
             resp,
@@ -2000,7 +1997,7 @@ impl DevState {
         if self.hermetic && self.res.ctxs.is_empty() {
             // Nothing can hold a key or QPN of this device any more (no peers, no
             // contexts): start both sequences over.
-            self.next_mr_key = 0;
+            self.keygen.reset();
             self.qps.reset_rotation();
         }
     }

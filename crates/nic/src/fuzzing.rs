@@ -69,8 +69,8 @@ pub const QP_RINGS_AT: u64 = 0x4000;
 pub const MR_AT: u64 = 0x1_0000;
 /// Length of the prelude's MR.
 pub const MR_LEN: u64 = 0x4_0000;
-/// The prelude MR's lkey and rkey (index 1, first key byte 1).
-pub const MR_KEY: u32 = 0x101;
+/// The prelude MR's lkey and rkey: the first key of a sealed device (`crate::keys`).
+pub const MR_KEY: u32 = 0x106b_2879;
 /// QPNs (= handles) of the prelude's two QPs.
 pub const QPNS: [u32; 2] = [16, 17];
 

@@ -243,7 +243,7 @@ impl QpObj {
 pub(crate) struct Resources {
     pub(crate) ctxs: HashMap<CtxId, Context>,
     pub(crate) pds: Slab<Pd>,
-    pub(crate) mrs: Slab<Mr>,
+    pub(crate) mrs: crate::keys::MrTable,
     pub(crate) cqs: Slab<Cq>,
     pub(crate) srqs: Slab<Srq>,
     pub(crate) ahs: Slab<Ah>,
@@ -282,7 +282,8 @@ pub(crate) struct DevState {
     /// QPs in ERR with their own RQ: receives the library posts to the ring now flush
     /// (docs/wire.md §6.3), and no doorbell announces them, so each awake pass looks.
     pub(crate) err_rqs: Vec<u32>,
-    pub(crate) next_mr_key: u8,
+    /// Where MR keys come from (`crate::keys`).
+    pub(crate) keygen: crate::keys::KeyGen,
     /// How command addresses name memory (`dma::AddressSpace`).
     pub(crate) space: crate::dma::AddressSpace,
     /// The process's mappings as read for the command being executed, before the lock was
@@ -308,7 +309,7 @@ impl DevState {
             res: Resources {
                 ctxs: HashMap::new(),
                 pds: Slab::new(1),
-                mrs: Slab::new(1),
+                mrs: crate::keys::MrTable::new(),
                 cqs: Slab::new(1),
                 srqs: Slab::new(1),
                 ahs: Slab::new(1),
@@ -324,7 +325,7 @@ impl DevState {
             retired: transport::Counters::default(),
             remote_qps: 0,
             err_rqs: Vec::new(),
-            next_mr_key: 0,
+            keygen: crate::keys::KeyGen::default(),
             space: crate::dma::AddressSpace::Process,
             maps: None,
             gsi,
@@ -711,13 +712,13 @@ impl DeferList {
     /// Whether every MR the deferred bytes come from is still registered (the packet is
     /// delivered in a later pass, after commands may have deregistered it: then it is
     /// dropped like a lost packet, and the sender's retry finds the key gone).
-    pub(crate) fn sources_valid(&self, mrs: &Slab<Mr>) -> bool {
+    pub(crate) fn sources_valid(&self, mrs: &crate::keys::MrTable) -> bool {
         self.items().iter().all(|d| source(mrs, d.key).is_some())
     }
 
     /// Copy the deferred bytes into the packet (it leaves through a socket); `false` if a
     /// source is gone or a range is outside `buf`.
-    pub(crate) fn materialize(&self, mrs: &Slab<Mr>, buf: &mut [u8]) -> bool {
+    pub(crate) fn materialize(&self, mrs: &crate::keys::MrTable, buf: &mut [u8]) -> bool {
         self.items().iter().all(|d| {
             let (Some(mr), Some(dst)) = (source(mrs, d.key), buf.get_mut(d.at..d.at + d.len))
             else {
@@ -728,8 +729,8 @@ impl DeferList {
     }
 }
 
-fn source(mrs: &Slab<Mr>, key: u32) -> Option<&Mr> {
-    mrs.get(key >> 8).filter(|m| m.key == key)
+fn source(mrs: &crate::keys::MrTable, key: u32) -> Option<&Mr> {
+    mrs.by_key(key)
 }
 
 /// What a [`DmaView`] does with packet payload.
@@ -796,7 +797,7 @@ fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
 /// must belong to the QP's PD (docs/architecture.md §4, the NIC's MTT). Every failure is an error
 /// the transport turns into the prescribed completion status or NAK.
 pub(crate) struct DmaView<'a> {
-    pub(crate) mrs: &'a Slab<Mr>,
+    pub(crate) mrs: &'a crate::keys::MrTable,
     pub(crate) pd: u32,
     pub(crate) payload: Payload,
 }
@@ -811,8 +812,8 @@ impl<'a> DmaView<'a> {
     fn lookup(&self, key: u32, addr: u64, len: u64) -> Result<(&'a Mr, u64), MemError> {
         let mr = self
             .mrs
-            .get(key >> 8)
-            .filter(|m| m.key == key && m.pd == self.pd)
+            .by_key(key)
+            .filter(|m| m.pd == self.pd)
             .ok_or(MemError::InvalidKey)?;
         let off = addr.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
         let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
@@ -1019,13 +1020,10 @@ mod tests {
     fn deferred_payload_goes_from_source_to_destination_in_one_copy() {
         let mut src: Vec<u8> = (0..64).collect();
         let mut dst = vec![0xeeu8; 64];
-        let mut mrs = Slab::new(1);
-        let a = mrs.insert(mr(&mut src, 0, 7), 8).unwrap();
-        let b = mrs.insert(mr(&mut dst, 0, 7), 8).unwrap();
-        for (i, k) in [(a, (a << 8) | 1), (b, (b << 8) | 2)] {
-            mrs.get_mut(i).unwrap().key = k;
-        }
-        let (ka, kb) = ((a << 8) | 1, (b << 8) | 2);
+        let mut mrs = crate::keys::MrTable::new();
+        let (ka, kb) = (0x5eed_0001, 0x0bad_cafe);
+        let a = mrs.insert(mr(&mut src, ka, 7), 8).unwrap();
+        mrs.insert(mr(&mut dst, kb, 7), 8).unwrap();
         // Build: two payload pieces read into the packet are recorded, not copied.
         let mut pkt = vec![0x55u8; 64];
         let mut view = DmaView {
