@@ -164,7 +164,7 @@ open_enum! {
         REG_MR = 9,
         /// Not supported.
         REG_SMR = 10,
-        /// Not supported.
+        /// `ib_uverbs_rereg_mr`.
         REREG_MR = 11,
         /// Not supported.
         QUERY_MR = 12,

@@ -237,6 +237,88 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     })
 }
 
+/// `int ibv_rereg_mr(struct ibv_mr *, int flags, struct ibv_pd *, void *addr, size_t
+/// length, int access)`, with rdma-core's return values (`libibverbs/verbs.c`): 0;
+/// `IBV_REREG_MR_ERR_INPUT` with errno EINVAL for flags outside the three
+/// `IBV_REREG_MR_CHANGE_*`, a translation without address or length, or access bits
+/// without `CHANGE_ACCESS`; `IBV_REREG_MR_ERR_CMD` with the device's errno when the command
+/// is refused (the MR is then unchanged). Fork ranges need no bookkeeping here
+/// (`ibv_dontfork_range` is a no-op), so the fork errors never occur. Keys and handle stay;
+/// `mr->pd`, `addr`, `length`, `lkey`, `rkey` are updated as rdma-core updates them.
+///
+/// # Safety
+/// `mr` came from an `ibv_reg_mr*` call and is not deregistered; `pd` is NULL or a live
+/// PD; with `CHANGE_TRANSLATION` the new memory stays mapped while registered.
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        let input = || {
+            set_errno(libc::EINVAL);
+            IBV_REREG_MR_ERR_INPUT
+        };
+        let all =
+            IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+        let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        if mr.is_null()
+            || flags & !all != 0
+            || (translation && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            return input();
+        }
+        let m = mr.cast::<UMr>();
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: per the contract, NULL or a live boxed UPd.
+            match unsafe { upd(pd) } {
+                Some(p) => Some(p),
+                None => {
+                    set_errno(libc::EINVAL);
+                    return IBV_REREG_MR_ERR_CMD;
+                }
+            }
+        } else {
+            None
+        };
+        // SAFETY: a live boxed UMr per the contract; the application does not use it
+        // concurrently with this call (as with every verb on one MR).
+        let Some(inner) = (unsafe { (*m).mr.as_mut() }) else {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_CMD;
+        };
+        let change = uroce::Rereg {
+            translation: translation.then_some((addr as u64, length, addr as u64)),
+            pd: new_pd.map(|p| &p.pd),
+            access: (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then_some(AccessFlags(access as u32)),
+        };
+        // SAFETY: the C contract: the new memory stays mapped while registered.
+        match unsafe { inner.rereg_raw(&change) } {
+            Ok(()) => {
+                let (lkey, rkey) = (inner.lkey(), inner.rkey());
+                // SAFETY: as above.
+                let ibv = unsafe { &mut (*m).ibv };
+                (ibv.lkey, ibv.rkey) = (lkey, rkey);
+                if new_pd.is_some() {
+                    ibv.pd = pd;
+                }
+                if translation {
+                    (ibv.addr, ibv.length) = (addr, length);
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                IBV_REREG_MR_ERR_CMD
+            }
+        }
+    })
+}
+
 pub(crate) fn ah_attr_from_c(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
         grh: GlobalRoute {

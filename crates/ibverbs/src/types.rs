@@ -746,6 +746,14 @@ pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;
 pub const IBV_FORK_UNNEEDED: c_int = 2;
 /// `IBV_REREG_MR_ERR_CMD`.
 pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
+/// `IBV_REREG_MR_ERR_INPUT`.
+pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+/// `IBV_REREG_MR_CHANGE_PD`.
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 2;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
 /// `IBV_ACCESS_OPTIONAL_RANGE`: bits 20..29, which a provider may ignore (§9).
 pub const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 /// `IBV_QP_INIT_ATTR_PD`.

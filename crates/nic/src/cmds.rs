@@ -441,6 +441,7 @@ impl DevState {
                 Ok(())
             }
             Request::RegMr(r) => self.reg_mr(ctx, r, resp),
+            Request::ReregMr(r) => self.rereg_mr(ctx, r, resp),
             Request::DeregMr(d) => {
                 let pd = own(&self.res.mrs, ctx, d.mr_handle, "mr_handle")?.pd;
                 self.res.mrs.remove(d.mr_handle);
@@ -840,10 +841,11 @@ impl DevState {
     // -----------------------------------------------------------------------------------
     // MR, completion channel, CQ
 
-    fn reg_mr(&mut self, ctx: CtxId, r: &RegMr, resp: &mut Vec<u8>) -> Res<()> {
-        own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
+    /// The access flags REG_MR and REREG_MR accept, optional bits dropped
+    /// (`ib_check_mr_access`).
+    fn mr_access(access_flags: u32) -> Res<u32> {
         // Optional bits may be ignored (IBV_ACCESS_OPTIONAL_RANGE; perftest sets RELAXED_ORDERING).
-        let acc = r.access_flags & !AccessFlags::OPTIONAL_RANGE.0;
+        let acc = access_flags & !AccessFlags::OPTIONAL_RANGE.0;
         let supported = AccessFlags::LOCAL_WRITE.0
             | AccessFlags::REMOTE_WRITE.0
             | AccessFlags::REMOTE_READ.0
@@ -878,31 +880,47 @@ impl DevState {
                 "access_flags {acc:#x}: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE"
             ));
         }
+        Ok(acc)
+    }
+
+    /// Check an MR's translation (`start`, `length`, `hca_va`) and find its memory, writable
+    /// if `acc` lets the device write it.
+    fn mr_range(&self, start: u64, length: u64, hca_va: u64, acc: u32) -> Res<dma::UserRange> {
         // ib_uverbs_reg_mr: start and iova must share their offset within a page.
-        if (r.start ^ r.hca_va) & 0xfff != 0 {
+        if (start ^ hca_va) & 0xfff != 0 {
             return Err(refuse!(
                 EINVAL,
                 BAD_RANGE,
                 "start {:#x} and hca_va {:#x} differ in their offset within a page",
-                r.start,
-                r.hca_va
+                start,
+                hca_va
             ));
         }
-        if r.length == 0 {
+        if length == 0 {
             return Err(refuse!(EINVAL, BAD_RANGE, "length 0"));
         }
-        r.hca_va.checked_add(r.length).ok_or_else(|| {
+        hca_va.checked_add(length).ok_or_else(|| {
             refuse!(
                 EINVAL,
                 BAD_RANGE,
                 "hca_va {:#x} + length {} wraps",
-                r.hca_va,
-                r.length
+                hca_va,
+                length
             )
         })?;
-        let write = acc & (AccessFlags::LOCAL_WRITE.0 | remote_w) != 0;
-        let range = dma::user_range(self.mem_space(), r.start, r.length, write)
-            .map_err(mem_refusal("range", r.start, r.length, write))?;
+        let write = acc
+            & (AccessFlags::LOCAL_WRITE.0
+                | AccessFlags::REMOTE_WRITE.0
+                | AccessFlags::REMOTE_ATOMIC.0)
+            != 0;
+        dma::user_range(self.mem_space(), start, length, write)
+            .map_err(mem_refusal("range", start, length, write))
+    }
+
+    fn reg_mr(&mut self, ctx: CtxId, r: &RegMr, resp: &mut Vec<u8>) -> Res<()> {
+        own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
+        let acc = Self::mr_access(r.access_flags)?;
+        let range = self.mr_range(r.start, r.length, r.hca_va, acc)?;
         // Unpredictable and unique among the device's keys (`crate::keys`); lkey == rkey
         // as in rxe.
         let mrs = &self.res.mrs;
@@ -915,6 +933,7 @@ impl DevState {
                     ctx,
                     pd: r.pd_handle,
                     key,
+                    start: r.start,
                     iova: r.hca_va,
                     length: r.length,
                     access: acc,
@@ -935,6 +954,77 @@ impl DevState {
             resp,
             &RegMrResp {
                 mr_handle: idx,
+                lkey: key,
+                rkey: key,
+            },
+        );
+        Ok(())
+    }
+
+    /// REREG_MR (kernel `ib_uverbs_rereg_mr`): everything is checked before anything
+    /// changes, so a refused command leaves the MR as it was. The handle and keys stay
+    /// (as rxe's `rxe_rereg_user_mr`): peers holding the rkey keep reaching the region,
+    /// now with its new translation, PD and access.
+    fn rereg_mr(&mut self, ctx: CtxId, r: &ReregMr, resp: &mut Vec<u8>) -> Res<()> {
+        let all = ReregMr::CHANGE_TRANSLATION | ReregMr::CHANGE_PD | ReregMr::CHANGE_ACCESS;
+        let mr = own(&self.res.mrs, ctx, r.mr_handle, "mr_handle")?;
+        if r.flags == 0 {
+            return Err(refuse!(EINVAL, BAD_FLAGS, "flags 0: nothing to change"));
+        }
+        if r.flags & !all != 0 {
+            return Err(refuse!(
+                EOPNOTSUPP,
+                UNSUPPORTED,
+                "flags {:#x}: unknown bits {:#x}",
+                r.flags,
+                r.flags & !all
+            ));
+        }
+        let (old_pd, key) = (mr.pd, mr.key);
+        let (mut start, mut length, mut iova) = (mr.start, mr.length, mr.iova);
+        let mut acc = mr.access;
+        let mut pd = mr.pd;
+        if r.flags & ReregMr::CHANGE_PD != 0 {
+            own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
+            pd = r.pd_handle;
+        }
+        if r.flags & ReregMr::CHANGE_ACCESS != 0 {
+            acc = Self::mr_access(r.access_flags)?;
+        }
+        if r.flags & ReregMr::CHANGE_TRANSLATION != 0 {
+            if r.start == 0 || r.hca_va == 0 {
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_RANGE,
+                    "new start {:#x} or hca_va {:#x} is 0",
+                    r.start,
+                    r.hca_va
+                ));
+            }
+            (start, length, iova) = (r.start, r.length, r.hca_va);
+        }
+        // A new translation, or access that may add writes, is looked up again.
+        let range = if r.flags & (ReregMr::CHANGE_TRANSLATION | ReregMr::CHANGE_ACCESS) != 0 {
+            Some(self.mr_range(start, length, iova, acc)?)
+        } else {
+            None
+        };
+        let Some(m) = self.res.mrs.get_mut(r.mr_handle) else {
+            return Err(bad_handle("mr_handle", r.mr_handle));
+        };
+        m.pd = pd;
+        m.access = acc;
+        (m.start, m.length, m.iova) = (start, length, iova);
+        if let Some(range) = range {
+            m.range = range;
+        }
+        if pd != old_pd {
+            self.pd_use(pd);
+            self.pd_release(old_pd);
+        }
+        push(
+            resp,
+            &ReregMrResp {
                 lkey: key,
                 rkey: key,
             },

@@ -146,6 +146,13 @@ impl MrTable {
     }
 }
 
+impl MrTable {
+    /// The MR behind a handle, to change anything but its key (which `by_key` indexes).
+    pub(crate) fn get_mut(&mut self, idx: u32) -> Option<&mut Mr> {
+        self.slab.get_mut(idx)
+    }
+}
+
 impl std::ops::Deref for MrTable {
     type Target = Slab<Mr>;
 

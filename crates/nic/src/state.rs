@@ -108,6 +108,8 @@ pub(crate) struct Mr {
     pub(crate) ctx: CtxId,
     pub(crate) pd: u32,
     pub(crate) key: u32,
+    /// Where the region starts in the process (REG_MR's `start`).
+    pub(crate) start: u64,
     pub(crate) iova: u64,
     pub(crate) length: u64,
     pub(crate) access: u32,
@@ -1009,6 +1011,7 @@ mod tests {
             ctx: 1,
             pd,
             key,
+            start: addr,
             iova: 0x1000,
             length: buf.len() as u64,
             access: abi::AccessFlags::LOCAL_WRITE.0 | abi::AccessFlags::REMOTE_WRITE.0,

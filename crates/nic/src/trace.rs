@@ -231,6 +231,17 @@ fn args(s: &mut String, r: &Request<'_>) {
             m.hca_va,
             abi::AccessFlags(m.access_flags)
         ),
+        Request::ReregMr(m) => write!(
+            s,
+            " mr={} flags={:#x} pd={} addr={:#x} len={} iova={:#x} access={}",
+            m.mr_handle,
+            m.flags,
+            m.pd_handle,
+            m.start,
+            m.length,
+            m.hca_va,
+            abi::AccessFlags(m.access_flags)
+        ),
         Request::DeregMr(m) => write!(s, " mr={}", m.mr_handle),
         Request::CreateCq(c, _) => write!(
             s,
@@ -411,6 +422,10 @@ fn result(s: &mut String, r: &Request<'_>, body: &[u8]) {
                 " mr={} lkey={:#x} rkey={:#x}",
                 m.mr_handle, m.lkey, m.rkey
             ),
+            None => Ok(()),
+        },
+        Request::ReregMr(_) => match read::<uverbs::ReregMrResp>(body) {
+            Some(m) => write!(s, " lkey={:#x} rkey={:#x}", m.lkey, m.rkey),
             None => Ok(()),
         },
         Request::CreateCq(..) => match read::<uverbs::CreateCqResp>(body) {

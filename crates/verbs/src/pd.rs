@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use abi::uverbs::{
     AhAttr as AbiAhAttr, AllocPd, AllocPdResp, CreateAh, CreateAhResp, DeallocPd, DeregMr,
-    DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp, Request, Sge,
+    DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp, Request, ReregMr, ReregMrResp, Sge,
 };
 use abi::{AccessFlags, Errno};
 
@@ -326,6 +326,104 @@ impl Mr {
         }
     }
 
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_ACCESS`: the same memory, PD and keys,
+    /// new access rights (peers' operations are checked against them from now on).
+    pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
+        self.rereg(&Rereg {
+            access: Some(access),
+            ..Rereg::default()
+        })
+    }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD`: the region moves to `pd` (QPs of the
+    /// old PD can no longer use it; the old PD is released by this MR).
+    pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
+        self.rereg(&Rereg {
+            pd: Some(pd),
+            ..Rereg::default()
+        })
+    }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION`: the handle and keys now
+    /// name `len` bytes at `ptr`, at I/O virtual address `iova`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pd::reg_mr_raw`], for the new memory; the old memory is no longer accessed
+    /// once this returns `Ok`.
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_translation(&mut self, ptr: *mut u8, len: usize, iova: u64) -> Result<()> {
+        self.rereg(&Rereg {
+            translation: Some((ptr as usize as u64, len, iova)),
+            ..Rereg::default()
+        })
+    }
+
+    /// Any combination of the three changes at once, in one command; on failure nothing
+    /// changed. Private: a translation change needs the caller's promise
+    /// ([`Mr::rereg_translation`]); [`Mr::rereg_raw`] is its `unsafe` door.
+    fn rereg(&mut self, r: &Rereg<'_>) -> Result<()> {
+        let mut flags = 0;
+        let mut req = ReregMr {
+            response: 0,
+            mr_handle: self.handle,
+            flags: 0,
+            start: 0,
+            length: 0,
+            hca_va: 0,
+            pd_handle: 0,
+            access_flags: 0,
+        };
+        if let Some((start, len, iova)) = r.translation {
+            flags |= ReregMr::CHANGE_TRANSLATION;
+            (req.start, req.length, req.hca_va) = (start, len as u64, iova);
+        }
+        if let Some(pd) = r.pd {
+            flags |= ReregMr::CHANGE_PD;
+            if !Arc::ptr_eq(&pd.0.ctx.0, &self.pd.0.ctx.0) {
+                return Err(Error::local(
+                    "rereg_mr",
+                    Errno::EINVAL,
+                    "PD of another context",
+                ));
+            }
+            req.pd_handle = pd.0.handle;
+        }
+        let access = r.access.map(|a| a & !AccessFlags::OPTIONAL_RANGE);
+        if let Some(a) = access {
+            flags |= ReregMr::CHANGE_ACCESS;
+            req.access_flags = a.bits();
+        }
+        req.flags = flags;
+        let resp: ReregMrResp =
+            self.pd
+                .0
+                .ctx
+                .cmd("rereg_mr", &Request::ReregMr(req), |mut r| Ok(take(&mut r)))?;
+        (self.lkey, self.rkey) = (resp.lkey, resp.rkey);
+        if let Some((start, len, iova)) = r.translation {
+            (self.start, self.len, self.iova) = (start, len, iova);
+        }
+        if let Some(pd) = r.pd {
+            self.pd = pd.clone();
+        }
+        if let Some(a) = access {
+            self.access = a;
+        }
+        Ok(())
+    }
+
+    /// [`Mr::rereg`] for callers that build the change themselves (the C ABI's
+    /// `ibv_rereg_mr`).
+    ///
+    /// # Safety
+    ///
+    /// With a translation, as for [`Mr::rereg_translation`].
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_raw(&mut self, r: &Rereg<'_>) -> Result<()> {
+        self.rereg(r)
+    }
+
     fn do_dereg(&mut self) -> Result<()> {
         if !self.registered {
             return Ok(());
@@ -367,6 +465,17 @@ impl fmt::Debug for Mr {
             .field("access", &self.access)
             .finish()
     }
+}
+
+/// What [`Mr::rereg_raw`] changes: each `Some` is one `IBV_REREG_MR_CHANGE_*` flag.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rereg<'a> {
+    /// New memory: start address in this process, length, I/O virtual address.
+    pub translation: Option<(u64, usize, u64)>,
+    /// New PD (of the same context).
+    pub pd: Option<&'a Pd>,
+    /// New access flags.
+    pub access: Option<AccessFlags>,
 }
 
 /// A memory region that owns its memory: page-aligned, zeroed, freed only after the
@@ -416,6 +525,16 @@ impl MrBuf {
     /// The bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.buf.as_mut().map_or(&mut [], |b| b.as_mut_slice())
+    }
+
+    /// `ibv_rereg_mr` changing the access rights ([`Mr::rereg_access`]).
+    pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
+        self.mr.rereg_access(access)
+    }
+
+    /// `ibv_rereg_mr` moving the region to another PD ([`Mr::rereg_pd`]).
+    pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
+        self.mr.rereg_pd(pd)
     }
 
     /// `ibv_dereg_mr`, then free the memory. On failure the region is handed back, still
