@@ -538,6 +538,13 @@ impl Qp {
         self.ctx().cmd("modify_qp", &req, |_| Ok(()))?;
         if mask.contains(QpAttrMask::STATE) {
             self.0.state.store(attr.qp_state.0, Ordering::Release);
+            if attr.qp_state == QpState::RESET {
+                // As mlx4/mlx5: the QP's completions not yet polled go with it.
+                self.0.send_cq.clean(self.qp_num())?;
+                if !Arc::ptr_eq(&self.0.send_cq.0, &self.0.recv_cq.0) {
+                    self.0.recv_cq.clean(self.qp_num())?;
+                }
+            }
         }
         Ok(())
     }
