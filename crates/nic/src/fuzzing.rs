@@ -870,7 +870,52 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     }
     inputs.push(input);
 
-    // 5. Framing: a legacy header that cannot frame a message closes the connection.
+    // 5. REREG_MR: access taken away under a remote write, a second PD and back, a new
+    //    translation inside the window, and the refusals (no flags, unknown flags, a bad
+    //    PD, a range outside the window).
+    let rereg = |flags, f: &dyn Fn(&mut ReregMr)| {
+        let mut r = ReregMr {
+            mr_handle: 1,
+            flags,
+            ..ReregMr::default()
+        };
+        f(&mut r);
+        enc(&Request::ReregMr(r))
+    };
+    let lw = AccessFlags::LOCAL_WRITE.0;
+    let cmds = [
+        rereg(ReregMr::CHANGE_ACCESS, &|r| r.access_flags = lw),
+        post_send(
+            qa,
+            &[rdma(wr(20, WrOpcode::RDMA_WRITE, sig, 1), MR_AT + 0x1_0000)],
+            &[sge(0, 64)],
+        ),
+        enc(&Request::PollCq(PollCq {
+            cq_handle: 1,
+            ne: 16,
+            ..PollCq::default()
+        })),
+        rereg(ReregMr::CHANGE_ACCESS, &|r| r.access_flags = all_access()),
+        enc(&Request::AllocPd(AllocPd::default())),
+        rereg(ReregMr::CHANGE_PD, &|r| r.pd_handle = 2),
+        rereg(ReregMr::CHANGE_PD, &|r| r.pd_handle = 1),
+        rereg(ReregMr::CHANGE_TRANSLATION, &|r| {
+            (r.start, r.length, r.hca_va) = (MR_AT + 0x1000, 0x1000, MR_AT + 0x1000)
+        }),
+        rereg(0, &|_| {}),
+        rereg(8, &|_| {}),
+        rereg(ReregMr::CHANGE_PD, &|r| r.pd_handle = 77),
+        rereg(ReregMr::CHANGE_TRANSLATION, &|r| {
+            (r.start, r.length, r.hca_va) = (MR_AT, WINDOW_LEN as u64, MR_AT)
+        }),
+    ];
+    let mut input = vec![2u8];
+    for c in &cmds {
+        input.extend(chunk(PAUSE, c));
+    }
+    inputs.push(input);
+
+    // 6. Framing: a legacy header that cannot frame a message closes the connection.
     let mut input = vec![0u8];
     input.extend(chunk(0, &enc(&Request::AllocPd(AllocPd::default()))));
     input.extend(chunk(RAW, &[1, 0, 0, 0, 1, 0, 0, 0]));
