@@ -40,7 +40,7 @@ trait Owned {
 macro_rules! owned {
     ($($t:ty),*) => {$(impl Owned for $t { fn ctx(&self) -> CtxId { self.ctx } })*};
 }
-owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj);
+owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj, crate::keys::Mw);
 
 /// Why a command was refused: the errno (all a C caller sees), the rule broken, and a
 /// sentence with the attribute and values (without the verb, which [`DevState::execute`]
@@ -154,8 +154,9 @@ pub(crate) const PKEY_TBL_LEN: u16 = 1;
 const MAX_MSG_SZ: u32 = 1 << 31;
 
 /// `IB_DEVICE_*` capability bits reported (ib_verbs.h): BAD_PKEY_CNTR, BAD_QKEY_CNTR,
-/// CURR_QP_STATE_MOD, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN.
-const DEVICE_CAP_FLAGS: u32 = 2 | 4 | 128 | 1024 | 2048 | 4096;
+/// CURR_QP_STATE_MOD, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, MEM_WINDOW,
+/// MEM_WINDOW_TYPE_2B (memory windows of both types, as rxe).
+const DEVICE_CAP_FLAGS: u32 = 2 | 4 | 128 | 1024 | 2048 | 4096 | (1 << 17) | (1 << 24);
 /// `IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS`.
 const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26);
 
@@ -442,8 +443,24 @@ impl DevState {
             }
             Request::RegMr(r) => self.reg_mr(ctx, r, resp),
             Request::ReregMr(r) => self.rereg_mr(ctx, r, resp),
+            Request::AllocMw(a) => self.alloc_mw(ctx, a, resp),
+            Request::DeallocMw(d) => {
+                let pd = own(self.res.mrs.mws(), ctx, d.mw_handle, "mw_handle")?.pd;
+                self.res.mrs.remove_mw(d.mw_handle);
+                self.pd_release(pd);
+                Ok(())
+            }
             Request::DeregMr(d) => {
-                let pd = own(&self.res.mrs, ctx, d.mr_handle, "mr_handle")?.pd;
+                let mr = own(&self.res.mrs, ctx, d.mr_handle, "mr_handle")?;
+                let pd = mr.pd;
+                if self.res.mrs.mr_has_windows(mr.key) {
+                    return Err(refuse!(
+                        EBUSY,
+                        IN_USE,
+                        "mr_handle {} has memory windows bound to it",
+                        d.mr_handle
+                    ));
+                }
                 self.res.mrs.remove(d.mr_handle);
                 self.pd_release(pd);
                 Ok(())
@@ -763,7 +780,7 @@ impl DevState {
             atomic_cap: abi::AtomicCap::HCA.0,
             max_ee: 0,
             max_rdd: 0,
-            max_mw: 0,
+            max_mw: self.cfg.limits.max_mr,
             max_raw_ipv6_qp: 0,
             max_raw_ethy_qp: 0,
             max_mcast_grp: 0,
@@ -849,7 +866,8 @@ impl DevState {
         let supported = AccessFlags::LOCAL_WRITE.0
             | AccessFlags::REMOTE_WRITE.0
             | AccessFlags::REMOTE_READ.0
-            | AccessFlags::REMOTE_ATOMIC.0;
+            | AccessFlags::REMOTE_ATOMIC.0
+            | AccessFlags::MW_BIND.0;
         if acc & !supported != 0 {
             // LOCAL_WRITE ..= FLUSH_PERSISTENT (docs/wire.md §7.3).
             let known = (1u32 << 10) - 1;
@@ -958,6 +976,48 @@ impl DevState {
                 rkey: key,
             },
         );
+        Ok(())
+    }
+
+    /// ALLOC_MW (kernel `ib_uverbs_alloc_mw`): a window of type 1 or 2 in a PD, unbound,
+    /// with an R_Key whose 24 index bits are random and unique on the device
+    /// (`crate::keys`) and whose 8-bit key is 0.
+    fn alloc_mw(&mut self, ctx: CtxId, a: &AllocMw, resp: &mut Vec<u8>) -> Res<()> {
+        own(&self.res.pds, ctx, a.pd_handle, "pd_handle")?;
+        if a.mw_type != 1 && a.mw_type != 2 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "mw_type {}: only 1 and 2 exist",
+                a.mw_type
+            ));
+        }
+        if a.reserved != [0; 3] {
+            return Err(refuse!(EINVAL, BAD_VALUE, "reserved bytes not zero"));
+        }
+        let mrs = &self.res.mrs;
+        let rkey = self.keygen.draw(self.hermetic, |k| mrs.mw_key_taken(k)) & !0xff;
+        let mw = crate::keys::Mw {
+            ctx,
+            pd: a.pd_handle,
+            ty: a.mw_type,
+            rkey: std::cell::Cell::new(rkey),
+            binding: std::cell::Cell::new(None),
+        };
+        let h = self
+            .res
+            .mrs
+            .insert_mw(mw, self.cfg.limits.max_mr)
+            .ok_or_else(|| {
+                refuse!(
+                    ENOMEM,
+                    EXHAUSTED,
+                    "max_mw {} windows exist",
+                    self.cfg.limits.max_mr
+                )
+            })?;
+        self.pd_use(a.pd_handle);
+        push(resp, &AllocMwResp { mw_handle: h, rkey });
         Ok(())
     }
 
@@ -1723,6 +1783,9 @@ impl DevState {
         let Some(q) = self.qps.remove(idx) else {
             return 0;
         };
+        // Type 2 windows bound to it lose their QP (a later QP with its number must not
+        // inherit them).
+        self.res.mrs.unbind_qp(q.qp.qpn().value());
         self.retired.accumulate(q.qp.counters());
         if q.owes_signal {
             self.res.owing_qps = self.res.owing_qps.saturating_sub(1);
@@ -1798,13 +1861,24 @@ impl DevState {
     ) -> Res<(SendWqe, Vec<u8>)> {
         let op = transport::WrOpcode::from_u32(wr.opcode)
             .ok_or_else(|| refuse!(EINVAL, BAD_OPCODE, "opcode {} is unknown", wr.opcode))?;
+        if op == transport::WrOpcode::BindMw {
+            // ib_uverbs_send_wr has no room for a binding (the kernel refuses it too); the
+            // fast path's WQE carries it.
+            return Err(refuse!(
+                EINVAL,
+                BAD_OPCODE,
+                "BIND_MW through POST_SEND: post it to the SQ ring"
+            ));
+        }
         let ok = match qpo.ty {
             QpType::Rc => true,
             QpType::Uc => {
                 op.is_write()
                     || matches!(
                         op,
-                        transport::WrOpcode::Send | transport::WrOpcode::SendWithImm
+                        transport::WrOpcode::Send
+                            | transport::WrOpcode::SendWithImm
+                            | transport::WrOpcode::LocalInv
                     )
             }
             QpType::Ud => matches!(
@@ -2070,6 +2144,9 @@ impl DevState {
         }
         for i in self.res.ahs.indices_where(|o| o.ctx == ctx) {
             self.res.ahs.remove(i);
+        }
+        for i in self.res.mrs.mws().indices_where(|o| o.ctx == ctx) {
+            self.res.mrs.remove_mw(i);
         }
         for i in self.res.mrs.indices_where(|o| o.ctx == ctx) {
             self.res.mrs.remove(i);

@@ -12,6 +12,7 @@
 //! A sealed (hermetic) device (`crate::fuzzing`) must replay exactly, so its generator is
 //! seeded with a constant and starts over whenever it has no context left.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -102,11 +103,46 @@ impl Hasher for KeyHasher {
     }
 }
 
+type KeyMap = HashMap<u32, u32, BuildHasherDefault<KeyHasher>>;
+
+/// Where a memory window points while it is bound (IBTA Vol 1 §10.6.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MwBinding {
+    /// Key of the MR it lies in.
+    pub(crate) mr_key: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    /// Remote access bits it grants.
+    pub(crate) access: u32,
+    /// Type 2: the QP it is bound to (the only one that may use its rkey).
+    pub(crate) qpn: u32,
+}
+
+/// A memory window. Its 32-bit R_Key is 24 random index bits (unique on the device, like
+/// an MR key) and an 8-bit key the consumer picks at each bind (`ibv_inc_rkey`). Binding
+/// and invalidation happen on the packet path, through a shared reference to the table,
+/// hence the cells.
+#[derive(Debug)]
+pub(crate) struct Mw {
+    pub(crate) ctx: crate::state::CtxId,
+    pub(crate) pd: u32,
+    /// 1 or 2 (`IB_MW_TYPE_*`).
+    pub(crate) ty: u8,
+    pub(crate) rkey: Cell<u32>,
+    pub(crate) binding: Cell<Option<MwBinding>>,
+}
+
 /// The MR table: handles index the slab (as the kernel's IDR), keys go through `by_key`.
+/// Memory windows live here too, so one lookup resolves any rkey: an MR key exactly, a
+/// window by its 24 index bits (`mw_by_prefix`), which no MR key shares (`mr_prefixes`).
 #[derive(Debug)]
 pub(crate) struct MrTable {
     slab: Slab<Mr>,
-    by_key: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
+    by_key: KeyMap,
+    /// MR keys per 24-bit prefix.
+    mr_prefixes: KeyMap,
+    mws: Slab<Mw>,
+    mw_by_prefix: KeyMap,
 }
 
 impl MrTable {
@@ -114,29 +150,100 @@ impl MrTable {
         MrTable {
             slab: Slab::new(1),
             by_key: HashMap::default(),
+            mr_prefixes: HashMap::default(),
+            mws: Slab::new(1),
+            mw_by_prefix: HashMap::default(),
         }
     }
 
-    /// Whether `key` names a live MR.
+    /// Whether `key` may not become an MR key: it names a live MR, or lies in a window's
+    /// key range.
     pub(crate) fn key_taken(&self, key: u32) -> bool {
-        self.by_key.contains_key(&key)
+        self.by_key.contains_key(&key) || self.mw_by_prefix.contains_key(&(key >> 8))
+    }
+
+    /// Whether `key`'s 24 index bits may not become a window's: a window or an MR key has
+    /// them.
+    pub(crate) fn mw_key_taken(&self, key: u32) -> bool {
+        let p = key >> 8;
+        self.mw_by_prefix.contains_key(&p) || self.mr_prefixes.contains_key(&p)
     }
 
     /// Insert an MR whose `key` is not taken; its handle, or `None` at `limit` MRs.
     pub(crate) fn insert(&mut self, mr: Mr, limit: u32) -> Option<u32> {
         let key = mr.key;
-        if self.by_key.contains_key(&key) {
+        if self.key_taken(key) {
             return None;
         }
         let idx = self.slab.insert(mr, limit)?;
         self.by_key.insert(key, idx);
+        *self.mr_prefixes.entry(key >> 8).or_insert(0) += 1;
         Some(idx)
     }
 
     pub(crate) fn remove(&mut self, idx: u32) -> Option<Mr> {
         let mr = self.slab.remove(idx)?;
         self.by_key.remove(&mr.key);
+        let p = mr.key >> 8;
+        if let Some(n) = self.mr_prefixes.get_mut(&p) {
+            *n -= 1;
+            if *n == 0 {
+                self.mr_prefixes.remove(&p);
+            }
+        }
         Some(mr)
+    }
+
+    /// Insert a window whose key's index bits are not taken; its handle, or `None` at
+    /// `limit` windows.
+    pub(crate) fn insert_mw(&mut self, mw: Mw, limit: u32) -> Option<u32> {
+        let p = mw.rkey.get() >> 8;
+        if self.mw_key_taken(mw.rkey.get()) {
+            return None;
+        }
+        let idx = self.mws.insert(mw, limit)?;
+        self.mw_by_prefix.insert(p, idx);
+        Some(idx)
+    }
+
+    pub(crate) fn remove_mw(&mut self, idx: u32) -> Option<Mw> {
+        let mw = self.mws.remove(idx)?;
+        self.mw_by_prefix.remove(&(mw.rkey.get() >> 8));
+        Some(mw)
+    }
+
+    /// The windows (handles).
+    pub(crate) fn mws(&self) -> &Slab<Mw> {
+        &self.mws
+    }
+
+    /// The window an rkey names (its index bits, then the whole key).
+    pub(crate) fn mw_by_key(&self, key: u32) -> Option<&Mw> {
+        let idx = *self.mw_by_prefix.get(&(key >> 8))?;
+        self.mws.get(idx).filter(|w| w.rkey.get() == key)
+    }
+
+    /// The window whose index bits `key` has, whatever its 8-bit key (BIND_MW names the
+    /// window by its current rkey and gives the next one).
+    pub(crate) fn mw_by_index(&self, key: u32) -> Option<&Mw> {
+        let idx = *self.mw_by_prefix.get(&(key >> 8))?;
+        self.mws.get(idx)
+    }
+
+    /// Whether a window is bound to the MR with `key` (DEREG_MR is then EBUSY).
+    pub(crate) fn mr_has_windows(&self, key: u32) -> bool {
+        self.mws
+            .iter()
+            .any(|(_, w)| w.binding.get().is_some_and(|b| b.mr_key == key))
+    }
+
+    /// Unbind the type 2 windows bound to QP `qpn` (it is being destroyed).
+    pub(crate) fn unbind_qp(&self, qpn: u32) {
+        for (_, w) in self.mws.iter() {
+            if w.ty == 2 && w.binding.get().is_some_and(|b| b.qpn == qpn) {
+                w.binding.set(None);
+            }
+        }
     }
 
     /// The MR a key names (the packet path's lookup).

@@ -18,7 +18,7 @@ use abi::fastpath::{Cqe, RecvWqe, RECV_WQE_HDR_BYTES};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
-use transport::wire::{Lkey, Rkey};
+use transport::wire::{Lkey, Qpn, Rkey};
 use transport::{
     AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr, RemoteAccess,
     SgeList, Time, WcStatus,
@@ -801,6 +801,8 @@ fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
 pub(crate) struct DmaView<'a> {
     pub(crate) mrs: &'a crate::keys::MrTable,
     pub(crate) pd: u32,
+    /// The QP's number (a type 2 window answers only the QP it is bound to).
+    pub(crate) qpn: u32,
     pub(crate) payload: Payload,
 }
 
@@ -833,14 +835,48 @@ impl<'a> DmaView<'a> {
         access: RemoteAccess,
     ) -> Result<(&'a Mr, u64), MemError> {
         use abi::AccessFlags as A;
-        let (mr, off) = self.lookup(rkey.0, va, len)?;
         let need = match access {
             RemoteAccess::Read => A::REMOTE_READ,
             RemoteAccess::Write => A::REMOTE_WRITE,
             RemoteAccess::Atomic => A::REMOTE_ATOMIC,
         };
+        if self.mrs.by_key(rkey.0).is_none() {
+            if let Some(mw) = self.mrs.mw_by_key(rkey.0) {
+                return self.through_window(mw, va, len, need.0);
+            }
+        }
+        let (mr, off) = self.lookup(rkey.0, va, len)?;
         if mr.access & need.0 == 0 {
             return Err(MemError::AccessDenied);
+        }
+        Ok((mr, off))
+    }
+
+    /// Remote access through a memory window's rkey (IBTA Vol 1 §10.6.7.2, o10-37.2.x): the
+    /// window is bound, in the QP's PD, bound to this QP if it is of type 2, and grants
+    /// `need` over `[va, va + len)`; then the bytes are the MR's.
+    fn through_window(
+        &self,
+        mw: &crate::keys::Mw,
+        va: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(&'a Mr, u64), MemError> {
+        let b = mw.binding.get().ok_or(MemError::InvalidKey)?;
+        if mw.pd != self.pd || (mw.ty == 2 && b.qpn != self.qpn) {
+            return Err(MemError::InvalidKey);
+        }
+        let off = va.checked_sub(b.addr).ok_or(MemError::OutOfBounds)?;
+        if off.checked_add(len).is_none_or(|end| end > b.len) {
+            return Err(MemError::OutOfBounds);
+        }
+        if b.access & need == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        let mr = self.mrs.by_key(b.mr_key).ok_or(MemError::InvalidKey)?;
+        let off = va.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
+        if off.checked_add(len).is_none_or(|end| end > mr.length) {
+            return Err(MemError::OutOfBounds);
         }
         Ok((mr, off))
     }
@@ -965,10 +1001,85 @@ impl Memory for DmaView<'_> {
         mr.range.atomic(off, op).ok_or(MemError::Misaligned)
     }
 
-    fn invalidate(&mut self, _rkey: Rkey) -> Result<(), MemError> {
-        // User MRs cannot be invalidated remotely (only FRMRs and memory windows, which
-        // this device does not offer).
-        Err(MemError::InvalidateDenied)
+    fn invalidate(&mut self, rkey: Rkey) -> Result<(), MemError> {
+        // SEND_WITH_INV: only a type 2 window of this QP's PD, bound to this QP (IBTA Vol 1
+        // §10.6.7.2.2; user MRs cannot be invalidated, and there are no FRMRs).
+        let mw = self
+            .mrs
+            .mw_by_key(rkey.0)
+            .ok_or(MemError::InvalidateDenied)?;
+        let bound_here = mw.binding.get().is_none_or(|b| b.qpn == self.qpn);
+        if mw.ty != 2 || mw.pd != self.pd || !bound_here {
+            return Err(MemError::InvalidateDenied);
+        }
+        mw.binding.set(None);
+        Ok(())
+    }
+
+    fn invalidate_local(&mut self, _qpn: Qpn, rkey: Rkey) -> Result<(), MemError> {
+        // LOCAL_INV: a type 2 window of the QP's PD (rxe `rxe_check_invalidate_mw`).
+        let mw = self
+            .mrs
+            .mw_by_key(rkey.0)
+            .ok_or(MemError::InvalidateDenied)?;
+        if mw.ty != 2 || mw.pd != self.pd {
+            return Err(MemError::InvalidateDenied);
+        }
+        mw.binding.set(None);
+        Ok(())
+    }
+
+    fn bind_mw(&mut self, qpn: Qpn, b: &transport::MwBind) -> Result<(), MemError> {
+        use abi::AccessFlags as A;
+        // IBTA Vol 1 §10.6.7.2 (and rxe `rxe_check_bind_mw`): the window is the QP's PD's,
+        // keeps its index bits, a type 2 window is not bound yet and gets a length; the MR
+        // is of the same PD, allows MW_BIND, holds the window, and has LOCAL_WRITE if the
+        // window grants remote writes or atomics; windows are not zero based here.
+        let mw = self
+            .mrs
+            .mw_by_index(b.mw_rkey.0)
+            .filter(|w| w.rkey.get() == b.mw_rkey.0)
+            .ok_or(MemError::InvalidKey)?;
+        if mw.pd != self.pd || (b.new_rkey.0 ^ b.mw_rkey.0) & !0xff != 0 {
+            return Err(MemError::InvalidKey);
+        }
+        let remote = A::REMOTE_READ.0 | A::REMOTE_WRITE.0 | A::REMOTE_ATOMIC.0;
+        if b.access & !remote != 0 {
+            return Err(MemError::AccessDenied);
+        }
+        if mw.ty == 2 && (mw.binding.get().is_some() || b.length == 0) {
+            return Err(MemError::InvalidKey);
+        }
+        if b.length == 0 {
+            mw.binding.set(None);
+            mw.rkey.set(b.new_rkey.0);
+            return Ok(());
+        }
+        let mr = self
+            .mrs
+            .by_key(b.mr_lkey.0)
+            .filter(|m| m.pd == self.pd)
+            .ok_or(MemError::InvalidKey)?;
+        if mr.access & A::MW_BIND.0 == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        let writes = A::REMOTE_WRITE.0 | A::REMOTE_ATOMIC.0;
+        if b.access & writes != 0 && mr.access & A::LOCAL_WRITE.0 == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        let off = b.addr.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
+        if off.checked_add(b.length).is_none_or(|end| end > mr.length) {
+            return Err(MemError::OutOfBounds);
+        }
+        mw.binding.set(Some(crate::keys::MwBinding {
+            mr_key: mr.key,
+            addr: b.addr,
+            len: b.length,
+            access: b.access,
+            qpn: qpn.value(),
+        }));
+        mw.rkey.set(b.new_rkey.0);
+        Ok(())
     }
 }
 
@@ -1032,6 +1143,7 @@ mod tests {
         let mut view = DmaView {
             mrs: &mrs,
             pd: 7,
+            qpn: 16,
             payload: Payload::defer_into(&pkt),
         };
         view.read_local(Lkey(ka), 0x1000 + 8, &mut pkt[10..20])
@@ -1051,6 +1163,7 @@ mod tests {
         let mut rx = DmaView {
             mrs: &mrs,
             pd: 7,
+            qpn: 17,
             payload: Payload::resolve_from(&pkt, list),
         };
         rx.write_remote(Rkey(kb), 0x1000, &pkt[5..45]).unwrap();

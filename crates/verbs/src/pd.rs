@@ -23,8 +23,9 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use abi::uverbs::{
-    AhAttr as AbiAhAttr, AllocPd, AllocPdResp, CreateAh, CreateAhResp, DeallocPd, DeregMr,
-    DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp, Request, ReregMr, ReregMrResp, Sge,
+    AhAttr as AbiAhAttr, AllocMw, AllocMwResp, AllocPd, AllocPdResp, CreateAh, CreateAhResp,
+    DeallocMw, DeallocPd, DeregMr, DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp,
+    Request, ReregMr, ReregMrResp, Sge,
 };
 use abi::{AccessFlags, Errno};
 
@@ -139,6 +140,24 @@ impl Pd {
             access,
         )?;
         Ok(MrBuf { mr, buf: Some(buf) })
+    }
+
+    /// `ibv_alloc_mw`: an unbound memory window of `ty` in this PD.
+    pub fn alloc_mw(&self, ty: MwType) -> Result<Mw> {
+        let req = Request::AllocMw(AllocMw {
+            response: 0,
+            pd_handle: self.0.handle,
+            mw_type: ty as u8,
+            reserved: [0; 3],
+        });
+        let r: AllocMwResp = self.0.ctx.cmd("alloc_mw", &req, |mut r| Ok(take(&mut r)))?;
+        Ok(Mw {
+            pd: self.clone(),
+            handle: r.mw_handle,
+            rkey: std::sync::atomic::AtomicU32::new(r.rkey),
+            ty,
+            allocated: true,
+        })
     }
 
     /// `ibv_create_ah`.
@@ -463,6 +482,91 @@ impl fmt::Debug for Mr {
             .field("lkey", &format_args!("{:#x}", self.lkey))
             .field("rkey", &format_args!("{:#x}", self.rkey))
             .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// `enum ibv_mw_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MwType {
+    /// Bound with [`crate::Qp::bind_mw`] (`ibv_bind_mw`); usable by any QP of its PD.
+    Type1 = 1,
+    /// Bound with a BIND_MW work request ([`crate::SendWr::bind_mw`]) to the posting QP,
+    /// which alone may use it; invalidated by LOCAL_INV or a peer's SEND_WITH_INV.
+    Type2 = 2,
+}
+
+/// A memory window (`ibv_mw`): remote access to part of an MR under its own R_Key, which
+/// changes at every bind (IBTA Vol 1 §10.6.7). Deallocated on drop.
+pub struct Mw {
+    pd: Pd,
+    handle: u32,
+    rkey: std::sync::atomic::AtomicU32,
+    ty: MwType,
+    allocated: bool,
+}
+
+impl Mw {
+    /// The current R_Key (type 1: as the last [`crate::Qp::bind_mw`] set it; type 2: as
+    /// allocated, or as [`Mw::set_rkey`] recorded after a bind WR).
+    pub fn rkey(&self) -> u32 {
+        self.rkey.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Record the R_Key a type 2 bind WR gave the window (`mw->rkey` is the application's
+    /// to keep up to date for WR binds, as in rdma-core).
+    pub fn set_rkey(&self, rkey: u32) {
+        self.rkey.store(rkey, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Its type.
+    pub fn mw_type(&self) -> MwType {
+        self.ty
+    }
+
+    /// The control plane's handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The PD it belongs to.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    fn do_dealloc(&mut self) -> Result<()> {
+        if !self.allocated {
+            return Ok(());
+        }
+        let req = Request::DeallocMw(DeallocMw {
+            mw_handle: self.handle,
+            reserved: 0,
+        });
+        self.pd.0.ctx.cmd("dealloc_mw", &req, |_| Ok(()))?;
+        self.allocated = false;
+        Ok(())
+    }
+
+    /// `ibv_dealloc_mw` (a bound window is unbound first).
+    pub fn dealloc(mut self) -> Result<()> {
+        self.do_dealloc()
+    }
+}
+
+impl Drop for Mw {
+    fn drop(&mut self) {
+        let _ = self.do_dealloc();
+        self.allocated = false;
+    }
+}
+
+impl fmt::Debug for Mw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mw")
+            .field("handle", &self.handle)
+            .field("type", &self.ty)
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
             .finish()
     }
 }
