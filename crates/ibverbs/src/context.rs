@@ -191,6 +191,9 @@ fn context_for(dev: &'static UDevice, ctx: Context) -> Box<UContext> {
     c.ops.post_send = Some(crate::qp::op_post_send);
     c.ops.post_recv = Some(crate::qp::op_post_recv);
     c.ops.post_srq_recv = Some(crate::qp::op_post_srq_recv);
+    c.ops.alloc_mw = Some(crate::objects::op_alloc_mw);
+    c.ops.bind_mw = Some(crate::objects::op_bind_mw);
+    c.ops.dealloc_mw = Some(crate::objects::op_dealloc_mw);
     // The command socket: a real descriptor for the context's life, so programs can
     // `dup`/`fstat` it as they do a uverbs fd (rdma-core's tests/test_shared_pd.py).
     c.cmd_fd = ctx.cmd_fd();

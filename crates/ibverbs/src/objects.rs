@@ -30,6 +30,14 @@ pub struct UMr {
     mr: Option<uroce::Mr>,
 }
 
+/// A memory window.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UMw {
+    pub(crate) ibv: ibv_mw,
+    pub(crate) mw: Option<uroce::Mw>,
+}
+
 /// An address handle.
 #[repr(C)]
 #[derive(Debug)]
@@ -315,6 +323,119 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 set_errno(errno_of(&e));
                 IBV_REREG_MR_ERR_CMD
             }
+        }
+    })
+}
+
+/// The `alloc_mw` op (inline `ibv_alloc_mw`): a window of type 1 or 2; NULL with errno
+/// (EINVAL for another type, as the kernel).
+///
+/// # Safety
+/// `pd` is a live PD.
+pub(crate) unsafe extern "C" fn op_alloc_mw(pd: *mut ibv_pd, ty: c_uint) -> *mut ibv_mw {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(p) = (unsafe { upd(pd) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let t = match ty {
+            1 => uroce::MwType::Type1,
+            2 => uroce::MwType::Type2,
+            _ => {
+                set_errno(libc::EINVAL);
+                return core::ptr::null_mut();
+            }
+        };
+        match p.pd.alloc_mw(t) {
+            Ok(mw) => {
+                let b = Box::new(UMw {
+                    ibv: ibv_mw {
+                        context: p.ibv.context,
+                        pd,
+                        rkey: mw.rkey(),
+                        handle: mw.handle(),
+                        type_: ty,
+                    },
+                    mw: Some(mw),
+                });
+                // SAFETY: the PD's context is live (contract).
+                unsafe { retain(p.ibv.context) };
+                Box::into_raw(b).cast::<ibv_mw>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// The `dealloc_mw` op: 0, or an errno with the window kept.
+///
+/// # Safety
+/// `mw` came from [`op_alloc_mw`] and is not used after success.
+pub(crate) unsafe extern "C" fn op_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    guard_errno(|| {
+        if mw.is_null() {
+            return libc::EINVAL;
+        }
+        let m = mw.cast::<UMw>();
+        // SAFETY: a live boxed UMw per the contract.
+        let Some(inner) = (unsafe { (*m).mw.take() }) else {
+            return libc::EINVAL;
+        };
+        match inner.dealloc() {
+            Ok(()) => {
+                // SAFETY: the leaked Box<UMw>, reclaimed once; its context is live.
+                unsafe {
+                    let b = Box::from_raw(m);
+                    release(b.ibv.context);
+                }
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// The `bind_mw` op (inline `ibv_bind_mw`, which has checked the type 1 window and the
+/// MR's PD): posts a BIND_MW WR with the next R_Key, as rdma-core's rxe provider, and
+/// stores that R_Key in `mw->rkey`. 0 or an errno.
+///
+/// # Safety
+/// Live QP and window; `mw_bind` valid; its MR NULL or live.
+pub(crate) unsafe extern "C" fn op_bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    guard_errno(|| {
+        // SAFETY: per the contract.
+        let (Some(q), Some(m), Some(b)) = (
+            unsafe { qp.cast::<crate::qp::UQp>().as_ref() },
+            unsafe { mw.cast::<UMw>().as_mut() },
+            unsafe { mw_bind.as_ref() },
+        ) else {
+            return libc::EINVAL;
+        };
+        let (Some(qp), Some(w)) = (q.qp.as_ref(), m.mw.as_ref()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: a non-NULL MR is live (contract).
+        let lkey = unsafe { b.bind_info.mr.as_ref() }.map_or(0, |r| r.lkey);
+        let info = uroce::MwBindInfo {
+            lkey,
+            addr: b.bind_info.addr,
+            length: b.bind_info.length,
+            access: AccessFlags(b.bind_info.mw_access_flags),
+        };
+        match qp.bind_mw(w, b.wr_id, info, uroce::SendFlags(b.send_flags)) {
+            Ok(rkey) => {
+                m.ibv.rkey = rkey;
+                0
+            }
+            Err(e) => errno_of(&e),
         }
     })
 }

@@ -1035,15 +1035,18 @@ impl Memory for DmaView<'_> {
         // keeps its index bits, a type 2 window is not bound yet and gets a length; the MR
         // is of the same PD, allows MW_BIND, holds the window, and has LOCAL_WRITE if the
         // window grants remote writes or atomics; windows are not zero based here.
+        // The window is named by its index bits: providers differ on whether `mw->rkey`
+        // follows a WR bind (irdma updates it, rxe's leaves it to the application).
         let mw = self
             .mrs
             .mw_by_index(b.mw_rkey.0)
-            .filter(|w| w.rkey.get() == b.mw_rkey.0)
             .ok_or(MemError::InvalidKey)?;
         if mw.pd != self.pd || (b.new_rkey.0 ^ b.mw_rkey.0) & !0xff != 0 {
             return Err(MemError::InvalidKey);
         }
-        let remote = A::REMOTE_READ.0 | A::REMOTE_WRITE.0 | A::REMOTE_ATOMIC.0;
+        // LOCAL_WRITE means nothing for a window and is tolerated (rdma-core's tests pass
+        // it); ZERO_BASED and anything else are not offered.
+        let remote = A::REMOTE_READ.0 | A::REMOTE_WRITE.0 | A::REMOTE_ATOMIC.0 | A::LOCAL_WRITE.0;
         if b.access & !remote != 0 {
             return Err(MemError::AccessDenied);
         }
