@@ -915,7 +915,62 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     }
     inputs.push(input);
 
-    // 6. Framing: a legacy header that cannot frame a message closes the connection.
+    // 6. Memory windows: both types allocated, a bad type, LOCAL_INV of an unbound type 2
+    //    window and of a type 1 window (LOC_QP_OP_ERR), SEND_WITH_INV naming a window, a
+    //    BIND_MW refused on the command path, deallocation.
+    // The windows' first R_Keys: the sealed device's next keys after the prelude MR's.
+    let mut keys = crate::keys::KeyGen::default();
+    let _prelude_mr = keys.draw(true, |_| false);
+    let (mw1, mw2) = (
+        keys.draw(true, |_| false) & !0xff,
+        keys.draw(true, |_| false) & !0xff,
+    );
+    let mut inv = wr(30, WrOpcode::LOCAL_INV, sig, 0);
+    inv.ex = mw1;
+    let mut sinv = wr(31, WrOpcode::SEND_WITH_INV, sig, 1);
+    sinv.ex = mw2;
+    let cmds = [
+        enc(&Request::AllocMw(AllocMw {
+            pd_handle: 1,
+            mw_type: 1,
+            ..AllocMw::default()
+        })),
+        enc(&Request::AllocMw(AllocMw {
+            pd_handle: 1,
+            mw_type: 2,
+            ..AllocMw::default()
+        })),
+        enc(&Request::AllocMw(AllocMw {
+            pd_handle: 1,
+            mw_type: 3,
+            ..AllocMw::default()
+        })),
+        post_recv(qb, 2),
+        post_send(qa, &[sinv], &[sge(0, 16)]),
+        post_send(qa, &[inv], &[]),
+        post_send(qa, &[wr(32, WrOpcode::BIND_MW, sig, 0)], &[]),
+        enc(&Request::PollCq(PollCq {
+            cq_handle: 1,
+            ne: 16,
+            ..PollCq::default()
+        })),
+        enc(&Request::DeregMr(DeregMr { mr_handle: 1 })),
+        enc(&Request::DeallocMw(DeallocMw {
+            mw_handle: 1,
+            ..DeallocMw::default()
+        })),
+        enc(&Request::DeallocMw(DeallocMw {
+            mw_handle: 2,
+            ..DeallocMw::default()
+        })),
+    ];
+    let mut input = vec![2u8];
+    for c in &cmds {
+        input.extend(chunk(PAUSE, c));
+    }
+    inputs.push(input);
+
+    // 7. Framing: a legacy header that cannot frame a message closes the connection.
     let mut input = vec![0u8];
     input.extend(chunk(0, &enc(&Request::AllocPd(AllocPd::default()))));
     input.extend(chunk(RAW, &[1, 0, 0, 0, 1, 0, 0, 0]));
