@@ -1041,6 +1041,15 @@ impl DevState {
             ));
         }
         let (old_pd, key) = (mr.pd, mr.key);
+        if self.res.mrs.mr_has_windows(key) {
+            // A bound window's range, PD and access were checked against the MR as it was.
+            return Err(refuse!(
+                EBUSY,
+                IN_USE,
+                "mr_handle {} has memory windows bound to it",
+                r.mr_handle
+            ));
+        }
         let (mut start, mut length, mut iova) = (mr.start, mr.length, mr.iova);
         let mut acc = mr.access;
         let mut pd = mr.pd;

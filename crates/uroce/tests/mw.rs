@@ -338,7 +338,14 @@ fn windows_hold_their_mr_and_pd_and_die_with_dealloc() {
         )
         .unwrap();
     assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
-    // Bound: its MR cannot be deregistered.
+    // Bound: its MR cannot be deregistered or re-registered.
+    let mut dst = dst;
+    assert_eq!(
+        dst.rereg_access(AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
+            .unwrap_err()
+            .errno(),
+        Errno::EBUSY
+    );
     let (e, dst) = dst.dereg().unwrap_err();
     assert_eq!(e.errno(), Errno::EBUSY);
     // Deallocated: its rkey is dead, and the MR can go.
