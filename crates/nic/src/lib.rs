@@ -77,6 +77,7 @@ mod engine;
 pub mod fuzzing;
 mod gsi;
 mod ident;
+mod keys;
 mod slab;
 mod spin;
 mod state;
