@@ -420,7 +420,7 @@ static void rc_tests(struct end *a, struct end *b)
 	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
 	rc = ibv_wr_complete(x);
 	CHECK(rc == EINVAL, "wr_set_sge before any WR: wr_complete %d, want EINVAL", rc);
-	/* An opcode uroce never offers (local invalidate: no memory windows) fails the same way. */
+	/* An opcode not in this QP's send_ops_flags (local invalidate) fails the same way. */
 	ibv_wr_start(x);
 	x->wr_id = 32;
 	ibv_wr_local_inv(x, 0x1234);
@@ -524,9 +524,9 @@ static void create_checks(struct end *a)
 	CHECK(!make_qp(a, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE) && errno == EOPNOTSUPP,
 	      "UD QP with RDMA_WRITE in send_ops_flags: errno %d, want EOPNOTSUPP", errno);
 	errno = 0;
-	CHECK(!make_qp(a, IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW) &&
+	CHECK(!make_qp(a, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW) &&
 		      errno == EOPNOTSUPP,
-	      "RC QP with BIND_MW: errno %d, want EOPNOTSUPP", errno);
+	      "UD QP with BIND_MW: errno %d, want EOPNOTSUPP", errno);
 	errno = 0;
 	CHECK(!make_qp(a, IBV_QPT_RC, IBV_QP_EX_WITH_TSO) && errno == EOPNOTSUPP,
 	      "RC QP with TSO: errno %d, want EOPNOTSUPP", errno);

@@ -277,6 +277,42 @@ else
     bad "compiling tests/compat/exverbs.c"
 fi
 
+# ibv_rereg_mr (access, translation, PD; rdma-core's return values and errno) and a real
+# context->cmd_fd (dup-able; ibv_import_device EOPNOTSUPP), on one device and between two
+# (tests/compat/rereg.c).
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+    echo "skip rereg.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/rereg" tests/compat/rereg.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    A=${COMPAT_ADDR_A:-127.0.0.1}
+    B=${COMPAT_ADDR_B:-127.0.0.2}
+    for devs in "uroce0=$A" "uroce0=$A,uroce1=$B"; do
+        out=$(UROCE_DEVICES="$devs" timeout 120 "$work/rereg" 2>&1)
+        if [ $? = 0 ]; then ok "ibv_rereg_mr and cmd_fd ($(tail -1 <<<"$out"))"
+        else bad "rereg.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
+    done
+else
+    bad "compiling tests/compat/rereg.c"
+fi
+
+# Memory windows (type 1 through ibv_bind_mw, type 2 through IBV_WR_BIND_MW, LOCAL_INV,
+# SEND_WITH_INV, the bind errors) with rdma-core's own inlines, on one device and between
+# two (tests/compat/mw.c).
+if [ ! -f /usr/include/infiniband/verbs.h ]; then
+    echo "skip mw.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/mw" tests/compat/mw.c \
+        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    A=${COMPAT_ADDR_A:-127.0.0.1}
+    B=${COMPAT_ADDR_B:-127.0.0.2}
+    for devs in "uroce0=$A" "uroce0=$A,uroce1=$B"; do
+        out=$(UROCE_DEVICES="$devs" timeout 120 "$work/mw" 2>&1)
+        if [ $? = 0 ]; then ok "memory windows ($(tail -1 <<<"$out"))"
+        else bad "mw.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
+    done
+else
+    bad "compiling tests/compat/mw.c"
+fi
+
 # uroce's librdmacm through rdma-core's own <rdma/rdma_cma.h> (librdmacm-dev): address and
 # route resolution, rdma_create_qp's CQs, and misuse (destroyed IDs and channels) refused
 # with errno rather than a crash (tests/compat/rdmacm_api.c).

@@ -164,17 +164,17 @@ open_enum! {
         REG_MR = 9,
         /// Not supported.
         REG_SMR = 10,
-        /// Not supported.
+        /// `ib_uverbs_rereg_mr`.
         REREG_MR = 11,
         /// Not supported.
         QUERY_MR = 12,
         /// `ib_uverbs_dereg_mr`.
         DEREG_MR = 13,
-        /// Not supported.
+        /// `ib_uverbs_alloc_mw`.
         ALLOC_MW = 14,
         /// Not supported.
         BIND_MW = 15,
-        /// Not supported.
+        /// `ib_uverbs_dealloc_mw`.
         DEALLOC_MW = 16,
         /// `ib_uverbs_create_comp_channel`.
         CREATE_COMP_CHANNEL = 17,

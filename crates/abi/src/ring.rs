@@ -401,6 +401,14 @@ impl Consumer {
         self.mem.read(off, out)
     }
 
+    /// Overwrite bytes `offset..offset + data.len()` of the `i`-th readable entry: the
+    /// consumer owns the entries it has not released, so it may rearrange them (a CQ
+    /// dropping the completions of a QP moved to RESET).
+    pub fn write(&mut self, i: u32, offset: usize, data: &[u8]) -> Result<()> {
+        let off = self.offset_of(i, offset, data.len())?;
+        self.mem.write(off, data)
+    }
+
     /// Copy the `i`-th readable entry's first `size_of::<T>()` bytes out as a `T`.
     pub fn read_struct<T: FromBytes + IntoBytes>(&self, i: u32) -> Result<T> {
         let mut v = T::new_zeroed();

@@ -321,6 +321,88 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// `ib_uverbs_rereg_mr`: change an MR's translation, PD or access in place (handle and
+    /// keys stay; kernel `ib_uverbs_rereg_mr`).
+    pub struct ReregMr {
+        /// Ignored.
+        pub response: u64,
+        /// MR handle.
+        pub mr_handle: u32,
+        /// [`ReregMr::CHANGE_TRANSLATION`] | [`ReregMr::CHANGE_PD`] |
+        /// [`ReregMr::CHANGE_ACCESS`] (`IB_MR_REREG_*`); at least one.
+        pub flags: u32,
+        /// New start address (with `CHANGE_TRANSLATION`).
+        pub start: u64,
+        /// New length (with `CHANGE_TRANSLATION`).
+        pub length: u64,
+        /// New I/O virtual address (with `CHANGE_TRANSLATION`).
+        pub hca_va: u64,
+        /// New PD handle (with `CHANGE_PD`).
+        pub pd_handle: u32,
+        /// New [`crate::verbs_consts::AccessFlags`] (with `CHANGE_ACCESS`).
+        pub access_flags: u32,
+    }
+    size = 48;
+}
+
+impl ReregMr {
+    /// `IB_MR_REREG_TRANS`.
+    pub const CHANGE_TRANSLATION: u32 = 1;
+    /// `IB_MR_REREG_PD`.
+    pub const CHANGE_PD: u32 = 2;
+    /// `IB_MR_REREG_ACCESS`.
+    pub const CHANGE_ACCESS: u32 = 4;
+}
+
+abi_struct! {
+    /// `ib_uverbs_rereg_mr_resp`.
+    pub struct ReregMrResp {
+        /// Local key.
+        pub lkey: u32,
+        /// Remote key.
+        pub rkey: u32,
+    }
+    size = 8;
+}
+
+abi_struct! {
+    /// `ib_uverbs_alloc_mw`.
+    pub struct AllocMw {
+        /// Ignored.
+        pub response: u64,
+        /// PD handle.
+        pub pd_handle: u32,
+        /// 1 or 2 (`IB_MW_TYPE_*`).
+        pub mw_type: u8,
+        /// Zero.
+        pub reserved: [u8; 3],
+    }
+    size = 16;
+}
+
+abi_struct! {
+    /// `ib_uverbs_alloc_mw_resp`.
+    pub struct AllocMwResp {
+        /// MW handle.
+        pub mw_handle: u32,
+        /// The window's first R_Key (random index bits, 8-bit key 0).
+        pub rkey: u32,
+    }
+    size = 8;
+}
+
+abi_struct! {
+    /// `ib_uverbs_dealloc_mw` (no response).
+    pub struct DeallocMw {
+        /// MW handle.
+        pub mw_handle: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
+    size = 8;
+}
+
+abi_struct! {
     /// `ib_uverbs_dereg_mr` (no response).
     pub struct DeregMr {
         /// MR handle.
@@ -1757,7 +1839,10 @@ pub enum Request<'a> {
     CreateAh(CreateAh),
     DestroyAh(DestroyAh),
     RegMr(RegMr),
+    ReregMr(ReregMr),
     DeregMr(DeregMr),
+    AllocMw(AllocMw),
+    DeallocMw(DeallocMw),
     CreateCompChannel(CreateCompChannel),
     CreateCq(CreateCq, UroceCreateCq),
     ResizeCq(ResizeCq, UroceResizeCq),
@@ -1824,6 +1909,9 @@ impl<'a> Request<'a> {
             Request::CreateAh(_) => Command::CREATE_AH,
             Request::DestroyAh(_) => Command::DESTROY_AH,
             Request::RegMr(_) => Command::REG_MR,
+            Request::ReregMr(_) => Command::REREG_MR,
+            Request::AllocMw(_) => Command::ALLOC_MW,
+            Request::DeallocMw(_) => Command::DEALLOC_MW,
             Request::DeregMr(_) => Command::DEREG_MR,
             Request::CreateCompChannel(_) => Command::CREATE_COMP_CHANNEL,
             Request::CreateCq(..) => Command::CREATE_CQ,
@@ -1861,6 +1949,9 @@ impl<'a> Request<'a> {
             Command::CREATE_AH => (CreateAh::SIZE, 0),
             Command::DESTROY_AH => (DestroyAh::SIZE, 0),
             Command::REG_MR => (RegMr::SIZE, 0),
+            Command::REREG_MR => (ReregMr::SIZE, 0),
+            Command::ALLOC_MW => (AllocMw::SIZE, 0),
+            Command::DEALLOC_MW => (DeallocMw::SIZE, 0),
             Command::DEREG_MR => (DeregMr::SIZE, 0),
             Command::CREATE_COMP_CHANNEL => (CreateCompChannel::SIZE, 0),
             Command::CREATE_CQ => (CreateCq::SIZE, UroceCreateCq::SIZE),
@@ -1897,6 +1988,8 @@ impl<'a> Request<'a> {
             Command::ALLOC_PD => (AllocPdResp::SIZE, 0),
             Command::CREATE_AH => (CreateAhResp::SIZE, 0),
             Command::REG_MR => (RegMrResp::SIZE, 0),
+            Command::REREG_MR => (ReregMrResp::SIZE, 0),
+            Command::ALLOC_MW => (AllocMwResp::SIZE, 0),
             Command::CREATE_COMP_CHANNEL => (CreateCompChannelResp::SIZE, 0),
             Command::CREATE_CQ => (CreateCqResp::SIZE, 0),
             Command::RESIZE_CQ => (ResizeCqResp::SIZE, 0),
@@ -1915,6 +2008,7 @@ impl<'a> Request<'a> {
             Command::DEALLOC_PD
             | Command::DESTROY_AH
             | Command::DEREG_MR
+            | Command::DEALLOC_MW
             | Command::REQ_NOTIFY_CQ
             | Command::MODIFY_QP
             | Command::MODIFY_SRQ => (0, 0),
@@ -2022,6 +2116,21 @@ impl<'a> Request<'a> {
                 let (c, rest) = core(p, "ib_uverbs_reg_mr")?;
                 no_driver(rest)?;
                 Request::RegMr(c)
+            }
+            Command::REREG_MR => {
+                let (c, rest) = core(p, "ib_uverbs_rereg_mr")?;
+                no_driver(rest)?;
+                Request::ReregMr(c)
+            }
+            Command::ALLOC_MW => {
+                let (c, rest) = core(p, "ib_uverbs_alloc_mw")?;
+                no_driver(rest)?;
+                Request::AllocMw(c)
+            }
+            Command::DEALLOC_MW => {
+                let (c, rest) = core(p, "ib_uverbs_dealloc_mw")?;
+                no_driver(rest)?;
+                Request::DeallocMw(c)
             }
             Command::DEREG_MR => {
                 let (c, rest) = core(p, "ib_uverbs_dereg_mr")?;
@@ -2174,6 +2283,9 @@ impl<'a> Request<'a> {
             Request::CreateAh(c) => push(&[c.as_bytes()]),
             Request::DestroyAh(c) => push(&[c.as_bytes()]),
             Request::RegMr(c) => push(&[c.as_bytes()]),
+            Request::ReregMr(c) => push(&[c.as_bytes()]),
+            Request::AllocMw(c) => push(&[c.as_bytes()]),
+            Request::DeallocMw(c) => push(&[c.as_bytes()]),
             Request::DeregMr(c) => push(&[c.as_bytes()]),
             Request::CreateCompChannel(c) => push(&[c.as_bytes()]),
             Request::CreateCq(c, d) => push(&[c.as_bytes(), d.as_bytes()]),

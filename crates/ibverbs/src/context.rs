@@ -191,7 +191,12 @@ fn context_for(dev: &'static UDevice, ctx: Context) -> Box<UContext> {
     c.ops.post_send = Some(crate::qp::op_post_send);
     c.ops.post_recv = Some(crate::qp::op_post_recv);
     c.ops.post_srq_recv = Some(crate::qp::op_post_srq_recv);
-    c.cmd_fd = -1;
+    c.ops.alloc_mw = Some(crate::objects::op_alloc_mw);
+    c.ops.bind_mw = Some(crate::objects::op_bind_mw);
+    c.ops.dealloc_mw = Some(crate::objects::op_dealloc_mw);
+    // The command socket: a real descriptor for the context's life, so programs can
+    // `dup`/`fstat` it as they do a uverbs fd (rdma-core's tests/test_shared_pd.py).
+    c.cmd_fd = ctx.cmd_fd();
     c.async_fd = ctx.async_fd().map_or(-1, |fd| fd.as_raw_fd());
     if c.async_fd >= 0 {
         set_blocking(c.async_fd);

@@ -55,7 +55,7 @@
 //!   (no-op), `__ioctl_final_num_attrs`.
 //!
 //! Not offered by uroce (EOPNOTSUPP in the C shape; [`stubs`]): `ibv_import_*`,
-//! `ibv_unimport_*`, `ibv_reg_dmabuf_mr`, `ibv_rereg_mr`, `ibv_attach_mcast`,
+//! `ibv_unimport_*`, `ibv_reg_dmabuf_mr`, `ibv_attach_mcast`,
 //! `ibv_detach_mcast`, `ibv_query_ece`, `ibv_set_ece`, `ibv_resolve_eth_l2_from_gid`, the
 //! `ibv_copy_*_kern` converters (no-ops; system librdmacm only), the provider interface
 //! (`ibv_cmd_*`, `execute_ioctl`, `_verbs_init_and_alloc_context`, `verbs_open_device`,

@@ -30,6 +30,14 @@ pub struct UMr {
     mr: Option<uroce::Mr>,
 }
 
+/// A memory window.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UMw {
+    pub(crate) ibv: ibv_mw,
+    pub(crate) mw: Option<uroce::Mw>,
+}
+
 /// An address handle.
 #[repr(C)]
 #[derive(Debug)]
@@ -233,6 +241,201 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
                 unsafe { (*m).mr = Some(back) };
                 errno_of(&e)
             }
+        }
+    })
+}
+
+/// `int ibv_rereg_mr(struct ibv_mr *, int flags, struct ibv_pd *, void *addr, size_t
+/// length, int access)`, with rdma-core's return values (`libibverbs/verbs.c`): 0;
+/// `IBV_REREG_MR_ERR_INPUT` with errno EINVAL for flags outside the three
+/// `IBV_REREG_MR_CHANGE_*`, a translation without address or length, or access bits
+/// without `CHANGE_ACCESS`; `IBV_REREG_MR_ERR_CMD` with the device's errno when the command
+/// is refused (the MR is then unchanged). Fork ranges need no bookkeeping here
+/// (`ibv_dontfork_range` is a no-op), so the fork errors never occur. Keys and handle stay;
+/// `mr->pd`, `addr`, `length`, `lkey`, `rkey` are updated as rdma-core updates them.
+///
+/// # Safety
+/// `mr` came from an `ibv_reg_mr*` call and is not deregistered; `pd` is NULL or a live
+/// PD; with `CHANGE_TRANSLATION` the new memory stays mapped while registered.
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(IBV_REREG_MR_ERR_CMD, || {
+        let input = || {
+            set_errno(libc::EINVAL);
+            IBV_REREG_MR_ERR_INPUT
+        };
+        let all =
+            IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+        let translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        if mr.is_null()
+            || flags & !all != 0
+            || (translation && (length == 0 || addr.is_null()))
+            || (access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0)
+        {
+            return input();
+        }
+        let m = mr.cast::<UMr>();
+        let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: per the contract, NULL or a live boxed UPd.
+            match unsafe { upd(pd) } {
+                Some(p) => Some(p),
+                None => {
+                    set_errno(libc::EINVAL);
+                    return IBV_REREG_MR_ERR_CMD;
+                }
+            }
+        } else {
+            None
+        };
+        // SAFETY: a live boxed UMr per the contract; the application does not use it
+        // concurrently with this call (as with every verb on one MR).
+        let Some(inner) = (unsafe { (*m).mr.as_mut() }) else {
+            set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_CMD;
+        };
+        let change = uroce::Rereg {
+            translation: translation.then_some((addr as u64, length, addr as u64)),
+            pd: new_pd.map(|p| &p.pd),
+            access: (flags & IBV_REREG_MR_CHANGE_ACCESS != 0).then_some(AccessFlags(access as u32)),
+        };
+        // SAFETY: the C contract: the new memory stays mapped while registered.
+        match unsafe { inner.rereg_raw(&change) } {
+            Ok(()) => {
+                let (lkey, rkey) = (inner.lkey(), inner.rkey());
+                // SAFETY: as above.
+                let ibv = unsafe { &mut (*m).ibv };
+                (ibv.lkey, ibv.rkey) = (lkey, rkey);
+                if new_pd.is_some() {
+                    ibv.pd = pd;
+                }
+                if translation {
+                    (ibv.addr, ibv.length) = (addr, length);
+                }
+                0
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                IBV_REREG_MR_ERR_CMD
+            }
+        }
+    })
+}
+
+/// The `alloc_mw` op (inline `ibv_alloc_mw`): a window of type 1 or 2; NULL with errno
+/// (EINVAL for another type, as the kernel).
+///
+/// # Safety
+/// `pd` is a live PD.
+pub(crate) unsafe extern "C" fn op_alloc_mw(pd: *mut ibv_pd, ty: c_uint) -> *mut ibv_mw {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(p) = (unsafe { upd(pd) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let t = match ty {
+            1 => uroce::MwType::Type1,
+            2 => uroce::MwType::Type2,
+            _ => {
+                set_errno(libc::EINVAL);
+                return core::ptr::null_mut();
+            }
+        };
+        match p.pd.alloc_mw(t) {
+            Ok(mw) => {
+                let b = Box::new(UMw {
+                    ibv: ibv_mw {
+                        context: p.ibv.context,
+                        pd,
+                        rkey: mw.rkey(),
+                        handle: mw.handle(),
+                        type_: ty,
+                    },
+                    mw: Some(mw),
+                });
+                // SAFETY: the PD's context is live (contract).
+                unsafe { retain(p.ibv.context) };
+                Box::into_raw(b).cast::<ibv_mw>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                core::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// The `dealloc_mw` op: 0, or an errno with the window kept.
+///
+/// # Safety
+/// `mw` came from [`op_alloc_mw`] and is not used after success.
+pub(crate) unsafe extern "C" fn op_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    guard_errno(|| {
+        if mw.is_null() {
+            return libc::EINVAL;
+        }
+        let m = mw.cast::<UMw>();
+        // SAFETY: a live boxed UMw per the contract.
+        let Some(inner) = (unsafe { (*m).mw.take() }) else {
+            return libc::EINVAL;
+        };
+        match inner.dealloc() {
+            Ok(()) => {
+                // SAFETY: the leaked Box<UMw>, reclaimed once; its context is live.
+                unsafe {
+                    let b = Box::from_raw(m);
+                    release(b.ibv.context);
+                }
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// The `bind_mw` op (inline `ibv_bind_mw`, which has checked the type 1 window and the
+/// MR's PD): posts a BIND_MW WR with the next R_Key, as rdma-core's rxe provider, and
+/// stores that R_Key in `mw->rkey`. 0 or an errno.
+///
+/// # Safety
+/// Live QP and window; `mw_bind` valid; its MR NULL or live.
+pub(crate) unsafe extern "C" fn op_bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    guard_errno(|| {
+        // SAFETY: per the contract.
+        let (Some(q), Some(m), Some(b)) = (
+            unsafe { qp.cast::<crate::qp::UQp>().as_ref() },
+            unsafe { mw.cast::<UMw>().as_mut() },
+            unsafe { mw_bind.as_ref() },
+        ) else {
+            return libc::EINVAL;
+        };
+        let (Some(qp), Some(w)) = (q.qp.as_ref(), m.mw.as_ref()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: a non-NULL MR is live (contract).
+        let lkey = unsafe { b.bind_info.mr.as_ref() }.map_or(0, |r| r.lkey);
+        let info = uroce::MwBindInfo {
+            lkey,
+            addr: b.bind_info.addr,
+            length: b.bind_info.length,
+            access: AccessFlags(b.bind_info.mw_access_flags),
+        };
+        match qp.bind_mw(w, b.wr_id, info, uroce::SendFlags(b.send_flags)) {
+            Ok(rkey) => {
+                m.ibv.rkey = rkey;
+                0
+            }
+            Err(e) => errno_of(&e),
         }
     })
 }

@@ -209,6 +209,23 @@ unsafe fn send_wr<'a>(
                     swap: a.swap,
                 }
             }
+            WrOpcode::BIND_MW => {
+                let b = w.bind_mw();
+                // SAFETY: a BIND_MW WR names a live window and a NULL or live MR (contract).
+                let Some(mw) = (unsafe { b.mw.cast::<ibv_mw>().as_ref() }) else {
+                    return Err(libc::EINVAL);
+                };
+                // SAFETY: as above.
+                let lkey = unsafe { b.bind_info.mr.as_ref() }.map_or(0, |m| m.lkey);
+                Remote::MwBind {
+                    mw_rkey: mw.rkey,
+                    new_rkey: b.rkey,
+                    lkey,
+                    addr: b.bind_info.addr,
+                    length: b.bind_info.length,
+                    access: b.bind_info.mw_access_flags,
+                }
+            }
             _ => Remote::None,
         }
     };
@@ -292,6 +309,26 @@ pub(crate) unsafe extern "C" fn op_post_send(
             // SAFETY: index < n elements of the list from chunk_start.
             let at = unsafe { nth(chunk_start, index, |p| (*p).next) };
             return fail(at, err);
+        }
+        // Posted binds give their windows the new R_Key (`mw->rkey`, as irdma's provider
+        // does; the window is named by its index bits, so an application that keeps the
+        // old value can still rebind it).
+        let mut p = chunk_start;
+        for _ in 0..n {
+            // SAFETY: the `n` elements from chunk_start were just converted (contract).
+            let w = unsafe { &*p };
+            if WrOpcode(w.opcode) == WrOpcode::BIND_MW {
+                let b = w.bind_mw();
+                // SAFETY: a live window (contract); the application does not read it
+                // concurrently with this post.
+                if let Some(mw) = unsafe { b.mw.cast::<crate::objects::UMw>().as_mut() } {
+                    mw.ibv.rkey = b.rkey;
+                    if let Some(m) = &mw.mw {
+                        m.set_rkey(b.rkey);
+                    }
+                }
+            }
+            p = w.next;
         }
         if let Some(e) = conv_err {
             return fail(cur, e);
@@ -471,10 +508,10 @@ fn cap_to_c(c: &QpCap) -> ibv_qp_cap {
 /// (`check_qp_init_attr` in `providers/rxe/rxe.c`): `comp_mask` within `PD | CREATE_FLAGS |
 /// SEND_OPS_FLAGS`, `create_flags` 0 (rxe supports no creation flag), and `send_ops_flags`
 /// within what the QP type supports (RC: RDMA WRITE (with immediate), SEND (with immediate
-/// or invalidate), RDMA READ, the two atomics; UC: the writes and sends; UD: SEND and SEND
-/// with immediate; no other QP type). Anything else is EOPNOTSUPP, as rxe answers; uroce
-/// also refuses `LOCAL_INV`, `BIND_MW` and `ATOMIC_WRITE`, which rxe offers but uroce has
-/// no memory windows or atomic write for. Without `IBV_QP_INIT_ATTR_PD` there is no PD:
+/// or invalidate), LOCAL_INV, BIND_MW, RDMA READ, the two atomics; UC: the writes, sends,
+/// LOCAL_INV and BIND_MW; UD: SEND and SEND with immediate; no other QP type). Anything else
+/// is EOPNOTSUPP, as rxe answers; uroce also refuses `ATOMIC_WRITE`, which rxe offers but
+/// uroce has no atomic write for. Without `IBV_QP_INIT_ATTR_PD` there is no PD:
 /// EINVAL. The QP then gets the `ibv_wr_*` interface ([`crate::qp_ex`]), as every QP rxe
 /// makes through this op does.
 ///

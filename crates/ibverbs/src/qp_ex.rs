@@ -40,7 +40,13 @@ use crate::util::{errno_ret, OwnerLock};
 /// `RXE_SUP_{RC,UC,UD}_QP_SEND_OPS_FLAGS` that uroce implements).
 pub(crate) fn supported_send_ops(t: QpType) -> u64 {
     use send_ops::*;
-    let uc = RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | SEND_WITH_INV;
+    let uc = RDMA_WRITE
+        | RDMA_WRITE_WITH_IMM
+        | SEND
+        | SEND_WITH_IMM
+        | SEND_WITH_INV
+        | LOCAL_INV
+        | BIND_MW;
     match t {
         QpType::RC => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
         QpType::UC => uc,
@@ -62,6 +68,14 @@ enum PendRemote {
         rkey: u32,
         compare_add: u64,
         swap: u64,
+    },
+    MwBind {
+        mw_rkey: u32,
+        new_rkey: u32,
+        lkey: u32,
+        addr: u64,
+        length: u64,
+        access: u32,
     },
 }
 
@@ -165,10 +179,18 @@ pub(crate) fn tail(ops: u64) -> ibv_qp_ex_tail {
     } else {
         refuse_u32
     });
-    // Opcodes uroce never offers (memory windows, TSO, atomic write) and XRC: refused too,
-    // rather than left NULL.
-    t.wr_bind_mw = Some(refuse_bind_mw);
-    t.wr_local_inv = Some(refuse_u32);
+    t.wr_bind_mw = Some(if has(send_ops::BIND_MW) {
+        wr_bind_mw
+    } else {
+        refuse_bind_mw
+    });
+    t.wr_local_inv = Some(if has(send_ops::LOCAL_INV) {
+        wr_local_inv
+    } else {
+        refuse_u32
+    });
+    // Opcodes uroce never offers (TSO, atomic write) and XRC: refused too, rather than
+    // left NULL.
     t.wr_send_tso = Some(refuse_tso);
     t.wr_atomic_write = Some(refuse_atomic_write);
     t.wr_set_xrc_srqn = Some(refuse_u32);
@@ -393,6 +415,52 @@ unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp, invalidate_rkey: u32) {
         // SAFETY: as above.
         if let Some(w) = unsafe { batch(qp) }.and_then(|(_, b)| b.wrs.last_mut()) {
             w.invalidate_rkey = invalidate_rkey;
+        }
+    }
+}
+
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp, invalidate_rkey: u32) {
+    // SAFETY: as above.
+    if unsafe { begin(qp, WrOpcode::LOCAL_INV, PendRemote::None) }.is_some() {
+        // SAFETY: as above.
+        if let Some(w) = unsafe { batch(qp) }.and_then(|(_, b)| b.wrs.last_mut()) {
+            w.invalidate_rkey = invalidate_rkey;
+        }
+    }
+}
+
+/// `ibv_wr_bind_mw`: bind `mw` (type 2) with R_Key `rkey` to `bind_info`; `mw->rkey`
+/// takes `rkey` at once, as a WR bind's does in `ibv_post_send`.
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut c_void,
+    rkey: u32,
+    bind_info: *const c_void,
+) {
+    // SAFETY: the application passes a live window and bind info (C contract).
+    let (Some(m), Some(b)) = (
+        unsafe { mw.cast::<crate::objects::UMw>().as_mut() },
+        unsafe { bind_info.cast::<ibv_mw_bind_info>().as_ref() },
+    ) else {
+        // SAFETY: as above.
+        unsafe { refuse(qp) };
+        return;
+    };
+    // SAFETY: a NULL or live MR (contract).
+    let lkey = unsafe { b.mr.as_ref() }.map_or(0, |r| r.lkey);
+    let remote = PendRemote::MwBind {
+        mw_rkey: m.ibv.rkey,
+        new_rkey: rkey,
+        lkey,
+        addr: b.addr,
+        length: b.length,
+        access: b.mw_access_flags,
+    };
+    // SAFETY: as above.
+    if unsafe { begin(qp, WrOpcode::BIND_MW, remote) }.is_some() {
+        m.ibv.rkey = rkey;
+        if let Some(w) = &m.mw {
+            w.set_rkey(rkey);
         }
     }
 }
@@ -629,6 +697,21 @@ fn post_batch(q: &UQp, b: &Batch) -> c_int {
                     rkey,
                     compare_add,
                     swap,
+                },
+                PendRemote::MwBind {
+                    mw_rkey,
+                    new_rkey,
+                    lkey,
+                    addr,
+                    length,
+                    access,
+                } => Remote::MwBind {
+                    mw_rkey,
+                    new_rkey,
+                    lkey,
+                    addr,
+                    length,
+                    access,
                 },
             }
         };

@@ -88,13 +88,6 @@ errno_stubs!(libc::EOPNOTSUPP =>
     ibv_resolve_eth_l2_from_gid,
 );
 
-/// `ibv_rereg_mr`: not offered; `IBV_REREG_MR_ERR_CMD` with errno EOPNOTSUPP, as rdma-core
-/// reports a provider without `rereg_mr`.
-pub extern "C" fn ibv_rereg_mr() -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    crate::types::IBV_REREG_MR_ERR_CMD
-}
-
 /// `ibv_fork_init`: nothing to do (registered memory is not pinned by a kernel, so a fork
 /// cannot take pages away from the device).
 pub extern "C" fn ibv_fork_init() -> c_int {

@@ -78,10 +78,12 @@ pub struct ibv_context_ops {
     pub _compat_reg_mr: AnyFn,
     pub _compat_rereg_mr: AnyFn,
     pub _compat_dereg_mr: AnyFn,
-    /// Checked for NULL by the inline `ibv_alloc_mw`.
-    pub alloc_mw: AnyFn,
-    pub bind_mw: AnyFn,
-    pub dealloc_mw: AnyFn,
+    /// Called by the inline `ibv_alloc_mw` (which checks it for NULL).
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_uint) -> *mut ibv_mw>,
+    /// Called by the inline `ibv_bind_mw` (type 1 windows).
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    /// Called by the inline `ibv_dealloc_mw`.
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub _compat_create_cq: AnyFn,
     /// Called by the inline `ibv_poll_cq`; never NULL-checked.
     pub poll_cq: Option<PollCqFn>,
@@ -358,6 +360,27 @@ pub struct ibv_mw_bind_info {
     pub mw_access_flags: c_uint,
 }
 
+/// `struct ibv_mw` (32 B).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`.
+    pub type_: c_uint,
+}
+
+/// `struct ibv_mw_bind` (48 B), the argument of `ibv_bind_mw`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
 /// `ibv_send_wr.bind_mw`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -422,6 +445,13 @@ impl ibv_send_wr {
         // SAFETY: as in `rdma`; a pointer read from arbitrary bits is valid as a value (it is
         // only dereferenced after the caller checks it against its own AH registry).
         unsafe { self.wr.ud }
+    }
+
+    /// `bind_mw` (of the trailing union).
+    pub fn bind_mw(&self) -> ibv_send_wr_bind_mw {
+        // SAFETY: both variants are integers and pointers, any bit pattern valid; pointers
+        // are only dereferenced under the C API contract (a BIND_MW WR names a live MW).
+        unsafe { self.ext.bind_mw }
     }
 }
 
@@ -746,6 +776,14 @@ pub const IBV_GID_TYPE_SYSFS_ROCE_V2: c_int = 1;
 pub const IBV_FORK_UNNEEDED: c_int = 2;
 /// `IBV_REREG_MR_ERR_CMD`.
 pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
+/// `IBV_REREG_MR_ERR_INPUT`.
+pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+pub const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+/// `IBV_REREG_MR_CHANGE_PD`.
+pub const IBV_REREG_MR_CHANGE_PD: c_int = 2;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
 /// `IBV_ACCESS_OPTIONAL_RANGE`: bits 20..29, which a provider may ignore (§9).
 pub const IBV_ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 /// `IBV_QP_INIT_ATTR_PD`.
@@ -1027,6 +1065,11 @@ const _: () = {
     assert!(offset_of!(ibv_send_wr, xrc_remote_srqn) == 72);
     assert!(offset_of!(ibv_send_wr, ext) == 80);
     assert!(offset_of!(ibv_send_wr_bind_mw, rkey) == 8);
+    assert!(size_of::<ibv_mw>() == 32);
+    assert!(offset_of!(ibv_mw, rkey) == 16);
+    assert!(offset_of!(ibv_mw, type_) == 24);
+    assert!(size_of::<ibv_mw_bind>() == 48);
+    assert!(offset_of!(ibv_mw_bind, bind_info) == 16);
     assert!(offset_of!(ibv_send_wr_bind_mw, bind_info) == 16);
     assert!(size_of::<ibv_mw_bind_info>() == 32);
     assert!(offset_of!(ibv_send_wr_tso, hdr_sz) == 8);

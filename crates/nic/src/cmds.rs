@@ -40,7 +40,7 @@ trait Owned {
 macro_rules! owned {
     ($($t:ty),*) => {$(impl Owned for $t { fn ctx(&self) -> CtxId { self.ctx } })*};
 }
-owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj);
+owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj, crate::keys::Mw);
 
 /// Why a command was refused: the errno (all a C caller sees), the rule broken, and a
 /// sentence with the attribute and values (without the verb, which [`DevState::execute`]
@@ -154,8 +154,9 @@ pub(crate) const PKEY_TBL_LEN: u16 = 1;
 const MAX_MSG_SZ: u32 = 1 << 31;
 
 /// `IB_DEVICE_*` capability bits reported (ib_verbs.h): BAD_PKEY_CNTR, BAD_QKEY_CNTR,
-/// CURR_QP_STATE_MOD, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN.
-const DEVICE_CAP_FLAGS: u32 = 2 | 4 | 128 | 1024 | 2048 | 4096;
+/// CURR_QP_STATE_MOD, PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, MEM_WINDOW,
+/// MEM_WINDOW_TYPE_2B (memory windows of both types, as rxe).
+const DEVICE_CAP_FLAGS: u32 = 2 | 4 | 128 | 1024 | 2048 | 4096 | (1 << 17) | (1 << 24);
 /// `IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS`.
 const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26);
 
@@ -318,6 +319,7 @@ fn releases(req: &Request<'_>) -> bool {
                 | Request::PollCq(_)
                 | Request::DestroyQp(_)
                 | Request::DestroySrq(_)
+                | Request::DeallocMw(_)
         ),
     }
 }
@@ -466,8 +468,25 @@ impl DevState {
                 Ok(())
             }
             Request::RegMr(r) => self.reg_mr(ctx, r, resp),
+            Request::ReregMr(r) => self.rereg_mr(ctx, r, resp),
+            Request::AllocMw(a) => self.alloc_mw(ctx, a, resp),
+            Request::DeallocMw(d) => {
+                let pd = own(self.res.mrs.mws(), ctx, d.mw_handle, "mw_handle")?.pd;
+                self.res.mrs.remove_mw(d.mw_handle);
+                self.pd_release(pd);
+                Ok(())
+            }
             Request::DeregMr(d) => {
-                let pd = own(&self.res.mrs, ctx, d.mr_handle, "mr_handle")?.pd;
+                let mr = own(&self.res.mrs, ctx, d.mr_handle, "mr_handle")?;
+                let pd = mr.pd;
+                if self.res.mrs.mr_has_windows(mr.key) {
+                    return Err(refuse!(
+                        EBUSY,
+                        IN_USE,
+                        "mr_handle {} has memory windows bound to it",
+                        d.mr_handle
+                    ));
+                }
                 self.res.mrs.remove(d.mr_handle);
                 self.pd_release(pd);
                 Ok(())
@@ -787,7 +806,7 @@ impl DevState {
             atomic_cap: abi::AtomicCap::HCA.0,
             max_ee: 0,
             max_rdd: 0,
-            max_mw: 0,
+            max_mw: self.cfg.limits.max_mr,
             max_raw_ipv6_qp: 0,
             max_raw_ethy_qp: 0,
             max_mcast_grp: 0,
@@ -865,14 +884,16 @@ impl DevState {
     // -----------------------------------------------------------------------------------
     // MR, completion channel, CQ
 
-    fn reg_mr(&mut self, ctx: CtxId, r: &RegMr, resp: &mut Vec<u8>) -> Res<()> {
-        own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
+    /// The access flags REG_MR and REREG_MR accept, optional bits dropped
+    /// (`ib_check_mr_access`).
+    fn mr_access(access_flags: u32) -> Res<u32> {
         // Optional bits may be ignored (IBV_ACCESS_OPTIONAL_RANGE; perftest sets RELAXED_ORDERING).
-        let acc = r.access_flags & !AccessFlags::OPTIONAL_RANGE.0;
+        let acc = access_flags & !AccessFlags::OPTIONAL_RANGE.0;
         let supported = AccessFlags::LOCAL_WRITE.0
             | AccessFlags::REMOTE_WRITE.0
             | AccessFlags::REMOTE_READ.0
-            | AccessFlags::REMOTE_ATOMIC.0;
+            | AccessFlags::REMOTE_ATOMIC.0
+            | AccessFlags::MW_BIND.0;
         if acc & !supported != 0 {
             // LOCAL_WRITE ..= FLUSH_PERSISTENT (docs/wire.md §7.3).
             let known = (1u32 << 10) - 1;
@@ -903,33 +924,51 @@ impl DevState {
                 "access_flags {acc:#x}: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE"
             ));
         }
+        Ok(acc)
+    }
+
+    /// Check an MR's translation (`start`, `length`, `hca_va`) and find its memory, writable
+    /// if `acc` lets the device write it.
+    fn mr_range(&self, start: u64, length: u64, hca_va: u64, acc: u32) -> Res<dma::UserRange> {
         // ib_uverbs_reg_mr: start and iova must share their offset within a page.
-        if (r.start ^ r.hca_va) & 0xfff != 0 {
+        if (start ^ hca_va) & 0xfff != 0 {
             return Err(refuse!(
                 EINVAL,
                 BAD_RANGE,
                 "start {:#x} and hca_va {:#x} differ in their offset within a page",
-                r.start,
-                r.hca_va
+                start,
+                hca_va
             ));
         }
-        if r.length == 0 {
+        if length == 0 {
             return Err(refuse!(EINVAL, BAD_RANGE, "length 0"));
         }
-        r.hca_va.checked_add(r.length).ok_or_else(|| {
+        hca_va.checked_add(length).ok_or_else(|| {
             refuse!(
                 EINVAL,
                 BAD_RANGE,
                 "hca_va {:#x} + length {} wraps",
-                r.hca_va,
-                r.length
+                hca_va,
+                length
             )
         })?;
-        let write = acc & (AccessFlags::LOCAL_WRITE.0 | remote_w) != 0;
-        let range = dma::user_range(self.mem_space(), r.start, r.length, write)
-            .map_err(mem_refusal("range", r.start, r.length, write))?;
-        self.next_mr_key = self.next_mr_key.wrapping_add(1);
-        let key8 = u32::from(self.next_mr_key);
+        let write = acc
+            & (AccessFlags::LOCAL_WRITE.0
+                | AccessFlags::REMOTE_WRITE.0
+                | AccessFlags::REMOTE_ATOMIC.0)
+            != 0;
+        dma::user_range(self.mem_space(), start, length, write)
+            .map_err(mem_refusal("range", start, length, write))
+    }
+
+    fn reg_mr(&mut self, ctx: CtxId, r: &RegMr, resp: &mut Vec<u8>) -> Res<()> {
+        own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
+        let acc = Self::mr_access(r.access_flags)?;
+        let range = self.mr_range(r.start, r.length, r.hca_va, acc)?;
+        // Unpredictable and unique among the device's keys (`crate::keys`); lkey == rkey
+        // as in rxe.
+        let mrs = &self.res.mrs;
+        let key = self.keygen.draw(self.hermetic, |k| mrs.key_taken(k));
         let idx = self
             .res
             .mrs
@@ -937,7 +976,8 @@ impl DevState {
                 Mr {
                     ctx,
                     pd: r.pd_handle,
-                    key: 0,
+                    key,
+                    start: r.start,
                     iova: r.hca_va,
                     length: r.length,
                     access: acc,
@@ -953,16 +993,133 @@ impl DevState {
                     self.cfg.limits.max_mr
                 )
             })?;
-        // rxe: key = pool index << 8 | 8-bit key; lkey == rkey.
-        let key = (idx << 8) | key8;
-        if let Some(mr) = self.res.mrs.get_mut(idx) {
-            mr.key = key;
-        }
         self.pd_use(r.pd_handle);
         push(
             resp,
             &RegMrResp {
                 mr_handle: idx,
+                lkey: key,
+                rkey: key,
+            },
+        );
+        Ok(())
+    }
+
+    /// ALLOC_MW (kernel `ib_uverbs_alloc_mw`): a window of type 1 or 2 in a PD, unbound,
+    /// with an R_Key whose 24 index bits are random and unique on the device
+    /// (`crate::keys`) and whose 8-bit key is 0.
+    fn alloc_mw(&mut self, ctx: CtxId, a: &AllocMw, resp: &mut Vec<u8>) -> Res<()> {
+        own(&self.res.pds, ctx, a.pd_handle, "pd_handle")?;
+        if a.mw_type != 1 && a.mw_type != 2 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "mw_type {}: only 1 and 2 exist",
+                a.mw_type
+            ));
+        }
+        if a.reserved != [0; 3] {
+            return Err(refuse!(EINVAL, BAD_VALUE, "reserved bytes not zero"));
+        }
+        let mrs = &self.res.mrs;
+        let rkey = self.keygen.draw(self.hermetic, |k| mrs.mw_key_taken(k)) & !0xff;
+        let mw = crate::keys::Mw {
+            ctx,
+            pd: a.pd_handle,
+            ty: a.mw_type,
+            rkey: std::cell::Cell::new(rkey),
+            binding: std::cell::Cell::new(None),
+        };
+        let h = self
+            .res
+            .mrs
+            .insert_mw(mw, self.cfg.limits.max_mr)
+            .ok_or_else(|| {
+                refuse!(
+                    ENOMEM,
+                    EXHAUSTED,
+                    "max_mw {} windows exist",
+                    self.cfg.limits.max_mr
+                )
+            })?;
+        self.pd_use(a.pd_handle);
+        push(resp, &AllocMwResp { mw_handle: h, rkey });
+        Ok(())
+    }
+
+    /// REREG_MR (kernel `ib_uverbs_rereg_mr`): everything is checked before anything
+    /// changes, so a refused command leaves the MR as it was. The handle and keys stay
+    /// (as rxe's `rxe_rereg_user_mr`): peers holding the rkey keep reaching the region,
+    /// now with its new translation, PD and access.
+    fn rereg_mr(&mut self, ctx: CtxId, r: &ReregMr, resp: &mut Vec<u8>) -> Res<()> {
+        let all = ReregMr::CHANGE_TRANSLATION | ReregMr::CHANGE_PD | ReregMr::CHANGE_ACCESS;
+        let mr = own(&self.res.mrs, ctx, r.mr_handle, "mr_handle")?;
+        if r.flags == 0 {
+            return Err(refuse!(EINVAL, BAD_FLAGS, "flags 0: nothing to change"));
+        }
+        if r.flags & !all != 0 {
+            return Err(refuse!(
+                EOPNOTSUPP,
+                UNSUPPORTED,
+                "flags {:#x}: unknown bits {:#x}",
+                r.flags,
+                r.flags & !all
+            ));
+        }
+        let (old_pd, key) = (mr.pd, mr.key);
+        if self.res.mrs.mr_has_windows(key) {
+            // A bound window's range, PD and access were checked against the MR as it was.
+            return Err(refuse!(
+                EBUSY,
+                IN_USE,
+                "mr_handle {} has memory windows bound to it",
+                r.mr_handle
+            ));
+        }
+        let (mut start, mut length, mut iova) = (mr.start, mr.length, mr.iova);
+        let mut acc = mr.access;
+        let mut pd = mr.pd;
+        if r.flags & ReregMr::CHANGE_PD != 0 {
+            own(&self.res.pds, ctx, r.pd_handle, "pd_handle")?;
+            pd = r.pd_handle;
+        }
+        if r.flags & ReregMr::CHANGE_ACCESS != 0 {
+            acc = Self::mr_access(r.access_flags)?;
+        }
+        if r.flags & ReregMr::CHANGE_TRANSLATION != 0 {
+            if r.start == 0 || r.hca_va == 0 {
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_RANGE,
+                    "new start {:#x} or hca_va {:#x} is 0",
+                    r.start,
+                    r.hca_va
+                ));
+            }
+            (start, length, iova) = (r.start, r.length, r.hca_va);
+        }
+        // A new translation, or access that may add writes, is looked up again.
+        let range = if r.flags & (ReregMr::CHANGE_TRANSLATION | ReregMr::CHANGE_ACCESS) != 0 {
+            Some(self.mr_range(start, length, iova, acc)?)
+        } else {
+            None
+        };
+        let Some(m) = self.res.mrs.get_mut(r.mr_handle) else {
+            return Err(bad_handle("mr_handle", r.mr_handle));
+        };
+        m.pd = pd;
+        m.access = acc;
+        (m.start, m.length, m.iova) = (start, length, iova);
+        if let Some(range) = range {
+            m.range = range;
+        }
+        if pd != old_pd {
+            self.pd_use(pd);
+            self.pd_release(old_pd);
+        }
+        push(
+            resp,
+            &ReregMrResp {
                 lkey: key,
                 rkey: key,
             },
@@ -1665,6 +1822,9 @@ impl DevState {
         let Some(q) = self.qps.remove(idx) else {
             return 0;
         };
+        // Type 2 windows bound to it lose their QP (a later QP with its number must not
+        // inherit them).
+        self.res.mrs.unbind_qp(q.qp.qpn().value());
         self.retired.accumulate(q.qp.counters());
         if q.owes_signal {
             self.res.owing_qps = self.res.owing_qps.saturating_sub(1);
@@ -1740,13 +1900,24 @@ impl DevState {
     ) -> Res<(SendWqe, Vec<u8>)> {
         let op = transport::WrOpcode::from_u32(wr.opcode)
             .ok_or_else(|| refuse!(EINVAL, BAD_OPCODE, "opcode {} is unknown", wr.opcode))?;
+        if op == transport::WrOpcode::BindMw {
+            // ib_uverbs_send_wr has no room for a binding (the kernel refuses it too); the
+            // fast path's WQE carries it.
+            return Err(refuse!(
+                EINVAL,
+                BAD_OPCODE,
+                "BIND_MW through POST_SEND: post it to the SQ ring"
+            ));
+        }
         let ok = match qpo.ty {
             QpType::Rc => true,
             QpType::Uc => {
                 op.is_write()
                     || matches!(
                         op,
-                        transport::WrOpcode::Send | transport::WrOpcode::SendWithImm
+                        transport::WrOpcode::Send
+                            | transport::WrOpcode::SendWithImm
+                            | transport::WrOpcode::LocalInv
                     )
             }
             QpType::Ud => matches!(
@@ -2013,6 +2184,9 @@ impl DevState {
         for i in self.res.ahs.indices_where(|o| o.ctx == ctx) {
             self.res.ahs.remove(i);
         }
+        for i in self.res.mrs.mws().indices_where(|o| o.ctx == ctx) {
+            self.res.mrs.remove_mw(i);
+        }
         for i in self.res.mrs.indices_where(|o| o.ctx == ctx) {
             self.res.mrs.remove(i);
         }
@@ -2031,7 +2205,7 @@ impl DevState {
         if self.hermetic && self.res.ctxs.is_empty() {
             // Nothing can hold a key or QPN of this device any more (no peers, no
             // contexts): start both sequences over.
-            self.next_mr_key = 0;
+            self.keygen.reset();
             self.qps.reset_rotation();
         }
     }

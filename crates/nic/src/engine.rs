@@ -1031,6 +1031,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         let mut mem = DmaView {
             mrs: &res.mrs,
             pd: q.pd,
+            qpn: q.qp.qpn().value(),
             payload: Payload::defer_into(&buf),
         };
         let Some(t) = q.qp.poll_transmit(now, &mut mem, &mut buf) else {
@@ -1760,6 +1761,7 @@ fn deliver(
     let mut mem = DmaView {
         mrs: &res.mrs,
         pd: q.pd,
+        qpn: q.qp.qpn().value(),
         payload,
     };
     let mut limit_event = None;

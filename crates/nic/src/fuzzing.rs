@@ -69,8 +69,8 @@ pub const QP_RINGS_AT: u64 = 0x4000;
 pub const MR_AT: u64 = 0x1_0000;
 /// Length of the prelude's MR.
 pub const MR_LEN: u64 = 0x4_0000;
-/// The prelude MR's lkey and rkey (index 1, first key byte 1).
-pub const MR_KEY: u32 = 0x101;
+/// The prelude MR's lkey and rkey: the first key of a sealed device (`crate::keys`).
+pub const MR_KEY: u32 = 0x106b_2879;
 /// QPNs (= handles) of the prelude's two QPs.
 pub const QPNS: [u32; 2] = [16, 17];
 
@@ -870,7 +870,107 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     }
     inputs.push(input);
 
-    // 5. Framing: a legacy header that cannot frame a message closes the connection.
+    // 5. REREG_MR: access taken away under a remote write, a second PD and back, a new
+    //    translation inside the window, and the refusals (no flags, unknown flags, a bad
+    //    PD, a range outside the window).
+    let rereg = |flags, f: &dyn Fn(&mut ReregMr)| {
+        let mut r = ReregMr {
+            mr_handle: 1,
+            flags,
+            ..ReregMr::default()
+        };
+        f(&mut r);
+        enc(&Request::ReregMr(r))
+    };
+    let lw = AccessFlags::LOCAL_WRITE.0;
+    let cmds = [
+        rereg(ReregMr::CHANGE_ACCESS, &|r| r.access_flags = lw),
+        post_send(
+            qa,
+            &[rdma(wr(20, WrOpcode::RDMA_WRITE, sig, 1), MR_AT + 0x1_0000)],
+            &[sge(0, 64)],
+        ),
+        enc(&Request::PollCq(PollCq {
+            cq_handle: 1,
+            ne: 16,
+            ..PollCq::default()
+        })),
+        rereg(ReregMr::CHANGE_ACCESS, &|r| r.access_flags = all_access()),
+        enc(&Request::AllocPd(AllocPd::default())),
+        rereg(ReregMr::CHANGE_PD, &|r| r.pd_handle = 2),
+        rereg(ReregMr::CHANGE_PD, &|r| r.pd_handle = 1),
+        rereg(ReregMr::CHANGE_TRANSLATION, &|r| {
+            (r.start, r.length, r.hca_va) = (MR_AT + 0x1000, 0x1000, MR_AT + 0x1000)
+        }),
+        rereg(0, &|_| {}),
+        rereg(8, &|_| {}),
+        rereg(ReregMr::CHANGE_PD, &|r| r.pd_handle = 77),
+        rereg(ReregMr::CHANGE_TRANSLATION, &|r| {
+            (r.start, r.length, r.hca_va) = (MR_AT, WINDOW_LEN as u64, MR_AT)
+        }),
+    ];
+    let mut input = vec![2u8];
+    for c in &cmds {
+        input.extend(chunk(PAUSE, c));
+    }
+    inputs.push(input);
+
+    // 6. Memory windows: both types allocated, a bad type, LOCAL_INV of an unbound type 2
+    //    window and of a type 1 window (LOC_QP_OP_ERR), SEND_WITH_INV naming a window, a
+    //    BIND_MW refused on the command path, deallocation.
+    // The windows' first R_Keys: the sealed device's next keys after the prelude MR's.
+    let mut keys = crate::keys::KeyGen::default();
+    let _prelude_mr = keys.draw(true, |_| false);
+    let (mw1, mw2) = (
+        keys.draw(true, |_| false) & !0xff,
+        keys.draw(true, |_| false) & !0xff,
+    );
+    let mut inv = wr(30, WrOpcode::LOCAL_INV, sig, 0);
+    inv.ex = mw1;
+    let mut sinv = wr(31, WrOpcode::SEND_WITH_INV, sig, 1);
+    sinv.ex = mw2;
+    let cmds = [
+        enc(&Request::AllocMw(AllocMw {
+            pd_handle: 1,
+            mw_type: 1,
+            ..AllocMw::default()
+        })),
+        enc(&Request::AllocMw(AllocMw {
+            pd_handle: 1,
+            mw_type: 2,
+            ..AllocMw::default()
+        })),
+        enc(&Request::AllocMw(AllocMw {
+            pd_handle: 1,
+            mw_type: 3,
+            ..AllocMw::default()
+        })),
+        post_recv(qb, 2),
+        post_send(qa, &[sinv], &[sge(0, 16)]),
+        post_send(qa, &[inv], &[]),
+        post_send(qa, &[wr(32, WrOpcode::BIND_MW, sig, 0)], &[]),
+        enc(&Request::PollCq(PollCq {
+            cq_handle: 1,
+            ne: 16,
+            ..PollCq::default()
+        })),
+        enc(&Request::DeregMr(DeregMr { mr_handle: 1 })),
+        enc(&Request::DeallocMw(DeallocMw {
+            mw_handle: 1,
+            ..DeallocMw::default()
+        })),
+        enc(&Request::DeallocMw(DeallocMw {
+            mw_handle: 2,
+            ..DeallocMw::default()
+        })),
+    ];
+    let mut input = vec![2u8];
+    for c in &cmds {
+        input.extend(chunk(PAUSE, c));
+    }
+    inputs.push(input);
+
+    // 7. Framing: a legacy header that cannot frame a message closes the connection.
     let mut input = vec![0u8];
     input.extend(chunk(0, &enc(&Request::AllocPd(AllocPd::default()))));
     input.extend(chunk(RAW, &[1, 0, 0, 0, 1, 0, 0, 0]));

@@ -79,6 +79,7 @@ mod engine;
 pub mod fuzzing;
 mod gsi;
 mod ident;
+mod keys;
 mod peer_ring;
 mod slab;
 mod spin;

@@ -18,7 +18,7 @@ use abi::fastpath::{Cqe, RecvWqe, RECV_WQE_HDR_BYTES};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
-use transport::wire::{Lkey, Rkey};
+use transport::wire::{Lkey, Qpn, Rkey};
 use transport::{
     AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr, RemoteAccess,
     SgeList, Time, WcStatus,
@@ -110,6 +110,8 @@ pub(crate) struct Mr {
     pub(crate) ctx: CtxId,
     pub(crate) pd: u32,
     pub(crate) key: u32,
+    /// Where the region starts in the process (REG_MR's `start`).
+    pub(crate) start: u64,
     pub(crate) iova: u64,
     pub(crate) length: u64,
     pub(crate) access: u32,
@@ -252,7 +254,7 @@ impl QpObj {
 pub(crate) struct Resources {
     pub(crate) ctxs: HashMap<CtxId, Context>,
     pub(crate) pds: Slab<Pd>,
-    pub(crate) mrs: Slab<Mr>,
+    pub(crate) mrs: crate::keys::MrTable,
     pub(crate) cqs: Slab<Cq>,
     pub(crate) srqs: Slab<Srq>,
     pub(crate) ahs: Slab<Ah>,
@@ -291,7 +293,8 @@ pub(crate) struct DevState {
     /// QPs in ERR with their own RQ: receives the library posts to the ring now flush
     /// (docs/wire.md §6.3), and no doorbell announces them, so each awake pass looks.
     pub(crate) err_rqs: Vec<u32>,
-    pub(crate) next_mr_key: u8,
+    /// Where MR keys come from (`crate::keys`).
+    pub(crate) keygen: crate::keys::KeyGen,
     /// How command addresses name memory (`dma::AddressSpace`).
     pub(crate) space: crate::dma::AddressSpace,
     /// The process's mappings as read for the command being executed, before the lock was
@@ -332,7 +335,7 @@ impl DevState {
             res: Resources {
                 ctxs: HashMap::new(),
                 pds: Slab::new(1),
-                mrs: Slab::new(1),
+                mrs: crate::keys::MrTable::new(),
                 cqs: Slab::new(1),
                 srqs: Slab::new(1),
                 ahs: Slab::new(1),
@@ -348,7 +351,7 @@ impl DevState {
             retired: transport::Counters::default(),
             remote_qps: 0,
             err_rqs: Vec::new(),
-            next_mr_key: 0,
+            keygen: crate::keys::KeyGen::default(),
             space: crate::dma::AddressSpace::Process,
             maps: None,
             gsi,
@@ -809,13 +812,13 @@ impl DeferList {
     /// Whether every MR the deferred bytes come from is still registered (the packet is
     /// delivered in a later pass, after commands may have deregistered it: then it is
     /// dropped like a lost packet, and the sender's retry finds the key gone).
-    pub(crate) fn sources_valid(&self, mrs: &Slab<Mr>) -> bool {
+    pub(crate) fn sources_valid(&self, mrs: &crate::keys::MrTable) -> bool {
         self.items().iter().all(|d| source(mrs, d.key).is_some())
     }
 
     /// Copy the deferred bytes into the packet (it leaves through a socket); `false` if a
     /// source is gone or a range is outside `buf`.
-    pub(crate) fn materialize(&self, mrs: &Slab<Mr>, buf: &mut [u8]) -> bool {
+    pub(crate) fn materialize(&self, mrs: &crate::keys::MrTable, buf: &mut [u8]) -> bool {
         self.items().iter().all(|d| {
             let (Some(mr), Some(dst)) = (source(mrs, d.key), buf.get_mut(d.at..d.at + d.len))
             else {
@@ -826,8 +829,8 @@ impl DeferList {
     }
 }
 
-fn source(mrs: &Slab<Mr>, key: u32) -> Option<&Mr> {
-    mrs.get(key >> 8).filter(|m| m.key == key)
+fn source(mrs: &crate::keys::MrTable, key: u32) -> Option<&Mr> {
+    mrs.by_key(key)
 }
 
 /// What a [`DmaView`] does with packet payload.
@@ -894,8 +897,10 @@ fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
 /// must belong to the QP's PD (docs/architecture.md §4, the NIC's MTT). Every failure is an error
 /// the transport turns into the prescribed completion status or NAK.
 pub(crate) struct DmaView<'a> {
-    pub(crate) mrs: &'a Slab<Mr>,
+    pub(crate) mrs: &'a crate::keys::MrTable,
     pub(crate) pd: u32,
+    /// The QP's number (a type 2 window answers only the QP it is bound to).
+    pub(crate) qpn: u32,
     pub(crate) payload: Payload,
 }
 
@@ -909,8 +914,8 @@ impl<'a> DmaView<'a> {
     fn lookup(&self, key: u32, addr: u64, len: u64) -> Result<(&'a Mr, u64), MemError> {
         let mr = self
             .mrs
-            .get(key >> 8)
-            .filter(|m| m.key == key && m.pd == self.pd)
+            .by_key(key)
+            .filter(|m| m.pd == self.pd)
             .ok_or(MemError::InvalidKey)?;
         let off = addr.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
         let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
@@ -928,14 +933,48 @@ impl<'a> DmaView<'a> {
         access: RemoteAccess,
     ) -> Result<(&'a Mr, u64), MemError> {
         use abi::AccessFlags as A;
-        let (mr, off) = self.lookup(rkey.0, va, len)?;
         let need = match access {
             RemoteAccess::Read => A::REMOTE_READ,
             RemoteAccess::Write => A::REMOTE_WRITE,
             RemoteAccess::Atomic => A::REMOTE_ATOMIC,
         };
+        if self.mrs.by_key(rkey.0).is_none() {
+            if let Some(mw) = self.mrs.mw_by_key(rkey.0) {
+                return self.through_window(mw, va, len, need.0);
+            }
+        }
+        let (mr, off) = self.lookup(rkey.0, va, len)?;
         if mr.access & need.0 == 0 {
             return Err(MemError::AccessDenied);
+        }
+        Ok((mr, off))
+    }
+
+    /// Remote access through a memory window's rkey (IBTA Vol 1 §10.6.7.2, o10-37.2.x): the
+    /// window is bound, in the QP's PD, bound to this QP if it is of type 2, and grants
+    /// `need` over `[va, va + len)`; then the bytes are the MR's.
+    fn through_window(
+        &self,
+        mw: &crate::keys::Mw,
+        va: u64,
+        len: u64,
+        need: u32,
+    ) -> Result<(&'a Mr, u64), MemError> {
+        let b = mw.binding.get().ok_or(MemError::InvalidKey)?;
+        if mw.pd != self.pd || (mw.ty == 2 && b.qpn != self.qpn) {
+            return Err(MemError::InvalidKey);
+        }
+        let off = va.checked_sub(b.addr).ok_or(MemError::OutOfBounds)?;
+        if off.checked_add(len).is_none_or(|end| end > b.len) {
+            return Err(MemError::OutOfBounds);
+        }
+        if b.access & need == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        let mr = self.mrs.by_key(b.mr_key).ok_or(MemError::InvalidKey)?;
+        let off = va.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
+        if off.checked_add(len).is_none_or(|end| end > mr.length) {
+            return Err(MemError::OutOfBounds);
         }
         Ok((mr, off))
     }
@@ -1060,10 +1099,88 @@ impl Memory for DmaView<'_> {
         mr.range.atomic(off, op).ok_or(MemError::Misaligned)
     }
 
-    fn invalidate(&mut self, _rkey: Rkey) -> Result<(), MemError> {
-        // User MRs cannot be invalidated remotely (only FRMRs and memory windows, which
-        // this device does not offer).
-        Err(MemError::InvalidateDenied)
+    fn invalidate(&mut self, rkey: Rkey) -> Result<(), MemError> {
+        // SEND_WITH_INV: only a type 2 window of this QP's PD, bound to this QP (IBTA Vol 1
+        // §10.6.7.2.2; user MRs cannot be invalidated, and there are no FRMRs).
+        let mw = self
+            .mrs
+            .mw_by_key(rkey.0)
+            .ok_or(MemError::InvalidateDenied)?;
+        let bound_here = mw.binding.get().is_none_or(|b| b.qpn == self.qpn);
+        if mw.ty != 2 || mw.pd != self.pd || !bound_here {
+            return Err(MemError::InvalidateDenied);
+        }
+        mw.binding.set(None);
+        Ok(())
+    }
+
+    fn invalidate_local(&mut self, _qpn: Qpn, rkey: Rkey) -> Result<(), MemError> {
+        // LOCAL_INV: a type 2 window of the QP's PD (rxe `rxe_check_invalidate_mw`).
+        let mw = self
+            .mrs
+            .mw_by_key(rkey.0)
+            .ok_or(MemError::InvalidateDenied)?;
+        if mw.ty != 2 || mw.pd != self.pd {
+            return Err(MemError::InvalidateDenied);
+        }
+        mw.binding.set(None);
+        Ok(())
+    }
+
+    fn bind_mw(&mut self, qpn: Qpn, b: &transport::MwBind) -> Result<(), MemError> {
+        use abi::AccessFlags as A;
+        // IBTA Vol 1 §10.6.7.2 (and rxe `rxe_check_bind_mw`): the window is the QP's PD's,
+        // keeps its index bits, a type 2 window is not bound yet and gets a length; the MR
+        // is of the same PD, allows MW_BIND, holds the window, and has LOCAL_WRITE if the
+        // window grants remote writes or atomics; windows are not zero based here.
+        // The window is named by its index bits: providers differ on whether `mw->rkey`
+        // follows a WR bind (irdma updates it, rxe's leaves it to the application).
+        let mw = self
+            .mrs
+            .mw_by_index(b.mw_rkey.0)
+            .ok_or(MemError::InvalidKey)?;
+        if mw.pd != self.pd || (b.new_rkey.0 ^ b.mw_rkey.0) & !0xff != 0 {
+            return Err(MemError::InvalidKey);
+        }
+        // LOCAL_WRITE means nothing for a window and is tolerated (rdma-core's tests pass
+        // it); ZERO_BASED and anything else are not offered.
+        let remote = A::REMOTE_READ.0 | A::REMOTE_WRITE.0 | A::REMOTE_ATOMIC.0 | A::LOCAL_WRITE.0;
+        if b.access & !remote != 0 {
+            return Err(MemError::AccessDenied);
+        }
+        if mw.ty == 2 && (mw.binding.get().is_some() || b.length == 0) {
+            return Err(MemError::InvalidKey);
+        }
+        if b.length == 0 {
+            mw.binding.set(None);
+            mw.rkey.set(b.new_rkey.0);
+            return Ok(());
+        }
+        let mr = self
+            .mrs
+            .by_key(b.mr_lkey.0)
+            .filter(|m| m.pd == self.pd)
+            .ok_or(MemError::InvalidKey)?;
+        if mr.access & A::MW_BIND.0 == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        let writes = A::REMOTE_WRITE.0 | A::REMOTE_ATOMIC.0;
+        if b.access & writes != 0 && mr.access & A::LOCAL_WRITE.0 == 0 {
+            return Err(MemError::AccessDenied);
+        }
+        let off = b.addr.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
+        if off.checked_add(b.length).is_none_or(|end| end > mr.length) {
+            return Err(MemError::OutOfBounds);
+        }
+        mw.binding.set(Some(crate::keys::MwBinding {
+            mr_key: mr.key,
+            addr: b.addr,
+            len: b.length,
+            access: b.access,
+            qpn: qpn.value(),
+        }));
+        mw.rkey.set(b.new_rkey.0);
+        Ok(())
     }
 }
 
@@ -1106,6 +1223,7 @@ mod tests {
             ctx: 1,
             pd,
             key,
+            start: addr,
             iova: 0x1000,
             length: buf.len() as u64,
             access: abi::AccessFlags::LOCAL_WRITE.0 | abi::AccessFlags::REMOTE_WRITE.0,
@@ -1117,18 +1235,16 @@ mod tests {
     fn deferred_payload_goes_from_source_to_destination_in_one_copy() {
         let mut src: Vec<u8> = (0..64).collect();
         let mut dst = vec![0xeeu8; 64];
-        let mut mrs = Slab::new(1);
-        let a = mrs.insert(mr(&mut src, 0, 7), 8).unwrap();
-        let b = mrs.insert(mr(&mut dst, 0, 7), 8).unwrap();
-        for (i, k) in [(a, (a << 8) | 1), (b, (b << 8) | 2)] {
-            mrs.get_mut(i).unwrap().key = k;
-        }
-        let (ka, kb) = ((a << 8) | 1, (b << 8) | 2);
+        let mut mrs = crate::keys::MrTable::new();
+        let (ka, kb) = (0x5eed_0001, 0x0bad_cafe);
+        let a = mrs.insert(mr(&mut src, ka, 7), 8).unwrap();
+        mrs.insert(mr(&mut dst, kb, 7), 8).unwrap();
         // Build: two payload pieces read into the packet are recorded, not copied.
         let mut pkt = vec![0x55u8; 64];
         let mut view = DmaView {
             mrs: &mrs,
             pd: 7,
+            qpn: 16,
             payload: Payload::defer_into(&pkt),
         };
         view.read_local(Lkey(ka), 0x1000 + 8, &mut pkt[10..20])
@@ -1148,6 +1264,7 @@ mod tests {
         let mut rx = DmaView {
             mrs: &mrs,
             pd: 7,
+            qpn: 17,
             payload: Payload::resolve_from(&pkt, list),
         };
         rx.write_remote(Rkey(kb), 0x1000, &pkt[5..45]).unwrap();

@@ -231,7 +231,20 @@ fn args(s: &mut String, r: &Request<'_>) {
             m.hca_va,
             abi::AccessFlags(m.access_flags)
         ),
+        Request::ReregMr(m) => write!(
+            s,
+            " mr={} flags={:#x} pd={} addr={:#x} len={} iova={:#x} access={}",
+            m.mr_handle,
+            m.flags,
+            m.pd_handle,
+            m.start,
+            m.length,
+            m.hca_va,
+            abi::AccessFlags(m.access_flags)
+        ),
         Request::DeregMr(m) => write!(s, " mr={}", m.mr_handle),
+        Request::AllocMw(m) => write!(s, " pd={} type={}", m.pd_handle, m.mw_type),
+        Request::DeallocMw(m) => write!(s, " mw={}", m.mw_handle),
         Request::CreateCq(c, _) => write!(
             s,
             " cqe={} comp_channel={} comp_vector={}",
@@ -411,6 +424,14 @@ fn result(s: &mut String, r: &Request<'_>, body: &[u8]) {
                 " mr={} lkey={:#x} rkey={:#x}",
                 m.mr_handle, m.lkey, m.rkey
             ),
+            None => Ok(()),
+        },
+        Request::AllocMw(_) => match read::<uverbs::AllocMwResp>(body) {
+            Some(m) => write!(s, " mw={} rkey={:#x}", m.mw_handle, m.rkey),
+            None => Ok(()),
+        },
+        Request::ReregMr(_) => match read::<uverbs::ReregMrResp>(body) {
+            Some(m) => write!(s, " lkey={:#x} rkey={:#x}", m.lkey, m.rkey),
             None => Ok(()),
         },
         Request::CreateCq(..) => match read::<uverbs::CreateCqResp>(body) {

@@ -64,7 +64,16 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
             6 => {
                 // Overwrite a 4-byte word with a small number (handles, offsets, keys).
                 let i = rng.below(len) as usize;
-                let v = [0u32, 1, 16, 17, 0x101, 0x1000, 0x1_0000, u32::MAX][rng.below(8) as usize]
+                let v = [
+                    0u32,
+                    1,
+                    16,
+                    17,
+                    nic::fuzzing::MR_KEY,
+                    0x1000,
+                    0x1_0000,
+                    u32::MAX,
+                ][rng.below(8) as usize]
                     .to_ne_bytes();
                 for (k, b) in v.iter().enumerate() {
                     if let Some(d) = m.get_mut(i + k) {

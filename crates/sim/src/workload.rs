@@ -699,7 +699,8 @@ impl Workload {
                 let got = &self.sim.endpoints[src].mem.region(lr.lsrc).bytes[lo..lo + 8];
                 got == p.expect_orig.to_ne_bytes()
             }
-            WrOpcode::SendWithInv => true,
+            // The workload posts neither (no memory windows in the simulator).
+            WrOpcode::SendWithInv | WrOpcode::LocalInv | WrOpcode::BindMw => true,
         };
         if ok {
             if p.op.is_write() || p.op.is_read_or_atomic() {

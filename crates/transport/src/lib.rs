@@ -75,8 +75,8 @@ pub use state::{AccessFlags, AttrMask, ModifyError, Mtu, QpAttr, QpState, QpType
 pub use time::{local_ack_timeout_ns, rnr_timer_ns, Time};
 pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};
 pub use wr::{
-    InlineData, LocalData, PostError, RecvWr, SendFlags, SendWr, Sge, SgeList, UdDest, WrOpcode,
-    MAX_INLINE_DATA,
+    InlineData, LocalData, MwBind, PostError, RecvWr, SendFlags, SendWr, Sge, SgeList, UdDest,
+    WrOpcode, MAX_INLINE_DATA,
 };
 
 pub use wire;

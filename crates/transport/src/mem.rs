@@ -8,7 +8,7 @@
 
 use core::fmt;
 
-use wire::{Lkey, Rkey};
+use wire::{Lkey, Qpn, Rkey};
 
 /// The access a remote operation needs (checked against the MR's access flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,6 +115,19 @@ pub trait Memory {
 
     /// Invalidate `rkey` (SEND_WITH_INVALIDATE).
     fn invalidate(&mut self, rkey: Rkey) -> Result<(), MemError>;
+
+    /// Bind a memory window (BIND_MW WR of QP `qpn`; IBTA Vol 1 §10.6.7.2). Memory without
+    /// windows refuses.
+    fn bind_mw(&mut self, qpn: Qpn, bind: &crate::MwBind) -> Result<(), MemError> {
+        let _ = (qpn, bind);
+        Err(MemError::InvalidKey)
+    }
+
+    /// Invalidate `rkey` for a LOCAL_INV WR of QP `qpn`. Memory without windows refuses.
+    fn invalidate_local(&mut self, qpn: Qpn, rkey: Rkey) -> Result<(), MemError> {
+        let _ = (qpn, rkey);
+        Err(MemError::InvalidateDenied)
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &mut M {
@@ -144,6 +157,12 @@ impl<M: Memory + ?Sized> Memory for &mut M {
     }
     fn invalidate(&mut self, rkey: Rkey) -> Result<(), MemError> {
         (**self).invalidate(rkey)
+    }
+    fn bind_mw(&mut self, qpn: Qpn, bind: &crate::MwBind) -> Result<(), MemError> {
+        (**self).bind_mw(qpn, bind)
+    }
+    fn invalidate_local(&mut self, qpn: Qpn, rkey: Rkey) -> Result<(), MemError> {
+        (**self).invalidate_local(qpn, rkey)
     }
 }
 

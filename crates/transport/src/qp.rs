@@ -651,12 +651,15 @@ impl Qp {
         let op = wr.opcode;
         let op_ok = match ty {
             QpType::Rc => true,
+            // rxe: local operations on RC and UC QPs (`rxe_wr_opcode_info`).
             QpType::Uc => matches!(
                 op,
                 WrOpcode::Send
                     | WrOpcode::SendWithImm
                     | WrOpcode::RdmaWrite
                     | WrOpcode::RdmaWriteWithImm
+                    | WrOpcode::LocalInv
+                    | WrOpcode::BindMw
             ),
             QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
         };
@@ -681,6 +684,10 @@ impl Qp {
             }
         }
         let len = wr.local.len();
+        if op.is_local() && len != 0 {
+            // A local operation moves no data.
+            return Err(PostError::BadLength);
+        }
         if len > MAX_MSG_LEN {
             return Err(PostError::BadLength);
         }

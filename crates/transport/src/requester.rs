@@ -54,6 +54,15 @@ impl Qp {
             }
             let idx = self.cursor;
             let wqe = self.sq.get(idx)?;
+            if wqe.wr.opcode.is_local() {
+                // Only once every earlier WR has completed (rxe executes local operations
+                // in order too, `rxe_do_local_ops`); then it completes without a packet.
+                if idx > 0 || state == QpState::Sqd {
+                    return None;
+                }
+                self.execute_local(mem);
+                continue;
+            }
             if !wqe.started {
                 // SQD: in-flight WQEs finish, no new ones start (docs/wire.md §6.2 notes).
                 if state == QpState::Sqd {
@@ -97,6 +106,35 @@ impl Qp {
                     self.counters.send_err += 1;
                     self.fail_at(self.cursor, status);
                 }
+            }
+        }
+    }
+
+    /// Run the local operation at the front of the SQ: BIND_MW (failure: MW_BIND_ERR) or
+    /// LOCAL_INV (failure: LOC_QP_OP_ERR, as rxe); a failure moves the QP to ERR (RC) or
+    /// SQE (UC) like any local error.
+    fn execute_local<M: Memory + ?Sized>(&mut self, mem: &mut M) {
+        let Some(w) = self.sq.front() else {
+            return;
+        };
+        let qpn = self.cfg.qpn;
+        let result = match w.wr.opcode {
+            WrOpcode::BindMw => mem
+                .bind_mw(qpn, &w.wr.mw_bind())
+                .map_err(|_| WcStatus::MwBindErr),
+            _ => mem
+                .invalidate_local(qpn, w.wr.invalidate_rkey)
+                .map_err(|_| WcStatus::LocQpOpErr),
+        };
+        match result {
+            Ok(()) => {
+                if let Some(done) = self.sq.pop_front() {
+                    self.complete_send(&done, WcStatus::Success);
+                }
+            }
+            Err(status) => {
+                self.counters.send_err += 1;
+                self.fail_at(0, status);
             }
         }
     }

@@ -144,6 +144,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// ATOMIC_FETCH_AND_ADD.
     FetchAdd = 4,
+    /// BIND_MW.
+    BindMw = 5,
+    /// LOCAL_INV.
+    LocalInv = 6,
     /// Receive of a SEND.
     Recv = 128,
     /// Receive of an RDMA WRITE WITH IMMEDIATE.

@@ -22,6 +22,10 @@ pub enum WrOpcode {
     AtomicCmpAndSwp = 5,
     /// Atomic fetch and add.
     AtomicFetchAndAdd = 6,
+    /// LOCAL INVALIDATE: invalidate a type 2 memory window of this QP's PD (no packet).
+    LocalInv = 7,
+    /// BIND MEMORY WINDOW (no packet); the binding is [`SendWr::mw_bind`].
+    BindMw = 8,
     /// SEND WITH INVALIDATE (RC).
     SendWithInv = 9,
 }
@@ -37,6 +41,8 @@ impl WrOpcode {
             4 => WrOpcode::RdmaRead,
             5 => WrOpcode::AtomicCmpAndSwp,
             6 => WrOpcode::AtomicFetchAndAdd,
+            7 => WrOpcode::LocalInv,
+            8 => WrOpcode::BindMw,
             9 => WrOpcode::SendWithInv,
             _ => return None,
         })
@@ -68,6 +74,12 @@ impl WrOpcode {
         self == WrOpcode::RdmaRead || self.is_atomic()
     }
 
+    /// Executed by the requester itself, without a packet (LOCAL_INV, BIND_MW): it waits
+    /// until every earlier WR of the SQ has completed, then completes at once.
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
+    }
+
     /// Carries immediate data.
     pub fn has_imm(self) -> bool {
         matches!(self, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
@@ -87,6 +99,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
         }
     }
 }
@@ -395,7 +409,48 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
 }
 
+/// What a BIND_MW WR asks for (IBTA Vol 1 §10.6.7.2), as [`SendWr::mw_bind`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window's current R_Key (names the window).
+    pub mw_rkey: Rkey,
+    /// The R_Key it gets: same index bits, new 8-bit key.
+    pub new_rkey: Rkey,
+    /// L_Key of the MR the window is bound to.
+    pub mr_lkey: Lkey,
+    /// First byte of the window (an address of the MR).
+    pub addr: u64,
+    /// Window length; 0 unbinds a type 1 window.
+    pub length: u64,
+    /// `ibv_access_flags` of the window (remote access bits).
+    pub access: u32,
+}
+
 impl SendWr {
+    /// The binding of a BIND_MW WR, carried in the RDMA and atomic fields the opcode does
+    /// not use (as in the WQE, docs/abi.md §7): `rkey` the window, `invalidate_rkey` the
+    /// new R_Key, `remote_addr` and `compare_add` the range, `swap` the MR's L_Key (low 32
+    /// bits) and the access flags (high 32).
+    pub fn mw_bind(&self) -> MwBind {
+        MwBind {
+            mw_rkey: self.rkey,
+            new_rkey: self.invalidate_rkey,
+            mr_lkey: Lkey(self.swap as u32),
+            addr: self.remote_addr,
+            length: self.compare_add,
+            access: (self.swap >> 32) as u32,
+        }
+    }
+
+    /// Store `b` as [`SendWr::mw_bind`] reads it.
+    pub fn set_mw_bind(&mut self, b: &MwBind) {
+        self.rkey = b.mw_rkey;
+        self.invalidate_rkey = b.new_rkey;
+        self.swap = u64::from(b.mr_lkey.0) | (u64::from(b.access) << 32);
+        self.remote_addr = b.addr;
+        self.compare_add = b.length;
+    }
+
     /// A WR with every optional field empty; fill in what the opcode needs.
     pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
         SendWr {
@@ -516,6 +571,22 @@ mod tests {
         assert!(!WrOpcode::RdmaWrite.consumes_rwqe());
         assert!(WrOpcode::AtomicFetchAndAdd.is_read_or_atomic());
         assert_eq!(WrOpcode::from_u32(9), Some(WrOpcode::SendWithInv));
-        assert_eq!(WrOpcode::from_u32(7), None);
+        assert_eq!(WrOpcode::from_u32(7), Some(WrOpcode::LocalInv));
+        assert_eq!(WrOpcode::from_u32(8), Some(WrOpcode::BindMw));
+        assert_eq!(WrOpcode::from_u32(10), None);
+        assert!(WrOpcode::BindMw.is_local() && WrOpcode::LocalInv.is_local());
+        assert!(!WrOpcode::SendWithInv.is_local());
+        // A binding survives the trip through the WR's spare fields.
+        let b = MwBind {
+            mw_rkey: Rkey(0xabcd_ef00),
+            new_rkey: Rkey(0xabcd_ef01),
+            mr_lkey: Lkey(0x1234_5678),
+            addr: 0x7000_1000,
+            length: 4096,
+            access: 2 | 4,
+        };
+        let mut wr = SendWr::new(1, WrOpcode::BindMw);
+        wr.set_mw_bind(&b);
+        assert_eq!(wr.mw_bind(), b);
     }
 }

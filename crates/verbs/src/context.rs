@@ -354,6 +354,15 @@ impl Context {
         Ok(r.pkey)
     }
 
+    /// The command channel's socket (`context->cmd_fd`): valid, and the same descriptor,
+    /// for the context's whole life. It identifies the context (its inode) to
+    /// `ibv_import_device`-style lookups; commands must go through this API, as they are
+    /// framed and serialised here (writing to it directly puts the channel out of step).
+    pub fn cmd_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.lock_chan().stream.as_raw_fd()
+    }
+
     /// The async event fd (`context->async_fd`), non-blocking; readable when an async
     /// event is queued. Register it with epoll or use [`Context::get_async_event`].
     pub fn async_fd(&self) -> Option<BorrowedFd<'_>> {

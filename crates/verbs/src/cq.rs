@@ -414,6 +414,17 @@ impl Cq {
         }
     }
 
+    /// How many completions are in the ring now, without taking any (and without doing
+    /// the engine's work as [`Cq::poll`] may).
+    pub fn pending(&self) -> Result<usize> {
+        let n = self
+            .ring()
+            .consumer
+            .available()
+            .map_err(|e| Error::abi("poll_cq", &e))?;
+        Ok(n as usize)
+    }
+
     /// As [`Cq::poll`], into the ABI layout (the first 48 bytes of `struct ibv_wc`), for
     /// a C-ABI library that copies completions out unchanged.
     pub fn poll_raw(&self, wc: &mut [uverbs::Wc]) -> Result<usize> {
@@ -525,6 +536,38 @@ impl Cq {
                 Cq(arc),
             )),
         }
+    }
+}
+
+impl Cq {
+    /// Drop every completion of QP `qpn` still in the ring, keeping the others in order —
+    /// what mlx4/mlx5's providers do when a QP is moved to RESET (rdma-core
+    /// `providers/mlx5/cq.c`, `__mlx5_cq_clean`), so a QP brought back from ERR does not
+    /// hand its new work the flushes of its old. Entries the engine adds meanwhile are past
+    /// the producer index read here and untouched; QP `qpn` in RESET adds none.
+    pub(crate) fn clean(&self, qpn: u32) -> Result<()> {
+        use zerocopy::FromBytes;
+        const OP: &str = "modify_qp";
+        let mut ring = self.ring();
+        let c = &mut ring.consumer;
+        let n = c.available().map_err(|e| Error::abi(OP, &e))?;
+        let elem = c.layout().elem_size() as usize;
+        let mut entry = vec![0u8; elem];
+        // Walk from the newest entry back, moving each kept one `dropped` slots newer.
+        let mut dropped = 0;
+        for i in (0..n).rev() {
+            c.read(i, 0, &mut entry).map_err(|e| Error::abi(OP, &e))?;
+            let w = uverbs::Wc::read_from_prefix(&entry)
+                .map_err(|_| Error::local(OP, Errno::EIO, "short CQE"))?
+                .0;
+            if w.qp_num == qpn {
+                dropped += 1;
+            } else if dropped > 0 {
+                c.write(i + dropped, 0, &entry)
+                    .map_err(|e| Error::abi(OP, &e))?;
+            }
+        }
+        c.release(dropped).map_err(|e| Error::abi(OP, &e))
     }
 }
 

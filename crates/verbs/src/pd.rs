@@ -23,8 +23,9 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use abi::uverbs::{
-    AhAttr as AbiAhAttr, AllocPd, AllocPdResp, CreateAh, CreateAhResp, DeallocPd, DeregMr,
-    DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp, Request, Sge,
+    AhAttr as AbiAhAttr, AllocMw, AllocMwResp, AllocPd, AllocPdResp, CreateAh, CreateAhResp,
+    DeallocMw, DeallocPd, DeregMr, DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp,
+    Request, ReregMr, ReregMrResp, Sge,
 };
 use abi::{AccessFlags, Errno};
 
@@ -139,6 +140,24 @@ impl Pd {
             access,
         )?;
         Ok(MrBuf { mr, buf: Some(buf) })
+    }
+
+    /// `ibv_alloc_mw`: an unbound memory window of `ty` in this PD.
+    pub fn alloc_mw(&self, ty: MwType) -> Result<Mw> {
+        let req = Request::AllocMw(AllocMw {
+            response: 0,
+            pd_handle: self.0.handle,
+            mw_type: ty as u8,
+            reserved: [0; 3],
+        });
+        let r: AllocMwResp = self.0.ctx.cmd("alloc_mw", &req, |mut r| Ok(take(&mut r)))?;
+        Ok(Mw {
+            pd: self.clone(),
+            handle: r.mw_handle,
+            rkey: std::sync::atomic::AtomicU32::new(r.rkey),
+            ty,
+            allocated: true,
+        })
     }
 
     /// `ibv_create_ah`.
@@ -326,6 +345,104 @@ impl Mr {
         }
     }
 
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_ACCESS`: the same memory, PD and keys,
+    /// new access rights (peers' operations are checked against them from now on).
+    pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
+        self.rereg(&Rereg {
+            access: Some(access),
+            ..Rereg::default()
+        })
+    }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_PD`: the region moves to `pd` (QPs of the
+    /// old PD can no longer use it; the old PD is released by this MR).
+    pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
+        self.rereg(&Rereg {
+            pd: Some(pd),
+            ..Rereg::default()
+        })
+    }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION`: the handle and keys now
+    /// name `len` bytes at `ptr`, at I/O virtual address `iova`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pd::reg_mr_raw`], for the new memory; the old memory is no longer accessed
+    /// once this returns `Ok`.
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_translation(&mut self, ptr: *mut u8, len: usize, iova: u64) -> Result<()> {
+        self.rereg(&Rereg {
+            translation: Some((ptr as usize as u64, len, iova)),
+            ..Rereg::default()
+        })
+    }
+
+    /// Any combination of the three changes at once, in one command; on failure nothing
+    /// changed. Private: a translation change needs the caller's promise
+    /// ([`Mr::rereg_translation`]); [`Mr::rereg_raw`] is its `unsafe` door.
+    fn rereg(&mut self, r: &Rereg<'_>) -> Result<()> {
+        let mut flags = 0;
+        let mut req = ReregMr {
+            response: 0,
+            mr_handle: self.handle,
+            flags: 0,
+            start: 0,
+            length: 0,
+            hca_va: 0,
+            pd_handle: 0,
+            access_flags: 0,
+        };
+        if let Some((start, len, iova)) = r.translation {
+            flags |= ReregMr::CHANGE_TRANSLATION;
+            (req.start, req.length, req.hca_va) = (start, len as u64, iova);
+        }
+        if let Some(pd) = r.pd {
+            flags |= ReregMr::CHANGE_PD;
+            if !Arc::ptr_eq(&pd.0.ctx.0, &self.pd.0.ctx.0) {
+                return Err(Error::local(
+                    "rereg_mr",
+                    Errno::EINVAL,
+                    "PD of another context",
+                ));
+            }
+            req.pd_handle = pd.0.handle;
+        }
+        let access = r.access.map(|a| a & !AccessFlags::OPTIONAL_RANGE);
+        if let Some(a) = access {
+            flags |= ReregMr::CHANGE_ACCESS;
+            req.access_flags = a.bits();
+        }
+        req.flags = flags;
+        let resp: ReregMrResp =
+            self.pd
+                .0
+                .ctx
+                .cmd("rereg_mr", &Request::ReregMr(req), |mut r| Ok(take(&mut r)))?;
+        (self.lkey, self.rkey) = (resp.lkey, resp.rkey);
+        if let Some((start, len, iova)) = r.translation {
+            (self.start, self.len, self.iova) = (start, len, iova);
+        }
+        if let Some(pd) = r.pd {
+            self.pd = pd.clone();
+        }
+        if let Some(a) = access {
+            self.access = a;
+        }
+        Ok(())
+    }
+
+    /// [`Mr::rereg`] for callers that build the change themselves (the C ABI's
+    /// `ibv_rereg_mr`).
+    ///
+    /// # Safety
+    ///
+    /// With a translation, as for [`Mr::rereg_translation`].
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_raw(&mut self, r: &Rereg<'_>) -> Result<()> {
+        self.rereg(r)
+    }
+
     fn do_dereg(&mut self) -> Result<()> {
         if !self.registered {
             return Ok(());
@@ -367,6 +484,102 @@ impl fmt::Debug for Mr {
             .field("access", &self.access)
             .finish()
     }
+}
+
+/// `enum ibv_mw_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MwType {
+    /// Bound with [`crate::Qp::bind_mw`] (`ibv_bind_mw`); usable by any QP of its PD.
+    Type1 = 1,
+    /// Bound with a BIND_MW work request ([`crate::SendWr::bind_mw`]) to the posting QP,
+    /// which alone may use it; invalidated by LOCAL_INV or a peer's SEND_WITH_INV.
+    Type2 = 2,
+}
+
+/// A memory window (`ibv_mw`): remote access to part of an MR under its own R_Key, which
+/// changes at every bind (IBTA Vol 1 §10.6.7). Deallocated on drop.
+pub struct Mw {
+    pd: Pd,
+    handle: u32,
+    rkey: std::sync::atomic::AtomicU32,
+    ty: MwType,
+    allocated: bool,
+}
+
+impl Mw {
+    /// The current R_Key (type 1: as the last [`crate::Qp::bind_mw`] set it; type 2: as
+    /// allocated, or as [`Mw::set_rkey`] recorded after a bind WR).
+    pub fn rkey(&self) -> u32 {
+        self.rkey.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Record the R_Key a type 2 bind WR gave the window (`mw->rkey` is the application's
+    /// to keep up to date for WR binds, as in rdma-core).
+    pub fn set_rkey(&self, rkey: u32) {
+        self.rkey.store(rkey, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Its type.
+    pub fn mw_type(&self) -> MwType {
+        self.ty
+    }
+
+    /// The control plane's handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The PD it belongs to.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    fn do_dealloc(&mut self) -> Result<()> {
+        if !self.allocated {
+            return Ok(());
+        }
+        let req = Request::DeallocMw(DeallocMw {
+            mw_handle: self.handle,
+            reserved: 0,
+        });
+        self.pd.0.ctx.cmd("dealloc_mw", &req, |_| Ok(()))?;
+        self.allocated = false;
+        Ok(())
+    }
+
+    /// `ibv_dealloc_mw` (a bound window is unbound first).
+    pub fn dealloc(mut self) -> Result<()> {
+        self.do_dealloc()
+    }
+}
+
+impl Drop for Mw {
+    fn drop(&mut self) {
+        let _ = self.do_dealloc();
+        self.allocated = false;
+    }
+}
+
+impl fmt::Debug for Mw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mw")
+            .field("handle", &self.handle)
+            .field("type", &self.ty)
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
+            .finish()
+    }
+}
+
+/// What [`Mr::rereg_raw`] changes: each `Some` is one `IBV_REREG_MR_CHANGE_*` flag.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rereg<'a> {
+    /// New memory: start address in this process, length, I/O virtual address.
+    pub translation: Option<(u64, usize, u64)>,
+    /// New PD (of the same context).
+    pub pd: Option<&'a Pd>,
+    /// New access flags.
+    pub access: Option<AccessFlags>,
 }
 
 /// A memory region that owns its memory: page-aligned, zeroed, freed only after the
@@ -416,6 +629,16 @@ impl MrBuf {
     /// The bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.buf.as_mut().map_or(&mut [], |b| b.as_mut_slice())
+    }
+
+    /// `ibv_rereg_mr` changing the access rights ([`Mr::rereg_access`]).
+    pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
+        self.mr.rereg_access(access)
+    }
+
+    /// `ibv_rereg_mr` moving the region to another PD ([`Mr::rereg_pd`]).
+    pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
+        self.mr.rereg_pd(pd)
     }
 
     /// `ibv_dereg_mr`, then free the memory. On failure the region is handed back, still

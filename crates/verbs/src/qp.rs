@@ -538,6 +538,13 @@ impl Qp {
         self.ctx().cmd("modify_qp", &req, |_| Ok(()))?;
         if mask.contains(QpAttrMask::STATE) {
             self.0.state.store(attr.qp_state.0, Ordering::Release);
+            if attr.qp_state == QpState::RESET {
+                // As mlx4/mlx5: the QP's completions not yet polled go with it.
+                self.0.send_cq.clean(self.qp_num())?;
+                if !Arc::ptr_eq(&self.0.send_cq.0, &self.0.recv_cq.0) {
+                    self.0.recv_cq.clean(self.qp_num())?;
+                }
+            }
         }
         Ok(())
     }
@@ -707,6 +714,31 @@ impl Qp {
             });
         }
         Ok(())
+    }
+
+    /// `ibv_bind_mw` for a type 1 window, as rdma-core's rxe provider does it: post a
+    /// BIND_MW WR giving the window the next R_Key ([`crate::inc_rkey`]) and the range of
+    /// `info`, and record that R_Key in `mw` (the bind completes, with `wr_id`, on this
+    /// QP's send CQ if `flags` has SIGNALED). A length of 0 unbinds. Returns the new R_Key.
+    pub fn bind_mw(
+        &self,
+        mw: &crate::Mw,
+        wr_id: u64,
+        info: crate::MwBindInfo,
+        flags: abi::SendFlags,
+    ) -> Result<u32> {
+        if mw.mw_type() != crate::MwType::Type1 {
+            return Err(Error::local(
+                "bind_mw",
+                Errno::EINVAL,
+                "ibv_bind_mw binds type 1 windows; type 2 are bound by a BIND_MW WR",
+            ));
+        }
+        let new_rkey = crate::inc_rkey(mw.rkey());
+        let wr = SendWr::bind_mw(wr_id, mw.rkey(), new_rkey, info).flags(flags);
+        self.post_send(&[wr]).map_err(|e| e.error)?;
+        mw.set_rkey(new_rkey);
+        Ok(new_rkey)
     }
 
     /// `ibv_post_send`: write `wrs` into the SQ ring and ring the doorbell once (module

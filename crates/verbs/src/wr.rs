@@ -5,7 +5,7 @@
 use abi::fastpath::{RecvWqe, SendWqe};
 use abi::ring::Producer;
 use abi::uverbs::{self, AtomicWr, RdmaWr, Sge, UdWr};
-use abi::{Errno, QpType, SendFlags, WrOpcode};
+use abi::{AccessFlags, Errno, QpType, SendFlags, WrOpcode};
 use zerocopy::IntoBytes;
 
 use crate::error::{Error, PostError};
@@ -43,6 +43,21 @@ pub enum Remote<'a> {
         compare_add: u64,
         /// Swap value (CMP_AND_SWP).
         swap: u64,
+    },
+    /// A memory window binding (BIND_MW; `struct ibv_mw_bind_info` and the new R_Key).
+    MwBind {
+        /// The window's current R_Key (names the window).
+        mw_rkey: u32,
+        /// The R_Key it gets (same index bits; [`inc_rkey`]).
+        new_rkey: u32,
+        /// L_Key of the MR (registered with `MW_BIND`) the window lies in.
+        lkey: u32,
+        /// First byte of the window.
+        addr: u64,
+        /// Length (0 unbinds a type 1 window).
+        length: u64,
+        /// Remote access the window grants (`IBV_ACCESS_REMOTE_*`).
+        access: u32,
     },
     /// UD destination.
     Ud {
@@ -102,6 +117,31 @@ impl<'a> SendWr<'a> {
         let mut wr = SendWr::base(wr_id, WrOpcode::SEND_WITH_INV, sges, Remote::None);
         wr.invalidate_rkey = rkey;
         wr
+    }
+
+    /// A LOCAL_INV of `rkey` (a type 2 memory window of the QP's PD).
+    pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr<'a> {
+        let mut wr = SendWr::base(wr_id, WrOpcode::LOCAL_INV, &[], Remote::None);
+        wr.invalidate_rkey = rkey;
+        wr
+    }
+
+    /// A BIND_MW: window `mw_rkey` gets R_Key `new_rkey` and the range of `info` (how
+    /// type 2 windows are bound, and what [`crate::Qp::bind_mw`] posts for type 1).
+    pub fn bind_mw(wr_id: u64, mw_rkey: u32, new_rkey: u32, info: MwBindInfo) -> SendWr<'a> {
+        SendWr::base(
+            wr_id,
+            WrOpcode::BIND_MW,
+            &[],
+            Remote::MwBind {
+                mw_rkey,
+                new_rkey,
+                lkey: info.lkey,
+                addr: info.addr,
+                length: info.length,
+                access: info.access.bits(),
+            },
+        )
     }
 
     /// An RDMA WRITE of `sges` to `addr`/`rkey`.
@@ -227,8 +267,10 @@ impl<'a> SendWr<'a> {
     fn ex(&self) -> u32 {
         if self.opcode.has_imm() {
             u32::from_ne_bytes(self.imm_data.to_be_bytes())
-        } else if self.opcode == WrOpcode::SEND_WITH_INV {
+        } else if self.opcode == WrOpcode::SEND_WITH_INV || self.opcode == WrOpcode::LOCAL_INV {
             self.invalidate_rkey
+        } else if let Remote::MwBind { new_rkey, .. } = self.remote {
+            new_rkey
         } else {
             0
         }
@@ -252,6 +294,25 @@ impl<'a> RecvWr<'a> {
             sg_list: sges,
         }
     }
+}
+
+/// Where a memory window is bound (`struct ibv_mw_bind_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBindInfo {
+    /// L_Key of the MR (registered with `MW_BIND`) the window lies in.
+    pub lkey: u32,
+    /// First byte of the window (an address of the MR).
+    pub addr: u64,
+    /// Length; 0 unbinds a type 1 window.
+    pub length: u64,
+    /// Remote access the window grants (`IBV_ACCESS_REMOTE_*`).
+    pub access: AccessFlags,
+}
+
+/// The next R_Key of a memory window: same 24 index bits, 8-bit key plus one
+/// (`ibv_inc_rkey`).
+pub fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
 /// What a send queue accepts (the QP's granted caps, bounded by its slot size).
@@ -344,6 +405,24 @@ pub(crate) fn send_wqe<'w>(
             hdr.rkey = rkey;
             hdr.compare_add = compare_add;
             hdr.swap = swap;
+        }
+        (
+            Remote::MwBind {
+                mw_rkey,
+                lkey,
+                addr,
+                length,
+                access,
+                ..
+            },
+            false,
+        ) => {
+            // The WQE layout of a bind (docs/abi.md §7): the window's rkey, the range, and
+            // the MR's lkey with the access flags in the swap word; `ex` the new rkey.
+            hdr.rkey = mw_rkey;
+            hdr.remote_addr = addr;
+            hdr.compare_add = length;
+            hdr.swap = u64::from(lkey) | (u64::from(access) << 32);
         }
         (Remote::None, false) => {}
     }
@@ -468,6 +547,15 @@ pub(crate) fn encode_send_cmd(
         };
         match wr.remote {
             Remote::None => {}
+            Remote::MwBind { .. } => {
+                return Err(PostError {
+                    index: i,
+                    error: bad(
+                        "post_send",
+                        "BIND_MW cannot travel in a POST_SEND command (ib_uverbs_send_wr)",
+                    ),
+                })
+            }
             Remote::Rdma { addr, rkey } => w.set_rdma(RdmaWr {
                 remote_addr: addr,
                 rkey,
