@@ -6,7 +6,9 @@
 #  1. listing: ibv_devices and `uroce devinfo` see the daemon's device with no UROCE_DEVICES;
 #  2. eight perftest pairs at once (ib_write_bw, ib_read_lat, ib_send_bw, ib_atomic_bw, twice
 #     each) on the one device and address, every process exiting 0, with `uroce devinfo` and
-#     `uroce stat` run while they do (stat must show the daemon and its clients);
+#     `uroce stat` run while they do (stat must show the daemon and its clients), and the
+#     daemon's Prometheus endpoint (`uroced --metrics`) scraped twice: the exposition parses
+#     (python3 prometheus_client, when installed) and the packet counters grow;
 #  3. ibv_rc_pingpong (--chk) and `uroce bench write_bw --verify` between two processes;
 #     rping -v, udaddy and ucmatose through the daemon's CM routing;
 #  4. a client killed with SIGKILL mid-transfer: another pair's 256 MiB verified WRITE stream
@@ -104,7 +106,32 @@ stop_daemon() {
     daemon_pid=""
 }
 
-start_daemon "$work/daemon.log" || { echo "compat-daemon: 0 passed, 1 failed"; exit 1; }
+mport=$((port + 90))
+start_daemon "$work/daemon.log" --metrics "$mport" || { echo "compat-daemon: 0 passed, 1 failed"; exit 1; }
+
+# scrape OUT: GET the daemon's /metrics; with python3's prometheus_client the exposition must
+# parse; prints "clients=N sent=M" (daemon clients, sum of every process's sent_pkts).
+scrape() {
+    python3 - "$mport" >"$1" 2>&1 <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=20).read().decode()
+samples = []
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+    for fam in text_string_to_metric_families(text):
+        samples += [(s.name, s.value) for s in fam.samples]
+    how = "parsed by prometheus_client"
+except ImportError:
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples.append((name.split("{")[0], float(value)))
+    how = "prometheus_client not installed: split by hand"
+clients = sum(v for n, v in samples if n == "uroce_daemon_clients")
+sent = sum(v for n, v in samples if n == "uroce_sent_pkts_total")
+print(f"clients={int(clients)} sent={int(sent)} ({how}, {len(samples)} samples)")
+PY
+}
 
 # 1. Listing without UROCE_DEVICES.
 if ibv_devices >"$work/devs" 2>&1 && grep -q uroce0 "$work/devs" \
@@ -129,6 +156,9 @@ for i in "${!tests[@]}"; do
     cpids+=($!)
 done
 sleep 2
+scrape "$work/scrape1"
+sleep 1
+scrape "$work/scrape2"
 "$UROCE" devinfo >"$work/devinfo2" 2>&1
 devinfo_rc=$?
 "$UROCE" stat >"$work/stat2" 2>&1
@@ -144,6 +174,14 @@ for i in "${!tests[@]}"; do
 done
 [ "$all" = 0 ] && ok "eight perftest pairs at once on one daemon device ($ADDR): all 16 processes exit 0"
 clients=$(sed -n 's/^daemon uroce0 .* clients \([0-9]*\) .*/\1/p' "$work/stat2")
+c1=$(sed -n 's/^clients=\([0-9]*\) .*/\1/p' "$work/scrape1")
+s1=$(sed -n 's/^clients=[0-9]* sent=\([0-9]*\) .*/\1/p' "$work/scrape1")
+s2=$(sed -n 's/^clients=[0-9]* sent=\([0-9]*\) .*/\1/p' "$work/scrape2")
+if [ "${c1:-0}" -ge 2 ] && [ -n "$s1" ] && [ -n "$s2" ] && [ "$s2" -gt "$s1" ]; then
+    ok "uroced --metrics scraped during the pairs: $(cat "$work/scrape1") then sent=$s2"
+else
+    bad "metrics endpoint (clients ${c1:-?}, sent ${s1:-?} then ${s2:-?})" "$work/scrape1" "$work/scrape2"
+fi
 if [ "$devinfo_rc" = 0 ] && grep -q "hca_id:.*uroce0" "$work/devinfo2" && [ "$stat_rc" = 0 ] \
     && [ "${clients:-0}" -ge 2 ] && grep -q "^link uroce0/1 addr $ADDR" "$work/stat2"; then
     ok "uroce devinfo and uroce stat while the pairs run (daemon reports $clients clients)"

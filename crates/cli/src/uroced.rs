@@ -31,6 +31,10 @@ struct Args {
     /// Group of the device sockets (default for root: `rdma` if it exists).
     #[arg(long)]
     group: Option<String>,
+    /// Serve Prometheus metrics at http://[ADDR:]PORT/metrics (a bare PORT binds 127.0.0.1):
+    /// the daemon's counters and those of every uroce process `uroce stat` sees.
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    metrics: Option<String>,
 }
 
 fn group_id(name: &str) -> Option<u32> {
@@ -95,11 +99,58 @@ fn run(a: Args) -> Result<(), String> {
         None if root => group_id("rdma"),
         None => None,
     };
-    nic::daemon::run(nic::daemon::DaemonConfig {
-        devices,
-        dir,
-        mode,
-        group,
-    })
+    // Signals are blocked before any thread starts, so only the daemon's signalfd sees them.
+    let sig = nic::daemon::signals().map_err(|e| e.to_string())?;
+    if let Some(at) = &a.metrics {
+        let addr: std::net::SocketAddr = match at.parse::<u16>() {
+            Ok(port) => (std::net::Ipv4Addr::LOCALHOST, port).into(),
+            Err(_) => at
+                .parse()
+                .map_err(|_| format!("--metrics wants [ADDR:]PORT, got `{at}`"))?,
+        };
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| format!("--metrics: cannot listen on {addr}: {e}"))?;
+        eprintln!(
+            "uroced: metrics at http://{}/metrics",
+            listener.local_addr().map_err(|e| e.to_string())?
+        );
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            let _ = uroce::metrics::serve(&listener, || render_metrics(&dir));
+        });
+    }
+    nic::daemon::run_with_signals(
+        nic::daemon::DaemonConfig {
+            devices,
+            dir,
+            mode,
+            group,
+        },
+        sig,
+    )
     .map_err(|e| e.to_string())
+}
+
+/// The daemon's own counters (asked of its device sockets, as `uroce stat` does) followed by
+/// every uroce process's.
+fn render_metrics(dir: &std::path::Path) -> String {
+    let devices: Vec<(String, Vec<(String, u64)>)> = abi::daemon::devices_in(dir)
+        .into_iter()
+        .filter_map(
+            |d| match abi::daemon::request(&d.socket, &abi::daemon::Msg::Stats) {
+                Ok(abi::daemon::Msg::StatsText(t)) => Some((
+                    d.dev.name,
+                    abi::daemon::parse_stats(&t)
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k, v.parse::<u64>().ok()?)))
+                        .collect(),
+                )),
+                _ => None,
+            },
+        )
+        .collect();
+    let c = uroce::stats::collect(std::time::Duration::from_secs(3));
+    let mut out = uroce::metrics::daemon_exposition(&devices);
+    out.push_str(&uroce::metrics::exposition(&c.processes));
+    out
 }

@@ -241,7 +241,18 @@ impl Dev {
 
 /// Run the daemon until SIGINT/SIGTERM (which this thread blocks and reads from a signalfd).
 pub fn run(cfg: DaemonConfig) -> io::Result<()> {
-    let sig = sys::signal_fd()?;
+    run_with_signals(cfg, signals()?)
+}
+
+/// Block SIGINT and SIGTERM in this thread (and the threads it starts afterwards) and return
+/// a signalfd that reports them, for [`run_with_signals`].
+pub fn signals() -> io::Result<OwnedFd> {
+    sys::signal_fd()
+}
+
+/// [`run`] with the signalfd of [`signals`] (so the caller can start threads in between
+/// that never take the signals themselves).
+pub fn run_with_signals(cfg: DaemonConfig, sig: OwnedFd) -> io::Result<()> {
     serve_devices(cfg, Some(sig), &AtomicBool::new(false))
 }
 
