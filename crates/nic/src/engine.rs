@@ -665,7 +665,7 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
     // pass would not poll it: after a stall the awaited ACK is often already there.
     let timer_due = st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now);
     // A daemon's client also looks every few ms whatever its QPs do: the daemon hands
-    // over peer rings and says it is gone on that socket (docs/daemon.md §6).
+    // over peer rings and says it is gone on that socket (docs/daemon.md §7).
     let daemon_due = dev.daemon.is_some() && now.nanos_since(io.daemon_polled) >= DAEMON_POLL_NS;
     if io.force_rx
         || daemon_due
@@ -1542,7 +1542,7 @@ fn receive_forwarded(
     any
 }
 
-/// The daemon closed our link: the device is dead (docs/daemon.md, "When the daemon dies").
+/// The daemon closed our link: the device is dead (docs/daemon.md §7).
 /// Stop reading, give the daemon's port back, flush every QP, and tell every context.
 fn daemon_gone(dev: &Device, link: &crate::daemon_client::DaemonLink, st: &mut DevState) {
     if link.fatal.swap(true, SeqCst) {
