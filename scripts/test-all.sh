@@ -7,7 +7,8 @@
 #      and perftest binaries (perftest -R through the CM too), and every ELF object of the
 #      RDMA packages loading against them (tests/compat/*.sh install the Debian packages as
 #      root, and skip otherwise), libfabric's fi_info (tests/compat/libfabric.sh) and UCX
-#      1.13's ucx_info / ucx_perftest on them (tests/compat/ucx.sh);
+#      1.13's ucx_info / ucx_perftest on them (tests/compat/ucx.sh), and uroced sharing one
+#      device among many processes (tests/compat/daemon.sh);
 #   3. interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh: needs root, qemu,
 #      the lab beside the repository and the Debian package mirror; about 15 minutes;
 #      prints "SKIPPED: <why>" without them; UROCE_SKIP_INTEROP=1 skips it on purpose).
@@ -36,6 +37,9 @@ bash tests/compat/rdmacm.sh --no-build --perftest
 
 echo "== drop-in libraries under libfabric: fi_info -p verbs (tests/compat/libfabric.sh)"
 bash tests/compat/libfabric.sh --no-build
+
+echo "== uroced: one device shared by many processes; client and daemon killed mid-transfer; permissions (tests/compat/daemon.sh)"
+bash tests/compat/daemon.sh
 
 echo "== UCX 1.13 on the drop-in libraries: ucx_info -d, ucx_perftest over rc_verbs/ud_verbs (tests/compat/ucx.sh)"
 bash tests/compat/ucx.sh --no-build

@@ -55,3 +55,16 @@ pub fn decode_reply(data: &[u8]) -> Result<Reply<'_>> {
     }
     Ok(r)
 }
+
+/// Decode arbitrary bytes as a message to or from `uroced` ([`crate::daemon`]), as the
+/// daemon reads a client's request. Never panics — except if the codec is inconsistent:
+/// what decodes must re-encode to the same bytes.
+pub fn decode_daemon_message(data: &[u8]) -> Option<crate::daemon::Msg> {
+    let m = crate::daemon::decode(data).ok()?;
+    assert_eq!(
+        crate::daemon::encode(&m),
+        data,
+        "daemon message decode/encode is not stable"
+    );
+    Some(m)
+}

@@ -55,6 +55,7 @@
 mod macros;
 
 pub mod cmd;
+pub mod daemon;
 pub mod doorbell;
 pub mod error;
 pub mod fastpath;

@@ -77,11 +77,25 @@ pub fn parse_device_list(list: &str) -> Result<Vec<DeviceSpec>, DeviceListError>
     Ok(specs)
 }
 
-/// The device list from `UROCE_DEVICES`, or [`DEFAULT_DEVICES`] when it is unset.
+/// The device list: `UROCE_DEVICES` if set; else the devices a running `uroced` serves
+/// ([`crate::daemon::find`]); else [`DEFAULT_DEVICES`].
 pub fn devices_from_env() -> Result<Vec<DeviceSpec>, DeviceListError> {
     match std::env::var(DEVICES_ENV) {
         Ok(list) => parse_device_list(&list),
-        Err(_) => parse_device_list(DEFAULT_DEVICES),
+        Err(_) => {
+            let served: Vec<DeviceSpec> = crate::daemon::find()
+                .into_iter()
+                .map(|d| DeviceSpec {
+                    name: d.dev.name,
+                    addr: d.dev.addr,
+                })
+                .collect();
+            if served.is_empty() {
+                parse_device_list(DEFAULT_DEVICES)
+            } else {
+                Ok(served)
+            }
+        }
     }
 }
 

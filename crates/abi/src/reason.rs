@@ -108,6 +108,8 @@ open_enum! {
         SYSTEM = 26,
         /// A bug in the control plane cost this command.
         INTERNAL = 27,
+        /// The device is dead (its daemon went away): only releasing objects still works.
+        DEVICE_FATAL = 28,
     }
 }
 

@@ -21,7 +21,7 @@
 //! `--watch SECS` repeats every SECS seconds; after the first report it prints, per port
 //! or QP, only the counters that changed: the total, then the change over the interval and
 //! its rate per second (`sent_pkts 1005 (+1000, 1000/s)`). `--json` prints
-//! one object `{"dirs", "processes": [snapshot, ...], "removed_stale", "unanswered"}` (one
+//! one object `{"dirs", "daemons", "processes": [snapshot, ...], "removed_stale", "unanswered"}` (one
 //! per report with `--watch`), the snapshots as published, filtered by `-d` and `--qp`.
 //! `--exited` adds the last snapshots that processes run with `UROCE_STATS_KEEP=1` left at
 //! exit (`<pid>.exit.json` beside the sockets; marked `exited`), so the counters of a run
@@ -204,9 +204,70 @@ fn select(processes: &[Snapshot], args: &Args) -> Vec<Snapshot> {
         .collect()
 }
 
+/// One device a running `uroced` serves, and what it says of itself (`STATS`).
+#[derive(Debug, serde::Serialize)]
+struct DaemonDev {
+    socket: String,
+    device: String,
+    /// `key value` pairs other than clients.
+    counters: Vec<(String, String)>,
+    /// One line per attached client process.
+    clients: Vec<String>,
+}
+
+/// The devices the running daemon serves (`-d` filters), with their counters.
+fn daemon_devices(args: &Args) -> Vec<DaemonDev> {
+    abi::daemon::find()
+        .into_iter()
+        .filter(|d| args.device.as_ref().is_none_or(|n| *n == d.dev.name))
+        .filter_map(|d| {
+            let text = match abi::daemon::request(&d.socket, &abi::daemon::Msg::Stats) {
+                Ok(abi::daemon::Msg::StatsText(t)) => t,
+                Ok(_) => return None,
+                Err(e) => {
+                    eprintln!("uroce stat: {}: {e}", d.socket.display());
+                    return None;
+                }
+            };
+            let mut counters = Vec::new();
+            let mut clients = Vec::new();
+            for (k, v) in abi::daemon::parse_stats(&text) {
+                match k.as_str() {
+                    "client" => clients.push(v),
+                    "device" | "addr" => {}
+                    _ => counters.push((k, v)),
+                }
+            }
+            Some(DaemonDev {
+                socket: d.socket.display().to_string(),
+                device: d.dev.name,
+                counters,
+                clients,
+            })
+        })
+        .collect()
+}
+
+fn daemon_text(devs: &[DaemonDev]) -> String {
+    let mut out = String::new();
+    for d in devs {
+        let kv: Vec<String> = d.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(out, "daemon {} {} {}", d.device, d.socket, kv.join(" "));
+        for c in &d.clients {
+            let _ = writeln!(out, "  client {c}");
+        }
+    }
+    out
+}
+
 /// Print one report; returns the exit status it deserves.
 fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
     let chosen = select(&c.processes, args);
+    let daemons = if args.qp.is_none() {
+        daemon_devices(args)
+    } else {
+        Vec::new()
+    };
     for u in &c.unanswered {
         eprintln!(
             "uroce stat: {} (pid {}) did not answer: {}",
@@ -237,6 +298,7 @@ fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
     if args.json {
         let obj = JsonReport {
             dirs: &dirs,
+            daemons: &daemons,
             processes: &chosen,
             removed_stale: c.removed.iter().map(|p| p.display().to_string()).collect(),
             unanswered: c
@@ -268,6 +330,7 @@ fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
             eprintln!("uroce stat: {msg}");
         }
     } else {
+        out.push_str(&daemon_text(&daemons));
         if let Some(msg) = &nothing {
             out.push_str(msg);
             out.push('\n');
@@ -285,6 +348,7 @@ fn report(args: &Args, c: &Collected, prev: Option<&Prev>) -> ExitCode {
 #[derive(Debug, serde::Serialize)]
 struct JsonReport<'a> {
     dirs: &'a [String],
+    daemons: &'a [DaemonDev],
     processes: &'a [Snapshot],
     removed_stale: Vec<String>,
     unanswered: Vec<JsonUnanswered<'a>>,

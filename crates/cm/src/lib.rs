@@ -64,6 +64,13 @@ pub struct CmConfig {
     /// Seed of the Local Comm ID generator: give each device start a different random value so
     /// IDs do not repeat across restarts (peers keep old IDs in their tables for a while).
     pub id_seed: u64,
+    /// With a daemon sharing the device among processes (docs/daemon.md), the top
+    /// `id_prefix_bits` bits of every ID this CM allocates are `id_prefix`, so the daemon can
+    /// route answers (which carry our ID as their Remote Comm ID or Request ID) to this
+    /// process. 0 bits: no prefix.
+    pub id_prefix_bits: u8,
+    /// See `id_prefix_bits`.
+    pub id_prefix: u32,
 }
 
 impl CmConfig {
@@ -79,6 +86,8 @@ impl CmConfig {
             mra_service_timeout: 24,
             tid_hi: 2,
             id_seed,
+            id_prefix_bits: 0,
+            id_prefix: 0,
         }
     }
 }
@@ -373,7 +382,12 @@ impl Cm {
     fn alloc_id(&mut self) -> u32 {
         loop {
             self.next_id = self.next_id.wrapping_add(1);
-            let id = self.next_id ^ self.id_xor;
+            let mut id = self.next_id ^ self.id_xor;
+            let bits = u32::from(self.cfg.id_prefix_bits.min(31));
+            if bits > 0 {
+                let low = u32::MAX >> bits;
+                id = (id & low) | (self.cfg.id_prefix << (32 - bits));
+            }
             if id != 0 && !self.conns.contains_key(&id) && !self.listeners.contains_key(&id) {
                 return id;
             }
@@ -392,6 +406,19 @@ impl Cm {
         let id = self.alloc_id();
         self.listeners.insert(id, Listener { service_id, bind });
         Ok(CmId(id))
+    }
+
+    /// Whether some listener is on `service_id`.
+    pub fn is_listening(&self, service_id: ServiceId) -> bool {
+        self.listeners.values().any(|l| l.service_id == service_id)
+    }
+
+    /// The service IDs listened on (each once).
+    pub fn listening(&self) -> Vec<ServiceId> {
+        let mut v: Vec<ServiceId> = self.listeners.values().map(|l| l.service_id).collect();
+        v.sort_by_key(|s| s.0);
+        v.dedup();
+        v
     }
 
     /// Sends a REQ. The connection ends in `ConnectResponse`, `Rejected` or `Unreachable`.
@@ -1434,5 +1461,27 @@ impl Cm {
         conn.last = None;
         let t = iba_time_to_ms(self.ack_timeout());
         conn.deadline = Some(now.add_nanos(ms(t)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_carry_the_daemon_prefix_and_listeners_are_listed() {
+        let mut cfg = CmConfig::linux_defaults(1, 42);
+        cfg.id_prefix_bits = 10;
+        cfg.id_prefix = 0x2a5;
+        let mut cm = Cm::new(cfg);
+        let mut seen = std::collections::BTreeSet::new();
+        for port in 0..500u64 {
+            let id = cm.listen(ServiceId(0x0106_0000 + port), None).unwrap();
+            assert_eq!(id.0 >> 22, 0x2a5, "{:#x}", id.0);
+            assert!(seen.insert(id.0), "ID {:#x} handed out twice", id.0);
+        }
+        assert!(cm.is_listening(ServiceId(0x0106_0001)));
+        assert!(!cm.is_listening(ServiceId(0x0106_9999)));
+        assert_eq!(cm.listening().len(), 500);
     }
 }

@@ -73,10 +73,12 @@ fn make_device(spec: DeviceSpec, index: c_int) -> UDevice {
     };
     fill_cstr(&mut ibv.name, &spec.name);
     fill_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
-    fill_cstr(
-        &mut ibv.dev_path,
-        &format!("/sys/class/infiniband_verbs/uverbs{index}"),
-    );
+    // A device a running uroced serves: its device node is the daemon's socket
+    // (docs/daemon.md §3); an embedded one has the sysfs path rdma-core would show.
+    let node = abi::daemon::lookup(spec.addr)
+        .map(|d| d.socket.display().to_string())
+        .unwrap_or_else(|| format!("/sys/class/infiniband_verbs/uverbs{index}"));
+    fill_cstr(&mut ibv.dev_path, &node);
     fill_cstr(
         &mut ibv.ibdev_path,
         &format!("/sys/class/infiniband/{}", spec.name),

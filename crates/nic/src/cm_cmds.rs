@@ -108,6 +108,20 @@ impl DevState {
                     .cm
                     .listen(ServiceId(c.service_id), bind)
                     .map_err(cm_refusal("listen"))?;
+                // On a daemon's device the service ID must be ours host-wide.
+                if let Some(l) = &self.daemon {
+                    if let Err(e) = l.listen(c.service_id) {
+                        self.gsi.cm.destroy(now, id);
+                        return Err(Refusal::new(
+                            Errno(e.raw_os_error().unwrap_or(libc::EADDRINUSE)),
+                            Rule::IN_USE,
+                            format!(
+                                "listen: service ID {:#x} is taken on this device by another process ({e})",
+                                c.service_id
+                            ),
+                        ));
+                    }
+                }
                 self.gsi.owners.insert(id.0, ctx);
                 out.id = id.0;
             }
@@ -194,8 +208,10 @@ impl DevState {
             }
             cm_op::DESTROY => {
                 let id = self.cm_owned(ctx, c.id)?;
+                let before = self.gsi.cm.listening();
                 self.gsi.cm.destroy(now, id);
                 self.gsi.owners.remove(&id.0);
+                self.release_listens(&before);
             }
             cm_op::SIDR_REQUEST => {
                 if c.peer == [0u8; 16] {

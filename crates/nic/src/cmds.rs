@@ -305,6 +305,25 @@ pub(crate) fn checks_mappings(bytes: &[u8]) -> bool {
     })
 }
 
+/// Commands a dead device still serves: those that release objects (and polling, which
+/// hands out the flushed completions), so a program can clean up.
+fn releases(req: &Request<'_>) -> bool {
+    match req {
+        Request::Cm(c) => c.op == abi::uverbs::cm_op::DESTROY,
+        r => matches!(
+            r,
+            Request::DeallocPd(_)
+                | Request::DestroyAh(_)
+                | Request::DeregMr(_)
+                | Request::DestroyCq(_)
+                | Request::PollCq(_)
+                | Request::DestroyQp(_)
+                | Request::DestroySrq(_)
+                | Request::DeallocMw(_)
+        ),
+    }
+}
+
 impl DevState {
     /// Execute one framed command from context `ctx` and write the reply into `out`.
     /// Returns whether the engine has new work (the caller kicks it).
@@ -359,6 +378,13 @@ impl DevState {
                 EINVAL,
                 NO_CONTEXT,
                 "no GET_CONTEXT has succeeded on this channel"
+            ));
+        }
+        if self.fatal() && !releases(req) {
+            return Err(refuse!(
+                EIO,
+                DEVICE_FATAL,
+                "the device is dead: its daemon went away (only destroying objects works)"
             ));
         }
         match req {
@@ -1754,6 +1780,7 @@ impl DevState {
             qpo.av = Some(av);
             qpo.dest_raw = m.dest;
         }
+        let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.query().dest_qp_num.value()));
         if mask.contains(AttrMask::ALT_PATH) {
             qpo.alt_raw = m.alt_dest;
             qpo.alt_pkey_index = m.alt_pkey_index;
@@ -1781,6 +1808,9 @@ impl DevState {
             }
         }
         let idx = m.qp_handle;
+        if let Some((ip, qpn)) = ring_to {
+            self.ensure_peer_ring(ip, qpn);
+        }
         self.make_ready(idx);
         self.recount_remote();
         Ok(())
@@ -2167,7 +2197,9 @@ impl DevState {
             self.res.chans.remove(i);
         }
         let now = self.engine.now();
+        let before = self.gsi.cm.listening();
         self.gsi.close_context(ctx, now);
+        self.release_listens(&before);
         self.arm_gsi();
         self.res.ctxs.remove(&ctx);
         if self.hermetic && self.res.ctxs.is_empty() {

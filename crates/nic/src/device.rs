@@ -43,6 +43,8 @@ pub(crate) struct Device {
     /// Control-plane threads waiting for the lock: the engine lets them in between passes.
     cp_waiting: AtomicU32,
     pub(crate) sock: UdpSocket,
+    /// The daemon this device is attached to (`crate::daemon_client`), if any.
+    pub(crate) daemon: Option<Arc<crate::daemon_client::DaemonLink>>,
     pub(crate) engine: Arc<EngineShared>,
     pub(crate) ctrl: CtrlShared,
     pub(crate) next_ctx: AtomicU64,
@@ -91,6 +93,12 @@ impl DeviceHandle {
     /// Its configuration.
     pub fn config(&self) -> &DeviceConfig {
         &self.0.cfg
+    }
+
+    /// The `uroced` device socket this device is attached to (docs/daemon.md), or `None`
+    /// for an embedded device that owns its address itself.
+    pub fn daemon_socket(&self) -> Option<&std::path::Path> {
+        self.0.daemon.as_ref().map(|l| l.socket.as_path())
     }
 
     /// Open a command channel (a new context): the library's end of a fresh socketpair
@@ -215,6 +223,12 @@ pub(crate) fn start_device_in(
 ) -> io::Result<DeviceHandle> {
     cfg.validate().map_err(invalid)?;
     let mut reg = registry();
+    // A device whose daemon died is gone for good: a new open attaches afresh.
+    reg.retain(|d| {
+        !d.daemon
+            .as_ref()
+            .is_some_and(|l| l.fatal.load(Ordering::SeqCst))
+    });
     if let Some(d) = reg.iter().find(|d| d.cfg.name == cfg.name) {
         if d.cfg.addr != cfg.addr {
             return Err(io::Error::new(
@@ -233,8 +247,6 @@ pub(crate) fn start_device_in(
             format!("address {} is already device {}", cfg.addr, d.cfg.name),
         ));
     }
-    let sock = sys::bind_roce_udp(SocketAddr::new(cfg.addr, ROCE_V2_PORT))?;
-    sys::set_ecn(&sock, cfg.ecn)?;
     let engine = if cfg.dedicated_engine {
         EngineShared::start(&cfg.name)?
     } else {
@@ -248,12 +260,40 @@ pub(crate) fn start_device_in(
             }
         }
     };
+    // A daemon serving this address owns its port: attach to it (docs/daemon.md).
+    let mut cfg = cfg;
+    let link = match (!hermetic)
+        .then(|| crate::daemon_client::lookup(cfg.addr))
+        .flatten()
+    {
+        Some(path) => Some(crate::daemon_client::DaemonLink::attach(
+            &path,
+            engine.wake_fd(),
+        )?),
+        None => None,
+    };
+    let (sock, daemon) = match link {
+        Some((link, udp)) => {
+            cfg.active_mtu = link.grant.info.mtu;
+            cfg.ecn = link.grant.info.ecn != 0;
+            cfg.limits.max_qp = cfg.limits.max_qp.min(link.grant.qpn_count);
+            (UdpSocket::from(udp), Some(Arc::new(link)))
+        }
+        None => {
+            let sock = sys::bind_roce_udp(SocketAddr::new(cfg.addr, ROCE_V2_PORT))?;
+            sys::set_ecn(&sock, cfg.ecn)?;
+            (sock, None)
+        }
+    };
     let dev = Arc::new(Device {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: Mutex::new({
             let mut st = DevState::new(cfg.clone(), engine.clone());
             st.space = space;
             st.hermetic = hermetic;
+            if let Some(l) = &daemon {
+                st.attach_to_daemon(l.clone());
+            }
             st
         }),
         gso: match cfg.addr {
@@ -269,6 +309,7 @@ pub(crate) fn start_device_in(
         space,
         cp_waiting: AtomicU32::new(0),
         sock,
+        daemon,
         engine: engine.clone(),
         ctrl: CtrlShared::new()?,
         next_ctx: AtomicU64::new(1),

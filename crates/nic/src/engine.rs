@@ -77,10 +77,14 @@ use crate::sys::{self, Epoll, MsgBatch, Sent, EPOLLIN};
 const PKT_BUF: usize = 4096 + transport::MAX_HEADER_LEN + ICRC_LEN + 16;
 /// Messages per `recvmmsg`.
 const BATCH: usize = 32;
+/// A daemon client's engine reads the daemon's socket at least this often while busy.
+const DAEMON_POLL_NS: u64 = 5_000_000;
+/// Packets taken from one peer ring per pass.
+const RING_BUDGET: u32 = 256;
 /// Datagrams per `sendmmsg` (runs of them go as GSO sends: `sys::MsgBatch::send`).
 const TX_BATCH: usize = 128;
 /// Receive buffer: a message of datagrams the kernel coalesced (UDP GRO) is at most 64 KiB.
-const RX_BUF: usize = 1 << 16;
+const RX_BUF: usize = (1 << 16) + size_of::<abi::daemon::DataHdr>();
 /// Packets one QP may build per service before others get a turn.
 const TX_BUDGET: usize = 64;
 /// UDP datagrams queued before QPs stop transmitting (socket back-pressure).
@@ -207,7 +211,7 @@ impl Core {
 /// Whether a device has work only another pass would do: ready QPs, a socket epoll said
 /// is readable, undelivered loopback packets.
 fn unfinished(io: &DevIo, st: &DevState) -> bool {
-    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty()
+    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty() || !io.ring_backlog.is_empty()
 }
 
 impl EngineShared {
@@ -301,7 +305,12 @@ impl EngineShared {
     }
 
     pub(crate) fn add_device(&self, dev: Arc<Device>) -> io::Result<()> {
-        self.epoll.add(dev.sock.as_raw_fd(), dev.id, EPOLLIN)?;
+        // A daemon's client reads what the daemon forwards, never the shared UDP socket.
+        let fd = match &dev.daemon {
+            Some(l) => l.data.as_raw_fd(),
+            None => dev.sock.as_raw_fd(),
+        };
+        self.epoll.add(fd, dev.id, EPOLLIN)?;
         lock(&self.devices).push(dev);
         self.generation.fetch_add(1, SeqCst);
         self.kick();
@@ -365,6 +374,12 @@ pub(crate) struct DevIo {
     /// rxe and RoCE NICs check — is not known here.
     gso: Option<sys::GsoIds>,
     force_rx: bool,
+    /// Packets for peer rings that were full: (slot, buffer, length), in order.
+    ring_backlog: VecDeque<(u32, Vec<u8>, usize)>,
+    /// Scratch for packets read from peer rings.
+    ring_rx: Vec<u8>,
+    /// When the daemon's socket was last read.
+    daemon_polled: Time,
     /// The device's packet capture (`crate::tap`; `UROCE_CAPTURE`): `None` when off, the
     /// only cost capture adds to the datapath.
     tap: Option<Arc<crate::tap::Tap>>,
@@ -381,6 +396,9 @@ impl DevIo {
             tx: MsgBatch::new(TX_BATCH),
             gso,
             force_rx: true,
+            ring_backlog: VecDeque::new(),
+            ring_rx: Vec::new(),
+            daemon_polled: Time(0),
             tap,
         }
     }
@@ -394,7 +412,7 @@ impl DevIo {
     }
 
     fn backlogged(&self) -> bool {
-        self.txq.len() >= TXQ_MAX
+        self.txq.len() >= TXQ_MAX || self.ring_backlog.len() >= TXQ_MAX
     }
 }
 
@@ -555,15 +573,24 @@ fn park(
             for cx in st.res.ctxs.values() {
                 let _ = cx.doorbells.finish_park();
             }
+            for r in st.peer_rx.iter() {
+                r.set_parked(false);
+            }
         }
     };
-    // 1. Announce `parked` on every doorbell page, re-checking the bitmaps.
+    // 1. Announce `parked` on every doorbell page and peer ring, re-checking them.
     let mut may_sleep = true;
     let mut next: Option<Time> = None;
     for d in core.devs.iter() {
-        let st = d.dev.lock_engine();
+        let mut st = d.dev.lock_engine();
         for cx in st.res.ctxs.values() {
             if !cx.doorbells.prepare_park().unwrap_or(false) {
+                may_sleep = false;
+            }
+        }
+        for r in st.peer_rx.iter_mut() {
+            r.set_parked(true);
+            if r.pending() {
                 may_sleep = false;
             }
         }
@@ -637,10 +664,20 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
     // Before a retransmission deadline fires, read what the socket holds even when this
     // pass would not poll it: after a stall the awaited ACK is often already there.
     let timer_due = st.timers.peek().is_some_and(|Reverse((t, _))| *t <= now);
-    if io.force_rx || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live())) {
+    // A daemon's client also looks every few ms whatever its QPs do: the daemon hands
+    // over peer rings and says it is gone on that socket (docs/daemon.md §7).
+    let daemon_due = dev.daemon.is_some() && now.nanos_since(io.daemon_polled) >= DAEMON_POLL_NS;
+    if io.force_rx
+        || daemon_due
+        || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live()))
+    {
         io.force_rx = false;
+        if dev.daemon.is_some() {
+            io.daemon_polled = now;
+        }
         progress |= receive(dev, st, io, now);
     }
+    progress |= receive_rings(st, io, now);
     progress |= fire_timers(st, now);
     progress |= send_gsi(st, io);
     check_err_rqs(st);
@@ -965,6 +1002,7 @@ fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
 
 fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
     let dev_ip = st.cfg.addr;
+    let own = st.own_qpns;
     let hermetic = st.hermetic;
     let DevState {
         res,
@@ -972,6 +1010,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         ready,
         timers,
         err_rqs,
+        peer_tx,
         ..
     } = st;
     let Some(q) = qps.get_mut(idx) else {
@@ -1001,7 +1040,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         };
         let deferred = mem.payload.deferred();
         sent += 1;
-        route(dev_ip, hermetic, q, res, io, buf, t, deferred);
+        route(dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, deferred);
     }
     if sent == TX_BUDGET {
         more = true;
@@ -1041,9 +1080,11 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn route(
     dev_ip: IpAddr,
+    own: Option<(u32, u32)>,
     hermetic: bool,
     q: &QpObj,
     res: &mut Resources,
+    peer_tx: &mut std::collections::HashMap<u32, crate::peer_ring::TxRing>,
     io: &mut DevIo,
     mut buf: Vec<u8>,
     t: Transmit,
@@ -1061,7 +1102,10 @@ fn route(
     let c = &mut res.counters;
     c.port_xmit_packets += 1;
     c.port_xmit_data += ((t.len + ICRC_LEN) / 4) as u64;
-    if dest.ip == dev_ip {
+    // On a daemon's device, a QP of another process at this address is reached through
+    // the daemon (the datagram goes to our own address and the daemon forwards it).
+    let here = own.is_none_or(|w| crate::state::in_window(w, bth_dest_qpn(&buf)));
+    if dest.ip == dev_ip && here {
         c.loopback_pkts += 1;
         if let Some(tap) = &io.tap {
             if let Some(pkt) = buf.get(..t.len) {
@@ -1076,7 +1120,33 @@ fn route(
         io.put_buf(buf);
         return;
     }
+    // Another process of this daemon device with a packet ring: straight into its memory.
+    let slot = bth_dest_qpn(&buf) >> crate::daemon::WINDOW_BITS;
+    if dest.ip == dev_ip {
+        if let Some(tx) = peer_tx.get_mut(&slot) {
+            if let Some(tap) = &io.tap {
+                if let Some(pkt) = buf.get(..t.len) {
+                    tap.looped(pkt, |_| true);
+                }
+            }
+            let queued = io.ring_backlog.iter().any(|(s, _, _)| *s == slot);
+            if !queued && buf.get(..t.len).is_some_and(|p| tx.stage(p)) {
+                io.put_buf(buf);
+            } else {
+                io.ring_backlog.push_back((slot, buf, t.len));
+            }
+            return;
+        }
+    }
     send_udp(dev_ip, &dest, &mut res.counters, io, buf, t.len);
+}
+
+/// The destination QP of a packet that starts with its BTH (IBTA Vol 1 §9.2: bytes 5–7).
+fn bth_dest_qpn(pkt: &[u8]) -> u32 {
+    match pkt.get(5..8) {
+        Some(b) => u32::from_be_bytes([0, b[0], b[1], b[2]]),
+        None => 0,
+    }
 }
 
 /// Queue `buf[..len]` (a transport packet, room for the ICRC after it) as a UDP datagram to
@@ -1089,6 +1159,43 @@ fn send_udp(
     mut buf: Vec<u8>,
     len: usize,
 ) {
+    match seal_datagram(dev_ip, dest, &mut buf, len) {
+        Ok(()) => io.txq.push_back(Datagram {
+            buf,
+            len: len + ICRC_LEN,
+            dst: SocketAddr::new(dest.ip, ROCE_V2_PORT),
+            ident: 0,
+        }),
+        Err(NoRoute) => {
+            c.xmit_no_route += 1;
+            io.put_buf(buf);
+        }
+        Err(Discard) => {
+            c.xmit_discards += 1;
+            io.put_buf(buf);
+        }
+    }
+}
+
+/// Why a packet could not be sealed into a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SealError {
+    /// Source and destination address families differ.
+    NoRoute,
+    /// The packet or the room for its ICRC is missing.
+    Discard,
+}
+use SealError::{Discard, NoRoute};
+
+/// Write the ICRC after `buf[..len]` (a transport packet from `dev_ip` to `dest` over UDP
+/// port 4791 as a socket sends it: IPv4 ID 0 and DF), making it a RoCEv2 UDP payload of
+/// `len + ICRC_LEN` bytes.
+pub(crate) fn seal_datagram(
+    dev_ip: IpAddr,
+    dest: &Dest,
+    buf: &mut [u8],
+    len: usize,
+) -> Result<(), SealError> {
     let ip = match (dev_ip, dest.ip) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             IpRepr::v4_socket(s, d, dest.traffic_class, dest.hop_limit)
@@ -1100,35 +1207,16 @@ fn send_udp(
             flow_label: dest.flow_label,
             hop_limit: dest.hop_limit,
         },
-        _ => {
-            c.xmit_no_route += 1;
-            io.put_buf(buf);
-            return;
-        }
+        _ => return Err(NoRoute),
     };
     let udp = UdpRepr::roce(ROCE_V2_PORT);
     let crc = match buf.get(..len).map(|p| icrc::compute_for(&ip, &udp, p)) {
         Some(Ok(crc)) => crc,
-        _ => {
-            c.xmit_discards += 1;
-            io.put_buf(buf);
-            return;
-        }
+        _ => return Err(Discard),
     };
-    match buf.get_mut(len..len + ICRC_LEN) {
-        Some(tail) => tail.copy_from_slice(&icrc::icrc_wire_bytes(crc)),
-        None => {
-            c.xmit_discards += 1;
-            io.put_buf(buf);
-            return;
-        }
-    }
-    io.txq.push_back(Datagram {
-        buf,
-        len: len + ICRC_LEN,
-        dst: SocketAddr::new(dest.ip, ROCE_V2_PORT),
-        ident: 0,
-    });
+    let tail = buf.get_mut(len..len + ICRC_LEN).ok_or(Discard)?;
+    tail.copy_from_slice(&icrc::icrc_wire_bytes(crc));
+    Ok(())
 }
 
 /// Queue the CM's MADs (QP 1): to the internal loopback for this device's own address,
@@ -1156,7 +1244,8 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
         }
         c.port_xmit_packets += 1;
         c.port_xmit_data += ((len + ICRC_LEN) / 4) as u64;
-        if to == dev_ip {
+        // On a daemon's device the daemon routes MADs (another process may own the ID).
+        if to == dev_ip && st.own_qpns.is_none() {
             c.loopback_pkts += 1;
             if let Some(tap) = &io.tap {
                 if let Some(pkt) = buf.get(..len) {
@@ -1172,8 +1261,64 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
     any
 }
 
-fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
+/// Move what waits for full peer rings into them (in order), then publish every ring that
+/// got packets (one Release store each, a wake-up only for a parked consumer).
+fn flush_rings(st: &mut DevState, io: &mut DevIo) -> bool {
     let mut progress = false;
+    let mut blocked: Vec<u32> = Vec::new();
+    let mut k = 0;
+    while k < io.ring_backlog.len() {
+        let Some((slot, _, _)) = io.ring_backlog.get(k) else {
+            break;
+        };
+        let slot = *slot;
+        if blocked.contains(&slot) {
+            k += 1;
+            continue;
+        }
+        let staged = match (st.peer_tx.get_mut(&slot), io.ring_backlog.get(k)) {
+            (Some(tx), Some((_, b, len))) => b.get(..*len).is_some_and(|p| tx.stage(p)),
+            // The ring is gone: the packet is lost, as on a vanished link.
+            (None, _) => true,
+            _ => false,
+        };
+        if staged {
+            if let Some((_, b, _)) = io.ring_backlog.remove(k) {
+                io.pool.push(b);
+            }
+            progress = true;
+        } else {
+            blocked.push(slot);
+            k += 1;
+        }
+    }
+    for tx in st.peer_tx.values_mut() {
+        tx.publish();
+    }
+    progress
+}
+
+/// Packets other processes of the daemon's device put into this device's peer rings.
+fn receive_rings(st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
+    if st.peer_rx.is_empty() {
+        return false;
+    }
+    let mut rings = std::mem::take(&mut st.peer_rx);
+    // Its own scratch buffer: `drain` sizes it to each packet (never a pool buffer).
+    let mut buf = std::mem::take(&mut io.ring_rx);
+    let mut n = 0;
+    for r in rings.iter_mut() {
+        n += r.drain(RING_BUDGET, &mut buf, |pkt| {
+            deliver_loopback(st, pkt, DeferList::default(), now);
+        });
+    }
+    io.ring_rx = buf;
+    st.peer_rx = rings;
+    n > 0
+}
+
+fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
+    let mut progress = flush_rings(st, io);
     let mut groups = [0usize; TX_BATCH];
     // After a refused GSO send, the next message goes datagram by datagram.
     let mut single_first = false;
@@ -1274,12 +1419,15 @@ fn plan_sends(
 // Receive side
 
 fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
+    if let Some(link) = &dev.daemon {
+        return receive_forwarded(dev, link, st, io, now);
+    }
     let mut any = false;
     // A coalesced message (UDP GRO) is, on loopback, one GSO send, whose ICRCs a counting
     // kernel's sender made for IDs 0, 1, 2, … (`plan_sends`): the first guess at each ID.
     let counting = io.gso == Some(sys::GsoIds::Counting);
     for _ in 0..4 {
-        let n = io.rx.recv(&dev.sock, &mut io.rx_bufs).unwrap_or(0);
+        let n = io.rx.recv(dev.sock.as_fd(), &mut io.rx_bufs).unwrap_or(0);
         for i in 0..n {
             let Some(m) = io.rx.received(i) else {
                 continue;
@@ -1291,15 +1439,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
             let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
                 continue;
             };
-            // Coalesced by the kernel (UDP GRO): datagrams of `segment` bytes back to back.
-            for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
-                let likely = if counting {
-                    u16::try_from(j).unwrap_or(0)
-                } else {
-                    0
-                };
-                handle_datagram(st, io.tap.as_deref(), d, m.from, likely, m.ce(), now);
-            }
+            receive_message(st, io.tap.as_deref(), data, &m, counting, 0, now);
         }
         any |= n > 0;
         if n < BATCH {
@@ -1307,6 +1447,130 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
         }
     }
     any
+}
+
+/// One received message: a datagram, or datagrams of `m.segment` bytes back to back
+/// (UDP GRO; `first` is the first one's place in its GSO send).
+fn receive_message(
+    st: &mut DevState,
+    tap: Option<&crate::tap::Tap>,
+    data: &[u8],
+    m: &sys::Received,
+    counting: bool,
+    first: u16,
+    now: Time,
+) {
+    for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
+        let likely = if counting {
+            u16::try_from(j).unwrap_or(0).wrapping_add(first)
+        } else {
+            0
+        };
+        handle_datagram(st, tap, d, m.from, likely, m.ce(), now);
+    }
+}
+
+/// What the daemon forwarded (`crate::daemon_client`): each message an
+/// `abi::daemon::DataHdr` and the datagram(s). End of stream: the daemon is gone.
+fn receive_forwarded(
+    dev: &Device,
+    link: &crate::daemon_client::DaemonLink,
+    st: &mut DevState,
+    io: &mut DevIo,
+    now: Time,
+) -> bool {
+    use abi::daemon::DataHdr;
+    use zerocopy::FromBytes;
+    if link.fatal.load(SeqCst) {
+        return false;
+    }
+    let counting = io.gso == Some(sys::GsoIds::Counting);
+    let mut any = false;
+    for _ in 0..4 {
+        let n = match io.rx.recv(link.data.as_fd(), &mut io.rx_bufs) {
+            Ok(n) => n,
+            Err(_) => {
+                daemon_gone(dev, link, st);
+                return true;
+            }
+        };
+        for i in 0..n {
+            let len = io.rx.received_len(i);
+            if len == 0 {
+                daemon_gone(dev, link, st);
+                return true;
+            }
+            let Some(msg) = io.rx_bufs.get(i).and_then(|b| b.get(..len)) else {
+                continue;
+            };
+            let Ok((h, data)) = DataHdr::read_from_prefix(msg) else {
+                st.res.counters.port_rcv_errors += 1;
+                continue;
+            };
+            if h.flags & DataHdr::RING != 0 {
+                // A packet ring from another process of the device (crate::peer_ring).
+                for fd in io.rx.take_fds(i) {
+                    match crate::peer_ring::RxRing::attach(&fd) {
+                        Ok(r) => st.peer_rx.push(r),
+                        Err(e) => eprintln!("uroce: {}: peer ring: {e}", dev.cfg.name),
+                    }
+                }
+                continue;
+            }
+            let m = sys::Received {
+                len: data.len(),
+                from: SocketAddr::new(abi::daemon::addr_of_gid(h.src), h.src_port),
+                truncated: false,
+                segment: (h.segment > 0).then_some(usize::from(h.segment)),
+                tos: (h.flags & DataHdr::TOS_VALID != 0).then_some(h.tos),
+            };
+            receive_message(
+                st,
+                io.tap.as_deref(),
+                data,
+                &m,
+                counting,
+                h.first_index,
+                now,
+            );
+        }
+        any |= n > 0;
+        if n < BATCH {
+            break;
+        }
+    }
+    any
+}
+
+/// The daemon closed our link: the device is dead (docs/daemon.md §7).
+/// Stop reading, give the daemon's port back, flush every QP, and tell every context.
+fn daemon_gone(dev: &Device, link: &crate::daemon_client::DaemonLink, st: &mut DevState) {
+    if link.fatal.swap(true, SeqCst) {
+        return;
+    }
+    let _ = dev.engine.epoll.delete(link.data.as_raw_fd());
+    let _ = sys::release_udp(dev.sock.as_fd(), dev.cfg.addr.is_ipv6());
+    let DevState {
+        qps, res, ready, ..
+    } = st;
+    for idx in qps.indices_where(|_| true) {
+        if let Some(q) = qps.get_mut(idx) {
+            if !matches!(q.qp.state(), QpState::Err | QpState::Reset) {
+                let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
+            }
+        }
+        make_ready(qps, ready, idx);
+    }
+    let ctxs: Vec<_> = res.ctxs.keys().copied().collect();
+    for c in ctxs {
+        res.post_async(c, 1, crate::state::event::DEVICE_FATAL);
+    }
+    eprintln!(
+        "uroce: {}: the daemon at {} went away; the device is fatal (reopen it once a \
+         daemon serves it again)",
+        dev.cfg.name,
+        link.socket.display()
+    );
 }
 
 /// One datagram from the socket: parse, verify the ICRC as far as a UDP socket allows

@@ -75,6 +75,15 @@ impl Gsi {
         }
     }
 
+    /// Give every CM ID this device allocates from now on the daemon's prefix
+    /// (`cm::CmConfig::id_prefix_bits`). Called before any ID exists.
+    pub(crate) fn set_id_prefix(&mut self, bits: u8, prefix: u32) {
+        let mut cfg = *self.cm.config();
+        cfg.id_prefix_bits = bits;
+        cfg.id_prefix = prefix;
+        self.cm = Cm::new(cfg);
+    }
+
     /// A packet for QP 1 arrived from `src`.
     pub(crate) fn receive(&mut self, now: Time, pkt: &RocePacketRepr<'_>, src: IpAddr) {
         let ok = pkt.bth.opcode == Opcode::UD_SEND_ONLY

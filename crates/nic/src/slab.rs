@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-/// Dense storage with reusable indices.
+/// Dense storage with reusable indices. Entry `i` is stored at `items[i - first]`, so a
+/// slab whose indices start high (a daemon client's QP-number window) costs nothing below.
 #[derive(Debug)]
 pub(crate) struct Slab<T> {
     items: Vec<Option<T>>,
@@ -31,6 +32,26 @@ impl<T> Slab<T> {
         self.len
     }
 
+    fn pos(&self, idx: u32) -> Option<usize> {
+        idx.checked_sub(self.first).map(|p| p as usize)
+    }
+
+    /// The index one past the highest ever stored.
+    fn end(&self) -> Option<u32> {
+        self.first
+            .checked_add(u32::try_from(self.items.len()).ok()?)
+    }
+
+    fn put(&mut self, idx: u32, value: T) -> Option<u32> {
+        let p = self.pos(idx)?;
+        if p >= self.items.len() {
+            self.items.resize_with(p + 1, || None);
+        }
+        *self.items.get_mut(p)? = Some(value);
+        self.len += 1;
+        Some(idx)
+    }
+
     /// Insert, returning the index; `None` if `limit` entries are already present.
     pub(crate) fn insert(&mut self, value: T, limit: u32) -> Option<u32> {
         if self.len >= limit as usize {
@@ -38,16 +59,9 @@ impl<T> Slab<T> {
         }
         let idx = match self.free.pop_first() {
             Some(i) => i,
-            None => {
-                let i = u32::try_from(self.items.len()).ok()?.max(self.first);
-                self.items.resize_with(i as usize + 1, || None);
-                i
-            }
+            None => self.end()?,
         };
-        let slot = self.items.get_mut(idx as usize)?;
-        *slot = Some(value);
-        self.len += 1;
-        Some(idx)
+        self.put(idx, value)
     }
 
     /// Insert like [`Slab::insert`], but hand out indices in rotation: the lowest free index
@@ -60,7 +74,7 @@ impl<T> Slab<T> {
             return None;
         }
         let end = self.first.saturating_add(limit);
-        let grown = u32::try_from(self.items.len()).ok()?.max(self.first);
+        let grown = self.end()?;
         let idx = if let Some(&i) = self.free.range(self.cursor..).next() {
             i
         } else if grown < end {
@@ -69,12 +83,7 @@ impl<T> Slab<T> {
             *self.free.range(self.first..).next()?
         };
         self.free.remove(&idx);
-        if idx as usize >= self.items.len() {
-            self.items.resize_with(idx as usize + 1, || None);
-        }
-        let slot = self.items.get_mut(idx as usize)?;
-        *slot = Some(value);
-        self.len += 1;
+        self.put(idx, value)?;
         self.cursor = idx.saturating_add(1);
         Some(idx)
     }
@@ -85,18 +94,24 @@ impl<T> Slab<T> {
     }
 
     pub(crate) fn get(&self, idx: u32) -> Option<&T> {
-        self.items.get(idx as usize)?.as_ref()
+        self.items.get(self.pos(idx)?)?.as_ref()
     }
 
     pub(crate) fn get_mut(&mut self, idx: u32) -> Option<&mut T> {
-        self.items.get_mut(idx as usize)?.as_mut()
+        let p = self.pos(idx)?;
+        self.items.get_mut(p)?.as_mut()
     }
 
     pub(crate) fn remove(&mut self, idx: u32) -> Option<T> {
-        let v = self.items.get_mut(idx as usize)?.take()?;
+        let p = self.pos(idx)?;
+        let v = self.items.get_mut(p)?.take()?;
         self.free.insert(idx);
         self.len -= 1;
         Some(v)
+    }
+
+    fn index_of(&self, p: usize) -> Option<u32> {
+        self.first.checked_add(u32::try_from(p).ok()?)
     }
 
     /// Indices of the entries for which `f` holds.
@@ -104,25 +119,25 @@ impl<T> Slab<T> {
         self.items
             .iter()
             .enumerate()
-            .filter_map(|(i, v)| match v {
-                Some(v) if f(v) => u32::try_from(i).ok(),
+            .filter_map(|(p, v)| match v {
+                Some(v) if f(v) => self.index_of(p),
                 _ => None,
             })
             .collect()
     }
 
     pub(crate) fn iter_mut_all(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.items
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, v)| Some((u32::try_from(i).ok()?, v.as_mut()?)))
+        let first = self.first;
+        self.items.iter_mut().enumerate().filter_map(move |(p, v)| {
+            Some((first.checked_add(u32::try_from(p).ok()?)?, v.as_mut()?))
+        })
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.items
             .iter()
             .enumerate()
-            .filter_map(|(i, v)| Some((u32::try_from(i).ok()?, v.as_ref()?)))
+            .filter_map(|(p, v)| Some((self.index_of(p)?, v.as_ref()?)))
     }
 }
 
@@ -164,5 +179,19 @@ mod tests {
         assert_eq!(s.remove(18), Some(2));
         assert_eq!(s.insert_rotating(7, 4), Some(18));
         assert_eq!(s.get(18), Some(&7));
+    }
+
+    #[test]
+    fn a_high_first_index_stores_nothing_below_it() {
+        let mut s: Slab<u32> = Slab::new(5 << 14);
+        assert_eq!(s.insert_rotating(1, 4), Some(5 << 14));
+        assert_eq!(s.insert(2, 4), Some((5 << 14) + 1));
+        assert!(s.items.len() <= 2);
+        assert_eq!(s.get(3), None);
+        assert_eq!(s.remove(17), None);
+        assert_eq!(
+            s.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+            vec![5 << 14, (5 << 14) + 1]
+        );
     }
 }

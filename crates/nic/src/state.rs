@@ -48,6 +48,8 @@ pub mod event {
     pub const SRQ_LIMIT_REACHED: u32 = 15;
     /// A QP on an SRQ entered ERR: it will produce no more receive completions.
     pub const QP_LAST_WQE_REACHED: u32 = 16;
+    /// The device stopped working (its daemon went away).
+    pub const DEVICE_FATAL: u32 = 8;
 }
 
 /// Where packets for an address go: the device's own address (internal loopback) or UDP.
@@ -235,8 +237,15 @@ pub(crate) struct QpObj {
 
 impl QpObj {
     /// Whether packets of this QP may leave through the socket.
-    pub(crate) fn remote_capable(&self, dev_ip: IpAddr) -> bool {
-        self.ty == QpType::Ud || self.av.is_some_and(|d| d.ip != dev_ip)
+    /// Whether the QP may send or receive through the socket: UD, a remote address, or
+    /// — on a device attached to a daemon — a peer QP of another process (`own`: this
+    /// process's QP-number window).
+    pub(crate) fn remote_capable(&self, dev_ip: IpAddr, own: Option<(u32, u32)>) -> bool {
+        self.ty == QpType::Ud
+            || self.av.is_some_and(|d| {
+                d.ip != dev_ip
+                    || own.is_some_and(|w| !in_window(w, self.qp.query().dest_qp_num.value()))
+            })
     }
 }
 
@@ -299,6 +308,21 @@ pub(crate) struct DevState {
     pub(crate) hermetic: bool,
     /// IPv4 Identifications of the senders heard from, to judge solved ICRCs.
     pub(crate) idents: crate::ident::IdentGuard,
+    /// On a device attached to a daemon: this process's QP numbers `(base, count)`; a
+    /// packet to the device's own address takes the internal loopback only to these.
+    pub(crate) own_qpns: Option<(u32, u32)>,
+    /// The daemon this device is attached to, if any (`crate::daemon_client`).
+    pub(crate) daemon: Option<Arc<crate::daemon_client::DaemonLink>>,
+    /// Packet rings to other processes of the daemon's device, by their window slot
+    /// (`crate::peer_ring`); made by the control plane when a QP is connected to theirs.
+    pub(crate) peer_tx: HashMap<u32, crate::peer_ring::TxRing>,
+    /// Packet rings from other processes, polled by the engine on every pass.
+    pub(crate) peer_rx: Vec<crate::peer_ring::RxRing>,
+}
+
+/// Whether `qpn` is in the window `(base, count)`.
+pub(crate) fn in_window(w: (u32, u32), qpn: u32) -> bool {
+    qpn.wrapping_sub(w.0) < w.1
 }
 
 impl DevState {
@@ -333,6 +357,71 @@ impl DevState {
             gsi,
             hermetic: false,
             idents: crate::ident::IdentGuard::default(),
+            own_qpns: None,
+            daemon: None,
+            peer_tx: HashMap::new(),
+            peer_rx: Vec::new(),
+        }
+    }
+
+    /// This device is a daemon's client (`crate::daemon_client`): QP numbers from the
+    /// granted window, CM IDs with the granted prefix.
+    pub(crate) fn attach_to_daemon(&mut self, link: Arc<crate::daemon_client::DaemonLink>) {
+        let g = link.grant;
+        self.daemon = Some(link);
+        self.qps = Slab::new(g.qpn_base);
+        self.own_qpns = Some((g.qpn_base, g.qpn_count));
+        self.gsi
+            .set_id_prefix(u8::try_from(g.id_prefix_bits).unwrap_or(0), g.id_prefix);
+    }
+
+    /// On a daemon's device: make sure a packet ring leads to the process that owns QP
+    /// `dest_qpn` at this device's own address, if another process owns it (asked of the
+    /// daemon once per peer process; without a ring, packets go through the daemon).
+    pub(crate) fn ensure_peer_ring(&mut self, dest_ip: IpAddr, dest_qpn: u32) {
+        let (Some(link), Some(own)) = (&self.daemon, self.own_qpns) else {
+            return;
+        };
+        if dest_ip != self.cfg.addr || in_window(own, dest_qpn) {
+            return;
+        }
+        let slot = dest_qpn >> crate::daemon::WINDOW_BITS;
+        // Asked at every connection: the slot may have changed hands since the ring we hold
+        // was made (the daemon keeps one ring per pair of live clients).
+        // No ring (the peer went away, or the daemon refused): the daemon forwards.
+        if let Ok((ring, wake)) = link.peer(slot) {
+            if self
+                .peer_tx
+                .get(&slot)
+                .is_some_and(|t| t.same_memory(&ring))
+            {
+                return;
+            }
+            match crate::peer_ring::TxRing::attach(&ring, wake) {
+                Ok(tx) => {
+                    self.peer_tx.insert(slot, tx);
+                }
+                Err(e) => eprintln!("uroce: {}: peer ring to slot {slot}: {e}", self.cfg.name),
+            }
+        }
+    }
+
+    /// Whether the device is dead because its daemon went away.
+    pub(crate) fn fatal(&self) -> bool {
+        self.daemon
+            .as_ref()
+            .is_some_and(|l| l.fatal.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Give back to the daemon the service IDs of `before` no listener of this device is
+    /// on any more (after a CM ID or a context went away).
+    pub(crate) fn release_listens(&self, before: &[transport::wire::cm::ServiceId]) {
+        if let Some(l) = &self.daemon {
+            for sid in before {
+                if !self.gsi.cm.is_listening(*sid) {
+                    l.unlisten(sid.0);
+                }
+            }
         }
     }
 
@@ -390,11 +479,20 @@ impl DevState {
     }
 
     pub(crate) fn recount_remote(&mut self) {
-        let ip = self.cfg.addr;
+        let (ip, own, rings) = (self.cfg.addr, self.own_qpns, &self.peer_tx);
+        // A peer process reached through a packet ring needs no socket.
+        let ringed = |q: &QpObj| {
+            q.av.is_some_and(|d| {
+                d.ip == ip
+                    && rings.contains_key(
+                        &(q.qp.query().dest_qp_num.value() >> crate::daemon::WINDOW_BITS),
+                    )
+            })
+        };
         self.remote_qps = self
             .qps
             .iter()
-            .filter(|(_, q)| q.remote_capable(ip))
+            .filter(|(_, q)| q.remote_capable(ip, own) && !ringed(q))
             .count();
     }
 }

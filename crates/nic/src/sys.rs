@@ -112,6 +112,234 @@ pub(crate) fn send_message(fd: BorrowedFd<'_>, msg: &[u8]) -> io::Result<usize> 
     }
 }
 
+/// Receive into `buf` from a Unix socket, and the descriptors that came with it. Returns
+/// the byte count (0: end of stream).
+pub(crate) fn recv_with_fds(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut ctrl = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast::<c_void>(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: all-zero is a valid msghdr; the fields are set below.
+    let mut m: libc::msghdr = unsafe { zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctrl.as_mut_ptr().cast::<c_void>();
+    m.msg_controllen = size_of::<[u64; 8]>();
+    // SAFETY: `m` points at `buf` and `ctrl`, both alive and writable during the call.
+    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut m, libc::MSG_CMSG_CLOEXEC) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut got: Vec<OwnedFd> = Vec::new();
+    // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages into
+    // `ctrl`; every descriptor in an SCM_RIGHTS message is new and ours to own.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<c_int>();
+                let data = libc::CMSG_DATA(c).cast::<c_int>();
+                for k in 0..n {
+                    got.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&m, c);
+        }
+    }
+    Ok((r as usize, got))
+}
+
+/// Make descriptor `fd` refer to a fresh, unbound UDP socket of the same family, closing
+/// what it referred to (`dup2`): a device whose daemon died gives back the daemon's port
+/// (so a restarted daemon can bind it) while every copy of the number stays valid.
+pub(crate) fn release_udp(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    let fresh = if v6 {
+        UdpSocket::bind("[::]:0")
+    } else {
+        UdpSocket::bind("0.0.0.0:0")
+    }?;
+    // SAFETY: dup2 onto a descriptor this process owns (borrowed for the call); the old file
+    // is closed atomically and the number stays allocated.
+    cvt(unsafe { libc::dup2(fresh.as_raw_fd(), fd.as_raw_fd()) })?;
+    Ok(())
+}
+
+/// A Unix socket's `SO_SNDBUF` / `SO_RCVBUF` (best effort).
+pub(crate) fn set_bufs(fd: BorrowedFd<'_>, bytes: c_int) {
+    let _ = setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, bytes);
+    let _ = setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, bytes);
+}
+
+/// Send one message made of `a` then `b` without blocking and without SIGPIPE.
+pub(crate) fn send_two(fd: BorrowedFd<'_>, a: &[u8], b: &[u8]) -> io::Result<()> {
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_ptr() as *mut c_void,
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr() as *mut c_void,
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: all-zero is a valid msghdr; the fields are set below.
+    let mut m: libc::msghdr = unsafe { zeroed() };
+    m.msg_iov = iov.as_mut_ptr();
+    m.msg_iovlen = 2;
+    // SAFETY: `m` points at two live, read-only slices (sendmsg does not write them).
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A signalfd for SIGINT and SIGTERM, which it blocks for normal delivery (call before
+/// starting threads, so they inherit the mask).
+pub(crate) fn signal_fd() -> io::Result<OwnedFd> {
+    // SAFETY: sigset manipulation on a local, zero-initialised set; signalfd returns a new
+    // descriptor or -1.
+    unsafe {
+        let mut set: libc::sigset_t = zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Read and discard what a non-blocking descriptor holds (a signalfd's records).
+pub(crate) fn drain_fd(fd: BorrowedFd<'_>) {
+    let mut b = [0u8; 512];
+    // SAFETY: reads into a local buffer of the stated length.
+    while unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast::<c_void>(), b.len()) } > 0 {}
+}
+
+/// A new memfd of `len` bytes (close-on-exec).
+pub(crate) fn memfd(name: &std::ffi::CStr, len: usize) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create takes a NUL-terminated name and returns a new descriptor or -1.
+    let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: the descriptor was just created and belongs to no one else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate on a descriptor we own.
+    cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
+    Ok(fd)
+}
+
+/// A shared read-write mapping of the first `len` bytes of `fd`; unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory valid until drop; who accesses it, and how, is the
+// business of the `SharedMem` built on it (atomic words only).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: p.cast::<u8>(),
+            len,
+        })
+    }
+
+    /// The mapping as a region of atomic words. The `SharedMem` must be dropped before this
+    /// mapping (the caller keeps both in one owner, mapping last).
+    pub(crate) fn region(&self) -> io::Result<abi::shm::SharedMem> {
+        // SAFETY: `ptr..ptr+len` is a live shared mapping until `self` drops, which the
+        // caller orders after every user of the region; every access through `SharedMem` is
+        // atomic, and the only other accessor is another process.
+        unsafe { abi::shm::SharedMem::from_raw_parts(self.ptr, self.len) }
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the range `shared` mapped.
+        unsafe { libc::munmap(self.ptr.cast::<c_void>(), self.len) };
+    }
+}
+
+/// Send `msg` with several descriptors attached (`SCM_RIGHTS`), blocking, all of it.
+pub(crate) fn send_with_fds(
+    sock: BorrowedFd<'_>,
+    msg: &[u8],
+    pass: &[BorrowedFd<'_>],
+    flags: c_int,
+) -> io::Result<()> {
+    let n = pass.len().min(4);
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE((n * size_of::<c_int>()) as u32) } as usize;
+    let mut ctrl = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: msg.as_ptr() as *mut c_void,
+        iov_len: msg.len(),
+    };
+    // SAFETY: all-zero is a valid msghdr; the fields are set below.
+    let mut m: libc::msghdr = unsafe { zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    if n > 0 {
+        m.msg_control = ctrl.as_mut_ptr().cast::<c_void>();
+        m.msg_controllen = space;
+        // SAFETY: `ctrl` (64 bytes) has room for one control message with up to 4 ints;
+        // CMSG_FIRSTHDR/CMSG_DATA point inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&m);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN((n * size_of::<c_int>()) as u32) as usize;
+            let data = libc::CMSG_DATA(c).cast::<c_int>();
+            for (k, fd) in pass.iter().take(n).enumerate() {
+                std::ptr::write_unaligned(data.add(k), fd.as_raw_fd());
+            }
+        }
+    }
+    // SAFETY: `m` points at `iov` (a live slice) and `ctrl`, both alive during the call.
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &m, libc::MSG_NOSIGNAL | flags) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (r as usize) < msg.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short send of a message with descriptors",
+        ));
+    }
+    Ok(())
+}
+
 /// An epoll instance.
 #[derive(Debug)]
 pub(crate) struct Epoll {
@@ -469,7 +697,7 @@ impl MsgBatch {
 
     /// Receive up to `bufs.len()` datagrams without blocking. Returns how many arrived; read
     /// each with [`MsgBatch::received`].
-    pub(crate) fn recv(&mut self, sock: &UdpSocket, bufs: &mut [Vec<u8>]) -> io::Result<usize> {
+    pub(crate) fn recv(&mut self, sock: BorrowedFd<'_>, bufs: &mut [Vec<u8>]) -> io::Result<usize> {
         let n = bufs.len().min(self.hdrs.len());
         // Room for two int-sized messages: the GRO segment size and the TOS / traffic class.
         // SAFETY: CMSG_SPACE only computes a size.
@@ -501,6 +729,45 @@ impl MsgBatch {
             return if is_would_block(&e) { Ok(0) } else { Err(e) };
         }
         Ok(r as usize)
+    }
+
+    /// The descriptors (`SCM_RIGHTS`) that came with message `i` of the last
+    /// [`MsgBatch::recv`] on a Unix socket; each is taken once (a second call returns none).
+    pub(crate) fn take_fds(&mut self, i: usize) -> Vec<OwnedFd> {
+        let mut got = Vec::new();
+        let Some(h) = self.hdrs.get_mut(i) else {
+            return got;
+        };
+        if h.msg_hdr.msg_control.is_null() {
+            return got;
+        }
+        // SAFETY: the kernel wrote `msg_controllen` bytes of well-formed control messages
+        // into this header's own buffer; descriptors in SCM_RIGHTS are new and ours. The
+        // control length is zeroed afterwards so they are never taken twice.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let n =
+                        ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<c_int>();
+                    let data = libc::CMSG_DATA(c).cast::<c_int>();
+                    for k in 0..n {
+                        let fd = std::ptr::read_unaligned(data.add(k));
+                        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                        got.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+            }
+        }
+        h.msg_hdr.msg_controllen = 0;
+        got
+    }
+
+    /// The length of message `i` of the last [`MsgBatch::recv`] (0: end of stream on a
+    /// stream-like socket).
+    pub(crate) fn received_len(&self, i: usize) -> usize {
+        self.hdrs.get(i).map_or(0, |h| h.msg_len as usize)
     }
 
     /// Message `i` of the last [`MsgBatch::recv`]: its length, sender, whether it was
@@ -977,7 +1244,7 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         let mut bufs = vec![vec![0u8; 2048]; 4];
         let mut seen = Vec::new();
         for _ in 0..2000 {
-            let n = batch.recv(&rx, &mut bufs).unwrap();
+            let n = batch.recv(rx.as_fd(), &mut bufs).unwrap();
             for (i, b) in bufs.iter().enumerate().take(n) {
                 let m = batch.received(i).unwrap();
                 let text = String::from_utf8_lossy(&b[..m.len]).into_owned();
@@ -1022,7 +1289,7 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         let mut got = Vec::new();
         let mut coalesced = 0;
         for _ in 0..2000 {
-            let n = rx.recv(sock, &mut bufs).unwrap();
+            let n = rx.recv(sock.as_fd(), &mut bufs).unwrap();
             for (i, b) in bufs.iter().enumerate().take(n) {
                 let m = rx.received(i).unwrap();
                 assert!(!m.truncated);
@@ -1145,7 +1412,7 @@ fe80000000000000000000000000000z 07 40 20 80   bad
         let mut bufs = vec![vec![0u8; 64]; 8];
         let mut got = 0;
         for _ in 0..1000 {
-            got += rx.recv(&b, &mut bufs[got..]).unwrap();
+            got += rx.recv(b.as_fd(), &mut bufs[got..]).unwrap();
             if got == 5 {
                 break;
             }

@@ -222,6 +222,38 @@ pub fn exposition(processes: &[Snapshot]) -> String {
     f.render()
 }
 
+/// The text exposition of what `uroced` says of its devices (docs/daemon.md §5, `STATS`):
+/// `(device, [(counter, value)])`. `clients` and `listens` are gauges
+/// (`uroce_daemon_clients{device}`), every other counter `uroce_daemon_<name>_total`.
+pub fn daemon_exposition(devices: &[(String, Vec<(String, u64)>)]) -> String {
+    let mut f = Families::default();
+    for (dev, kv) in devices {
+        let label = format!("device=\"{}\"", escape_label(dev));
+        for (k, v) in kv {
+            let k = sanitize(k);
+            let (name, kind, help) = match k.as_str() {
+                "clients" => (
+                    format!("{PREFIX}daemon_clients"),
+                    "gauge",
+                    "Processes attached to the daemon's device.".to_string(),
+                ),
+                "listens" => (
+                    format!("{PREFIX}daemon_listens"),
+                    "gauge",
+                    "CM service IDs claimed on the daemon's device.".to_string(),
+                ),
+                _ => (
+                    format!("{PREFIX}daemon_{k}_total"),
+                    "counter",
+                    format!("uroced's {k} counter of the device (docs/daemon.md)."),
+                ),
+            };
+            f.add(name.clone(), kind, help, format!("{name}{{{label}}} {v}"));
+        }
+    }
+    f.render()
+}
+
 /// Longest request head read from a scraper.
 const REQUEST_MAX: usize = 8 << 10;
 

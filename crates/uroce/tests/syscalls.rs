@@ -27,6 +27,8 @@ use common::*;
 use uroce::*;
 
 const CHILD_ENV: &str = "UROCE_SYSCALL_CHILD_WRITES";
+/// Set for a child whose device must be attached to the test's daemon.
+const DAEMON_CHILD_ENV: &str = "UROCE_SYSCALL_CHILD_DAEMON";
 const SPIN_ENV: &str = "UROCE_SYSCALL_CHILD_SPIN_US";
 
 /// Largest difference allowed between the two runs' totals: setup and teardown are the
@@ -62,6 +64,13 @@ fn write_loop_child() {
         )));
     }
     let (a, b) = rc(Topo::SameDevice);
+    if std::env::var_os(DAEMON_CHILD_ENV).is_some() {
+        let dev = nic::device("uroce0").expect("device uroce0 started");
+        assert!(
+            dev.daemon_socket().is_some(),
+            "the child's device is not attached to the test's daemon"
+        );
+    }
     let src = buf(&a, 8);
     let dst = buf(&b, 8 * 64);
     let rm = dst.remote();
@@ -88,7 +97,7 @@ fn write_loop_child() {
     println!("child: {n} writes done");
 }
 
-fn strace_total(n: u64, spin_us: Option<u32>) -> u64 {
+fn strace_total(n: u64, spin_us: Option<u32>, daemon: Option<&std::path::Path>) -> u64 {
     let exe = std::env::current_exe().expect("own path");
     let out = std::env::temp_dir().join(format!("uroce-strace-{}-{n}.txt", std::process::id()));
     let mut cmd = Command::new("strace");
@@ -106,6 +115,15 @@ fn strace_total(n: u64, spin_us: Option<u32>) -> u64 {
         .env(CHILD_ENV, n.to_string());
     if let Some(s) = spin_us {
         cmd.env(SPIN_ENV, s.to_string());
+    }
+    match daemon {
+        Some(dir) => {
+            cmd.env(abi::daemon::DAEMON_ENV, dir)
+                .env(DAEMON_CHILD_ENV, "1");
+        }
+        None => {
+            cmd.env(abi::daemon::DAEMON_ENV, "0");
+        }
     }
     let status = cmd.status().expect("run strace");
     assert!(status.success(), "child with {n} writes failed: {status}");
@@ -136,12 +154,17 @@ fn strace_available() -> bool {
     true
 }
 
+/// Children bind 127.0.0.1:4791 (device uroce0), or the test's daemon does: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn compare(spin_us: Option<u32>) {
-    // Children bind 127.0.0.1:4791 (device uroce0): one at a time.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let small = strace_total(20_000, spin_us);
-    let large = strace_total(200_000, spin_us);
+    compare_locked(spin_us, None);
+}
+
+fn compare_locked(spin_us: Option<u32>, daemon: Option<&std::path::Path>) {
+    let small = strace_total(20_000, spin_us, daemon);
+    let large = strace_total(200_000, spin_us, daemon);
     assert!(
         large <= small + SLACK + (200_000 - 20_000) / OPS_PER_EXTRA_CALL,
         "200,000 WRITEs made {large} system calls, 20,000 made {small} (engine spin \
@@ -171,4 +194,45 @@ fn default_engine_system_calls_do_not_grow_with_the_loop() {
     if strace_available() {
         compare(None);
     }
+}
+
+/// The same property on a device attached to `uroced` (docs/daemon.md): the daemon owns
+/// the address, the child's device is its client, and the fast path of the client still
+/// makes no system call per operation. The daemon runs as a thread of this test process
+/// (`nic::daemon::run_until`), so strace counts only the child.
+#[test]
+fn daemon_attached_device_fast_path_makes_no_system_calls() {
+    if !strace_available() {
+        return;
+    }
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("uroce-syscalls-daemon-{}", std::process::id()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cfg = nic::daemon::DaemonConfig {
+        devices: vec![nic::DeviceConfig::new(
+            "uroce0",
+            "127.0.0.1".parse().unwrap(),
+        )],
+        dir: dir.clone(),
+        mode: 0o600,
+        group: None,
+    };
+    let daemon = {
+        let stop = stop.clone();
+        std::thread::spawn(move || nic::daemon::run_until(cfg, &stop))
+    };
+    let sock = dir.join("uverbs0");
+    for _ in 0..200 {
+        if sock.exists() && dir.join("uverbs0.dev").exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    compare_locked(Some(2_000_000), Some(&dir));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    daemon
+        .join()
+        .expect("daemon thread")
+        .expect("the daemon ran without error");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -674,6 +674,19 @@ impl RdmaCmId {
             Some(ip) => self.bind_addr(SocketAddr::new(ip, local.map_or(0, |l| l.port()))),
             None => Err(einval("rdma_resolve_addr", "no device")),
         };
+        // A loopback destination on a device uroced shares among the host's processes is
+        // that device itself (the kernel's cma_resolve_loopback: destination GID = source
+        // GID): the server is another process on the same device.
+        let dst = match ip {
+            Some(dev_ip)
+                if dst.ip().is_loopback()
+                    && dst.ip() != dev_ip
+                    && abi::daemon::lookup(dev_ip).is_some() =>
+            {
+                SocketAddr::new(dev_ip, dst.port())
+            }
+            _ => dst,
+        };
         match bound {
             Ok(()) => {
                 self.state().dst = Some(dst);
