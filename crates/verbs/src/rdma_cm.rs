@@ -1060,7 +1060,7 @@ impl RdmaCmId {
                     let mut st = self.state();
                     st.peer_rep = Some(rep.clone());
                     (
-                        st.qp.as_ref().and_then(crate::WeakQp::upgrade),
+                        st.qp.as_ref().and_then(crate::WeakQp::upgrade_transient),
                         st.path_mtu,
                         st.rq_psn,
                     )
@@ -1109,7 +1109,12 @@ impl RdmaCmId {
                 private_data,
                 ..
             } => {
-                if let Some(qp) = self.state().qp.as_ref().and_then(crate::WeakQp::upgrade) {
+                let qp = self
+                    .state()
+                    .qp
+                    .as_ref()
+                    .and_then(crate::WeakQp::upgrade_transient);
+                if let Some(qp) = qp {
                     let _ = qp.set_state(QpState::ERR);
                 }
                 self.event(
@@ -1123,7 +1128,12 @@ impl RdmaCmId {
             }
             CmEvent::Unreachable { .. } => self.event(K::Unreachable, -110, ConnParam::default()),
             CmEvent::Disconnected { timed_out, .. } => {
-                if let Some(qp) = self.state().qp.as_ref().and_then(crate::WeakQp::upgrade) {
+                let qp = self
+                    .state()
+                    .qp
+                    .as_ref()
+                    .and_then(crate::WeakQp::upgrade_transient);
+                if let Some(qp) = qp {
                     let _ = qp.set_state(QpState::ERR);
                 }
                 let status = if timed_out { -110 } else { 0 };
