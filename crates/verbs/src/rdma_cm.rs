@@ -425,6 +425,9 @@ struct IdState {
     peer_req: Option<Box<crate::cm::ReqRepr>>,
     /// Active: the REP that answered our REQ.
     peer_rep: Option<Box<crate::cm::RepRepr>>,
+    /// Active: the transport retry count our REQ asked for, which our QP uses too (kernel
+    /// cm.c cm_init_qp_rts_attr takes the active side's from its own REQ).
+    retry_count: u8,
     /// Passive UD: the SIDR_REQ that created the ID.
     peer_sidr: Option<Box<SidrReqRepr>>,
     /// Bound to the wildcard address: listen for any address of the device.
@@ -808,8 +811,10 @@ impl RdmaCmId {
         c.path_mtu = st.path_mtu.0 as u8;
         c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
         c.private_data = pd;
+        let retry_count = c.retry_count;
         st.cm = Some(issue(&d, &self.0, || d.cm.connect(&c))?);
         st.rq_psn = rq_psn;
+        st.retry_count = retry_count;
         Ok(())
     }
 
@@ -931,7 +936,7 @@ impl RdmaCmId {
                 rep.responder_resources,
                 rep.initiator_depth,
                 14u8,
-                7u8,
+                st.retry_count,
                 rep.rnr_retry_count,
             )
         } else if let Some(req) = st.peer_req.clone() {
@@ -1056,13 +1061,14 @@ impl RdmaCmId {
         use RdmaCmEventKind as K;
         match e {
             CmEvent::ConnectResponse { id, rep } => {
-                let (qp, mtu, rq_psn) = {
+                let (qp, mtu, rq_psn, retry_count) = {
                     let mut st = self.state();
                     st.peer_rep = Some(rep.clone());
                     (
                         st.qp.as_ref().and_then(crate::WeakQp::upgrade_transient),
                         st.path_mtu,
                         st.rq_psn,
+                        st.retry_count,
                     )
                 };
                 let param = ConnParam {
@@ -1095,6 +1101,7 @@ impl RdmaCmId {
                 };
                 o.max_rd_atomic = rep.responder_resources.max(1);
                 o.max_dest_rd_atomic = rep.initiator_depth.max(1);
+                o.retry_cnt = retry_count;
                 match qp.connect(&remote, &o).and_then(|()| d.cm.establish(id)) {
                     Ok(()) => self.event(K::Established, 0, param),
                     Err(e) => {
