@@ -34,6 +34,12 @@ use crate::pd::{Ah, AhAttr, Pd};
 use crate::qp::{ConnectOpts, Qp, QpAttr, QpEndpoint, QpInitAttr};
 use crate::{AccessFlags, Errno, Gid, Mtu, QpAttrMask, QpState};
 
+/// The Local ACK Timeout our REQs carry (4.096 µs × 2^19 ≈ 2.1 s: the CM's packet life time 18
+/// plus one, `cm::CmConfig::linux_defaults`), which the passive side's QP takes from the REQ;
+/// the active side's QP uses it too, with its REQ's retry count (kernel cm.c
+/// `cm_init_qp_rts_attr`: both from the active ID's address vector and REQ parameters).
+const REQ_ACK_TIMEOUT: u8 = 19;
+
 /// rdma_cm event types (`enum rdma_cm_event_type`, same values and meanings).
 #[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -935,7 +941,7 @@ impl RdmaCmId {
                 rep.starting_psn.value(),
                 rep.responder_resources,
                 rep.initiator_depth,
-                14u8,
+                REQ_ACK_TIMEOUT,
                 st.retry_count,
                 rep.rnr_retry_count,
             )
@@ -1102,6 +1108,7 @@ impl RdmaCmId {
                 o.max_rd_atomic = rep.responder_resources.max(1);
                 o.max_dest_rd_atomic = rep.initiator_depth.max(1);
                 o.retry_cnt = retry_count;
+                o.timeout = REQ_ACK_TIMEOUT;
                 match qp.connect(&remote, &o).and_then(|()| d.cm.establish(id)) {
                     Ok(()) => self.event(K::Established, 0, param),
                     Err(e) => {
