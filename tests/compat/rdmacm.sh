@@ -24,7 +24,8 @@
 # channel it has just destroyed: docs/compat.md §10); the script then starts the pair again
 # (at most four times). A run passes when both processes exit 0 and the client printed what
 # success looks like for that tool. With --perftest also `uroce bench -R` against perftest
-# -R in both directions and against itself (write_bw, send_bw, read_lat, send_lat).
+# -R in both directions and against itself (write_bw, send_bw, read_lat, send_lat, and
+# send_bw/send_lat -c UD).
 # Needs rdmacm-utils and perftest (installed when root, else the script skips).
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
@@ -223,13 +224,18 @@ if [ "$perftest" = 1 ]; then
     # connection and its client retries a rejected connect itself, so these pairs do not
     # depend on the race above (a stock client is still retried by "pair" if it loses it).
     if [ -n "$uroce" ]; then
-        for t in write_bw send_bw read_lat send_lat; do
+        for t in write_bw send_bw read_lat send_lat "send_bw -c UD" "send_lat -c UD"; do
+            # shellcheck disable=SC2086 # "$t" is a test name and its options
+            set -- $t
+            local_t=$1
+            shift
+            o="-R $* -x 0 -n 1000"
             run "uroce bench $t -R (server) <- ib_$t -R" "$res" \
-                "$uroce bench $t -R -x 0 -n 1000" "ib_$t -R -x 0 -n 1000 $A" pair
+                "$uroce bench $local_t $o" "ib_$local_t $o $A" pair
             run "ib_$t -R (server) <- uroce bench $t -R" "$res" \
-                "ib_$t -R -x 0 -n 1000" "$uroce bench $t -R -x 0 -n 1000 $A" pair
+                "ib_$local_t $o" "$uroce bench $local_t $o $A" pair
             run "uroce bench $t -R <-> uroce bench $t -R" "$res" \
-                "$uroce bench $t -R -x 0 -n 1000" "$uroce bench $t -R -x 0 -n 1000 $A" pair
+                "$uroce bench $local_t $o" "$uroce bench $local_t $o $A" pair
         done
     else
         echo "note: no uroce binary (target/{release,debug}/uroce): uroce bench -R pairs skipped"

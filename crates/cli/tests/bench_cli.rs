@@ -327,8 +327,10 @@ fn ud_sweep_writes_a_plot() {
 
 /// `-R` (perftest's rdma_cm mode, docs/perftest.md §8) between two processes: the exchange
 /// over an rdma_cm connection, the QPs connected by rdma_cm, every payload verified.
-fn rdma_cm_pair(test: &str, port: &str, net: &str, header: &str) {
-    let (client, server) = client_server(test, port, net, &["-R", "-n", "50", "--verify"]);
+fn rdma_cm_pair(test: &str, port: &str, net: &str, header: &str, extra: &[&str]) {
+    let mut args = vec!["-R", "-n", "50", "--verify"];
+    args.extend_from_slice(extra);
+    let (client, server) = client_server(test, port, net, &args);
     for out in [&client, &server] {
         assert!(out.contains(" rdma_cm QPs\t : ON\n"), "{out}");
         assert!(out.contains(" Data ex. method : rdma_cm\n"), "{out}");
@@ -349,22 +351,34 @@ fn rdma_cm_pair(test: &str, port: &str, net: &str, header: &str) {
 
 #[test]
 fn write_bw_rdma_cm_processes() {
-    rdma_cm_pair("write_bw", "19614", "44", BW_HEADER);
+    rdma_cm_pair("write_bw", "19614", "44", BW_HEADER, &[]);
 }
 
 #[test]
 fn send_bw_rdma_cm_processes() {
-    rdma_cm_pair("send_bw", "19615", "45", BW_HEADER);
+    rdma_cm_pair("send_bw", "19615", "45", BW_HEADER, &[]);
 }
 
 #[test]
 fn read_lat_rdma_cm_processes() {
-    rdma_cm_pair("read_lat", "19616", "46", LAT_HEADER);
+    rdma_cm_pair("read_lat", "19616", "46", LAT_HEADER, &[]);
 }
 
 #[test]
 fn send_lat_rdma_cm_processes() {
-    rdma_cm_pair("send_lat", "19617", "47", LAT_HEADER);
+    rdma_cm_pair("send_lat", "19617", "47", LAT_HEADER, &[]);
+}
+
+/// UD over rdma_cm: SIDR for the test QPs, rdma_cm's Q_Key, and in latency tests the
+/// client's QPN message that gives the server its address handle.
+#[test]
+fn send_bw_ud_rdma_cm_processes() {
+    rdma_cm_pair("send_bw", "19618", "48", BW_HEADER, &["-c", "UD"]);
+}
+
+#[test]
+fn send_lat_ud_rdma_cm_processes() {
+    rdma_cm_pair("send_lat", "19619", "49", LAT_HEADER, &["-c", "UD"]);
 }
 
 #[test]

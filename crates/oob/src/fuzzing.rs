@@ -196,9 +196,8 @@ pub fn exchange(data: &[u8]) -> usize {
     let chunk = usize::from(knobs & 0x0f) + 1;
 
     let (mut cfg, role) = pick_config(selector);
-    // Knob bit 4: perftest's -R exchange (binary KEYs, zero KEY pairs, no DONE). UD has no
-    // -R form in uroce bench.
-    cfg.rdma_cm = knobs & 0x10 != 0 && cfg.connection != Connection::Ud;
+    // Knob bit 4: perftest's -R exchange (binary KEYs, zero KEY pairs, no DONE).
+    cfg.rdma_cm = knobs & 0x10 != 0;
     let qps = cfg.qps();
     let mut ex = Perftest::new(cfg, role, LocalSystem::default());
     let mut stream = MemStream::new(peer, chunk);

@@ -19,10 +19,15 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use oob::perftest::{KeyMessage, Negotiated, Role, Verb};
+use oob::perftest::{Connection, KeyMessage, Negotiated, Role, TestKind, Verb};
 use uroce::cm::PortSpace;
-use uroce::rdma_cm::{ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind as K, RdmaCmId};
-use uroce::{AccessFlags, Cq, Device, MrBuf, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr};
+use uroce::rdma_cm::{
+    ConnParam, EventChannel, RdmaCmEvent, RdmaCmEventKind as K, RdmaCmId, RDMA_UDP_QKEY,
+};
+use uroce::{
+    grh_addresses, AccessFlags, AhAttr, Cq, Device, Gid, MrBuf, Pd, Qp, QpCap, QpInitAttr, QpType,
+    RecvWr, SendWr, GRH_BYTES,
+};
 
 use super::params::Params;
 use super::side::Side;
@@ -72,6 +77,25 @@ fn ipv4_of(host: &str, port: u16) -> Result<SocketAddr> {
         .ok_or_else(|| anyhow!("{host}: no IPv4 address"))
 }
 
+/// The port space of the test connections: UDP (SIDR) for `-c UD`, else TCP.
+fn work_ps(p: &Params) -> PortSpace {
+    if p.cfg.connection == Connection::Ud {
+        PortSpace::UDP
+    } else {
+        PortSpace::TCP
+    }
+}
+
+/// UD tests in which the server sends too (latency, `-b`): perftest's client then tells the
+/// server its QPN in a SEND with immediate (the QPN) right after ESTABLISHED, and the server
+/// makes its address handle from that receive (`rdma_cm_send_ud_connection_parameters`).
+fn ud_qpn_message(p: &Params) -> bool {
+    p.cfg.connection == Connection::Ud && (p.cfg.kind == TestKind::Lat || p.cfg.duplex())
+}
+
+/// wr_id of that SEND and of the receive it lands in.
+const UD_QPN_WR: u64 = u64::MAX - 1;
+
 /// The connection parameters perftest uses: retry and RNR retry 7, and for read and atomic
 /// tests its outstanding reads as responder resources and initiator depth.
 fn conn_param(p: &Params, out_reads: u32) -> ConnParam {
@@ -99,6 +123,8 @@ pub struct Comm {
     pub id: RdmaCmId,
     /// Server: the listening ID, kept for the test connections.
     pub listener: Option<RdmaCmId>,
+    /// Server, `-c UD`: the listening ID of the UDP port space, for the test connections.
+    pub ud_listener: Option<RdmaCmId>,
     /// Client: the server's address.
     pub dst: Option<SocketAddr>,
     _pd: Pd,
@@ -129,23 +155,33 @@ impl Comm {
         Ok(c)
     }
 
-    /// The server's listening ID on `0.0.0.0:port` (perftest binds the wildcard address).
-    pub fn listen(port: u16) -> Result<(EventChannel, RdmaCmId)> {
+    /// The server's listening ID on `0.0.0.0:port` (perftest binds the wildcard address),
+    /// and with `ud` one in the UDP port space on the same port for the test connections.
+    pub fn listen(port: u16, ud: bool) -> Result<(EventChannel, RdmaCmId, Option<RdmaCmId>)> {
         uroce::init();
         let chan = EventChannel::new().context("Failed to create RDMA CM event channel")?;
-        let listener = RdmaCmId::new(&chan, PortSpace::TCP).context("rdma_create_id failed")?;
-        listener
-            .bind_addr(SocketAddr::V4(SocketAddrV4::new(
+        let on = |ps| -> Result<RdmaCmId> {
+            let l = RdmaCmId::new(&chan, ps).context("rdma_create_id failed")?;
+            l.bind_addr(SocketAddr::V4(SocketAddrV4::new(
                 Ipv4Addr::UNSPECIFIED,
                 port,
             )))
             .context(" rdma_bind_addr failed")?;
-        listener.listen(1).context("rdma_listen failed")?;
-        Ok((chan, listener))
+            l.listen(1).context("rdma_listen failed")?;
+            Ok(l)
+        };
+        let listener = on(PortSpace::TCP)?;
+        let ud_listener = if ud { Some(on(PortSpace::UDP)?) } else { None };
+        Ok((chan, listener, ud_listener))
     }
 
     /// perftest's `rdma_server_connect`: take the first connection request, accept it.
-    pub fn accept(chan: EventChannel, listener: RdmaCmId, p: &Params) -> Result<Comm> {
+    pub fn accept(
+        chan: EventChannel,
+        listener: RdmaCmId,
+        ud_listener: Option<RdmaCmId>,
+        p: &Params,
+    ) -> Result<Comm> {
         let req = loop {
             let e = next_event(&chan, None, "a connection request")?;
             if e.kind == K::ConnectRequest {
@@ -153,6 +189,7 @@ impl Comm {
             }
         };
         let mut c = Comm::on(chan, req.id.clone(), Some(listener), None, p.stall)?;
+        c.ud_listener = ud_listener;
         c.post_all()?;
         c.id.accept(&conn_param(p, 1))
             .context("Function rdma_accept failed")?;
@@ -192,6 +229,7 @@ impl Comm {
             chan,
             id,
             listener,
+            ud_listener: None,
             dst,
             _pd: pd,
             scq,
@@ -242,7 +280,7 @@ impl Comm {
     /// with the process; this side destroys it, which sends the DREQ).
     pub fn close(self) {
         self.id.destroy();
-        if let Some(l) = self.listener {
+        for l in [self.listener, self.ud_listener].into_iter().flatten() {
             l.destroy();
         }
     }
@@ -324,11 +362,12 @@ impl WorkCm {
     /// the IDs. perftest's client waits for these events; its server disconnects its last
     /// connection only.
     pub fn teardown(self) {
-        for id in &self.ids {
+        for id in self.ids.iter().filter(|id| !id.is_ud()) {
             let _ = id.disconnect();
         }
         let deadline = Instant::now() + DISCONNECT_WAIT;
-        let mut left: Vec<&RdmaCmId> = self.ids.iter().collect();
+        // UD "connections" (SIDR) are not disconnected.
+        let mut left: Vec<&RdmaCmId> = self.ids.iter().filter(|id| !id.is_ud()).collect();
         while !left.is_empty() {
             let wait = deadline.saturating_duration_since(Instant::now());
             if wait.is_zero() {
@@ -341,7 +380,6 @@ impl WorkCm {
                 left.retain(|id| **id != e.id);
             }
         }
-        let _ = self.role;
         for id in self.ids {
             id.destroy();
         }
@@ -392,7 +430,7 @@ fn connect_client(side: &mut Side, cm: &mut WorkCm, n: &Negotiated) -> Result<()
         let mut ids = Vec::with_capacity(q);
         let r = (|| -> Result<()> {
             for _ in 0..q {
-                let id = RdmaCmId::new(&cm.chan, PortSpace::TCP).context("rdma_create_id")?;
+                let id = RdmaCmId::new(&cm.chan, work_ps(&side.p)).context("rdma_create_id")?;
                 ids.push(id.clone());
                 id.resolve_addr(None, dst)
                     .context("Failed to resolve RDMA CM address.")?;
@@ -406,7 +444,10 @@ fn connect_client(side: &mut Side, cm: &mut WorkCm, n: &Negotiated) -> Result<()
                     .context("Failed to connect through RDMA CM.")?;
             }
             for id in &ids {
-                expect_on(&cm.chan, id, K::Established, stall)?;
+                let e = expect_on(&cm.chan, id, K::Established, stall)?;
+                if let Some(ud) = e.ud {
+                    ud_client_established(side, &ud)?;
+                }
             }
             Ok(())
         })();
@@ -449,11 +490,106 @@ fn accept_server(side: &mut Side, cm: &mut WorkCm, n: &Negotiated) -> Result<()>
         let id = e.id.clone();
         work_ctx(side, &id, n)?;
         side.add_qp(Some(&id))?;
+        let qpn_message = ud_qpn_message(&side.p);
+        if qpn_message {
+            ud_server_post(side)?;
+        }
         id.accept(&conn_param(&side.p, out_reads(side)))
             .context("Failed to accept RDMA CM connection.")?;
+        if side.p.cfg.connection == Connection::Ud {
+            if let Some(res) = side.res.as_mut() {
+                res.qkey = RDMA_UDP_QKEY;
+            }
+        }
+        if qpn_message {
+            ud_server_ah(side)?;
+        }
         cm.ids.push(id);
     }
     Ok(())
+}
+
+/// The UD client's ESTABLISHED: the address handle and Q_Key of the server's QP from the
+/// SIDR_REP, and (latency, `-b`) this QP's number sent to the server.
+fn ud_client_established(side: &mut Side, ud: &uroce::rdma_cm::UdParam) -> Result<()> {
+    let qpn_message = ud_qpn_message(&side.p);
+    let stall = side.p.stall;
+    let res = side.res.as_mut().ok_or_else(|| anyhow!("no resources"))?;
+    let ah = ud
+        .create_ah(&res.pd)
+        .context("Failed to create AH for RDMA CM connection.")?;
+    res.qkey = ud.qkey;
+    if qpn_message {
+        let qpn = res.qps.last().ok_or_else(|| anyhow!("no QP"))?.qp_num();
+        if let Some(b) = res.src.as_mut_slice().get_mut(..4) {
+            b.copy_from_slice(&qpn.to_ne_bytes());
+        }
+        let sge = [res.src.sge(0, 4)];
+        let qp = res.qps.last().ok_or_else(|| anyhow!("no QP"))?;
+        qp.post_send(&[SendWr::ud_send(UD_QPN_WR, &sge, &ah, ud.qp_num, ud.qkey)
+            .with_imm(qpn)
+            .signaled()])
+            .map_err(|e| anyhow!("Failed to send UD connection parameters: {e}"))?;
+        let wc = wait_wc(&res.scq, stall)?;
+        if !wc.is_success() || wc.wr_id != UD_QPN_WR {
+            bail!(
+                "Bad WQE status when sending UD connection parameters: {:?}",
+                wc.status
+            );
+        }
+    }
+    res.ahs.push(ah);
+    Ok(())
+}
+
+/// The UD server's receive for the client's QPN message, posted before it accepts.
+fn ud_server_post(side: &mut Side) -> Result<()> {
+    let res = side.res.as_mut().ok_or_else(|| anyhow!("no resources"))?;
+    let qp = res.qps.last().ok_or_else(|| anyhow!("no QP"))?;
+    let sge = [res.src.sge(0, (GRH_BYTES + 4) as u32)];
+    qp.post_recv(&[RecvWr::new(UD_QPN_WR, &sge)])
+        .map_err(|e| anyhow!("Failed to post receive for the UD connection parameters: {e}"))
+}
+
+/// The UD server: the client's QPN message arrives; the address handle toward it comes from
+/// its GRH (perftest: `ibv_create_ah_from_wc`).
+fn ud_server_ah(side: &mut Side) -> Result<()> {
+    let stall = side.p.stall;
+    let res = side.res.as_mut().ok_or_else(|| anyhow!("no resources"))?;
+    let wc = wait_wc(&res.rcq, stall)?;
+    if !wc.is_success() || wc.wr_id != UD_QPN_WR {
+        bail!(
+            "Bad WQE status when trying to create AH for UD connection in RDMA CM: {:?}",
+            wc.status
+        );
+    }
+    let (src, _) = res
+        .src
+        .as_slice()
+        .get(..GRH_BYTES)
+        .and_then(grh_addresses)
+        .ok_or_else(|| anyhow!("the UD connection parameters carry no GRH"))?;
+    let ah = res
+        .pd
+        .create_ah(&AhAttr::roce(Gid::from(src), 0, 1))
+        .context("Failed to create AH from the client's message")?;
+    res.ahs.push(ah);
+    Ok(())
+}
+
+fn wait_wc(cq: &Cq, stall: Duration) -> Result<uroce::Wc> {
+    let deadline = Instant::now() + stall;
+    let mut wc = [uroce::Wc::default()];
+    loop {
+        if cq.poll(&mut wc)? == 1 {
+            let [w] = wc;
+            return Ok(w);
+        }
+        if Instant::now() > deadline {
+            bail!("no completion for the UD connection parameters");
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// The device a `Comm`'s ID resolved to.

@@ -198,13 +198,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Outcome::from(side)
         }
         Topology::Server if p.cfg.rdma_cm => {
-            let (chan, listener) = cm::Comm::listen(p.port)?;
+            let ud = p.cfg.connection == oob::perftest::Connection::Ud;
+            let (chan, listener, ud_listener) = cm::Comm::listen(p.port, ud)?;
             if p.json {
                 eprint!("{}", console::WAITING_BANNER);
             } else {
                 print!("{}", console::WAITING_BANNER);
             }
-            let mut comm = cm::Comm::accept(chan, listener, &p)
+            let mut comm = cm::Comm::accept(chan, listener, ud_listener, &p)
                 .context("Unable to perform rdma_server function")?;
             let dev = cm::device_of(&comm)?;
             let mut side = Side::new(p.clone(), Role::Server, dev, !p.json, false)?;

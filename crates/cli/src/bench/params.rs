@@ -216,9 +216,6 @@ pub fn from_args(a: &Args) -> Result<Params> {
         if cfg.connection == Connection::Uc {
             bail!(" UC is not supported in librdmacm");
         }
-        if cfg.connection == Connection::Ud {
-            bail!(" -R with UD is not supported by uroce bench yet (perftest's ib_send_bw -R -c UD runs on uroce's librdmacm)");
-        }
         if a.loopback || a.pair.is_some() {
             bail!(" -R needs two processes: a server (no SERVER argument) and a client");
         }

@@ -87,6 +87,9 @@ pub struct Res {
     pub access: AccessFlags,
     pub gid: Gid,
     pub out_reads: u32,
+    /// The Q_Key UD sends carry: perftest's [`QKEY`], or with `-R` rdma_cm's (the peer's
+    /// QP was made by rdma_cm, `RDMA_UDP_QKEY`).
+    pub qkey: u32,
 }
 
 /// One end of a benchmark.
@@ -356,6 +359,7 @@ impl Side {
             access,
             gid,
             out_reads,
+            qkey: QKEY,
         });
         Ok(())
     }
