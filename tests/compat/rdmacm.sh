@@ -23,7 +23,9 @@
 # (reason 8, no listener), and perftest's own retry cannot recover (it reuses the IDs and
 # channel it has just destroyed: docs/compat.md §10); the script then starts the pair again
 # (at most four times). A run passes when both processes exit 0 and the client printed what
-# success looks like for that tool.
+# success looks like for that tool. With --perftest also `uroce bench -R` against perftest
+# -R in both directions and against itself (write_bw, send_bw, read_lat, send_lat, and
+# send_bw/send_lat -c UD).
 # Needs rdmacm-utils and perftest (installed when root, else the script skips).
 # Ends with a "N passed, M failed" line; exit status 1 if anything failed.
 set -uo pipefail
@@ -61,6 +63,18 @@ fi
 # shellcheck source=tests/compat/lib.sh
 . tests/compat/lib.sh
 compat_build compat-rdmacm
+# The uroce CLI for the `uroce bench -R` pairs (with --perftest): built here unless
+# --no-build, else the newer of target/release/uroce and target/debug/uroce.
+uroce=""
+if [ "$perftest" = 1 ]; then
+    if [ "$build" = 1 ]; then
+        cargo build --release -p uroce-cli >/dev/null 2>&1 && uroce="$(pwd)/target/release/uroce"
+    else
+        for b in target/release/uroce target/debug/uroce; do
+            [ -x "$b" ] && { [ -z "$uroce" ] || [ "$b" -nt "$uroce" ]; } && uroce="$(pwd)/$b"
+        done
+    fi
+fi
 compat_free_addrs compat-rdmacm RDMACM_ADDR_A/RDMACM_ADDR_B "$A" "$B"
 export LD_LIBRARY_PATH="$(pwd)/target/compat"
 work=$(mktemp -d)
@@ -205,6 +219,27 @@ if [ "$perftest" = 1 ]; then
     for t in ib_send_bw ib_send_lat; do
         run "$t -R -c UD" "$res" "$t -R -c UD -x 0 -n 1000" "$t -R -c UD -x 0 -n 1000 $A" pair
     done
+    # uroce bench -R (docs/perftest.md §8) against stock perftest -R, both ways, and
+    # against itself. Its server takes the test connections on the listener of the exchange
+    # connection and its client retries a rejected connect itself, so these pairs do not
+    # depend on the race above (a stock client is still retried by "pair" if it loses it).
+    if [ -n "$uroce" ]; then
+        for t in write_bw send_bw read_lat send_lat "send_bw -c UD" "send_lat -c UD"; do
+            # shellcheck disable=SC2086 # "$t" is a test name and its options
+            set -- $t
+            local_t=$1
+            shift
+            o="-R $* -x 0 -n 1000"
+            run "uroce bench $t -R (server) <- ib_$t -R" "$res" \
+                "$uroce bench $local_t $o" "ib_$local_t $o $A" pair
+            run "ib_$t -R (server) <- uroce bench $t -R" "$res" \
+                "ib_$local_t $o" "$uroce bench $local_t $o $A" pair
+            run "uroce bench $t -R <-> uroce bench $t -R" "$res" \
+                "$uroce bench $local_t $o" "$uroce bench $local_t $o $A" pair
+        done
+    else
+        echo "note: no uroce binary (target/{release,debug}/uroce): uroce bench -R pairs skipped"
+    fi
 fi
 
 echo "compat-rdmacm: $pass passed, $fail failed"

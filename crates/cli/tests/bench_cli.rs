@@ -325,6 +325,62 @@ fn ud_sweep_writes_a_plot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `-R` (perftest's rdma_cm mode, docs/perftest.md §8) between two processes: the exchange
+/// over an rdma_cm connection, the QPs connected by rdma_cm, every payload verified.
+fn rdma_cm_pair(test: &str, port: &str, net: &str, header: &str, extra: &[&str]) {
+    let mut args = vec!["-R", "-n", "50", "--verify"];
+    args.extend_from_slice(extra);
+    let (client, server) = client_server(test, port, net, &args);
+    for out in [&client, &server] {
+        assert!(out.contains(" rdma_cm QPs\t : ON\n"), "{out}");
+        assert!(out.contains(" Data ex. method : rdma_cm\n"), "{out}");
+        assert!(
+            out.contains(&format!(
+                " GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:77:{net}:0"
+            )),
+            "{out}"
+        );
+    }
+    assert!(
+        server.contains(" Waiting for client rdma_cm QP to connect\n"),
+        "{server}"
+    );
+    let c = result_numbers(&client, header);
+    assert_eq!(c.get(1), Some(&50.0), "{client}");
+}
+
+#[test]
+fn write_bw_rdma_cm_processes() {
+    rdma_cm_pair("write_bw", "19614", "44", BW_HEADER, &[]);
+}
+
+#[test]
+fn send_bw_rdma_cm_processes() {
+    rdma_cm_pair("send_bw", "19615", "45", BW_HEADER, &[]);
+}
+
+#[test]
+fn read_lat_rdma_cm_processes() {
+    rdma_cm_pair("read_lat", "19616", "46", LAT_HEADER, &[]);
+}
+
+#[test]
+fn send_lat_rdma_cm_processes() {
+    rdma_cm_pair("send_lat", "19617", "47", LAT_HEADER, &[]);
+}
+
+/// UD over rdma_cm: SIDR for the test QPs, rdma_cm's Q_Key, and in latency tests the
+/// client's QPN message that gives the server its address handle.
+#[test]
+fn send_bw_ud_rdma_cm_processes() {
+    rdma_cm_pair("send_bw", "19618", "48", BW_HEADER, &["-c", "UD"]);
+}
+
+#[test]
+fn send_lat_ud_rdma_cm_processes() {
+    rdma_cm_pair("send_lat", "19619", "49", LAT_HEADER, &["-c", "UD"]);
+}
+
 #[test]
 fn perftest_refusals_exit_nonzero_with_its_text() {
     for (args, text_wanted) in [
@@ -347,6 +403,10 @@ fn perftest_refusals_exit_nonzero_with_its_text() {
         (
             &["write_bw", "-n", "10", "-l", "3", "--loopback"][..],
             "multiple of post list size",
+        ),
+        (
+            &["send_bw", "-R", "-c", "UC", "127.77.41.2"][..],
+            "UC is not supported in librdmacm",
         ),
     ] {
         let out = bench("uroce0=127.77.41.1", args);

@@ -56,7 +56,7 @@ pub(crate) struct GsiCounters {
     pub(crate) mads_rcvd: u64,
     /// CM MADs sent.
     pub(crate) mads_sent: u64,
-    /// QP 1 packets that were not a UD SEND Only with the GSI Q_Key and a whole MAD.
+    /// QP 1 packets that were not a UD SEND Only with the GSI Q_Key.
     pub(crate) bad_packets: u64,
     /// Events dropped because the consumer did not take them.
     pub(crate) events_dropped: u64,
@@ -86,15 +86,17 @@ impl Gsi {
 
     /// A packet for QP 1 arrived from `src`.
     pub(crate) fn receive(&mut self, now: Time, pkt: &RocePacketRepr<'_>, src: IpAddr) {
-        let ok = pkt.bth.opcode == Opcode::UD_SEND_ONLY
-            && pkt.deth.is_some_and(|d| d.qkey == Qkey::GSI)
-            && pkt.payload.len() >= MAD_LEN;
+        let ok =
+            pkt.bth.opcode == Opcode::UD_SEND_ONLY && pkt.deth.is_some_and(|d| d.qkey == Qkey::GSI);
         if !ok {
             self.counters.bad_packets += 1;
             return;
         }
         self.counters.mads_rcvd += 1;
-        self.cm.handle_mad(now, src, &pkt.payload[..MAD_LEN]);
+        // A truncated MAD goes to the CM too, which drops it and counts it as malformed
+        // (Cm::stats().mads_malformed), like every other MAD it cannot use.
+        let mad = pkt.payload.get(..MAD_LEN).unwrap_or(pkt.payload);
+        self.cm.handle_mad(now, src, mad);
         self.collect();
     }
 

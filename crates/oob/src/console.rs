@@ -112,6 +112,9 @@ pub struct HeaderInfo {
     pub inline_size: u32,
     /// Outstanding reads (read and atomic tests).
     pub out_reads: u32,
+    /// `-R`: `rdma_cm QPs : ON`, `Data ex. method : rdma_cm`, and the server's note that
+    /// it waits for the client's rdma_cm QPs.
+    pub rdma_cm: bool,
 }
 
 impl HeaderInfo {
@@ -125,6 +128,7 @@ impl HeaderInfo {
             connection: cfg.connection,
             device: device.to_string(),
             mtu,
+            rdma_cm: cfg.rdma_cm,
             ..HeaderInfo::lab_defaults(cfg.verb, cfg.kind, role)
         }
     }
@@ -158,6 +162,7 @@ impl HeaderInfo {
             gid_index: Some(1),
             inline_size: 0,
             out_reads: 128,
+            rdma_cm: false,
         }
     }
 }
@@ -248,8 +253,20 @@ pub fn header_block(h: &HeaderInfo) -> String {
     } else {
         out.push_str(&format!(" Outstand reads  : {}\n", h.out_reads));
     }
-    out.push_str(" rdma_cm QPs\t : OFF\n");
-    out.push_str(" Data ex. method : Ethernet\n");
+    if h.rdma_cm {
+        out.push_str(" rdma_cm QPs\t : ON\n");
+        out.push_str(" Data ex. method : rdma_cm");
+        if h.role == Role::Server {
+            out.push('\n');
+            out.push_str(RESULT_LINE);
+            out.push_str(" Waiting for client rdma_cm QP to connect\n");
+            out.push_str(" Please run the same command with the IB/RoCE interface IP");
+        }
+        out.push('\n');
+    } else {
+        out.push_str(" rdma_cm QPs\t : OFF\n");
+        out.push_str(" Data ex. method : Ethernet\n");
+    }
     out.push_str(RESULT_LINE);
     out
 }

@@ -148,6 +148,12 @@ fn check_decoders(data: &[u8]) {
             assert_eq!(again, Ok(Ok(k)), "short KEY round-trips");
         }
     }
+    if let Some(bytes) = data.get(..msg::KEY_LEN_CM) {
+        if let Ok(k) = KeyMessage::decode_cm(bytes) {
+            let again = KeyMessage::decode_cm(&k.encode_cm());
+            assert_eq!(again, Ok(k), "-R KEY decode/encode/decode round-trips");
+        }
+    }
     if let Some(bytes) = data.get(..pingpong::MSG_LEN) {
         if let Ok(d) = PpDest::decode(bytes) {
             let again = d.encode().map(|e| PpDest::decode(&e));
@@ -189,7 +195,9 @@ pub fn exchange(data: &[u8]) -> usize {
     let peer = data.get(2..).unwrap_or(&[]);
     let chunk = usize::from(knobs & 0x0f) + 1;
 
-    let (cfg, role) = pick_config(selector);
+    let (mut cfg, role) = pick_config(selector);
+    // Knob bit 4: perftest's -R exchange (binary KEYs, zero KEY pairs, no DONE).
+    cfg.rdma_cm = knobs & 0x10 != 0;
     let qps = cfg.qps();
     let mut ex = Perftest::new(cfg, role, LocalSystem::default());
     let mut stream = MemStream::new(peer, chunk);

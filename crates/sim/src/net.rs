@@ -10,9 +10,11 @@
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
-use transport::wire::{self, IpRepr, RocePacketRepr, UdpRepr};
+use transport::wire::{
+    self, BthRepr, DethRepr, IpRepr, Opcode, Psn, Qkey, Qpn, RocePacketRepr, UdpRepr,
+};
 use transport::{Grh, Qp, QpConfig, RecvQueue, RxMeta, Srq, Time};
 
 use crate::memory::SimMemory;
@@ -123,6 +125,20 @@ pub struct SimQp {
     timer_at: Option<Time>,
 }
 
+/// The Communication Manager on an endpoint's QP 1 ([`Sim::enable_cm`]; the `cm` crate, IBTA
+/// Vol 1 §12): its MADs travel as RoCEv2 UD SEND Only frames to QP 1 with the GSI Q_Key, over
+/// the same links as the data. The caller drives the consumer side: it calls the CM (then
+/// [`Sim::kick`]) and takes [`SimCm::events`].
+#[derive(Debug)]
+pub struct SimCm {
+    /// The state machines.
+    pub cm: cm::Cm,
+    /// Events the CM reported, oldest first, not yet taken by the caller.
+    pub events: Vec<cm::CmEvent>,
+    timer_at: Option<Time>,
+    psn: u32,
+}
+
 /// One host: an IP address, QPs, registered memory, optionally an SRQ.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -134,6 +150,8 @@ pub struct Endpoint {
     pub mem: SimMemory,
     /// Its shared receive queue, for QPs created with `uses_srq`.
     pub srq: Option<Srq>,
+    /// Its Communication Manager, if enabled.
+    pub cm: Option<SimCm>,
     tx_free_at: Time,
     tx_ready_at: Option<Time>,
     rr: usize,
@@ -160,6 +178,10 @@ enum Kind {
         qp: u32,
     },
     TxReady {
+        ep: u32,
+    },
+    /// The CM deadline of endpoint `ep`.
+    CmTimer {
         ep: u32,
     },
     /// The frame in `frames[slot]` reaches the bottleneck port in front of `to`.
@@ -297,6 +319,7 @@ impl Sim {
             qps: Vec::new(),
             mem: SimMemory::new(),
             srq: None,
+            cm: None,
             tx_free_at: Time::ZERO,
             tx_ready_at: None,
             rr: 0,
@@ -319,6 +342,16 @@ impl Sim {
             timer_at: None,
         });
         e.qps.len() - 1
+    }
+
+    /// Give endpoint `ep` a Communication Manager on its QP 1.
+    pub fn enable_cm(&mut self, ep: usize, cfg: cm::CmConfig) {
+        self.endpoints[ep].cm = Some(SimCm {
+            cm: cm::Cm::new(cfg),
+            events: Vec::new(),
+            timer_at: None,
+            psn: 0,
+        });
     }
 
     /// The QP `qp` of endpoint `ep`.
@@ -394,6 +427,23 @@ impl Sim {
                 self.enqueue(to as usize, slot, flipped, covered);
                 Step::Nothing
             }
+            Kind::CmTimer { ep } => {
+                let ep = ep as usize;
+                let now = self.now;
+                let Some(c) = self.endpoints[ep].cm.as_mut() else {
+                    return Step::Nothing;
+                };
+                if c.timer_at != Some(ev.at) {
+                    return Step::Nothing;
+                }
+                c.timer_at = None;
+                c.cm.handle_timeout(now);
+                while let Some(e) = c.cm.poll_event() {
+                    c.events.push(e);
+                }
+                self.pump(ep);
+                Step::Touched(ep)
+            }
             Kind::TxReady { ep } => {
                 let ep = ep as usize;
                 if self.endpoints[ep].tx_ready_at != Some(ev.at) {
@@ -438,6 +488,27 @@ impl Sim {
         }
         let now = self.now;
         let e = &mut self.endpoints[to];
+        if parsed.packet.bth.dest_qp == Qpn::GSI {
+            if let Some(c) = e.cm.as_mut() {
+                let gsi = parsed.packet.bth.opcode == Opcode::UD_SEND_ONLY
+                    && parsed.packet.deth.is_some_and(|d| d.qkey == Qkey::GSI);
+                let src = match parsed.ip {
+                    IpRepr::V4 { src, .. } => Some(IpAddr::V4(src)),
+                    _ => None,
+                };
+                match (gsi, src) {
+                    (true, Some(src)) => {
+                        self.stats.frames_delivered += 1;
+                        c.cm.handle_mad(now, src, parsed.packet.payload);
+                        while let Some(ev) = c.cm.poll_event() {
+                            c.events.push(ev);
+                        }
+                    }
+                    _ => self.stats.malformed += 1,
+                }
+                return;
+            }
+        }
         let Some(qi) = e.qp_index(parsed.packet.bth.dest_qp) else {
             self.stats.malformed += 1;
             return;
@@ -488,8 +559,10 @@ impl Sim {
                 Some(ah) => ah as usize,
                 None => self.endpoints[ep].qps[qi].peer_ep,
             };
-            self.send_frame(ep, qi, dst, t.len);
+            let lqpn = self.endpoints[ep].qps[qi].qp.qpn();
+            self.send_frame(ep, lqpn, dst, t.len);
         }
+        self.pump_cm(ep);
         for qi in 0..self.endpoints[ep].qps.len() {
             let q = &mut self.endpoints[ep].qps[qi];
             if let Some(w) = q.qp.poll_timeout() {
@@ -510,7 +583,48 @@ impl Sim {
         }
     }
 
-    fn send_frame(&mut self, src: usize, qi: usize, dst: usize, len: usize) {
+    /// Send the CM's MADs of endpoint `ep` (UD SEND Only to QP 1 of the endpoint with the
+    /// MAD's address; one to an address no endpoint has is lost) and re-arm its timer.
+    fn pump_cm(&mut self, ep: usize) {
+        let now = self.now;
+        loop {
+            let Some(c) = self.endpoints[ep].cm.as_mut() else {
+                return;
+            };
+            let Some(t) = c.cm.poll_transmit() else { break };
+            let psn = c.psn;
+            c.psn = (c.psn + 1) & 0x00ff_ffff;
+            let dst = self.endpoints.iter().position(|e| IpAddr::V4(e.ip) == t.to);
+            let Some(dst) = dst else {
+                self.stats.dropped += 1;
+                continue;
+            };
+            let mut pkt = RocePacketRepr::new(
+                BthRepr::new(Opcode::UD_SEND_ONLY, Qpn::GSI, Psn::new(psn)),
+                &t.mad[..],
+            );
+            pkt.deth = Some(DethRepr {
+                qkey: Qkey::GSI,
+                src_qp: Qpn::GSI,
+            });
+            let Ok(len) = pkt.emit(&mut self.txbuf) else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            self.send_frame(ep, Qpn::GSI, dst, len);
+        }
+        if let Some(c) = self.endpoints[ep].cm.as_mut() {
+            if let Some(w) = c.cm.poll_timeout() {
+                let w = w.max(now);
+                if c.timer_at.is_none_or(|t| w < t) {
+                    c.timer_at = Some(w);
+                    self.push(w, Kind::CmTimer { ep: ep as u32 });
+                }
+            }
+        }
+    }
+
+    fn send_frame(&mut self, src: usize, lqpn: Qpn, dst: usize, len: usize) {
         let Some(dst_ip) = self.endpoints.get(dst).map(|e| e.ip) else {
             self.stats.malformed += 1;
             return;
@@ -522,7 +636,6 @@ impl Sim {
             return;
         };
         let e = &self.endpoints[src];
-        let lqpn = e.qps[qi].qp.qpn();
         let ip = IpRepr::v4_socket(e.ip, dst_ip, 0x02, 64);
         let udp = UdpRepr::roce(wire::udp_sport_for_qp(lqpn, pkt.bth.dest_qp, 0));
         let mut frame = std::mem::take(&mut self.frames[slot as usize]);

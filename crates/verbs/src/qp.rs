@@ -252,12 +252,50 @@ pub struct Qp(Arc<QpInner>);
 /// A handle that does not keep its QP alive ([`Qp::downgrade`]): for holders that only act
 /// on a QP while its owner still has it (an rdma_cm ID's `id->qp`).
 #[derive(Clone, Debug)]
-pub struct WeakQp(std::sync::Weak<QpInner>);
+pub struct WeakQp(std::sync::Weak<QpInner>, Arc<AtomicU32>);
 
 impl WeakQp {
     /// The QP, if some [`Qp`] handle still keeps it.
     pub fn upgrade(&self) -> Option<Qp> {
         self.0.upgrade().map(Qp)
+    }
+
+    /// The QP for one short step of a background thread (the rdma_cm event thread moving it
+    /// to ERR or RTS): [`Qp::destroy`] waits for such a handle to go instead of failing
+    /// with EBUSY, so a program's `ibv_destroy_qp` does not fail because a DREQ or REJ
+    /// arrived at the same moment.
+    pub fn upgrade_transient(&self) -> Option<TransientQp> {
+        // Counted before the upgrade: destroy never sees an uncounted transient handle.
+        self.1.fetch_add(1, Ordering::SeqCst);
+        match self.0.upgrade() {
+            Some(inner) => Some(TransientQp(Some(Qp(inner)), self.1.clone())),
+            None => {
+                self.1.fetch_sub(1, Ordering::SeqCst);
+                None
+            }
+        }
+    }
+}
+
+/// A [`Qp`] handle a background thread holds for a moment ([`WeakQp::upgrade_transient`]).
+#[derive(Debug)]
+pub struct TransientQp(Option<Qp>, Arc<AtomicU32>);
+
+impl std::ops::Deref for TransientQp {
+    type Target = Qp;
+    fn deref(&self) -> &Qp {
+        // Some until drop.
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("TransientQp used after drop"))
+    }
+}
+
+impl Drop for TransientQp {
+    fn drop(&mut self) {
+        // The handle goes first, then the count: destroy waits while the count covers it.
+        drop(self.0.take());
+        self.1.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -277,6 +315,8 @@ struct QpInner {
     rq: Option<Mutex<RecvQueue>>,
     sq_doorbell: u32,
     destroyed: bool,
+    /// Handles held for a moment by background threads ([`WeakQp::upgrade_transient`]).
+    transient: Arc<AtomicU32>,
 }
 
 struct SendQueue {
@@ -303,7 +343,7 @@ impl Pd {
 impl Qp {
     /// A handle that does not keep the QP alive.
     pub fn downgrade(&self) -> WeakQp {
-        WeakQp(Arc::downgrade(&self.0))
+        WeakQp(Arc::downgrade(&self.0), self.0.transient.clone())
     }
 
     fn create(pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
@@ -434,6 +474,7 @@ impl Qp {
             rq,
             sq_doorbell: drv.sq_doorbell,
             destroyed: false,
+            transient: Arc::new(AtomicU32::new(0)),
         };
         let qp = Qp(Arc::new(inner));
         if drv.sq_doorbell >= ctx.0.doorbells.layout().slots() {
@@ -857,16 +898,38 @@ impl Qp {
 
     /// `ibv_destroy_qp`. Outstanding WRs are abandoned without completions (IBA: a
     /// destroyed QP generates none). `EBUSY` (QP handed back) while other handles exist.
+    ///
+    /// Handles a background thread holds for a moment ([`WeakQp::upgrade_transient`]: the
+    /// rdma_cm event thread moving the QP to ERR on a DREQ) are waited out, for at most a
+    /// second.
     pub fn destroy(self) -> core::result::Result<(), (Error, Qp)> {
-        match Arc::try_unwrap(self.0) {
-            Ok(mut inner) => match inner.destroy() {
-                Ok(()) => Ok(()),
-                Err(e) => Err((e, Qp(Arc::new(inner)))),
-            },
-            Err(arc) => Err((
-                Error::local("destroy_qp", Errno::EBUSY, "other handles to this QP exist"),
-                Qp(arc),
-            )),
+        let mut arc = self.0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            match Arc::try_unwrap(arc) {
+                Ok(mut inner) => {
+                    return match inner.destroy() {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err((e, Qp(Arc::new(inner)))),
+                    }
+                }
+                Err(a) => {
+                    let others = Arc::strong_count(&a).saturating_sub(1);
+                    let transient = a.transient.load(Ordering::SeqCst) as usize;
+                    if others > transient || std::time::Instant::now() >= deadline {
+                        return Err((
+                            Error::local(
+                                "destroy_qp",
+                                Errno::EBUSY,
+                                "other handles to this QP exist",
+                            ),
+                            Qp(a),
+                        ));
+                    }
+                    arc = a;
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
         }
     }
 

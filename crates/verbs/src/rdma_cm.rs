@@ -34,6 +34,12 @@ use crate::pd::{Ah, AhAttr, Pd};
 use crate::qp::{ConnectOpts, Qp, QpAttr, QpEndpoint, QpInitAttr};
 use crate::{AccessFlags, Errno, Gid, Mtu, QpAttrMask, QpState};
 
+/// The Local ACK Timeout our REQs carry (4.096 µs × 2^19 ≈ 2.1 s: the CM's packet life time 18
+/// plus one, `cm::CmConfig::linux_defaults`), which the passive side's QP takes from the REQ;
+/// the active side's QP uses it too, with its REQ's retry count (kernel cm.c
+/// `cm_init_qp_rts_attr`: both from the active ID's address vector and REQ parameters).
+const REQ_ACK_TIMEOUT: u8 = 19;
+
 /// rdma_cm event types (`enum rdma_cm_event_type`, same values and meanings).
 #[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -425,6 +431,9 @@ struct IdState {
     peer_req: Option<Box<crate::cm::ReqRepr>>,
     /// Active: the REP that answered our REQ.
     peer_rep: Option<Box<crate::cm::RepRepr>>,
+    /// Active: the transport retry count our REQ asked for, which our QP uses too (kernel
+    /// cm.c cm_init_qp_rts_attr takes the active side's from its own REQ).
+    retry_count: u8,
     /// Passive UD: the SIDR_REQ that created the ID.
     peer_sidr: Option<Box<SidrReqRepr>>,
     /// Bound to the wildcard address: listen for any address of the device.
@@ -821,8 +830,10 @@ impl RdmaCmId {
         c.path_mtu = st.path_mtu.0 as u8;
         c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
         c.private_data = pd;
+        let retry_count = c.retry_count;
         st.cm = Some(issue(&d, &self.0, || d.cm.connect(&c))?);
         st.rq_psn = rq_psn;
+        st.retry_count = retry_count;
         Ok(())
     }
 
@@ -943,8 +954,8 @@ impl RdmaCmId {
                 rep.starting_psn.value(),
                 rep.responder_resources,
                 rep.initiator_depth,
-                14u8,
-                7u8,
+                REQ_ACK_TIMEOUT,
+                st.retry_count,
                 rep.rnr_retry_count,
             )
         } else if let Some(req) = st.peer_req.clone() {
@@ -1069,13 +1080,14 @@ impl RdmaCmId {
         use RdmaCmEventKind as K;
         match e {
             CmEvent::ConnectResponse { id, rep } => {
-                let (qp, mtu, rq_psn) = {
+                let (qp, mtu, rq_psn, retry_count) = {
                     let mut st = self.state();
                     st.peer_rep = Some(rep.clone());
                     (
-                        st.qp.as_ref().and_then(crate::WeakQp::upgrade),
+                        st.qp.as_ref().and_then(crate::WeakQp::upgrade_transient),
                         st.path_mtu,
                         st.rq_psn,
+                        st.retry_count,
                     )
                 };
                 let param = ConnParam {
@@ -1108,6 +1120,8 @@ impl RdmaCmId {
                 };
                 o.max_rd_atomic = rep.responder_resources.max(1);
                 o.max_dest_rd_atomic = rep.initiator_depth.max(1);
+                o.retry_cnt = retry_count;
+                o.timeout = REQ_ACK_TIMEOUT;
                 match qp.connect(&remote, &o).and_then(|()| d.cm.establish(id)) {
                     Ok(()) => self.event(K::Established, 0, param),
                     Err(e) => {
@@ -1122,7 +1136,12 @@ impl RdmaCmId {
                 private_data,
                 ..
             } => {
-                if let Some(qp) = self.state().qp.as_ref().and_then(crate::WeakQp::upgrade) {
+                let qp = self
+                    .state()
+                    .qp
+                    .as_ref()
+                    .and_then(crate::WeakQp::upgrade_transient);
+                if let Some(qp) = qp {
                     let _ = qp.set_state(QpState::ERR);
                 }
                 self.event(
@@ -1136,7 +1155,12 @@ impl RdmaCmId {
             }
             CmEvent::Unreachable { .. } => self.event(K::Unreachable, -110, ConnParam::default()),
             CmEvent::Disconnected { timed_out, .. } => {
-                if let Some(qp) = self.state().qp.as_ref().and_then(crate::WeakQp::upgrade) {
+                let qp = self
+                    .state()
+                    .qp
+                    .as_ref()
+                    .and_then(crate::WeakQp::upgrade_transient);
+                if let Some(qp) = qp {
                     let _ = qp.set_state(QpState::ERR);
                 }
                 let status = if timed_out { -110 } else { 0 };

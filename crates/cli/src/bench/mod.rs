@@ -21,6 +21,7 @@
 //! nothing progresses for that long; perftest waits forever), and progress on stderr for
 //! runs longer than a few seconds.
 
+pub mod cm;
 pub mod compare;
 pub mod params;
 pub mod plot;
@@ -132,6 +133,10 @@ pub struct Args {
     /// Skip the version exchange (perftest 6.06 then aborts, as here).
     #[arg(long = "dont_xchg_versions")]
     pub dont_xchg_versions: bool,
+    /// Connect the QPs with rdma_cm and exchange the test's data over an rdma_cm
+    /// connection instead of TCP (perftest's -R).
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
     /// uroce: both ends in this process on one device.
     #[arg(long)]
     pub loopback: bool,
@@ -175,6 +180,45 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Topology::Pair(list) => {
             let (a, b) = uroce::pair_devices(Some(&list)).map_err(|e| anyhow!("{e}"))?;
             in_process(&p, a, b)?
+        }
+        Topology::Client(host) if p.cfg.rdma_cm => {
+            let mut comm = cm::Comm::connect(&host, p.port, &p)
+                .context("Unable to perform rdma_client function")?;
+            let dev = cm::device_of(&comm)?;
+            let mut side = Side::new(p.clone(), Role::Client, dev, !p.json, false)?;
+            side.cm = Some(cm::WorkCm::new(&comm, Role::Client));
+            let mut ex = Perftest::new(p.cfg.clone(), Role::Client, side.local_system());
+            let r = perftest::run_exchange(&mut comm, &mut ex, &mut side);
+            if let Some(w) = side.cm.take() {
+                w.teardown();
+            }
+            comm.close();
+            r.map_err(|e| anyhow!("{e}"))?;
+            side.finish();
+            Outcome::from(side)
+        }
+        Topology::Server if p.cfg.rdma_cm => {
+            let ud = p.cfg.connection == oob::perftest::Connection::Ud;
+            let (chan, listener, ud_listener) = cm::Comm::listen(p.port, ud)?;
+            if p.json {
+                eprint!("{}", console::WAITING_BANNER);
+            } else {
+                print!("{}", console::WAITING_BANNER);
+            }
+            let mut comm = cm::Comm::accept(chan, listener, ud_listener, &p)
+                .context("Unable to perform rdma_server function")?;
+            let dev = cm::device_of(&comm)?;
+            let mut side = Side::new(p.clone(), Role::Server, dev, !p.json, false)?;
+            side.cm = Some(cm::WorkCm::new(&comm, Role::Server));
+            let mut ex = Perftest::new(p.cfg.clone(), Role::Server, side.local_system());
+            let r = perftest::run_exchange(&mut comm, &mut ex, &mut side);
+            if let Some(w) = side.cm.take() {
+                w.teardown();
+            }
+            comm.close();
+            r.map_err(|e| anyhow!("{e}"))?;
+            side.finish();
+            Outcome::from(side)
         }
         Topology::Client(host) => {
             let dev = device(&p)?;

@@ -210,6 +210,16 @@ pub fn from_args(a: &Args) -> Result<Params> {
     cfg.bidirectional = a.bidirectional;
     cfg.run_all = a.all;
     cfg.dont_xchg_versions = a.dont_xchg_versions;
+    cfg.rdma_cm = a.rdma_cm;
+    if a.rdma_cm {
+        // perftest's own refusals first (perftest_parameters.c), then uroce's.
+        if cfg.connection == Connection::Uc {
+            bail!(" UC is not supported in librdmacm");
+        }
+        if a.loopback || a.pair.is_some() {
+            bail!(" -R needs two processes: a server (no SERVER argument) and a client");
+        }
+    }
     if let Some(s) = a.size {
         if s == 0 || s > u64::from(u32::MAX) {
             bail!(" Message size must be 1..=4294967295");

@@ -21,7 +21,7 @@ use oob::perftest::{BwReport, Connection, Role, TestKind, Verb};
 use uroce::{SendWr, Sge, Wc, WcStatus, GRH_BYTES};
 
 use super::params::Params;
-use super::side::{split_wr_id, tx_wr_id, Res, Side, QKEY};
+use super::side::{split_wr_id, tx_wr_id, Res, Side};
 use super::util::{now_ns, wait_cq, Watchdog};
 use super::{verify, volatile};
 
@@ -595,7 +595,7 @@ fn bw_requester(
                             if grh_ud {
                                 let ah =
                                     res.ahs.get(i).ok_or_else(|| anyhow!("no AH for QP {i}"))?;
-                                SendWr::ud_send(id, sge, ah, rem.qpn, QKEY)
+                                SendWr::ud_send(id, sge, ah, rem.qpn, res.qkey)
                             } else {
                                 SendWr::send(id, sge)
                             }
@@ -929,7 +929,7 @@ fn send_lat(
             let id = tx_wr_id(0, scnt);
             let wr = if ud {
                 let ah = res.ahs.first().ok_or_else(|| anyhow!("no AH"))?;
-                SendWr::ud_send(id, &sge, ah, rem.qpn, QKEY)
+                SendWr::ud_send(id, &sge, ah, rem.qpn, res.qkey)
             } else {
                 SendWr::send(id, &sge)
             };

@@ -81,6 +81,15 @@ pub struct Res {
     /// Receive slots in the current run and the message size they were posted for.
     pub rx_slots: u64,
     pub rx_size: u64,
+    /// What [`Side::add_qp`] makes QPs with.
+    pub qp_type: QpType,
+    pub qp_cap: QpCap,
+    pub access: AccessFlags,
+    pub gid: Gid,
+    pub out_reads: u32,
+    /// The Q_Key UD sends carry: perftest's [`QKEY`], or with `-R` rdma_cm's (the peer's
+    /// QP was made by rdma_cm, `RDMA_UDP_QKEY`).
+    pub qkey: u32,
 }
 
 /// One end of a benchmark.
@@ -104,6 +113,8 @@ pub struct Side {
     /// The last size run (for the final target check).
     pub last_size: u64,
     sys: LocalSystem,
+    /// `-R`: the rdma_cm side of the test's QPs.
+    pub cm: Option<super::cm::WorkCm>,
 }
 
 impl Side {
@@ -151,6 +162,7 @@ impl Side {
             failures: Vec::new(),
             last_size: 0,
             sys,
+            cm: None,
         })
     }
 
@@ -193,7 +205,24 @@ impl Side {
             })
     }
 
+    /// Makes later verbs objects on `ctx` (`-R`: the context of the rdma_cm IDs).
+    pub fn set_context(&mut self, ctx: Context) {
+        self.ctx = ctx;
+    }
+
     fn create(&mut self, n: &Negotiated) -> Result<Vec<KeyMessage>> {
+        if self.p.cfg.rdma_cm {
+            return super::cm::connect_work(self, n);
+        }
+        self.create_res(n)?;
+        for _ in 0..self.p.cfg.qps() {
+            self.add_qp(None)?;
+        }
+        Ok(self.created(n))
+    }
+
+    /// The PD, CQs and buffers of the test (no QPs yet).
+    pub fn create_res(&mut self, n: &Negotiated) -> Result<()> {
         let p = &self.p;
         let verb = p.cfg.verb;
         let ctx = self.ctx.clone();
@@ -302,61 +331,13 @@ impl Side {
         if gid.is_zero() {
             bail!(" GID index {} is empty on this device", p.gid_index);
         }
-        let mut qps = Vec::with_capacity(q);
-        let mut keys = Vec::with_capacity(q);
-        for i in 0..q {
-            let mut init = QpInitAttr::new(qp_type, &scq, cap);
-            init.recv_cq = &rcq;
-            let qp = pd.create_qp(&init).context("Couldn't create QP")?;
-            let psn = random_psn();
-            if ud {
-                qp.ready_ud(p.ib_port, QKEY, psn)
-                    .context("Failed to modify UD QP to RTS")?;
-            } else {
-                let a = QpAttr {
-                    qp_state: QpState::INIT,
-                    pkey_index: 0,
-                    port_num: p.ib_port,
-                    qp_access_flags: access & !AccessFlags::LOCAL_WRITE,
-                    ..QpAttr::default()
-                };
-                qp.modify(
-                    &a,
-                    QpAttrMask::STATE
-                        | QpAttrMask::PKEY_INDEX
-                        | QpAttrMask::PORT
-                        | QpAttrMask::ACCESS_FLAGS,
-                )
-                .context("Failed to modify QP to INIT")?;
-            }
-            keys.push(KeyMessage {
-                lid: 0,
-                out_reads: out_reads as u16,
-                qpn: qp.qp_num(),
-                psn,
-                rkey: dst.rkey(),
-                vaddr: dst.addr() + (i * dst_slice) as u64,
-                gid: gid.0,
-                srqn: 0,
-            });
-            qps.push(qp);
-        }
         self.last_size = max_size;
-        let header = self.header(n.mtu, inline, out_reads);
-        self.say(&header);
-        // perftest's stderr note on the UD size clamp (once per run, not from the hidden
-        // server of an in-process run).
-        if let Some(note) = &n.notice {
-            if self.console || !self.in_process {
-                eprint!("{note}");
-            }
-        }
         self.res = Some(Res {
             pd,
             scq,
             rcq,
             channel,
-            qps,
+            qps: Vec::with_capacity(q),
             ahs: Vec::new(),
             src,
             dst,
@@ -364,7 +345,7 @@ impl Side {
             src_slice,
             dst_slice,
             rx_slice,
-            local: keys.clone(),
+            local: Vec::with_capacity(q),
             remote: Vec::new(),
             mtu: n.mtu,
             cycle_buffer,
@@ -373,8 +354,88 @@ impl Side {
             rx_posted: vec![0; q],
             rx_slots: 1,
             rx_size: 0,
+            qp_type,
+            qp_cap: cap,
+            access,
+            gid,
+            out_reads,
+            qkey: QKEY,
         });
-        Ok(keys)
+        Ok(())
+    }
+
+    /// Creates the next QP — on the rdma_cm ID `id` with `-R` (which moves it to INIT), else
+    /// on the PD and moved to INIT (UD: to RTS) here — and its KEY message.
+    pub fn add_qp(&mut self, id: Option<&uroce::rdma_cm::RdmaCmId>) -> Result<()> {
+        let p = &self.p;
+        let res = self
+            .res
+            .as_mut()
+            .ok_or_else(|| anyhow!("QP before setup"))?;
+        let i = res.qps.len();
+        let mut init = QpInitAttr::new(res.qp_type, &res.scq, res.qp_cap);
+        init.recv_cq = &res.rcq;
+        let psn = random_psn();
+        let qp = match id {
+            Some(id) => id
+                .create_qp(&res.pd, &init)
+                .context("Failed to create QP on the rdma_cm ID")?,
+            None => {
+                let qp = res.pd.create_qp(&init).context("Couldn't create QP")?;
+                if res.qp_type == QpType::UD {
+                    qp.ready_ud(p.ib_port, QKEY, psn)
+                        .context("Failed to modify UD QP to RTS")?;
+                } else {
+                    let a = QpAttr {
+                        qp_state: QpState::INIT,
+                        pkey_index: 0,
+                        port_num: p.ib_port,
+                        qp_access_flags: res.access & !AccessFlags::LOCAL_WRITE,
+                        ..QpAttr::default()
+                    };
+                    qp.modify(
+                        &a,
+                        QpAttrMask::STATE
+                            | QpAttrMask::PKEY_INDEX
+                            | QpAttrMask::PORT
+                            | QpAttrMask::ACCESS_FLAGS,
+                    )
+                    .context("Failed to modify QP to INIT")?;
+                }
+                qp
+            }
+        };
+        res.local.push(KeyMessage {
+            lid: 0,
+            out_reads: res.out_reads as u16,
+            qpn: qp.qp_num(),
+            psn,
+            rkey: res.dst.rkey(),
+            vaddr: res.dst.addr() + (i * res.dst_slice) as u64,
+            gid: res.gid.0,
+            srqn: 0,
+        });
+        res.qps.push(qp);
+        Ok(())
+    }
+
+    /// The QPs are made: print the header block (and perftest's UD size note), and return
+    /// the KEY messages.
+    pub fn created(&mut self, n: &Negotiated) -> Vec<KeyMessage> {
+        let Some(res) = self.res.as_ref() else {
+            return Vec::new();
+        };
+        let keys = res.local.clone();
+        let header = self.header(n.mtu, res.inline, res.out_reads);
+        self.say(&header);
+        // perftest's stderr note on the UD size clamp (once per run, not from the hidden
+        // server of an in-process run).
+        if let Some(note) = &n.notice {
+            if self.console || !self.in_process {
+                eprint!("{note}");
+            }
+        }
+        keys
     }
 
     fn header(&self, mtu: PtMtu, inline: u32, out_reads: u32) -> String {
@@ -667,6 +728,13 @@ impl BenchHooks for Side {
     }
 
     fn addresses(&mut self, local: &[KeyMessage], remote: &[KeyMessage]) {
+        if self.p.cfg.rdma_cm {
+            // rdma_cm connected the QPs (no Connect event): the KEYs give the peer's
+            // buffers.
+            if let Some(res) = self.res.as_mut() {
+                res.remote = remote.to_vec();
+            }
+        }
         let p = &self.p;
         let mut text = console::address_block(p.cfg.verb, local, remote, true);
         let passive_lat_server = p.cfg.kind == TestKind::Lat

@@ -111,6 +111,10 @@ pub struct BenchConfig {
     /// `--dont_xchg_versions`: skip M1–M4. With perftest 6.06 this makes both sides fail
     /// the 5.70 version check (docs/perftest.md §3); kept to reproduce that.
     pub dont_xchg_versions: bool,
+    /// `-R`: the exchange runs over an rdma_cm connection of its own and the test's QPs are
+    /// connected by rdma_cm (docs/perftest.md §8): binary 56-byte KEY messages, a KEY pair
+    /// of zeros before and after the QPs' connection, no GID check, no DONE.
+    pub rdma_cm: bool,
 }
 
 impl BenchConfig {
@@ -134,6 +138,7 @@ impl BenchConfig {
             report_per_port: false,
             use_gid: true,
             dont_xchg_versions: false,
+            rdma_cm: false,
         }
     }
 

@@ -20,7 +20,7 @@ use super::error::{
 };
 use super::msg::{
     decode_i32, decode_mtu, decode_version, encode_i32, encode_mtu, encode_version, BwReport,
-    KeyMessage, Mtu, PeerVersion, ReportLayout, DONE, KEY_LEN, KEY_LEN_NO_GID, MTU_LEN,
+    KeyMessage, Mtu, PeerVersion, ReportLayout, DONE, KEY_LEN, KEY_LEN_CM, KEY_LEN_NO_GID, MTU_LEN,
     MTU_LEN_LEGACY, SYS_DATA_LEN, VERSION, VERSION_LEN,
 };
 use crate::gid::is_v4_mapped;
@@ -139,6 +139,8 @@ enum Target {
     Mtu,
     Key(usize),
     ReportField(usize),
+    /// `-R`'s KEY pairs around the QPs' connection: read and dropped.
+    Handshake,
 }
 
 #[derive(Clone, Debug)]
@@ -212,6 +214,9 @@ enum KeyLabel {
     Sync,
     /// CLOSE: QP0's KEY, then DONE.
     Close,
+    /// `-R` only: a KEY pair of zeros before and after the rdma_cm connection of the QPs
+    /// (perftest's `create_rdma_cm_connection` sends its still-empty `my_dest[0]`).
+    Handshake,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -257,7 +262,19 @@ impl Perftest {
         ops.push_back(Op::Versions);
         ops.push_back(Op::SysData);
         ops.push_back(Op::MtuExchange);
-        ops.push_back(Op::Negotiated);
+        let handshake = Op::Keys {
+            label: KeyLabel::Handshake,
+            context: X,
+        };
+        if cfg.rdma_cm {
+            // perftest connects the QPs by rdma_cm between two KEY pairs of zeros; the
+            // caller does that connection in its answer to Negotiated.
+            ops.push_back(handshake);
+            ops.push_back(Op::Negotiated);
+            ops.push_back(handshake);
+        } else {
+            ops.push_back(Op::Negotiated);
+        }
         let qps = cfg.qps();
         let size = cfg.size;
         Perftest {
@@ -377,6 +394,9 @@ impl Perftest {
 
     fn key_bytes(&self, qp: usize) -> Vec<u8> {
         let key = self.local_keys.get(qp).copied().unwrap_or_default();
+        if self.cfg.rdma_cm {
+            return key.encode_cm().to_vec();
+        }
         let encoded = if self.cfg.use_gid {
             key.encode().map(|b| b.to_vec())
         } else {
@@ -387,7 +407,9 @@ impl Perftest {
     }
 
     fn key_len(&self) -> usize {
-        if self.cfg.use_gid {
+        if self.cfg.rdma_cm {
+            KEY_LEN_CM
+        } else if self.cfg.use_gid {
             KEY_LEN
         } else {
             KEY_LEN_NO_GID
@@ -557,6 +579,12 @@ impl Perftest {
                     notice,
                 }))));
             }
+            Op::Keys {
+                label: KeyLabel::Handshake,
+                context,
+            } => {
+                self.push_pair(vec![0; KEY_LEN_CM], KEY_LEN_CM, Target::Handshake, context);
+            }
             Op::Keys { label, context } => {
                 let n = if label == KeyLabel::Round {
                     self.cfg.qps()
@@ -695,8 +723,11 @@ impl Perftest {
             Target::CycleBuffer => self.peer_cycle_buffer = decode_i32(bytes).ok(),
             Target::CacheLine => self.peer_cache_line = decode_i32(bytes).ok(),
             Target::Mtu => self.peer_mtu = decode_mtu(bytes).ok(),
+            Target::Handshake => {}
             Target::Key(qp) => {
-                let decoded = if self.cfg.use_gid {
+                let decoded = if self.cfg.rdma_cm {
+                    KeyMessage::decode_cm(bytes)
+                } else if self.cfg.use_gid {
                     KeyMessage::decode(bytes)
                 } else {
                     KeyMessage::decode_no_gid(bytes)
@@ -932,6 +963,11 @@ impl Perftest {
                 ]);
             }
         }
+        if cfg.rdma_cm {
+            // rdma_cm connected the QPs already: no GID check, no QP transitions, and the
+            // exchange ends without DONE (ctx_close_connection writes it only over TCP).
+            plan.retain(|op| !matches!(op, Op::GidCheck | Op::Connect | Op::Done { .. }));
+        }
         self.ops.extend(plan);
     }
 }
@@ -961,6 +997,7 @@ pub fn describe_plan(cfg: &BenchConfig, role: Role, mtu: Mtu) -> Vec<String> {
                 KeyLabel::Init => "INIT".to_string(),
                 KeyLabel::Sync => "SYNC".to_string(),
                 KeyLabel::Close => "CLOSE".to_string(),
+                KeyLabel::Handshake => "HS".to_string(),
             }),
             Op::Run(size) => out.push(format!("run({size})")),
             Op::Report { .. } => out.push("REPORT".to_string()),
@@ -1158,5 +1195,108 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// Drives a client and a server machine against each other in memory; returns the
+    /// lengths each wrote, in order, and both machines.
+    fn cross_drive(cfg: &BenchConfig) -> (Vec<usize>, Vec<usize>, Perftest, Perftest) {
+        let key = |qpn: u32| KeyMessage {
+            lid: 0,
+            out_reads: 1,
+            qpn,
+            psn: 0x12345,
+            rkey: 0xabcd,
+            vaddr: 0x7f00_0000_1000,
+            gid: [
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, qpn as u8,
+            ],
+            srqn: 0,
+        };
+        let mut m = [
+            Perftest::new(cfg.clone(), Role::Client, LocalSystem::default()),
+            Perftest::new(cfg.clone(), Role::Server, LocalSystem::default()),
+        ];
+        let mut wire: [VecDeque<Vec<u8>>; 2] = [VecDeque::new(), VecDeque::new()];
+        let mut lens: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+        let mut finished = [false, false];
+        for _ in 0..10_000 {
+            if finished == [true, true] {
+                break;
+            }
+            for side in 0..2 {
+                if finished[side] {
+                    continue;
+                }
+                let action = m[side].poll().expect("no error");
+                match action {
+                    Action::Sleep(_) => {}
+                    Action::Write(b) => {
+                        lens[side].push(b.len());
+                        wire[1 - side].push_back(b);
+                    }
+                    Action::Read(n) => {
+                        if let Some(b) = wire[side].pop_front() {
+                            assert_eq!(b.len(), n, "side {side} read");
+                            m[side].received(&b).expect("received");
+                        }
+                    }
+                    Action::Event(Event::Negotiated(_)) => {
+                        let k = (0..cfg.qps()).map(|i| key(0x20 * (side as u32 + 1) + i as u32));
+                        m[side].set_local_keys(k.collect()).expect("keys");
+                    }
+                    Action::Event(Event::Run { .. }) => m[side].run_complete(None).expect("run"),
+                    Action::Event(_) => {}
+                    Action::Finished => finished[side] = true,
+                }
+            }
+        }
+        assert_eq!(finished, [true, true], "both sides finish");
+        let [c, s] = m;
+        let [lc, ls] = lens;
+        (lc, ls, c, s)
+    }
+
+    #[test]
+    fn rdma_cm_exchange_is_binary_keys_around_the_cm_connection_without_done() {
+        // ib_write_bw -R: M1–M4, HS, (QPs connected by rdma_cm), HS, K, K, SYNC-RTR, run,
+        // SYNC-END, REPORT, CLOSE — every KEY 56 bytes, no DONE (docs/perftest.md §8).
+        let cm = cfg(Verb::Write, TestKind::Bw, |c| c.rdma_cm = true);
+        let (client, server, c, s) = cross_drive(&cm);
+        let expect = [16, 4, 4, 2, 56, 56, 56, 56, 56, 56, 8, 8, 8, 8, 8, 56];
+        assert_eq!(client, expect);
+        assert_eq!(server, expect);
+        assert_eq!(c.remote_keys()[0].qpn, 0x40);
+        assert_eq!(s.remote_keys()[0].qpn, 0x20);
+        assert_eq!(s.remote_keys()[0].gid[15], 0x20);
+        let plan = describe_plan(&cm, Role::Client, Mtu::MTU_1024);
+        assert_eq!(plan.first().map(String::as_str), Some("HS"));
+        assert!(!plan.iter().any(|s| s == "DONE"), "{plan:?}");
+        // The same test over TCP ends with DONE and 108-byte keys.
+        let tcp = cfg(Verb::Write, TestKind::Bw, |_| {});
+        let (client, _, _, _) = cross_drive(&tcp);
+        assert_eq!(client.last(), Some(&5));
+        assert!(client.contains(&108));
+    }
+
+    #[test]
+    fn rdma_cm_key_round_trips_and_refuses_wide_fields() {
+        let k = KeyMessage {
+            lid: 0,
+            out_reads: 16,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            rkey: 0x1234_5678,
+            vaddr: 0x7f12_3456_7000,
+            gid: [1; 16],
+            srqn: 0,
+        };
+        let b = k.encode_cm();
+        assert_eq!(&b[8..12], &[0, 0, 0, 0x11]);
+        assert_eq!(&b[24..32], &0x7f12_3456_7000u64.to_be_bytes());
+        assert_eq!(KeyMessage::decode_cm(&b), Ok(k));
+        let mut wide = b;
+        wide[8] = 1; // QPN 0x01000011
+        assert!(KeyMessage::decode_cm(&wide).is_err());
+        assert!(KeyMessage::decode_cm(&b[..55]).is_err());
     }
 }

@@ -31,6 +31,9 @@ pub const KEY_LEN: usize = 108;
 /// Length of the KEY message without a GID (`KEY_MSG_SIZE`), used only when no GID is in
 /// use, which never happens on RoCE.
 pub const KEY_LEN_NO_GID: usize = 59;
+/// M5 with `-R` (rdma_cm): perftest's `struct pingpong_dest` sent as one SEND over the
+/// rdma_cm connection (docs/perftest.md §8.2).
+pub const KEY_LEN_CM: usize = 56;
 /// Length of one REPORT field exchange.
 pub const REPORT_FIELD_LEN: usize = 8;
 /// Length of the REPORT `iters` field to a peer older than 5.33.
@@ -373,6 +376,82 @@ impl KeyMessage {
             vaddr,
             gid,
             srqn: u32::try_from(srqn).unwrap_or(0),
+        })
+    }
+
+    /// The 56-byte binary form perftest sends with `-R` (`rdma_write_keys`): its
+    /// `struct pingpong_dest` with every integer big-endian — LID, OUT_READS, QPN, PSN and
+    /// RKEY as 32-bit words at 0–19, 4 bytes of padding, VADDR (64 bits) at 24, the GID at
+    /// 32, SRQN at 48, the GID index (0) at 52 (docs/perftest.md §8.2).
+    pub fn encode_cm(&self) -> [u8; KEY_LEN_CM] {
+        let mut b = [0u8; KEY_LEN_CM];
+        let words = [
+            u32::from(self.lid),
+            u32::from(self.out_reads),
+            self.qpn,
+            self.psn,
+            self.rkey,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            if let Some(slot) = b.get_mut(i * 4..i * 4 + 4) {
+                slot.copy_from_slice(&w.to_be_bytes());
+            }
+        }
+        if let Some(slot) = b.get_mut(24..32) {
+            slot.copy_from_slice(&self.vaddr.to_be_bytes());
+        }
+        if let Some(slot) = b.get_mut(32..48) {
+            slot.copy_from_slice(&self.gid);
+        }
+        if let Some(slot) = b.get_mut(48..52) {
+            slot.copy_from_slice(&self.srqn.to_be_bytes());
+        }
+        b
+    }
+
+    /// Decodes the 56-byte `-R` form as perftest's `rdma_read_keys` does: the five 32-bit
+    /// words, VADDR and the GID; SRQN and the GID index are not read (perftest leaves its own
+    /// there). LID and OUT_READS wider than 16 bits, QPN and PSN wider than 24 are refused.
+    pub fn decode_cm(bytes: &[u8]) -> Result<KeyMessage, MsgError> {
+        check_len("KEY (rdma_cm)", bytes, KEY_LEN_CM)?;
+        let word = |i: usize| {
+            bytes
+                .get(i * 4..i * 4 + 4)
+                .and_then(|s| <[u8; 4]>::try_from(s).ok())
+                .map_or(0, u32::from_be_bytes)
+        };
+        let narrow = |field: &'static str, value: u32, max: u64| {
+            if u64::from(value) > max {
+                Err(MsgError::TooWide {
+                    field,
+                    value: u64::from(value),
+                    max,
+                })
+            } else {
+                Ok(value)
+            }
+        };
+        let lid = narrow("LID", word(0), 0xffff)?;
+        let out_reads = narrow("OUT_READS", word(1), 0xffff)?;
+        let qpn = narrow("QPN", word(2), MAX_24)?;
+        let psn = narrow("PSN", word(3), MAX_24)?;
+        let vaddr = bytes
+            .get(24..32)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map_or(0, u64::from_be_bytes);
+        let mut gid = [0u8; 16];
+        if let Some(s) = bytes.get(32..48) {
+            gid.copy_from_slice(s);
+        }
+        Ok(KeyMessage {
+            lid: u16::try_from(lid).unwrap_or(0),
+            out_reads: u16::try_from(out_reads).unwrap_or(0),
+            qpn,
+            psn,
+            rkey: word(4),
+            vaddr,
+            gid,
+            srqn: 0,
         })
     }
 
