@@ -140,7 +140,7 @@ for r in $(seq "$ROUNDS"); do
 			"$UROCE" stat --json --exited >"$WORK/stat.json" 2>/dev/null
 			python3 - "$WORK/stat.json" <<'PY' | sed 's/^/    /'
 import json, sys
-keys = ("retransmissions", "rcvd_seq_err", "local_ack_timeouts", "rto_probes", "duplicate_request",
+keys = ("retransmissions", "rcvd_seq_err", "local_ack_timeouts", "rto_probes", "spurious_timeouts", "duplicate_request",
         "out_of_seq_request", "send_nak")
 try:
     snap = json.load(open(sys.argv[1]))
