@@ -3,7 +3,9 @@
 //! switch port with a 192 KiB queue that marks CE above 32 KiB. With DCQCN on, the flows
 //! share the port fairly (Jain's index ≥ 0.9), nothing is tail-dropped after the warm-up and
 //! the queue stays under the marking threshold plus one window; with it off, the same
-//! scenario overflows the queue. Virtual time: the figures do not depend on the host.
+//! scenario overflows the queue. The same holds when the data are READ responses (the
+//! receiver READs from each sender, whose responder is paced by its own rate controller).
+//! Virtual time: the figures do not depend on the host.
 
 use std::net::Ipv4Addr;
 
@@ -47,6 +49,8 @@ fn jain(x: &[u64]) -> f64 {
 #[derive(Clone, Copy)]
 struct Scenario {
     flows: usize,
+    /// The receiver READs from the senders instead of the senders WRITing to it.
+    read: bool,
     cc: Option<DcqcnParams>,
     seed: u64,
     link_gbps: u64,
@@ -61,6 +65,7 @@ struct Scenario {
 fn datacentre(flows: usize, cc: bool) -> Scenario {
     Scenario {
         flows,
+        read: false,
         cc: cc.then_some(DcqcnParams {
             max_rate: 25_000_000_000,
             pacer_burst_ns: 2_000,
@@ -94,12 +99,19 @@ fn run(sc: Scenario) -> Outcome {
     let params = sc.cc.unwrap_or_default();
     let mut sim = Sim::new(seed, link);
     let rx = sim.add_endpoint(Ipv4Addr::new(10, 2, 0, 1));
-    sim.endpoints[rx]
-        .mem
-        .register(0x10_0000, MSG as usize, sim::memory::access::REMOTE_WRITE);
-    let rkey = sim.endpoints[rx].mem.region(0).rkey;
+    sim.endpoints[rx].mem.register(
+        0x10_0000,
+        MSG as usize,
+        sim::memory::access::REMOTE_WRITE | sim::memory::access::LOCAL_WRITE,
+    );
+    let rx_rkey = sim.endpoints[rx].mem.region(0).rkey;
+    let rx_lkey = sim.endpoints[rx].mem.region(0).lkey;
     let attr = QpAttr {
-        qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        qp_access_flags: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ,
+        max_rd_atomic: DEPTH as u8,
+        max_dest_rd_atomic: DEPTH as u8,
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
@@ -108,9 +120,11 @@ fn run(sc: Scenario) -> Outcome {
     let mut senders = Vec::new();
     for i in 0..flows {
         let ep = sim.add_endpoint(Ipv4Addr::new(10, 2, 1, 1 + i as u8));
-        sim.endpoints[ep]
-            .mem
-            .register(0x1000, MSG as usize, sim::memory::access::LOCAL_WRITE);
+        sim.endpoints[ep].mem.register(
+            0x1000,
+            MSG as usize,
+            sim::memory::access::LOCAL_WRITE | sim::memory::access::REMOTE_READ,
+        );
         let (sq, rq) = (Qpn::new(0x100 + i as u32), Qpn::new(0x200 + i as u32));
         let mut cfg = QpConfig::new(sq, QpType::Rc);
         cfg.max_unacked_psns = WINDOW_PKTS;
@@ -137,7 +151,17 @@ fn run(sc: Scenario) -> Outcome {
             &attr,
         )
         .unwrap();
-        senders.push((ep, sqi));
+        // Who posts, its local key and the peer's remote key: the sender WRITEs to the
+        // receiver, or the receiver READs from the sender.
+        let (ep_lkey, ep_rkey) = {
+            let r = sim.endpoints[ep].mem.region(0);
+            (r.lkey, r.rkey)
+        };
+        senders.push(if sc.read {
+            (rx, rqi, rx_lkey, 0x10_0000, ep_rkey, 0x1000)
+        } else {
+            (ep, sqi, ep_lkey, 0x1000, rx_rkey, 0x10_0000)
+        });
     }
     let start = |i: usize| Time::from_nanos(sc.stagger_ns * i as u64);
     let warm = start(flows - 1).add_nanos(sc.warm_ns);
@@ -155,7 +179,7 @@ fn run(sc: Scenario) -> Outcome {
             drops_at_warm = Some(sim.stats().tail_dropped);
             sim.reset_max_queue();
         }
-        for (i, &(ep, qi)) in senders.iter().enumerate() {
+        for (i, &(ep, qi, lkey, laddr, rkey, raddr)) in senders.iter().enumerate() {
             while let Some(c) = sim.qp_mut(ep, qi).poll_completion() {
                 assert_eq!(c.status, WcStatus::Success, "flow {i}: {c:?}");
                 outstanding[i] -= 1;
@@ -166,17 +190,21 @@ fn run(sc: Scenario) -> Outcome {
             if now < start(i) {
                 continue;
             }
-            let lkey = sim.endpoints[ep].mem.region(0).lkey;
             let mut posted = false;
             while outstanding[i] < DEPTH {
-                let mut w = SendWr::new(next_id, WrOpcode::RdmaWrite);
+                let op = if sc.read {
+                    WrOpcode::RdmaRead
+                } else {
+                    WrOpcode::RdmaWrite
+                };
+                let mut w = SendWr::new(next_id, op);
                 next_id += 1;
                 w.local = LocalData::Sges(SgeList::single(Sge {
-                    addr: 0x1000,
+                    addr: laddr,
                     length: MSG,
                     lkey,
                 }));
-                w.remote_addr = 0x10_0000;
+                w.remote_addr = raddr;
                 w.rkey = rkey;
                 sim.qp_mut(ep, qi).post_send(w).unwrap();
                 outstanding[i] += 1;
@@ -210,7 +238,12 @@ fn run(sc: Scenario) -> Outcome {
 }
 
 fn check_with_cc(flows: usize) {
-    let o = run(datacentre(flows, true));
+    check(datacentre(flows, true));
+}
+
+fn check(sc: Scenario) {
+    let flows = sc.flows;
+    let o = run(sc);
     let gbps: Vec<f64> = o
         .goodput
         .iter()
@@ -255,6 +288,25 @@ fn dcqcn_eight_flows_share_a_marking_bottleneck() {
 }
 
 #[test]
+fn dcqcn_paces_read_responses_through_a_marking_bottleneck() {
+    // Four receivers' READs of 64 KiB: the data are READ responses, from the senders'
+    // responders, and their rate controllers (cut by the receiver's CNPs) pace them.
+    check(Scenario {
+        read: true,
+        ..datacentre(4, true)
+    });
+}
+
+#[test]
+fn without_congestion_control_read_responses_overflow_the_same_bottleneck() {
+    let o = run(Scenario {
+        read: true,
+        ..datacentre(4, false)
+    });
+    assert!(o.drops_measured > 0, "tail drops expected");
+}
+
+#[test]
 fn without_congestion_control_the_same_bottleneck_overflows() {
     for flows in [2, 4, 8] {
         let o = run(datacentre(flows, false));
@@ -278,6 +330,7 @@ fn without_congestion_control_the_same_bottleneck_overflows() {
 fn two_flows_at_100_mbit_with_the_default_parameters() {
     let o = run(Scenario {
         flows: 2,
+        read: false,
         cc: Some(tune(DcqcnParams::default())),
         seed: 3,
         link_gbps: 2,

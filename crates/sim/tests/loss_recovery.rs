@@ -3,7 +3,7 @@
 //! what was in flight, nothing acknowledged is sent again, the responder NAKs a gap once, a
 //! lost tail is recovered by the retransmission timer well before the local ACK timeout, and
 //! that timer's probes use no retries (IBTA Vol 1 §9.7.6.1.3: only local ACK timeouts and
-//! NAKs do).
+//! NAKs do), and a timeout that an acknowledgement shows was spurious gives its window back.
 
 use sim::pair::{Fate, Pair, BUF_VA};
 use transport::wire::{AckKind, NakCode, Psn};
@@ -259,4 +259,71 @@ fn probes_use_no_retries_the_local_ack_timeout_does() {
     let ack_timeout = local_ack_timeout_ns(Pair::rc_attr().timeout).unwrap();
     assert!(p.now.nanos_since(t0) >= 2 * ack_timeout);
     assert_eq!(p.qps[0].state(), QpState::Err);
+}
+
+/// A pair whose requester has never lost anything (window = 128 packets) sends a 32-packet
+/// WRITE that all arrives; the responder's acknowledgements are held back past the local ACK
+/// timeout (a stalled peer), which restarts the window from one packet and resends PSN 0.
+/// Returns the pair with the late acknowledgements still in the pipe toward the requester
+/// and the go-back's resend toward the responder.
+fn stall_past_the_ack_timeout(deliver_originals: bool) -> Pair {
+    let mut p = pair(7);
+    let data = pattern(32 * MTU, 6);
+    p.fill(0, BUF_VA, &data);
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, data.len()))
+        .unwrap();
+    assert_eq!(p.transmit(0), 32);
+    deliver(&mut p, 1, &mut |_| !deliver_originals);
+    p.transmit(1);
+    let held = p.pipe[0].len();
+    assert_eq!(
+        held,
+        usize::from(deliver_originals),
+        "one ACK, for the last packet"
+    );
+    let ack_timeout = local_ack_timeout_ns(Pair::rc_attr().timeout).unwrap();
+    p.advance(ack_timeout);
+    assert_eq!(p.qps[0].counters().local_ack_timeouts, 1);
+    // Go-back with a window of one packet.
+    assert_eq!(p.transmit(0), 1);
+    assert_eq!(in_pipe(&p, 1), vec![0]);
+    p
+}
+
+#[test]
+fn a_late_ack_after_a_timeout_gives_the_window_back() {
+    let mut p = stall_past_the_ack_timeout(true);
+    // The late ACK (PSN 31) covers PSNs the go-back has not resent: the originals arrived.
+    deliver(&mut p, 0, &mut |_| false);
+    assert_eq!(p.qps[0].counters().spurious_timeouts, 1);
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    // The window is 128 packets again: a 64-packet WRITE leaves whole, not in slow start.
+    let data = pattern(64 * MTU, 7);
+    p.fill(0, BUF_VA, &data);
+    p.qps[0]
+        .post_send(write_wr(&p, 2, BUF_VA, DST, data.len()))
+        .unwrap();
+    assert_eq!(p.transmit(0), 64);
+    p.run_clean();
+    assert_eq!(p.collect(0)[1].status, WcStatus::Success);
+    assert_eq!(p.bytes(1, DST, data.len()), &data[..]);
+    let c = p.qps[0].counters();
+    assert_eq!(c.retransmissions, 1, "only the go-back's PSN 0");
+}
+
+#[test]
+fn a_real_tail_loss_keeps_the_window_cut() {
+    // The whole 32-packet WRITE was lost: the ACK after the resend covers only PSN 0.
+    let mut p = stall_past_the_ack_timeout(false);
+    deliver(&mut p, 1, &mut |_| false);
+    p.transmit(1);
+    deliver(&mut p, 0, &mut |_| false);
+    assert_eq!(p.qps[0].counters().spurious_timeouts, 0);
+    // Slow start from one packet: two more now.
+    assert_eq!(p.transmit(0), 2);
+    assert_eq!(in_pipe(&p, 1), vec![1, 2]);
+    p.run_clean();
+    assert_eq!(p.collect(0)[0].status, WcStatus::Success);
+    assert_eq!(p.qps[0].counters().spurious_timeouts, 0);
 }

@@ -42,6 +42,9 @@ pub struct Counters {
     /// Requester: retransmission-timer probes (a resend from the oldest unacknowledged PSN
     /// before the local ACK timeout; no retry used).
     pub rto_probes: u64,
+    /// Requester: timeouts (local ACK timeouts and probes that went back) found spurious by
+    /// an acknowledgement of a packet not resent since, and their window cut undone.
+    pub spurious_timeouts: u64,
     /// Requester: NAK invalid request received.
     pub rcvd_nak_invalid_request: u64,
     /// Requester: NAK remote access error received.
@@ -96,6 +99,7 @@ impl Counters {
             ("local_ack_timeouts", self.local_ack_timeouts),
             ("stale_naks", self.stale_naks),
             ("rto_probes", self.rto_probes),
+            ("spurious_timeouts", self.spurious_timeouts),
             ("rcvd_nak_invalid_request", self.rcvd_nak_invalid_request),
             ("rcvd_nak_remote_access", self.rcvd_nak_remote_access),
             ("rcvd_nak_remote_op", self.rcvd_nak_remote_op),
@@ -138,6 +142,7 @@ impl Counters {
             local_ack_timeouts,
             stale_naks,
             rto_probes,
+            spurious_timeouts,
             rcvd_nak_invalid_request,
             rcvd_nak_remote_access,
             rcvd_nak_remote_op,
@@ -171,6 +176,7 @@ impl Counters {
         self.local_ack_timeouts += local_ack_timeouts;
         self.stale_naks += stale_naks;
         self.rto_probes += rto_probes;
+        self.spurious_timeouts += spurious_timeouts;
         self.rcvd_nak_invalid_request += rcvd_nak_invalid_request;
         self.rcvd_nak_remote_access += rcvd_nak_remote_access;
         self.rcvd_nak_remote_op += rcvd_nak_remote_op;
@@ -210,7 +216,7 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 32);
+        assert_eq!(names.len(), 33);
         assert_eq!((b.np_cnp_sent, b.rp_cnp_handled), (10, 2));
         assert_eq!(
             b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),

@@ -27,7 +27,8 @@
 //! * Loss recovery, with nothing changed on the wire (`recovery`): a per-QP congestion
 //!   window of at most `max_unacked_psns` packets, halved once per loss episode (sequence
 //!   NAK, implied NAK, probe) but not below half the smoothed distance between losses,
-//!   restarted from one packet after a local ACK timeout, grown on ACKs (slow start, then
+//!   restarted from one packet after a local ACK timeout (and put back as it was when an
+//!   acknowledgement shows the timeout was spurious), grown on ACKs (slow start, then
 //!   one packet per window); and a retransmission timer estimated from the round trip that
 //!   resends from the oldest unacknowledged PSN long before the local ACK timeout, without
 //!   using a retry. AckReq is also set on the packet that fills the window and every half

@@ -919,8 +919,21 @@ impl Qp {
                 return Some(t);
             }
         }
+        // READ responses are this QP's data toward the peer as much as its requests are: the
+        // same DCQCN pacer spaces them (docs/wire.md §11.3). ACKs are not paced; one queued
+        // behind a waiting READ response waits with it (responses leave in PSN order).
+        let read_next = self.read_response_next();
+        if read_next && self.cc.as_mut().is_some_and(|cc| !cc.may_send(now)) {
+            self.paced = true;
+            return None;
+        }
         let t = match self.responder_transmit(mem, buf) {
-            Some(t) => Some(t),
+            Some(t) => {
+                if let (true, Some(cc)) = (read_next, self.cc.as_mut()) {
+                    cc.on_sent(now, t.len + wire::icrc::ICRC_LEN);
+                }
+                Some(t)
+            }
             None => {
                 let t = self.requester_transmit(now, mem, buf);
                 if let (Some(t), Some(cc)) = (&t, self.cc.as_mut()) {

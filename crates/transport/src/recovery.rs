@@ -10,6 +10,11 @@
 //! `duplicate_request` cites it; READs are re-executed). A probe is not a local ACK timeout:
 //! it uses no retry and does not restart the local ACK timer, so a dead path still ends in
 //! `RETRY_EXC_ERR` after `retry_cnt` local ACK timeouts (IBTA Vol 1 §9.7.6.1.3).
+//!
+//! A timeout (local ACK timeout or second probe) that was spurious — the acknowledgements
+//! were only late, as when a peer's engine or a user-space hop is descheduled for a few
+//! milliseconds — is undone as soon as an acknowledgement shows it (the Eifel response,
+//! RFC 3522 / RFC 4015, as F-RTO detects it, RFC 5682): the window returns to what it was.
 
 use wire::Psn;
 
@@ -19,6 +24,20 @@ use crate::time::Time;
 pub(crate) const LOSS_WINDOW: u32 = 1;
 /// At most this many doublings of the retransmission timeout while nothing advances.
 const MAX_BACKOFF: u32 = 3;
+
+/// What a timeout changed in the window, kept until the next progress shows whether the
+/// timeout was spurious.
+#[derive(Clone, Copy, Debug)]
+struct Undo {
+    cwnd: u32,
+    ssthresh: u32,
+    ca_acked: u32,
+    recover: Option<Psn>,
+    since_loss: u32,
+    loss_gap8: u64,
+    /// One past the highest PSN sent since the timeout.
+    resent_to: Psn,
+}
 
 /// Congestion window and round-trip state of one RC requester.
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +76,8 @@ pub(crate) struct Recovery {
     pub(crate) probe_deadline: Option<Time>,
     /// A first probe is due: the oldest unacknowledged packet alone, with AckReq.
     pub(crate) probe_one: bool,
+    /// The window before the last timeout, until the next progress.
+    undo: Option<Undo>,
 }
 
 impl Recovery {
@@ -77,6 +98,7 @@ impl Recovery {
             seen_loss: false,
             probe_deadline: None,
             probe_one: false,
+            undo: None,
         }
     }
 
@@ -119,6 +141,20 @@ impl Recovery {
     /// start up to the halved window).
     pub(crate) fn on_loss(&mut self, flight: u32, sent_high: Psn, timeout: bool, min: u32) {
         self.seen_loss = true;
+        if !timeout {
+            // A sequence NAK: a packet really was lost; nothing to undo.
+            self.undo = None;
+        } else if self.undo.is_none() {
+            self.undo = Some(Undo {
+                cwnd: self.cwnd,
+                ssthresh: self.ssthresh,
+                ca_acked: self.ca_acked,
+                recover: self.recover,
+                since_loss: self.since_loss,
+                loss_gap8: self.loss_gap8,
+                resent_to: self.una,
+            });
+        }
         let in_episode = self.recover.is_some();
         if !in_episode {
             self.loss_gap8 = self.loss_gap8 - self.loss_gap8 / 8 + u64::from(self.since_loss);
@@ -133,6 +169,38 @@ impl Recovery {
         } else if !in_episode {
             self.cwnd = self.ssthresh;
         }
+    }
+
+    /// A request packet left (after a timeout: a resend); `end` is one past its PSNs.
+    pub(crate) fn on_sent(&mut self, end: Psn) {
+        if let Some(u) = self.undo.as_mut() {
+            if end.is_after(u.resent_to) {
+                u.resent_to = end;
+            }
+        }
+    }
+
+    /// Progress after a timeout: the oldest unacknowledged PSN is now `unacked` while the
+    /// go-back after the timeout has sent only up to `resent_to` (exclusive). If the
+    /// acknowledgement covers a PSN not resent since, the responder got that PSN's original
+    /// transmission — and, PSNs being accepted in order only, every one before it: the
+    /// timeout was spurious and the window is put back as it was before it. Either way the
+    /// question is settled (only the first progress after a timeout is unambiguous).
+    /// Returns whether the timeout was undone. Call before [`Recovery::on_ack`].
+    pub(crate) fn undo_if_spurious(&mut self, unacked: Psn) -> bool {
+        let Some(u) = self.undo.take() else {
+            return false;
+        };
+        if !unacked.is_after(u.resent_to) {
+            return false;
+        }
+        self.cwnd = u.cwnd;
+        self.ssthresh = u.ssthresh;
+        self.ca_acked = u.ca_acked;
+        self.recover = u.recover;
+        self.since_loss = u.since_loss;
+        self.loss_gap8 = u.loss_gap8;
+        true
     }
 
     /// Go-back-N resends, after a loss, what was in flight behind it: with losses every G
@@ -279,6 +347,35 @@ mod tests {
         assert_eq!(r.cwnd, 34);
         r.on_ack(1, Psn::new(130), MAX);
         assert_eq!(r.cwnd, 35);
+    }
+
+    #[test]
+    fn a_spurious_timeout_is_undone_a_real_one_is_not() {
+        let mut r = Recovery::new(MAX);
+        r.on_loss(64, Psn::new(64), true, FLOOR);
+        assert_eq!((r.cwnd, r.ssthresh), (LOSS_WINDOW, 32));
+        // The go-back resent PSN 0 only; an ACK covering 0..=9 answers the originals.
+        r.on_sent(Psn::new(1));
+        assert!(r.undo_if_spurious(Psn::new(10)));
+        assert_eq!((r.cwnd, r.ssthresh), (MAX, MAX));
+        assert!(r.recover.is_none());
+        assert_eq!(r.loss_gap8, 0, "the gap estimate is as before");
+        // A real timeout: the first progress covers only what was resent.
+        r.una = Psn::new(10);
+        r.on_loss(64, Psn::new(74), true, FLOOR);
+        r.on_sent(Psn::new(11));
+        assert!(!r.undo_if_spurious(Psn::new(11)));
+        assert_eq!(r.cwnd, LOSS_WINDOW);
+        // Settled: a later jump is not taken for a spurious timeout.
+        assert!(!r.undo_if_spurious(Psn::new(70)));
+        // Nothing resent yet: any progress answers an original.
+        r.una = Psn::new(70);
+        r.on_loss(64, Psn::new(138), true, FLOOR);
+        assert!(r.undo_if_spurious(Psn::new(71)));
+        // A sequence NAK after a timeout is a real loss: nothing left to undo.
+        r.on_loss(64, Psn::new(138), true, FLOOR);
+        r.on_loss(60, Psn::new(138), false, FLOOR);
+        assert!(!r.undo_if_spurious(Psn::new(100)));
     }
 
     #[test]

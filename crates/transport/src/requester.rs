@@ -330,6 +330,9 @@ impl Qp {
         if self.next_psn.is_after(self.sent_high) {
             self.sent_high = self.next_psn;
         }
+        if ty == QpType::Rc {
+            self.rec.on_sent(self.next_psn);
+        }
         self.pkts_since_ackreq = if ack_req {
             0
         } else {
@@ -409,6 +412,9 @@ impl Qp {
         self.rec.probe_one = false;
         let newly = u32::try_from(self.unacked.diff(self.rec.una)).unwrap_or(0);
         self.rec.una = self.unacked;
+        if self.rec.undo_if_spurious(self.unacked) {
+            self.counters.spurious_timeouts += 1;
+        }
         self.rec.measure(self.unacked, now);
         self.rec
             .on_ack(newly, self.unacked, self.cfg.max_unacked_psns);

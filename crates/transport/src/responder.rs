@@ -712,6 +712,16 @@ impl Qp {
         }
     }
 
+    /// Whether the responder's next packet is a READ response (data, paced like requests).
+    pub(crate) fn read_response_next(&self) -> bool {
+        self.last_gasp.is_none()
+            && matches!(
+                self.attr.qp_state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
+            && matches!(self.responses.front(), Some(Response::Read { .. }))
+    }
+
     /// Next response packet.
     pub(crate) fn responder_transmit<M: Memory + ?Sized>(
         &mut self,
