@@ -7,7 +7,8 @@
 #      and perftest binaries (perftest -R through the CM too), and every ELF object of the
 #      RDMA packages loading against them (tests/compat/*.sh install the Debian packages as
 #      root, and skip otherwise), libfabric's fi_info (tests/compat/libfabric.sh) and UCX
-#      1.13's ucx_info / ucx_perftest on them (tests/compat/ucx.sh), and uroced sharing one
+#      1.13's ucx_info / ucx_perftest on them (tests/compat/ucx.sh), rdma-core's own pyverbs
+#      suite (tests/compat/pyverbs.sh), and uroced sharing one
 #      device among many processes (tests/compat/daemon.sh);
 #   3. interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh: needs root, qemu,
 #      the lab beside the repository and the Debian package mirror; about 15 minutes;
@@ -40,6 +41,9 @@ bash tests/compat/libfabric.sh --no-build
 
 echo "== uroced: one device shared by many processes; client and daemon killed mid-transfer; permissions (tests/compat/daemon.sh)"
 bash tests/compat/daemon.sh
+
+echo "== rdma-core's own test suite (pyverbs, rdma-core 44) on the drop-in libraries, five runs (tests/compat/pyverbs.sh)"
+PYVERBS_RUNS=5 bash tests/compat/pyverbs.sh --no-build
 
 echo "== UCX 1.13 on the drop-in libraries: ucx_info -d, ucx_perftest over rc_verbs/ud_verbs (tests/compat/ucx.sh)"
 bash tests/compat/ucx.sh --no-build

@@ -39,23 +39,10 @@ done
 ADDR=${DAEMON_ADDR:-127.0.0.77}
 port=${DAEMON_TCP_PORT:-19300}
 
-need=(ibv_devices ibv_rc_pingpong ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw rping udaddy ucmatose)
-missing=()
-for t in "${need[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null 2>&1 || true
-        apt-get install -y -qq ibverbs-utils perftest rdmacm-utils >/dev/null 2>&1 \
-            || { echo "SKIP: could not install ibverbs-utils perftest rdmacm-utils"; exit 0; }
-    else
-        echo "SKIP: ibverbs-utils/perftest/rdmacm-utils not installed (missing: ${missing[*]}) and not root"
-        exit 0
-    fi
-fi
-
 # shellcheck source=tests/compat/lib.sh
 . tests/compat/lib.sh
+compat_need_tools "ibverbs-utils perftest rdmacm-utils" ibv_devices ibv_rc_pingpong ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw rping udaddy ucmatose
+
 compat_build compat-daemon
 if [ "$build" = 1 ]; then
     cargo build --release -q -p uroce-cli || { echo "FAIL build"; echo "compat-daemon: 0 passed, 1 failed"; exit 1; }

@@ -20,25 +20,8 @@
 
 #include <infiniband/verbs.h>
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                    \
-	do {                                                                \
-		checks++;                                                   \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "exverbs: FAIL line %d: ", __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                       \
-			fprintf(stderr, "\n");                              \
-			failures++;                                         \
-		}                                                           \
-	} while (0)
-
-#define DIE(...)                                               \
-	do {                                                   \
-		fprintf(stderr, "exverbs: FATAL: " __VA_ARGS__); \
-		fprintf(stderr, "\n");                         \
-		exit(2);                                       \
-	} while (0)
+#define TEST_NAME "exverbs"
+#include "check.h"
 
 #define BUF 4096
 #define STD_FLAGS                                                                   \
@@ -66,13 +49,6 @@ struct comp {
 	uint32_t byte_len, qp_num, src_qp, imm, wc_flags;
 	uint8_t sl;
 };
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static void read_comp(struct ibv_cq_ex *cq, struct comp *c)
 {

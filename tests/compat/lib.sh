@@ -23,3 +23,23 @@ compat_free_addrs() {
         fi
     done
 }
+
+# compat_need_tools "PACKAGE..." TOOL...: every TOOL must be on PATH; if some are missing,
+# install the Debian PACKAGEs as root, else (or if that fails) say SKIPPED and end the
+# script successfully: a machine without them cannot run the test, which is not a failure.
+compat_need_tools() {
+    local pkgs=$1 t missing=()
+    shift
+    for t in "$@"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+    [ ${#missing[@]} = 0 ] && return 0
+    if [ "$(id -u)" = 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null 2>&1 || true
+        # shellcheck disable=SC2086 # a list of package names
+        apt-get install -y -qq $pkgs >/dev/null 2>&1 \
+            || { echo "SKIPPED: could not install $pkgs"; exit 0; }
+    else
+        echo "SKIPPED: $pkgs not installed (missing: ${missing[*]}) and not root"
+        exit 0
+    fi
+}

@@ -258,60 +258,35 @@ else
     bad "compiling tests/compat/errno.c"
 fi
 
+# two_device_c_test NAME WHAT: build tests/compat/NAME.c against rdma-core's own
+# <infiniband/verbs.h> (so the inline verbs are rdma-core's) and run it on one device and
+# between two embedded devices; WHAT names it in the result line.
+two_device_c_test() {
+    local name=$1 what=$2 devs out
+    if [ ! -f /usr/include/infiniband/verbs.h ]; then
+        echo "skip $name.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
+    elif gcc -O1 -Wall -Wextra -Werror -o "$work/$name" "tests/compat/$name.c" \
+            /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+        for devs in "uroce0=${COMPAT_ADDR_A:-127.0.0.1}" \
+                    "uroce0=${COMPAT_ADDR_A:-127.0.0.1},uroce1=${COMPAT_ADDR_B:-127.0.0.2}"; do
+            out=$(UROCE_DEVICES="$devs" timeout 120 "$work/$name" 2>&1)
+            if [ $? = 0 ]; then ok "$what ($(tail -1 <<<"$out"))"
+            else bad "$name.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
+        done
+    else
+        bad "compiling tests/compat/$name.c"
+    fi
+}
+
 # The extended verbs (ibv_create_cq_ex + start_poll/ibv_wc_read_*, ibv_create_qp_ex with
-# send_ops_flags + ibv_wr_*), with rdma-core's own inlines from <infiniband/verbs.h>: data
-# checked on one device and between two embedded devices, and the refusals
-# (tests/compat/exverbs.c).
-if [ ! -f /usr/include/infiniband/verbs.h ]; then
-    echo "skip exverbs.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
-elif gcc -O1 -Wall -Wextra -Werror -o "$work/exverbs" tests/compat/exverbs.c \
-        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
-    A=${COMPAT_ADDR_A:-127.0.0.1}
-    B=${COMPAT_ADDR_B:-127.0.0.2}
-    for devs in "uroce0=$A" "uroce0=$A,uroce1=$B"; do
-        out=$(UROCE_DEVICES="$devs" timeout 120 "$work/exverbs" 2>&1)
-        if [ $? = 0 ]; then ok "extended CQs and QPs, ibv_wr_* ($(tail -1 <<<"$out"))"
-        else bad "exverbs.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
-    done
-else
-    bad "compiling tests/compat/exverbs.c"
-fi
-
+# send_ops_flags + ibv_wr_*): data checked, and the refusals (tests/compat/exverbs.c).
+two_device_c_test exverbs "extended CQs and QPs, ibv_wr_*"
 # ibv_rereg_mr (access, translation, PD; rdma-core's return values and errno) and a real
-# context->cmd_fd (dup-able; ibv_import_device EOPNOTSUPP), on one device and between two
-# (tests/compat/rereg.c).
-if [ ! -f /usr/include/infiniband/verbs.h ]; then
-    echo "skip rereg.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
-elif gcc -O1 -Wall -Wextra -Werror -o "$work/rereg" tests/compat/rereg.c \
-        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
-    A=${COMPAT_ADDR_A:-127.0.0.1}
-    B=${COMPAT_ADDR_B:-127.0.0.2}
-    for devs in "uroce0=$A" "uroce0=$A,uroce1=$B"; do
-        out=$(UROCE_DEVICES="$devs" timeout 120 "$work/rereg" 2>&1)
-        if [ $? = 0 ]; then ok "ibv_rereg_mr and cmd_fd ($(tail -1 <<<"$out"))"
-        else bad "rereg.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
-    done
-else
-    bad "compiling tests/compat/rereg.c"
-fi
-
+# context->cmd_fd (dup-able; ibv_import_device EOPNOTSUPP) (tests/compat/rereg.c).
+two_device_c_test rereg "ibv_rereg_mr and cmd_fd"
 # Memory windows (type 1 through ibv_bind_mw, type 2 through IBV_WR_BIND_MW, LOCAL_INV,
-# SEND_WITH_INV, the bind errors) with rdma-core's own inlines, on one device and between
-# two (tests/compat/mw.c).
-if [ ! -f /usr/include/infiniband/verbs.h ]; then
-    echo "skip mw.c: <infiniband/verbs.h> not installed (Debian package libibverbs-dev)"
-elif gcc -O1 -Wall -Wextra -Werror -o "$work/mw" tests/compat/mw.c \
-        /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
-    A=${COMPAT_ADDR_A:-127.0.0.1}
-    B=${COMPAT_ADDR_B:-127.0.0.2}
-    for devs in "uroce0=$A" "uroce0=$A,uroce1=$B"; do
-        out=$(UROCE_DEVICES="$devs" timeout 120 "$work/mw" 2>&1)
-        if [ $? = 0 ]; then ok "memory windows ($(tail -1 <<<"$out"))"
-        else bad "mw.c with $devs: $(tr '\n' ' ' <<<"$out")"; fi
-    done
-else
-    bad "compiling tests/compat/mw.c"
-fi
+# SEND_WITH_INV, the bind errors) (tests/compat/mw.c).
+two_device_c_test mw "memory windows"
 
 # uroce's librdmacm through rdma-core's own <rdma/rdma_cma.h> (librdmacm-dev): address and
 # route resolution, rdma_create_qp's CQs, and misuse (destroyed IDs and channels) refused

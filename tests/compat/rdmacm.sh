@@ -44,24 +44,10 @@ done
 A=${RDMACM_ADDR_A:-127.77.41.1}
 B=${RDMACM_ADDR_B:-127.77.41.2}
 
-need=(rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
-      ib_send_lat ib_atomic_lat)
-missing=()
-for t in "${need[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null 2>&1 || true
-        apt-get install -y -qq rdmacm-utils perftest >/dev/null 2>&1 \
-            || { echo "SKIPPED: could not install rdmacm-utils perftest"; exit 0; }
-    else
-        echo "SKIPPED: rdmacm-utils/perftest not installed (missing: ${missing[*]}) and not root"
-        exit 0
-    fi
-fi
-
 # shellcheck source=tests/compat/lib.sh
 . tests/compat/lib.sh
+compat_need_tools "rdmacm-utils perftest" rping ucmatose udaddy rdma_server rdma_client cmtime ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat
+
 compat_build compat-rdmacm
 # The uroce CLI for the `uroce bench -R` pairs (with --perftest): built here unless
 # --no-build, else the newer of target/release/uroce and target/debug/uroce.

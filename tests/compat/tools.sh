@@ -31,24 +31,10 @@ A=${COMPAT_ADDR_A:-127.0.0.1}
 B=${COMPAT_ADDR_B:-127.0.0.2}
 port=${COMPAT_TCP_PORT:-18650}
 
-need=(ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_write_lat ib_read_bw
-      ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat)
-missing=()
-for t in "${need[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null 2>&1 || true
-        apt-get install -y -qq ibverbs-utils perftest rdmacm-utils >/dev/null 2>&1 \
-            || { echo "SKIP: could not install ibverbs-utils perftest"; exit 0; }
-    else
-        echo "SKIP: ibverbs-utils/perftest not installed (missing: ${missing[*]}) and not root"
-        exit 0
-    fi
-fi
-
 # shellcheck source=tests/compat/lib.sh
 . tests/compat/lib.sh
+compat_need_tools "ibverbs-utils perftest rdmacm-utils" ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
+
 compat_build compat-tools
 compat_free_addrs compat-tools COMPAT_ADDR_A/COMPAT_ADDR_B "$A" "$B"
 export LD_LIBRARY_PATH="$(pwd)/target/compat"

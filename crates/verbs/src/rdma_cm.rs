@@ -416,11 +416,22 @@ impl AsFd for EventChannel {
 // ---------------------------------------------------------------------------------------
 // IDs
 
+/// The GID the ID's QP talks to: the route's address, else the destination's.
+fn route_gid(st: &IdState) -> Gid {
+    st.route
+        .or(st.dst.map(|d| d.ip()))
+        .map(|ip| Gid(wire::ip::gid_of_ip(ip)))
+        .unwrap_or_default()
+}
+
 #[derive(Default)]
 struct IdState {
     dev: Option<Arc<DevCm>>,
     src: Option<SocketAddr>,
     dst: Option<SocketAddr>,
+    /// Where the CM's messages (and so the QP) go when that is not `dst`'s address: a
+    /// loopback destination on a daemon-shared device is the device itself.
+    route: Option<IpAddr>,
     cm: Option<CmId>,
     /// The ID's QP (`id->qp`), owned by the consumer.
     qp: Option<crate::WeakQp>,
@@ -685,20 +696,24 @@ impl RdmaCmId {
         };
         // A loopback destination on a device uroced shares among the host's processes is
         // that device itself (the kernel's cma_resolve_loopback: destination GID = source
-        // GID): the server is another process on the same device.
-        let dst = match ip {
+        // GID): the server is another process on the same device. The address stays what
+        // the caller gave (the rdma_cm header carries it, listeners match on it).
+        let route = match ip {
             Some(dev_ip)
                 if dst.ip().is_loopback()
                     && dst.ip() != dev_ip
                     && abi::daemon::lookup(dev_ip).is_some() =>
             {
-                SocketAddr::new(dev_ip, dst.port())
+                Some(dev_ip)
             }
-            _ => dst,
+            _ => None,
         };
         match bound {
             Ok(()) => {
-                self.state().dst = Some(dst);
+                let mut st = self.state();
+                st.dst = Some(dst);
+                st.route = route;
+                drop(st);
                 self.event(RdmaCmEventKind::AddrResolved, 0, ConnParam::default());
             }
             Err(_) => self.event(RdmaCmEventKind::AddrError, -19, ConnParam::default()),
@@ -810,16 +825,15 @@ impl RdmaCmId {
         .map_err(|_| einval(OP, "source and destination of different families"))?;
         pd.extend_from_slice(&p.private_data);
         let sid = ServiceId::rdma_ip(self.0.ps, dst.port());
+        let to = st.route.unwrap_or(dst.ip());
         if self.is_ud() {
-            st.cm = Some(issue(&d, &self.0, || {
-                d.cm.sidr_request(dst.ip(), sid, &pd)
-            })?);
+            st.cm = Some(issue(&d, &self.0, || d.cm.sidr_request(to, sid, &pd))?);
             return Ok(());
         }
         let rq_psn = random_u32() & 0xFF_FFFF;
         let mut c = match &st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
-            Some(qp) => CmConnect::new(qp, dst.ip(), sid, rq_psn),
-            None if p.qp_num != 0 => CmConnect::new_for_qpn(p.qp_num, dst.ip(), sid, rq_psn),
+            Some(qp) => CmConnect::new(qp, to, sid, rq_psn),
+            None if p.qp_num != 0 => CmConnect::new_for_qpn(p.qp_num, to, sid, rq_psn),
             None => return Err(einval(OP, "no QP on the ID and no qp_num")),
         };
         c.responder_resources = p.responder_resources;
@@ -943,10 +957,7 @@ impl RdmaCmId {
         // (peer QPN, the PSN the peer starts sending with, peer GID, the PSN we start with,
         //  READs the peer serves for us, READs we serve, ACK timeout, retries, RNR retries)
         let peer = if let Some(rep) = &st.peer_rep {
-            let gid = st
-                .dst
-                .map(|d| Gid(wire::ip::gid_of_ip(d.ip())))
-                .unwrap_or_default();
+            let gid = route_gid(&st);
             (
                 rep.local_qpn.value(),
                 st.rq_psn,
@@ -1103,11 +1114,7 @@ impl RdmaCmId {
                     self.event(K::ConnectResponse, 0, param);
                     return;
                 };
-                let dst_gid = self
-                    .state()
-                    .dst
-                    .map(|a| Gid(wire::ip::gid_of_ip(a.ip())))
-                    .unwrap_or_default();
+                let dst_gid = route_gid(&self.state());
                 let remote = QpEndpoint {
                     qpn: rep.local_qpn.value(),
                     psn: rq_psn,
@@ -1177,11 +1184,7 @@ impl RdmaCmId {
                     self.event(K::Unreachable, i32::from(rep.status.0), param);
                     return;
                 }
-                let gid = self
-                    .state()
-                    .dst
-                    .map(|a| Gid(wire::ip::gid_of_ip(a.ip())))
-                    .unwrap_or_default();
+                let gid = route_gid(&self.state());
                 self.push(RdmaCmEvent {
                     kind: K::Established,
                     id: self.clone(),
