@@ -8,8 +8,10 @@
 # The verbs provider finds a device's IP address by walking the host's interfaces and
 # binding an rdma_cm ID to each address (prov/verbs/src/verbs_info.c); it skips "lo", so
 # the test runs in a network namespace of its own with a veth pair carrying the device's
-# address. Needs root (namespaces) and fi_info (Debian package libfabric-bin, installed
-# when root); otherwise it skips. Ends with "N passed, M failed"; exit 1 on a failure.
+# address. Then fabtests' `fi_pingpong -e msg` runs between two processes sharing one
+# uroced device in that namespace (needs target/release/uroced, which the test command
+# builds before this script). Needs root (namespaces) and fi_info (Debian package
+# libfabric-bin, installed when root); otherwise it skips. Ends with "N passed, M failed"; exit 1 on a failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=1
@@ -44,5 +46,38 @@ for want in "FI_EP_MSG" "FI_EP_DGRAM"; do
         fail=$((fail + 1))
     fi
 done
+# fabtests' fi_pingpong over FI_EP_MSG (connected through rdma_cm) between two processes on
+# one uroced device (docs/daemon.md): the server listens on localhost, which rdma_cm binds to
+# the device, and the client connects to 127.0.0.1, which is that same shared device.
+if [ -x target/release/uroced ] && command -v fi_pingpong >/dev/null 2>&1; then
+    ddir=$(mktemp -d)
+    ip netns exec "$NS" target/release/uroced -d uroce0=10.89.0.1 --dir "$ddir/d" \
+        >"$ddir/log" 2>&1 &
+    dpid=$!
+    for _ in $(seq 100); do [ -S "$ddir/d/uverbs0" ] && break; sleep 0.05; done
+    run() { ip netns exec "$NS" env UROCE_DAEMON="$ddir/d" LD_LIBRARY_PATH="$PWD/target/compat" \
+        timeout 60 fi_pingpong -p verbs -e msg -I 100 "$@"; }
+    run >"$ddir/s" 2>&1 &
+    spid=$!
+    sleep 1
+    run 127.0.0.1 >"$ddir/c" 2>&1
+    c=$?
+    wait "$spid"
+    s=$?
+    if [ "$c" = 0 ] && [ "$s" = 0 ] && grep -q "^64k" "$ddir/c"; then
+        echo "ok   fi_pingpong -p verbs -e msg between two processes on one uroced device"
+        pass=$((pass + 1))
+    else
+        echo "FAIL fi_pingpong -p verbs -e msg (server exit $s, client exit $c; 124: hung):"
+        tail -n 5 "$ddir/s" "$ddir/c" "$ddir/log" 2>&1 | sed 's/^/       /'
+        fail=$((fail + 1))
+    fi
+    kill "$dpid" 2>/dev/null
+    wait "$dpid" 2>/dev/null
+    rm -rf "$ddir"
+else
+    echo "skip fi_pingpong: target/release/uroced not built or fi_pingpong (libfabric-bin) missing"
+fi
+
 echo "libfabric: $pass passed, $fail failed"
 [ "$fail" = 0 ]

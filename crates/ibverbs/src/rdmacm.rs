@@ -1126,6 +1126,15 @@ pub unsafe extern "C" fn uroce_rdma_migrate_id(
         // SAFETY: checked above: a live ID of ours.
         let u = unsafe { &mut *id.cast::<UCmId>() };
         u.rust.migrate(&ch);
+        if u.sync {
+            // Leaving the private channel: the event a synchronous call kept is acked, as
+            // librdmacm's rdma_migrate_id does.
+            let kept = core::mem::replace(&mut u.id.event, core::ptr::null_mut());
+            if !kept.is_null() {
+                // SAFETY: an event we handed out and kept at id->event, acked once.
+                unsafe { uroce_rdma_ack_cm_event(kept) };
+            }
+        }
         if u.sync && u.id.channel != channel {
             // SAFETY: the channel the ID made for itself, used by no one else.
             unsafe { uroce_rdma_destroy_event_channel(u.id.channel) };
