@@ -733,8 +733,7 @@ fn send_blocking_with_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) 
 
 /// The destination QP of a RoCEv2 UDP payload (BTH bytes 5–7), if it has a BTH.
 fn dest_qpn(d: &[u8]) -> Option<u32> {
-    let b = d.get(5..8)?;
-    Some(u32::from_be_bytes([0, b[0], b[1], b[2]]))
+    (d.len() >= 8).then(|| crate::engine::bth_dest_qpn(d))
 }
 
 /// Where a received datagram goes.

@@ -69,43 +69,10 @@ impl DaemonLink {
         }));
         sys::send_with_fds(ctl.as_fd(), &req, &[theirs.as_fd(), wake], 0)?;
         drop(theirs);
-        // The reply: a header and an AttachResp, the UDP socket with its first byte.
-        let mut buf = vec![0u8; 8 + size_of::<AttachResp>()];
-        let (n, fds) = sys::recv_with_fds(ctl.as_fd(), &mut buf)?;
-        if n == 0 {
-            return Err(other(format!(
-                "{}: the daemon closed the connection",
-                socket.display()
-            )));
-        }
-        let mut got = n;
-        // An error reply is shorter than an ATTACH reply; read what its header announces.
-        let want = |b: &[u8]| -> usize {
-            let len = b
-                .get(4..8)
-                .and_then(|x| x.try_into().ok())
-                .map_or(0, u32::from_le_bytes) as usize;
-            8 + len.min(proto::MAX_BODY as usize)
-        };
-        while got < 8 {
-            let k = (&ctl).read(&mut buf[got..])?;
-            if k == 0 {
-                return Err(other("the daemon closed the connection".into()));
-            }
-            got += k;
-        }
-        let total = want(&buf);
-        buf.resize(total.max(got), 0);
-        while got < total {
-            let k = (&ctl).read(&mut buf[got..total])?;
-            if k == 0 {
-                return Err(other("the daemon closed the connection".into()));
-            }
-            got += k;
-        }
-        buf.truncate(total);
-        match proto::decode(&buf) {
-            Ok(Msg::Attached(grant)) => {
+        // The reply, the UDP socket with its first byte.
+        let (reply, fds) = read_reply(&ctl)?;
+        match reply {
+            Msg::Attached(grant) => {
                 let udp = fds
                     .into_iter()
                     .next()
@@ -122,76 +89,70 @@ impl DaemonLink {
                     udp,
                 ))
             }
-            Ok(Msg::Error(e)) => Err(e.to_io()),
-            Ok(m) => Err(other(format!("unexpected answer to ATTACH: {m:?}"))),
-            Err(e) => Err(other(format!("bad answer to ATTACH: {e:?}"))),
+            Msg::Error(e) => Err(e.to_io()),
+            m => Err(other(format!("unexpected answer to ATTACH: {m:?}"))),
         }
     }
 
-    fn call(&self, m: &Msg) -> io::Result<()> {
+    /// Send `m` and read its `Done` reply, with the descriptors it carried.
+    fn call(&self, m: &Msg) -> io::Result<Vec<OwnedFd>> {
         if self.fatal.load(Ordering::SeqCst) {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        let mut s = self.ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        io::Write::write_all(&mut *s, &proto::encode(m))?;
-        match proto::read_msg(&mut *s)? {
-            Msg::Done(_) => Ok(()),
-            Msg::Error(e) => Err(io::Error::from_raw_os_error(e.errno)),
-            other_msg => Err(other(format!("unexpected answer: {other_msg:?}"))),
+        let s = self.ctl.lock().unwrap_or_else(PoisonError::into_inner);
+        io::Write::write_all(&mut &*s, &proto::encode(m))?;
+        match read_reply(&s)? {
+            (Msg::Done(_), fds) => Ok(fds),
+            (Msg::Error(e), _) => Err(io::Error::from_raw_os_error(e.errno)),
+            (other_msg, _) => Err(other(format!("unexpected answer: {other_msg:?}"))),
         }
     }
 
     /// A packet ring to the client in `slot` (docs/daemon.md §2.1): the ring's memfd and
     /// that client's wake-up eventfd.
     pub(crate) fn peer(&self, slot: u32) -> io::Result<(OwnedFd, OwnedFd)> {
-        if self.fatal.load(Ordering::SeqCst) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        let s = self.ctl.lock().unwrap_or_else(PoisonError::into_inner);
-        io::Write::write_all(
-            &mut &*s,
-            &proto::encode(&Msg::Peer(proto::PeerReq { slot, reserved: 0 })),
-        )?;
-        // The reply is an 8-byte header (+ an error body); descriptors come with its first byte.
-        let mut hdr = [0u8; 8];
-        let (n, fds) = sys::recv_with_fds(s.as_fd(), &mut hdr)?;
-        if n == 0 {
-            return Err(other("the daemon closed the connection".into()));
-        }
-        let mut got = n;
-        while got < 8 {
-            let k = (&*s).read(&mut hdr[got..])?;
-            if k == 0 {
-                return Err(other("the daemon closed the connection".into()));
-            }
-            got += k;
-        }
-        let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]).min(proto::MAX_BODY);
-        let mut all = hdr.to_vec();
-        all.resize(8 + len as usize, 0);
-        (&*s).read_exact(&mut all[8..])?;
-        match proto::decode(&all) {
-            Ok(Msg::Done(proto::op::PEER)) => {
-                let mut it = fds.into_iter();
-                match (it.next(), it.next()) {
-                    (Some(ring), Some(wake)) => Ok((ring, wake)),
-                    _ => Err(other("PEER reply without its descriptors".into())),
-                }
-            }
-            Ok(Msg::Error(e)) => Err(e.to_io()),
-            other_msg => Err(other(format!("unexpected answer to PEER: {other_msg:?}"))),
+        let mut it = self
+            .call(&Msg::Peer(proto::PeerReq { slot, reserved: 0 }))?
+            .into_iter();
+        match (it.next(), it.next()) {
+            (Some(ring), Some(wake)) => Ok((ring, wake)),
+            _ => Err(other("PEER reply without its descriptors".into())),
         }
     }
 
     /// Claim a CM service ID (EADDRINUSE if another process holds it).
     pub(crate) fn listen(&self, service_id: u64) -> io::Result<()> {
-        self.call(&Msg::Listen(ListenReq { service_id }))
+        self.call(&Msg::Listen(ListenReq { service_id })).map(drop)
     }
 
     /// Release a CM service ID.
     pub(crate) fn unlisten(&self, service_id: u64) {
         let _ = self.call(&Msg::Unlisten(ListenReq { service_id }));
     }
+}
+
+/// One reply from the daemon on `ctl` and the descriptors that came with its first byte:
+/// the 8-byte header (with the descriptors), then the body it announces.
+fn read_reply(ctl: &UnixStream) -> io::Result<(Msg, Vec<OwnedFd>)> {
+    let closed = || other("the daemon closed the connection".into());
+    let mut hdr = [0u8; 8];
+    let (n, fds) = sys::recv_with_fds(ctl.as_fd(), &mut hdr)?;
+    if n == 0 {
+        return Err(closed());
+    }
+    let mut got = n;
+    while got < hdr.len() {
+        match (&*ctl).read(&mut hdr[got..])? {
+            0 => return Err(closed()),
+            k => got += k,
+        }
+    }
+    let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]).min(proto::MAX_BODY);
+    let mut all = hdr.to_vec();
+    all.resize(8 + len as usize, 0);
+    (&*ctl).read_exact(&mut all[8..])?;
+    let m = proto::decode(&all).map_err(|e| other(format!("bad answer from the daemon: {e:?}")))?;
+    Ok((m, fds))
 }
 
 /// The daemon device for `addr`, if a daemon serves one (and the daemon is not turned off).

@@ -1142,7 +1142,7 @@ fn route(
 }
 
 /// The destination QP of a packet that starts with its BTH (IBTA Vol 1 §9.2: bytes 5–7).
-fn bth_dest_qpn(pkt: &[u8]) -> u32 {
+pub(crate) fn bth_dest_qpn(pkt: &[u8]) -> u32 {
     match pkt.get(5..8) {
         Some(b) => u32::from_be_bytes([0, b[0], b[1], b[2]]),
         None => 0,
