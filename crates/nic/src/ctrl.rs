@@ -180,7 +180,7 @@ fn run(dev: &Device) {
                 if let Some(conn) = conns.remove(&token) {
                     let _ = shared.epoll.delete(conn.stream.as_raw_fd());
                     dev.lock_cp().destroy_context(conn.ctx);
-                    if let Some(t) = &dev.trace {
+                    if let Some(t) = dev.tracer() {
                         t.close(&dev.cfg.name, conn.ctx);
                     }
                     dev.engine.kick();
@@ -207,6 +207,7 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
         let target = match conn.need() {
             Need::Unframeable => return Step::Close,
             Need::Complete(total) => {
+                let started = dev.tracer().map(|_| std::time::Instant::now());
                 let kick = {
                     let bytes = conn.inbuf.get(..total).unwrap_or(&[]);
                     // Read the mappings a range check needs before taking the lock the
@@ -242,12 +243,13 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                     st.maps = None;
                     kick
                 };
-                if let Some(t) = &dev.trace {
+                if let Some(t) = dev.tracer() {
                     t.command(
                         &dev.cfg.name,
                         conn.ctx,
                         conn.inbuf.get(..total).unwrap_or(&[]),
                         &conn.out,
+                        started.map(|t0| t0.elapsed()).unwrap_or_default(),
                     );
                 }
                 if kick {

@@ -35,10 +35,11 @@ pub(crate) struct Device {
     /// start, not on the engine thread, whose sockets would otherwise come and go under a
     /// running application.
     pub(crate) gso: Option<sys::GsoIds>,
-    /// Packet capture (`UROCE_CAPTURE`, `crate::tap`), handed to the engine's `DevIo`.
-    pub(crate) tap: Option<Arc<crate::tap::Tap>>,
-    /// Command trace (`UROCE_TRACE`, `crate::trace`), written by the control plane.
-    pub(crate) trace: Option<Arc<crate::trace::Tracer>>,
+    /// Packet capture point (`crate::tap`: `UROCE_CAPTURE` and attached tools), handed to
+    /// the engine's `DevIo`.
+    pub(crate) tap: Arc<crate::tap::Tap>,
+    /// A sealed device (the fuzz harness): never captured or traced.
+    pub(crate) hermetic: bool,
     state: Mutex<DevState>,
     /// Control-plane threads waiting for the lock: the engine lets them in between passes.
     cp_waiting: AtomicU32,
@@ -51,6 +52,16 @@ pub(crate) struct Device {
 }
 
 impl Device {
+    /// The process's tracer if anything traces (never for a sealed device).
+    #[inline]
+    pub(crate) fn tracer(&self) -> Option<&'static crate::trace::Tracer> {
+        if self.hermetic {
+            None
+        } else {
+            crate::trace::active()
+        }
+    }
+
     /// The state, for the control plane (announces itself so the engine yields).
     pub(crate) fn lock_cp(&self) -> MutexGuard<'_, DevState> {
         self.cp_waiting.fetch_add(1, Ordering::SeqCst);
@@ -285,6 +296,9 @@ pub(crate) fn start_device_in(
             (sock, None)
         }
     };
+    if !hermetic {
+        crate::trace::start_from_env();
+    }
     let dev = Arc::new(Device {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: Mutex::new({
@@ -301,10 +315,8 @@ pub(crate) fn start_device_in(
             _ => None,
         },
         // A sealed device (the fuzz harness) is never captured or traced.
-        tap: (!hermetic)
-            .then(|| crate::tap::for_device(&cfg.name, cfg.addr))
-            .flatten(),
-        trace: (!hermetic).then(crate::trace::from_env).flatten(),
+        tap: crate::tap::for_device(&cfg.name, cfg.addr, !hermetic),
+        hermetic,
         cfg,
         space,
         cp_waiting: AtomicU32::new(0),
@@ -350,6 +362,11 @@ pub fn device(name: &str) -> Option<DeviceHandle> {
         .iter()
         .find(|d| d.cfg.name == name)
         .map(|d| DeviceHandle(d.clone()))
+}
+
+/// The running devices a tool may attach to (sealed ones excluded).
+pub(crate) fn attachable() -> Vec<Arc<Device>> {
+    registry().iter().filter(|d| !d.hermetic).cloned().collect()
 }
 
 /// Names of the running devices.
