@@ -12,6 +12,25 @@ use std::time::Duration;
 
 use abi::attach::{self, Answer, Request};
 
+/// Which running processes a tool attaches to (shared by `uroce capture` and `uroce trace`).
+#[derive(Debug, clap::Args)]
+pub struct Select {
+    /// Beside a running program: attach to this process (repeatable); ends when they exit.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Beside a running program: attach to every process with a device of this name (a
+    /// uroced device: every client process), including processes that start later.
+    #[arg(short = 'd', long = "device", value_name = "DEV")]
+    pub device: Option<String>,
+}
+
+impl Select {
+    /// Whether any selection was given.
+    pub fn given(&self) -> bool {
+        !self.pid.is_empty() || self.device.is_some()
+    }
+}
+
 /// A process to attach to.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -206,13 +225,18 @@ pub enum Got {
 }
 
 impl Session {
-    pub fn new(tool: &'static str, pids: &[u32], device: Option<&str>, req: Request) -> Session {
+    /// Start attaching `req` to the processes `sel` names. `Err`: a malformed device name.
+    pub fn new(tool: &'static str, sel: &Select, mut req: Request) -> Result<Session, String> {
+        if let Some(d) = &sel.device {
+            abi::attach::check_name(d).map_err(|e| format!("-d {d}: {e}"))?;
+        }
+        req.device = sel.device.clone();
         catch_stop_signals();
         let (tx, rx) = std::sync::mpsc::channel();
-        Session {
+        Ok(Session {
             tool,
-            pids: pids.to_vec(),
-            device: device.map(str::to_string),
+            pids: sel.pid.clone(),
+            device: sel.device.clone(),
             req,
             tx,
             rx,
@@ -223,7 +247,7 @@ impl Session {
             last_scan: None,
             started: std::time::Instant::now(),
             said_waiting: false,
-        }
+        })
     }
 
     /// The next records or lines; `Ok(None)` when the session is over, `Err` with a message

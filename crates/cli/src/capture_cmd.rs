@@ -48,13 +48,8 @@ pub struct Args {
     /// `| tshark -r -`); without it, one decoded line per packet on standard output.
     #[arg(short = 'w', value_name = "FILE", conflicts_with = "output")]
     pub write: Option<PathBuf>,
-    /// Beside a running program: attach to every process with a device of this name (a
-    /// uroced device: every client process), including processes that start later.
-    #[arg(short = 'd', long = "device", value_name = "DEV")]
-    pub device: Option<String>,
-    /// Beside a running program: attach to this process (repeatable); ends when they exit.
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pid: Vec<u32>,
+    #[command(flatten)]
+    pub select: attach_client::Select,
     /// Stop after COUNT packets (that pass the filter).
     #[arg(short = 'c', long = "count", value_name = "COUNT")]
     pub count: Option<u64>,
@@ -89,8 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     };
     if args.write.is_some()
-        || args.device.is_some()
-        || !args.pid.is_empty()
+        || args.select.given()
         || args.count.is_some()
         || !args.filter.is_empty()
     {
@@ -132,9 +126,6 @@ fn attach_mode(args: &Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    if let Some(d) = &args.device {
-        abi::attach::check_name(d).map_err(|e| anyhow::anyhow!("-d {d}: {e}"))?;
-    }
     let mut sink = match &args.write {
         Some(p) if p.as_os_str() == "-" => Sink::Pcap(Box::new(std::io::stdout())),
         Some(p) => Sink::Pcap(Box::new(
@@ -151,13 +142,17 @@ fn attach_mode(args: &Args) -> anyhow::Result<ExitCode> {
         w.flush()?;
     }
     let mut req = abi::attach::Request::new(abi::attach::Kind::Capture);
-    req.device = args.device.clone();
     req.snaplen = args.snaplen;
     // A packet between two processes of one device is recorded by its sender; only a
     // capture of given processes wants what their peer rings bring in as well.
-    req.ring_rx = !args.pid.is_empty();
-    let mut session =
-        attach_client::Session::new("capture", &args.pid, args.device.as_deref(), req);
+    req.ring_rx = !args.select.pid.is_empty();
+    let mut session = match attach_client::Session::new("capture", &args.select, req) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("uroce capture: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let mut kept = 0u64;
     let mut seen = 0u64;
     let mut frame_no = 0u64;

@@ -41,12 +41,8 @@ pub struct Args {
     /// becomes each process's ID) instead of stderr.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Beside a running program: attach to this process (repeatable); ends when they exit.
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pid: Vec<u32>,
-    /// Beside a running program: attach to every process with a device of this name.
-    #[arg(short = 'd', long = "device", value_name = "DEV")]
-    pub device: Option<String>,
+    #[command(flatten)]
+    pub select: attach_client::Select,
     /// Beside a running program: add sampled fast-path events (doorbells, WQEs, CQEs).
     #[arg(long)]
     pub fast: bool,
@@ -62,7 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.command.is_empty() {
         return attach_mode(&args);
     }
-    if !args.pid.is_empty() || args.device.is_some() || args.fast {
+    if args.select.given() || args.fast {
         eprintln!(
             "uroce trace: -p, -d and --fast are for tracing beside a running program (without `-- CMD`)"
         );
@@ -81,9 +77,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// `uroce trace` beside running programs.
 fn attach_mode(args: &Args) -> anyhow::Result<ExitCode> {
     use std::io::Write;
-    if let Some(d) = &args.device {
-        abi::attach::check_name(d).map_err(|e| anyhow::anyhow!("-d {d}: {e}"))?;
-    }
     let mut out: Box<dyn Write> = match &args.output {
         Some(p) => {
             Box::new(std::fs::File::create(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?)
@@ -91,10 +84,15 @@ fn attach_mode(args: &Args) -> anyhow::Result<ExitCode> {
         None => Box::new(std::io::stdout()),
     };
     let mut req = abi::attach::Request::new(abi::attach::Kind::Trace);
-    req.device = args.device.clone();
     req.fast = args.fast;
     req.fast_rate = args.fast_rate;
-    let mut session = attach_client::Session::new("trace", &args.pid, args.device.as_deref(), req);
+    let mut session = match attach_client::Session::new("trace", &args.select, req) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("uroce trace: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     loop {
         match session.next() {
             Ok(Some(attach_client::Got::Lines(text))) => {

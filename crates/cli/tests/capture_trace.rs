@@ -686,18 +686,9 @@ fn trace_attaches_beside_a_running_server() {
     let dir = scratch("trace-attach");
     let stats = dir.join("stats");
     std::fs::create_dir_all(&stats).unwrap();
-    let port = 18763;
+    let pingpong = ["pingpong", "rc", "-g", "0", "-n", "200", "-p", "18763"];
     let server = Command::new(uroce())
-        .args([
-            "pingpong",
-            "rc",
-            "-g",
-            "0",
-            "-n",
-            "200",
-            "-p",
-            &port.to_string(),
-        ])
+        .args(pingpong)
         .env("UROCE_DEVICES", "uroce0=127.79.22.1")
         .env("UROCE_STATS_DIR", &stats)
         .stdout(Stdio::null())
@@ -723,16 +714,7 @@ fn trace_attaches_beside_a_running_server() {
         said.push_str(&l);
     }
     let client = Command::new(uroce())
-        .args([
-            "pingpong",
-            "rc",
-            "-g",
-            "0",
-            "-n",
-            "200",
-            "-p",
-            &port.to_string(),
-        ])
+        .args(pingpong)
         .arg("127.79.22.1")
         .env("UROCE_DEVICES", "uroce1=127.79.22.2")
         .env("UROCE_STATS_DIR", &stats)

@@ -71,19 +71,14 @@ pub fn serve(mut stream: UnixStream) {
             let mut sent_dropped = 0;
             loop {
                 let batch = records.next_batch(POLL);
-                let mut out = Vec::with_capacity(batch.len() + 32);
-                if !batch.is_empty() {
-                    attach::encode_frame(attach::FRAME_RECORDS, batch, &mut out);
-                }
                 let dropped = sink.dropped.load(Relaxed);
-                if dropped != sent_dropped {
-                    attach::encode_frame(attach::FRAME_DROPPED, &dropped.to_le_bytes(), &mut out);
-                    sent_dropped = dropped;
-                }
-                if !out.is_empty() && sys::send_all(stream.as_fd(), &out).is_err() {
-                    break;
-                }
-                if out.is_empty() && sys::peer_closed(stream.as_fd()) {
+                if !pass(
+                    &stream,
+                    attach::FRAME_RECORDS,
+                    batch,
+                    dropped,
+                    &mut sent_dropped,
+                ) {
                     break;
                 }
             }
@@ -110,24 +105,38 @@ pub fn serve(mut stream: UnixStream) {
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
-                let mut out = Vec::with_capacity(text.len() + 32);
-                if !text.is_empty() {
-                    attach::encode_frame(attach::FRAME_LINES, text.as_bytes(), &mut out);
-                }
                 let dropped = sub.dropped.load(Relaxed);
-                if dropped != sent_dropped {
-                    attach::encode_frame(attach::FRAME_DROPPED, &dropped.to_le_bytes(), &mut out);
-                    sent_dropped = dropped;
-                }
-                if !out.is_empty() && sys::send_all(stream.as_fd(), &out).is_err() {
-                    break;
-                }
-                if out.is_empty() && sys::peer_closed(stream.as_fd()) {
+                if !pass(
+                    &stream,
+                    attach::FRAME_LINES,
+                    text.as_bytes(),
+                    dropped,
+                    &mut sent_dropped,
+                ) {
                     break;
                 }
             }
             crate::trace::unsubscribe(&sub);
         }
+    }
+}
+
+/// One round of an attachment: send `body` as a frame of `kind` (if any) and the dropped
+/// count if it changed since `sent_dropped`; with nothing to send, check the tool is still
+/// there. `false`: the tool is gone (or a write to it failed or timed out).
+fn pass(stream: &UnixStream, kind: u8, body: &[u8], dropped: u64, sent_dropped: &mut u64) -> bool {
+    let mut out = Vec::with_capacity(body.len() + 32);
+    if !body.is_empty() {
+        attach::encode_frame(kind, body, &mut out);
+    }
+    if dropped != *sent_dropped {
+        attach::encode_frame(attach::FRAME_DROPPED, &dropped.to_le_bytes(), &mut out);
+        *sent_dropped = dropped;
+    }
+    if out.is_empty() {
+        !sys::peer_closed(stream.as_fd())
+    } else {
+        sys::send_all(stream.as_fd(), &out).is_ok()
     }
 }
 

@@ -11,7 +11,6 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uroce::*;
 
 fn lost() -> u64 {
     nic::attach::capture_lost("uroce0")
@@ -21,24 +20,7 @@ fn writes(a: &uroce::pair::End, b: &uroce::pair::End, n: u64) {
     let src = buf(a, 4096);
     let dst = buf(b, 4096);
     let rm = dst.remote();
-    let sge = [src.sge(0, 4096)];
-    let mut wc = [Wc::default(); 16];
-    let (mut posted, mut done) = (0u64, 0u64);
-    while done < n {
-        while posted < n && posted - done < 32 {
-            let mut wr = SendWr::write(posted, &sge, rm.at(0), rm.rkey);
-            if posted % 8 == 7 || posted == n - 1 {
-                wr = wr.signaled();
-            }
-            a.qp.post_send(&[wr]).expect("post_send");
-            posted += 1;
-        }
-        let k = a.cq.poll(&mut wc).expect("poll");
-        for w in &wc[..k] {
-            assert_eq!(w.status, WcStatus::SUCCESS, "{w:?}");
-            done = w.wr_id + 1;
-        }
-    }
+    write_stream(a, &[src.sge(0, 4096)], rm.rkey, |_| rm.at(0), n, 32, 8);
 }
 
 #[test]
