@@ -254,6 +254,7 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                 }
                 if kick {
                     dev.engine.kick();
+                    flush_last_word(dev);
                 }
                 conn.outpos = 0;
                 conn.have = 0;
@@ -311,4 +312,22 @@ fn flush(shared: &CtrlShared, token: u64, conn: &mut Conn) -> io::Result<bool> {
         conn.out_armed = false;
     }
     Ok(true)
+}
+
+/// After `rdma_reject` or `rdma_disconnect` a consumer may leave at once — a forked child
+/// ends with `_exit`, which runs no exit handler (`crate::device`'s flush) — where the
+/// kernel's CM would still send the REJ or DREQ. So the reply to those commands waits (at
+/// most ~100 ms) until the engine has taken the MADs they queued.
+fn flush_last_word(dev: &Device) {
+    if !std::mem::take(&mut dev.lock_cp().gsi.flush_before_reply) {
+        return;
+    }
+    for _ in 0..1000 {
+        if !dev.lock_cp().gsi.cm.has_transmits() {
+            return;
+        }
+        dev.engine.kick();
+        dev.engine.drive();
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
 }

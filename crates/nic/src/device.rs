@@ -86,9 +86,28 @@ impl Device {
 static REGISTRY: Mutex<Vec<Arc<Device>>> = Mutex::new(Vec::new());
 static SHARED_ENGINE: Mutex<Option<Arc<EngineShared>>> = Mutex::new(None);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The process the registry's devices run in (0: none yet).
+static REGISTRY_PID: AtomicU32 = AtomicU32::new(0);
 
+/// The running devices. A child of `fork` inherits the parent's devices without the
+/// threads that run them (engine, control plane) — pyverbs' rdma_cm tests open a device in
+/// the parent, then connect from two forked children. So the first call in a new process
+/// forgets them (leaked, not dropped: their threads and locks are not this process's) and
+/// the shared engine, and the child's first open starts (or attaches) its own device, as
+/// a forked rdma-core process opens its own contexts.
 fn registry() -> MutexGuard<'static, Vec<Arc<Device>>> {
-    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+    let mut reg = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if REGISTRY_PID.swap(pid, Ordering::SeqCst) != pid {
+        for d in reg.drain(..) {
+            std::mem::forget(d);
+        }
+        let mut e = SHARED_ENGINE.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = e.take() {
+            std::mem::forget(e);
+        }
+    }
+    reg
 }
 
 /// A started device.
@@ -338,14 +357,24 @@ pub(crate) fn start_device_in(
 /// REJ a program issued just before returning from `main`), waiting at most ~100 ms per
 /// device. The kernel's CM outlives a process; an embedded device does not, and a peer
 /// would otherwise wait for a DREQ that never left.
+///
+/// Never blocks on a lock: `exit` may run inside a signal handler (libfabric's psm
+/// providers call it on SIGTERM) that interrupted this very thread inside the engine, with
+/// the device state locked; and a forked child's registry holds its parent's devices.
 extern "C" fn flush_cm_at_exit() {
     let devs: Vec<Arc<Device>> = match REGISTRY.try_lock() {
-        Ok(r) => r.clone(),
-        Err(_) => return,
+        Ok(r) if REGISTRY_PID.load(Ordering::SeqCst) == std::process::id() => r.clone(),
+        _ => return,
     };
     for d in devs {
         for _ in 0..100 {
-            let pending = d.lock_cp().gsi.cm.has_transmits();
+            let pending = match d.state.try_lock() {
+                Ok(st) => st.gsi.cm.has_transmits(),
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().gsi.cm.has_transmits(),
+                // Held (by the engine, or by this thread under a signal handler): try
+                // again shortly; a hundred misses end the wait.
+                Err(std::sync::TryLockError::WouldBlock) => true,
+            };
             if !pending {
                 break;
             }
