@@ -466,3 +466,54 @@ fn compare_json_rows() {
     }
     assert!(v["machine"]["cpus"].as_u64().is_some_and(|c| c >= 1));
 }
+
+/// `uroce bench ratios --json`: every baseline measured in the run, the five figures each
+/// with its ratio to its baseline and its goal. The values are this machine's business —
+/// nothing is asserted about them beyond being measured and consistent.
+#[test]
+fn ratios_reports_every_figure_against_its_baseline() {
+    let out = bench(
+        "uroce0=127.79.30.1",
+        &[
+            "ratios",
+            "--json",
+            "-D",
+            "1",
+            "-n",
+            "2000",
+            "--pair",
+            "127.79.30.2,127.79.30.3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("JSON");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    for k in ["memcpy_mb_s", "udp_one_way_us", "tcp_mb_s"] {
+        let b = v["baselines"][k].as_f64().unwrap();
+        assert!(b.is_finite() && b > 0.0, "{k}: {b}");
+    }
+    let figs = v["figures"].as_array().unwrap();
+    assert_eq!(figs.len(), 5);
+    let mut met = 0;
+    for f in figs {
+        let m = f["measured"].as_f64().unwrap();
+        let r = f["ratio"].as_f64().unwrap();
+        assert!(m.is_finite() && m > 0.0, "{f}");
+        if let Some(b) = f["baseline"].as_f64() {
+            assert!((r - m / b).abs() <= 1e-9 * r.abs(), "{f}");
+        }
+        assert!(f["goal"].as_str().unwrap().starts_with(['<', '>']), "{f}");
+        met += usize::from(f["met"].as_bool().unwrap());
+    }
+    assert_eq!(v["goals_met"].as_u64(), Some(met as u64));
+}

@@ -371,7 +371,7 @@ fn median(v: &mut [u64]) -> f64 {
 }
 
 /// TCP streaming: a sender thread (this one) and a receiver thread.
-fn bw_tcp(secs: Duration) -> Result<(f64, u64)> {
+pub(crate) fn bw_tcp(secs: Duration) -> Result<(f64, u64)> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let mut tx = TcpStream::connect(l.local_addr()?)?;
     let (mut rx, _) = l.accept()?;
@@ -629,6 +629,19 @@ fn machine(strace: bool, secs: f64) -> Machine {
         strace,
         seconds_per_workload: secs,
     }
+}
+
+/// The machine in one line, for reports: CPUs, model, kernel, build, load average.
+pub(crate) fn machine_line() -> String {
+    let m = machine(false, 0.0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "{} CPUs, {}, kernel {}, {} build, load average {load}",
+        m.cpus, m.cpu_model, m.kernel, m.build
+    )
 }
 
 /// The strace child: the ping-pong of one path between markers, its thread id first.

@@ -25,6 +25,7 @@ pub mod cm;
 pub mod compare;
 pub mod params;
 pub mod plot;
+pub mod ratios;
 pub mod runs;
 pub mod side;
 pub mod sys;
@@ -47,8 +48,9 @@ use side::{Row, Side};
 /// `uroce bench` options: perftest's, plus uroce's topology and checking options.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, atomic_bw, atomic_lat, or
-    /// `compare` (the comparison table).
+    /// write_bw, write_lat, read_bw, read_lat, send_bw, send_lat, atomic_bw, atomic_lat,
+    /// `compare` (the comparison table), or `ratios` (the figures against this machine's
+    /// baselines and the project's goals).
     pub test: String,
     /// The server to connect to (without it, and without --loopback/--pair: serve).
     pub server: Option<String>,
@@ -155,6 +157,9 @@ pub struct Args {
     /// uroce: give up after SECS without progress (perftest waits forever).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub timeout: u64,
+    /// Internal: the `bench ratios` child that echoes UDP datagrams on 127.0.0.1:PORT.
+    #[arg(long, hide = true, value_name = "PORT")]
+    pub ratios_udp_echo: Option<u16>,
     /// Internal: the `bench compare` child whose system calls strace counts.
     #[arg(long, hide = true, value_name = "PATH")]
     pub compare_child: Option<String>,
@@ -164,6 +169,9 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     if args.test == "compare" {
         return compare::run(&args);
+    }
+    if args.test == "ratios" {
+        return ratios::run(&args);
     }
     let p = params::from_args(&args)?;
     if p.post_list_notice && !p.json {
