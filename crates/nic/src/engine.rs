@@ -109,6 +109,12 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(100);
 /// The idle spin while the cores are oversubscribed: a few passes, no window (measured on
 /// the 2-core VM: a 50 µs window there doubled two-process round trips).
 const CONTENDED_SPIN: Duration = Duration::from_micros(5);
+/// After an application thread last called in, the engine parks after [`CONTENDED_SPIN`]
+/// for this long: the caller does the work on its own core (`EngineShared::drive`).
+const APP_HOLD: Duration = Duration::from_millis(2);
+/// A parked engine with packets waiting for room in a full peer ring looks again this
+/// often (the consumer does not wake producers; a polling caller moves them sooner).
+const RING_BACKLOG_NAP: Duration = Duration::from_micros(100);
 /// How often the engine re-reads its CPU affinity (one CPU: always contended).
 const AFFINITY_CHECK: Duration = Duration::from_secs(1);
 /// The wake eventfd's epoll token (devices' sockets use their ids, which start at 1).
@@ -146,6 +152,11 @@ pub(crate) struct EngineShared {
     /// Calls of `drive` counted while `single_cpu`: an application thread is polling or
     /// posting, on the engine's one CPU.
     app_calls: AtomicU64,
+    /// A library thread called [`EngineShared::drive`] since the engine last looked: an
+    /// application is polling or posting, on a core that is running anyway, so the engine
+    /// leaves the work to it and parks after a short spin (set by the caller, cleared by
+    /// the engine; written only when it changes, so a poller does not bounce the line).
+    app_active: AtomicBool,
 }
 
 /// What only the thread doing the engine's work touches.
@@ -192,14 +203,35 @@ impl Core {
         progress
     }
 
+    /// Set (or clear) the `parked` word of every peer ring of the engine's devices; when
+    /// setting, whether a ring holds packets (the re-check of the doorbell protocol).
+    fn rings_parked(&self, parked: bool) -> bool {
+        let mut pending = false;
+        for d in &self.devs {
+            let mut st = d.dev.lock_engine();
+            for r in st.peer_rx.iter_mut() {
+                r.set_parked(parked);
+                pending |= parked && r.pending();
+            }
+        }
+        pending
+    }
+
+    /// Whether packets wait for room in another process's full ring.
+    fn ring_stalled(&self) -> bool {
+        self.devs.iter().any(|d| !d.io.ring_backlog.is_empty())
+    }
+
     /// After passes on a library thread: whether work is left that only another pass would
     /// do (or a TX backlog), and the earliest transport deadline — one device lock each.
+    /// Packets waiting for a full peer ring are not such work: the parked engine looks at
+    /// them every [`RING_BACKLOG_NAP`], and a caller that keeps polling moves them sooner.
     fn leftover(&self) -> (bool, Option<Time>) {
         let mut left = false;
         let mut next: Option<Time> = None;
         for d in &self.devs {
             let st = d.dev.lock_engine();
-            left |= unfinished(&d.io, &st) || !d.io.txq.is_empty();
+            left |= busy(&d.io, &st) || !d.io.txq.is_empty();
             if let Some(Reverse((t, _))) = st.timers.peek() {
                 next = Some(next.map_or(*t, |n| n.min(*t)));
             }
@@ -210,8 +242,8 @@ impl Core {
 
 /// Whether a device has work only another pass would do: ready QPs, a socket epoll said
 /// is readable, undelivered loopback packets.
-fn unfinished(io: &DevIo, st: &DevState) -> bool {
-    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty() || !io.ring_backlog.is_empty()
+fn busy(io: &DevIo, st: &DevState) -> bool {
+    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty()
 }
 
 impl EngineShared {
@@ -236,6 +268,7 @@ impl EngineShared {
             contended: AtomicBool::new(false),
             single_cpu: AtomicBool::new(false),
             app_calls: AtomicU64::new(0),
+            app_active: AtomicBool::new(false),
         });
         let s = shared.clone();
         std::thread::Builder::new()
@@ -279,6 +312,9 @@ impl EngineShared {
             // Only then: on separate cores this line would bounce on every poll.
             self.app_calls.fetch_add(1, Relaxed);
         }
+        if !self.app_active.load(Relaxed) {
+            self.app_active.store(true, Relaxed);
+        }
         let core = if self.parked.load(SeqCst) {
             self.core.try_lock().ok()
         } else {
@@ -291,15 +327,33 @@ impl EngineShared {
             return false;
         };
         core.refresh(self);
+        // While this thread does the passes it is the peer rings' consumer: producers need
+        // not wake the sleeping engine for what it will read anyway (docs/daemon.md §2.1).
+        core.rings_parked(false);
+        let mut any = false;
         for _ in 0..DRIVE_PASSES {
             if !core.pass(self.epoch, true, true) {
                 break;
             }
+            any = true;
+        }
+        // The doorbell protocol on the way out: parked again, then one more look.
+        if core.rings_parked(true) {
+            core.rings_parked(false);
+            core.pass(self.epoch, true, true);
+            core.rings_parked(true);
         }
         let (left, next) = core.leftover();
         let earlier = next.is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
         if left || earlier {
             sys::eventfd_signal(self.wake.as_fd());
+        }
+        let stalled = !any && core.ring_stalled();
+        drop(core);
+        if stalled {
+            // Nothing moved because another process's ring is full: its consumer needs a
+            // core more than this poller does.
+            std::thread::yield_now();
         }
         true
     }
@@ -503,6 +557,15 @@ fn run(shared: Arc<EngineShared>) {
             contended_until = t + CONTENDED_HOLD;
         }
         seen_calls = calls;
+        if shared.app_active.load(Relaxed) {
+            // An application thread polls or posts: it does the work while this thread
+            // parks (EngineShared::drive). Spinning beside it would only take a core from
+            // it, or from the other process of a pair on the same device.
+            shared.app_active.store(false, Relaxed);
+            if contention_aware {
+                contended_until = contended_until.max(t + APP_HOLD);
+            }
+        }
         let contended = t < contended_until;
         if shared.contended.load(Relaxed) != contended {
             shared.contended.store(contended, Relaxed);
@@ -580,6 +643,7 @@ fn park(
     };
     // 1. Announce `parked` on every doorbell page and peer ring, re-checking them.
     let mut may_sleep = true;
+    let mut backlog = false;
     let mut next: Option<Time> = None;
     for d in core.devs.iter() {
         let mut st = d.dev.lock_engine();
@@ -597,9 +661,11 @@ fn park(
         if let Some(Reverse((t, _))) = st.timers.peek() {
             next = Some(next.map_or(*t, |n| n.min(*t)));
         }
-        if unfinished(&d.io, &st) {
+        if busy(&d.io, &st) {
             may_sleep = false;
         }
+        // A full peer ring empties at its consumer's pace: nap, don't spin.
+        backlog |= !d.io.ring_backlog.is_empty();
         if !may_sleep {
             break;
         }
@@ -629,6 +695,11 @@ fn park(
             }
             Some(Duration::from_nanos(dt - WAKE_EARLY_NS))
         }
+    };
+    let timeout = if backlog {
+        Some(timeout.map_or(RING_BACKLOG_NAP, |t| t.min(RING_BACKLOG_NAP)))
+    } else {
+        timeout
     };
     shared
         .sleeps_until
@@ -1129,7 +1200,10 @@ fn route(
                     tap.looped(pkt, |_| true);
                 }
             }
-            let queued = io.ring_backlog.iter().any(|(s, _, _)| *s == slot);
+            // (Usually one peer: the newest entry answers without a scan.)
+            let queued = !io.ring_backlog.is_empty()
+                && (io.ring_backlog.back().is_some_and(|(s, _, _)| *s == slot)
+                    || io.ring_backlog.iter().any(|(s, _, _)| *s == slot));
             if !queued && buf.get(..t.len).is_some_and(|p| tx.stage(p)) {
                 io.put_buf(buf);
             } else {

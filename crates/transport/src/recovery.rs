@@ -102,6 +102,21 @@ impl Recovery {
         }
     }
 
+    /// A new upper limit for the window (the QP's `max_unacked_psns` changed): a window
+    /// still at the old limit (no loss cut it) moves to the new one.
+    pub(crate) fn set_max(&mut self, max: u32) {
+        let max = max.max(1);
+        if self.cwnd >= self.max {
+            self.cwnd = max;
+        }
+        if self.ssthresh >= self.max {
+            self.ssthresh = max;
+        }
+        self.max = max;
+        self.cwnd = self.cwnd.min(max);
+        self.ssthresh = self.ssthresh.min(max);
+    }
+
     /// `newly` packets were acknowledged: grow the window (one packet per packet acked in
     /// slow start, one packet per window in congestion avoidance), up to `max`.
     pub(crate) fn on_ack(&mut self, newly: u32, unacked: Psn, max: u32) {
