@@ -112,9 +112,15 @@ const CONTENDED_SPIN: Duration = Duration::from_micros(5);
 /// After an application thread last called in, the engine parks after [`CONTENDED_SPIN`]
 /// for this long: the caller does the work on its own core (`EngineShared::drive`).
 const APP_HOLD: Duration = Duration::from_millis(2);
-/// A parked engine with packets waiting for room in a full peer ring looks again this
-/// often (the consumer does not wake producers; a polling caller moves them sooner).
-const RING_BACKLOG_NAP: Duration = Duration::from_micros(100);
+/// A parked engine with packets waiting for room in a full peer ring, or whose rings were
+/// in use within [`RING_ACTIVE_NS`], looks again this often (the consumer does not wake
+/// producers, and ACKs an application thread held back must leave; a polling caller does
+/// both sooner).
+const RING_BACKLOG_NAP: Duration = Duration::from_nanos(RING_NAP_NS);
+/// See [`RING_BACKLOG_NAP`].
+const RING_ACTIVE_NS: u64 = 5_000_000;
+/// [`RING_BACKLOG_NAP`] in ns.
+const RING_NAP_NS: u64 = 100_000;
 /// How often the engine re-reads its CPU affinity (one CPU: always contended).
 const AFFINITY_CHECK: Duration = Duration::from_secs(1);
 /// The wake eventfd's epoll token (devices' sockets use their ids, which start at 1).
@@ -235,6 +241,14 @@ impl Core {
             if let Some(Reverse((t, _))) = st.timers.peek() {
                 next = Some(next.map_or(*t, |n| n.min(*t)));
             }
+            // ACKs held back here must leave even if this caller does not come back: by
+            // the engine's next nap at the latest (a sleep without one is woken).
+            for tx in st.peer_tx.values() {
+                if let Some(h) = tx.held_at() {
+                    let t = Time(h + crate::peer_ring::ACK_HOLD_NS + RING_NAP_NS);
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
         }
         (left, next)
     }
@@ -315,7 +329,10 @@ impl EngineShared {
         if !self.app_active.load(Relaxed) {
             self.app_active.store(true, Relaxed);
         }
-        let core = if self.parked.load(SeqCst) {
+        // Parked, or awake beside an active caller (it only spins a few µs then, and
+        // releases its state between spin steps): the work is done here, at once.
+        let parked = self.parked.load(SeqCst);
+        let core = if parked || self.contended.load(Relaxed) {
             self.core.try_lock().ok()
         } else {
             None
@@ -329,7 +346,9 @@ impl EngineShared {
         core.refresh(self);
         // While this thread does the passes it is the peer rings' consumer: producers need
         // not wake the sleeping engine for what it will read anyway (docs/daemon.md §2.1).
-        core.rings_parked(false);
+        if parked {
+            core.rings_parked(false);
+        }
         let mut any = false;
         for _ in 0..DRIVE_PASSES {
             if !core.pass(self.epoch, true, true) {
@@ -338,14 +357,14 @@ impl EngineShared {
             any = true;
         }
         // The doorbell protocol on the way out: parked again, then one more look.
-        if core.rings_parked(true) {
+        if parked && core.rings_parked(true) {
             core.rings_parked(false);
             core.pass(self.epoch, true, true);
             core.rings_parked(true);
         }
         let (left, next) = core.leftover();
         let earlier = next.is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
-        if left || earlier {
+        if parked && self.parked.load(SeqCst) && (left || earlier) {
             sys::eventfd_signal(self.wake.as_fd());
         }
         let stalled = !any && core.ring_stalled();
@@ -434,6 +453,8 @@ pub(crate) struct DevIo {
     ring_rx: Vec<u8>,
     /// When the daemon's socket was last read.
     daemon_polled: Time,
+    /// When a peer ring last carried a packet either way (`Time(0)`: never).
+    ring_seen: Time,
     /// The device's packet capture (`crate::tap`; `UROCE_CAPTURE`): `None` when off, the
     /// only cost capture adds to the datapath.
     tap: Option<Arc<crate::tap::Tap>>,
@@ -453,6 +474,7 @@ impl DevIo {
             ring_backlog: VecDeque::new(),
             ring_rx: Vec::new(),
             daemon_polled: Time(0),
+            ring_seen: Time(0),
             tap,
         }
     }
@@ -523,7 +545,17 @@ fn run(shared: Arc<EngineShared>) {
     let mut affinity_checked = Instant::now() - AFFINITY_CHECK;
     loop {
         // Held for this iteration (released between passes, and while asleep in `park`).
-        let mut core = lock(&shared.core);
+        // A caller doing the work meanwhile (`EngineShared::drive`) is not waited for.
+        let mut core = match shared.core.try_lock() {
+            Ok(c) => c,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // Its core may be the one that caller needs.
+                std::thread::yield_now();
+                spun_at = None;
+                continue;
+            }
+        };
         if core.refresh(&shared) {
             policy.reconfigure(spin_bounds(&core.devs));
             yield_idle = core.devs.iter().any(|d| d.dev.cfg.yield_when_idle);
@@ -664,8 +696,12 @@ fn park(
         if busy(&d.io, &st) {
             may_sleep = false;
         }
-        // A full peer ring empties at its consumer's pace: nap, don't spin.
-        backlog |= !d.io.ring_backlog.is_empty();
+        // A full peer ring empties at its consumer's pace: nap, don't spin. And while
+        // rings are in use, an application thread may hold back ACKs for a moment
+        // (`flush_rings`) and then stop calling in: nap so that they leave regardless.
+        backlog |= !d.io.ring_backlog.is_empty()
+            || (d.io.ring_seen.0 != 0
+                && now_of(shared.epoch).nanos_since(d.io.ring_seen) < RING_ACTIVE_NS);
         if !may_sleep {
             break;
         }
@@ -701,9 +737,14 @@ fn park(
     } else {
         timeout
     };
-    shared
-        .sleeps_until
-        .store(next.map_or(u64::MAX, |t| t.0), SeqCst);
+    // What a caller compares its deadlines with (`EngineShared::drive`): the transport's,
+    // or the nap's if sooner.
+    let nap_end = backlog.then(|| now_of(shared.epoch).0.saturating_add(RING_NAP_NS));
+    let until = match (next.map(|t| t.0), nap_end) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(u64::MAX),
+    };
+    shared.sleeps_until.store(until, SeqCst);
     drop(core);
     let t0 = Instant::now();
     let _ = shared.epoll.wait_for(events, timeout);
@@ -782,7 +823,7 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
     }
     // MADs the CM queued while QPs were served (answers to loopback MADs).
     progress |= send_gsi(st, io);
-    progress |= flush_tx(dev, st, io);
+    progress |= flush_tx(dev, st, io, now_of(epoch), by_app);
     if by_app && progress {
         st.res.counters.app_passes += 1;
     }
@@ -1336,8 +1377,10 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
 }
 
 /// Move what waits for full peer rings into them (in order), then publish every ring that
-/// got packets (one Release store each, a wake-up only for a parked consumer).
-fn flush_rings(st: &mut DevState, io: &mut DevIo) -> bool {
+/// got packets (one Release store each, a wake-up only for a parked consumer). On an
+/// application thread (`hold`), a batch of nothing but ACKs may wait a little for the
+/// answer the application is about to post (`peer_ring::TxRing::publish_or_hold`).
+fn flush_rings(st: &mut DevState, io: &mut DevIo, now: Time, hold: bool) -> bool {
     let mut progress = false;
     let mut blocked: Vec<u32> = Vec::new();
     let mut k = 0;
@@ -1367,7 +1410,10 @@ fn flush_rings(st: &mut DevState, io: &mut DevIo) -> bool {
         }
     }
     for tx in st.peer_tx.values_mut() {
-        tx.publish();
+        if tx.staged() {
+            io.ring_seen = now;
+        }
+        tx.publish_or_hold(now.0, hold);
     }
     progress
 }
@@ -1388,11 +1434,14 @@ fn receive_rings(st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
     }
     io.ring_rx = buf;
     st.peer_rx = rings;
+    if n > 0 {
+        io.ring_seen = now;
+    }
     n > 0
 }
 
-fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
-    let mut progress = flush_rings(st, io);
+fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time, by_app: bool) -> bool {
+    let mut progress = flush_rings(st, io, now, by_app);
     let mut groups = [0usize; TX_BATCH];
     // After a refused GSO send, the next message goes datagram by datagram.
     let mut single_first = false;

@@ -94,6 +94,19 @@ pub(crate) struct TxRing {
     /// The consumer's engine wake-up (an eventfd of the other process).
     wake: OwnedFd,
     m: Mapped,
+    /// What is staged and unpublished is only plain RC ACKs.
+    acks_only: bool,
+    /// Since when (engine ns) such ACKs are held back ([`TxRing::publish_or_hold`]).
+    held_at: Option<u64>,
+}
+
+/// An ACK-only batch may wait this long for a packet to travel with (ns).
+pub(crate) const ACK_HOLD_NS: u64 = 20_000;
+
+/// Whether `pkt` (BTH first) is a plain RC ACK: RC_ACKNOWLEDGE with an ACK syndrome in its
+/// AETH (IBTA Vol 1 §9.7.5.1), not a NAK.
+fn plain_ack(pkt: &[u8]) -> bool {
+    pkt.first() == Some(&0x11) && pkt.get(12).is_some_and(|s| s >> 5 == 0)
 }
 
 impl TxRing {
@@ -105,6 +118,8 @@ impl TxRing {
             prod,
             wake,
             m,
+            acks_only: false,
+            held_at: None,
         })
     }
 
@@ -119,11 +134,47 @@ impl TxRing {
             return false;
         }
         let len = (pkt.len() as u64).to_le_bytes();
-        self.prod.stage_parts(&[&len, pkt]).is_ok()
+        let first = self.prod.staged() == 0;
+        if self.prod.stage_parts(&[&len, pkt]).is_err() {
+            return false;
+        }
+        self.acks_only = (first || self.acks_only) && plain_ack(pkt);
+        true
+    }
+
+    /// Since when (engine ns) ACKs are held back, if they are.
+    pub(crate) fn held_at(&self) -> Option<u64> {
+        self.held_at
+    }
+
+    /// Whether packets are staged and not yet published.
+    pub(crate) fn staged(&self) -> bool {
+        self.prod.staged() != 0
+    }
+
+    /// [`TxRing::publish`], except that with `hold` a batch of nothing but plain ACKs
+    /// waits up to [`ACK_HOLD_NS`] (from `now`, engine ns) for a packet to go with: an
+    /// application thread that just took a request off the ring usually answers it at
+    /// once, and the consumer — polling for that ACK — then finds both in one look
+    /// instead of being woken for the request after it returned with the ACK.
+    pub(crate) fn publish_or_hold(&mut self, now: u64, hold: bool) {
+        if self.prod.staged() == 0 {
+            self.held_at = None;
+            return;
+        }
+        if hold && self.acks_only {
+            let t = *self.held_at.get_or_insert(now);
+            if now.saturating_sub(t) < ACK_HOLD_NS {
+                return;
+            }
+        }
+        self.publish();
     }
 
     /// Publish what was staged; wake the consumer if it is parked.
     pub(crate) fn publish(&mut self) {
+        self.held_at = None;
+        self.acks_only = false;
         if self.prod.staged() == 0 {
             return;
         }
