@@ -252,3 +252,64 @@ impl RxRing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet: BTH (opcode first) and, for an ACK, the AETH syndrome at byte 12.
+    fn pkt(opcode: u8, syndrome: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 16];
+        p[0] = opcode;
+        p[12] = syndrome;
+        p
+    }
+
+    fn ring() -> (TxRing, RxRing) {
+        let fd = create().expect("memfd");
+        let wake = sys::eventfd().expect("eventfd");
+        let tx = TxRing::attach(&fd, wake).expect("producer");
+        let rx = RxRing::attach(&fd).expect("consumer");
+        (tx, rx)
+    }
+
+    #[test]
+    fn only_plain_acks_count_as_acks() {
+        assert!(plain_ack(&pkt(0x11, 0x1f)));
+        // NAKs (syndrome 011xxxxx) and RNR NAKs (001xxxxx) are not held.
+        assert!(!plain_ack(&pkt(0x11, 0x60)));
+        assert!(!plain_ack(&pkt(0x11, 0x20)));
+        // An RDMA WRITE ONLY, an atomic ACK, a truncated packet.
+        assert!(!plain_ack(&pkt(0x0a, 0)));
+        assert!(!plain_ack(&pkt(0x12, 0)));
+        assert!(!plain_ack(&[0x11]));
+    }
+
+    #[test]
+    fn an_ack_only_batch_waits_for_company_or_its_time() {
+        let (mut tx, mut rx) = ring();
+        let mut buf = Vec::new();
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(1_000, true);
+        assert!(!rx.pending(), "held");
+        assert_eq!(tx.held_at(), Some(1_000));
+        tx.publish_or_hold(1_000 + ACK_HOLD_NS - 1, true);
+        assert!(!rx.pending(), "still within the hold");
+        // A request staged behind it: both leave at once, in order.
+        assert!(tx.stage(&pkt(0x0a, 0)));
+        tx.publish_or_hold(1_000 + ACK_HOLD_NS - 1, true);
+        let mut got = Vec::new();
+        assert_eq!(rx.drain(8, &mut buf, |p| got.push(p[0])), 2);
+        assert_eq!(got, [0x11, 0x0a]);
+        assert_eq!(tx.held_at(), None);
+        // Alone, it leaves when its time is up, and at once when not held.
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(5_000, true);
+        tx.publish_or_hold(5_000 + ACK_HOLD_NS, true);
+        assert!(rx.pending());
+        assert_eq!(rx.drain(8, &mut buf, |_| {}), 1);
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(9_000, false);
+        assert!(rx.pending());
+    }
+}

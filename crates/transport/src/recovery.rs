@@ -318,6 +318,24 @@ mod tests {
     }
 
     #[test]
+    fn a_new_limit_moves_an_uncut_window_and_caps_a_cut_one() {
+        let mut r = Recovery::new(MAX);
+        r.set_max(512);
+        assert_eq!((r.cwnd, r.ssthresh), (512, 512));
+        r.on_ack(1000, Psn::new(1000), 512);
+        assert_eq!(r.cwnd, 512);
+        // A window a loss cut stays where it is; a smaller limit caps it.
+        r.on_loss(100, Psn::new(1100), false, FLOOR);
+        let cut = r.cwnd;
+        assert!(cut < 512);
+        r.set_max(1024);
+        assert_eq!(r.cwnd, cut);
+        r.set_max(8);
+        assert_eq!(r.cwnd, cut.min(8));
+        assert!(r.ssthresh <= 8);
+    }
+
+    #[test]
     fn nak_halves_the_window_once_per_episode() {
         let mut r = Recovery::new(MAX);
         // 100 packets in flight, PSNs up to 99 sent.
