@@ -48,6 +48,18 @@
 //! µs; ib_write_bw 205 → 444–485 MB/s; ib_atomic_bw 0.018 → 0.084–0.093 Mpps. An
 //! application that waits by spinning on memory (ib_write_lat) still needs the engine
 //! thread to be scheduled for each incoming WRITE (typical ~45 µs, one wake-up here).
+//!
+//! The device's work is done where a core is already running: on the caller's thread when
+//! it posts or polls, on the engine only when no caller is there. A caller marks itself
+//! active (`EngineShared::app_active`); the engine then counts as contended for
+//! `APP_HOLD` — it parks after a few µs of idle spin, and a caller that finds it awake in
+//! that state takes the work too (the engine's loop `try_lock`s and yields to it). On a
+//! daemon device the caller also drains the peer rings while it does the passes (it
+//! withdraws the rings' `parked` word meanwhile, so producers do not wake the engine for
+//! what it reads anyway), and holds back an ACK-only batch for the answer it is about to
+//! post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps `RING_BACKLOG_NAP`
+//! while rings are in use or full, so that held ACKs and packets waiting for room always
+//! leave (docs/daemon.md §2.1).
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
