@@ -58,8 +58,8 @@
 //! withdraws the rings' `parked` word meanwhile, so producers do not wake the engine for
 //! what it reads anyway), and holds back an ACK-only batch for the answer it is about to
 //! post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps `RING_BACKLOG_NAP`
-//! while rings are in use or full, so that held ACKs and packets waiting for room always
-//! leave (docs/daemon.md §2.1).
+//! while callers have been holding ACKs or a ring is full, so that held ACKs and packets
+//! waiting for room always leave (docs/daemon.md §2.1).
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
@@ -124,9 +124,9 @@ const CONTENDED_SPIN: Duration = Duration::from_micros(5);
 /// After an application thread last called in, the engine parks after [`CONTENDED_SPIN`]
 /// for this long: the caller does the work on its own core (`EngineShared::drive`).
 const APP_HOLD: Duration = Duration::from_millis(2);
-/// A parked engine with packets waiting for room in a full peer ring, or whose rings were
-/// in use within [`RING_ACTIVE_NS`], looks again this often (the consumer does not wake
-/// producers, and ACKs an application thread held back must leave; a polling caller does
+/// A parked engine with packets waiting for room in a full peer ring, or on whose rings
+/// an application thread held back ACKs within [`RING_ACTIVE_NS`], looks again this often
+/// (the consumer does not wake producers, and held ACKs must leave; a polling caller does
 /// both sooner).
 const RING_BACKLOG_NAP: Duration = Duration::from_nanos(RING_NAP_NS);
 /// See [`RING_BACKLOG_NAP`].
@@ -465,7 +465,7 @@ pub(crate) struct DevIo {
     ring_rx: Vec<u8>,
     /// When the daemon's socket was last read.
     daemon_polled: Time,
-    /// When a peer ring last carried a packet either way (`Time(0)`: never).
+    /// When an application thread last held back ACKs (`Time(0)`: never).
     ring_seen: Time,
     /// The device's packet capture (`crate::tap`; `UROCE_CAPTURE`): `None` when off, the
     /// only cost capture adds to the datapath.
@@ -709,8 +709,8 @@ fn park(
             may_sleep = false;
         }
         // A full peer ring empties at its consumer's pace: nap, don't spin. And while
-        // rings are in use, an application thread may hold back ACKs for a moment
-        // (`flush_rings`) and then stop calling in: nap so that they leave regardless.
+        // application threads hold back ACKs for a moment (`flush_rings`), one may stop
+        // calling in: nap so that they leave regardless.
         backlog |= !d.io.ring_backlog.is_empty()
             || (d.io.ring_seen.0 != 0
                 && now_of(shared.epoch).nanos_since(d.io.ring_seen) < RING_ACTIVE_NS);
@@ -1422,10 +1422,10 @@ fn flush_rings(st: &mut DevState, io: &mut DevIo, now: Time, hold: bool) -> bool
         }
     }
     for tx in st.peer_tx.values_mut() {
-        if tx.staged() {
+        tx.publish_or_hold(now.0, hold);
+        if tx.held_at().is_some() {
             io.ring_seen = now;
         }
-        tx.publish_or_hold(now.0, hold);
     }
     progress
 }
@@ -1446,9 +1446,6 @@ fn receive_rings(st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
     }
     io.ring_rx = buf;
     st.peer_rx = rings;
-    if n > 0 {
-        io.ring_seen = now;
-    }
     n > 0
 }
 

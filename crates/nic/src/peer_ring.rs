@@ -153,11 +153,6 @@ impl TxRing {
         self.held_at
     }
 
-    /// Whether packets are staged and not yet published.
-    pub(crate) fn staged(&self) -> bool {
-        self.prod.staged() != 0
-    }
-
     /// [`TxRing::publish`], except that with `hold` a batch of nothing but plain ACKs
     /// waits up to [`ACK_HOLD_NS`] (from `now`, engine ns) for a packet to go with: an
     /// application thread that just took a request off the ring usually answers it at
