@@ -88,6 +88,7 @@ pub mod strings;
 pub mod stubs;
 pub mod types;
 mod util;
+pub mod xrc;
 
 // The exported C names, each an entry point that jumps to the Rust function of the same
 // name re-exported here (compat-symver). Not in unit-test builds: an executable has no
