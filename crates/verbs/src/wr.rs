@@ -243,6 +243,13 @@ impl<'a> SendWr<'a> {
         self
     }
 
+    /// On an XRC initiator: deliver to the responder's XRC SRQ number `srqn`
+    /// (`qp_type.xrc.remote_srqn`).
+    pub fn to_xrc_srq(mut self, srqn: u32) -> SendWr<'a> {
+        self.xrc_remote_srqn = srqn;
+        self
+    }
+
     /// Ask for a completion even if the QP does not signal all WRs.
     pub fn signaled(mut self) -> SendWr<'a> {
         self.send_flags |= SendFlags::SIGNALED;
