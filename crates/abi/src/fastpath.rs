@@ -130,7 +130,7 @@ pub struct SendWqe {
     pub rkey: u32,
     /// UD: AH handle.
     pub ah: u32,
-    /// UD: remote QPN.
+    /// UD: remote QPN; XRC initiator: the responder's XRC SRQ number (24 bits).
     pub remote_qpn: u32,
     /// UD: remote Q_Key.
     pub remote_qkey: u32,

@@ -677,7 +677,10 @@ unsafe fn create_qp(
 ///
 /// # Safety
 /// `context` is a live context; `a.xrcd` is NULL or a live XRCD of it.
-unsafe fn create_xrc_recv_qp(context: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+unsafe fn create_xrc_recv_qp(
+    context: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
     guard(core::ptr::null_mut(), || {
         // SAFETY: per the contract.
         let Some(x) = (unsafe { crate::xrc::uxrcd(a.xrcd.cast()) }) else {

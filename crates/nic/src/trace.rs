@@ -457,10 +457,12 @@ fn result(s: &mut String, r: &Request<'_>, body: &[u8]) {
             Some(x) => write!(s, " xrcd={}", x.xrcd_handle),
             None => Ok(()),
         },
-        Request::CreateSrq(..) | Request::CreateXsrq(..) => match read::<uverbs::CreateSrqResp>(body) {
-            Some(q) => write!(s, " srq={} srqn={:#x}", q.srq_handle, q.srqn),
-            None => Ok(()),
-        },
+        Request::CreateSrq(..) | Request::CreateXsrq(..) => {
+            match read::<uverbs::CreateSrqResp>(body) {
+                Some(q) => write!(s, " srq={} srqn={:#x}", q.srq_handle, q.srqn),
+                None => Ok(()),
+            }
+        }
         Request::CreateAh(_) => match read::<uverbs::CreateAhResp>(body) {
             Some(a) => write!(s, " ah={}", a.ah_handle),
             None => Ok(()),

@@ -599,11 +599,23 @@ fn xrc_commands_refuse_hostile_input() {
             },
         ))
     };
-    assert_eq!(xsrq(&mut c, SRQT_TM, anon, cq.handle).unwrap_err(), Errno::EOPNOTSUPP);
+    assert_eq!(
+        xsrq(&mut c, SRQT_TM, anon, cq.handle).unwrap_err(),
+        Errno::EOPNOTSUPP
+    );
     assert_eq!(xsrq(&mut c, 7, anon, cq.handle).unwrap_err(), Errno::EINVAL);
-    assert_eq!(xsrq(&mut c, SRQT_XRC, f2, cq.handle).unwrap_err(), Errno::EINVAL);
-    assert_eq!(xsrq(&mut c, SRQT_XRC, anon + 100, cq.handle).unwrap_err(), Errno::EINVAL);
-    assert_eq!(xsrq(&mut c, SRQT_XRC, anon, cq.handle + 100).unwrap_err(), Errno::EINVAL);
+    assert_eq!(
+        xsrq(&mut c, SRQT_XRC, f2, cq.handle).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        xsrq(&mut c, SRQT_XRC, anon + 100, cq.handle).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        xsrq(&mut c, SRQT_XRC, anon, cq.handle + 100).unwrap_err(),
+        Errno::EINVAL
+    );
     let r = xsrq(&mut c, SRQT_XRC, anon, cq.handle).unwrap();
     let srq = CreateSrqResp::read_from_prefix(&r).unwrap().0;
     assert_eq!(srq.srqn, srq.srq_handle);
@@ -624,7 +636,14 @@ fn xrc_commands_refuse_hostile_input() {
 
     // An XRC target's pd_handle names an XRCD of the context.
     let tgt = |c: &mut Client, h: u32, is_srq: bool| {
-        c.create_qp(h, 0, 0, QpType::XRC_RECV, 1, is_srq.then_some(srq.srq_handle))
+        c.create_qp(
+            h,
+            0,
+            0,
+            QpType::XRC_RECV,
+            1,
+            is_srq.then_some(srq.srq_handle),
+        )
     };
     let e = c
         .call(&Request::CreateQp(
@@ -638,9 +657,17 @@ fn xrc_commands_refuse_hostile_input() {
         ))
         .unwrap_err();
     assert_eq!(e, Errno::EINVAL);
-    assert_eq!(tgt(&mut c, anon, true).err(), Some(Errno::EINVAL), "an SRQ on an XRC QP");
+    assert_eq!(
+        tgt(&mut c, anon, true).err(),
+        Some(Errno::EINVAL),
+        "an SRQ on an XRC QP"
+    );
     let q = tgt(&mut c, anon, false);
-    assert_eq!(q.as_ref().err(), Some(&Errno::EINVAL), "an RQ ring on an XRC QP");
+    assert_eq!(
+        q.as_ref().err(),
+        Some(&Errno::EINVAL),
+        "an RQ ring on an XRC QP"
+    );
     // With no receive ring, as the library sends it.
     let sq_layout = RingLayout::for_depth(1, send_wqe_size(1, 0).unwrap()).unwrap();
     let sq_mem = ring_mem(sq_layout);
@@ -659,11 +686,23 @@ fn xrc_commands_refuse_hostile_input() {
             },
         ))
     };
-    assert_eq!(mk(&mut c, f1 + 100).unwrap_err(), Errno::EINVAL, "no such XRCD");
-    assert_eq!(mk(&mut c, f2).unwrap_err(), Errno::EINVAL, "another context's XRCD");
+    assert_eq!(
+        mk(&mut c, f1 + 100).unwrap_err(),
+        Errno::EINVAL,
+        "no such XRCD"
+    );
+    assert_eq!(
+        mk(&mut c, f2).unwrap_err(),
+        Errno::EINVAL,
+        "another context's XRCD"
+    );
     let qr = mk(&mut c, f1).unwrap();
     let qh = CreateQpResp::read_from_prefix(&qr).unwrap().0.qp_handle;
-    assert_eq!(close(&mut c, f1).unwrap_err(), Errno::EBUSY, "its target QP");
+    assert_eq!(
+        close(&mut c, f1).unwrap_err(),
+        Errno::EBUSY,
+        "its target QP"
+    );
     c.call(&Request::DestroyQp(DestroyQp {
         qp_handle: qh,
         ..Default::default()
@@ -677,5 +716,9 @@ fn xrc_commands_refuse_hostile_input() {
     }))
     .unwrap();
     close(&mut c, anon).unwrap();
-    assert_eq!(close(&mut c, anon).unwrap_err(), Errno::EINVAL, "closed twice");
+    assert_eq!(
+        close(&mut c, anon).unwrap_err(),
+        Errno::EINVAL,
+        "closed twice"
+    );
 }

@@ -10,8 +10,8 @@
 //! * every packet the QPs emit parses back and matches its opcode's header set;
 //! * no QP ever emits more completions than work requests were posted.
 
-use wire::{Lkey, Psn, Qpn, Rkey, RocePacketRepr};
 use crate::state::XrcRole;
+use wire::{Lkey, Psn, Qpn, Rkey, RocePacketRepr};
 
 use crate::{
     bring_up, AccessFlags, AtomicOp, LocalData, MemError, Memory, Mtu, Qp, QpAttr, QpConfig,
@@ -279,7 +279,9 @@ impl Subject {
         // An XRC target gets its SRQ only when the XRCETH names it (as the engine does).
         let named = pkt.xrceth.is_some_and(|x| x.srqn == XRC_SRQN);
         match self.srq.as_mut().filter(|_| named) {
-            Some(s) => self.qp.handle_packet(now, pkt, &meta, &mut self.mem, Some(s)),
+            Some(s) => self
+                .qp
+                .handle_packet(now, pkt, &meta, &mut self.mem, Some(s)),
             None => self.qp.handle_packet(now, pkt, &meta, &mut self.mem, None),
         }
         // RC: a refused remote access is a NAK and ERR (class C/J). UC drops the message

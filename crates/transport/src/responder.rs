@@ -811,7 +811,11 @@ impl Qp {
 
     fn response_bth(&self, op: Opcode, psn: Psn) -> BthRepr {
         // An XRC target answers with the XRC class of the same opcode.
-        let op = if self.cfg.xrc.is_some() { op.rc_to_xrc() } else { op };
+        let op = if self.cfg.xrc.is_some() {
+            op.rc_to_xrc()
+        } else {
+            op
+        };
         let mut bth = BthRepr::new(op, self.attr.dest_qp_num, psn);
         bth.pkey = self.cfg.pkey;
         bth

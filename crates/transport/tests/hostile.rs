@@ -215,7 +215,12 @@ fn xrc_requests_run_from_the_named_srq_and_others_are_naked() {
     for b in &reqs {
         let p = RocePacketRepr::parse(b).expect("parses");
         let info = p.bth.opcode.info().expect("known");
-        assert_eq!(info.transport, transport::wire::Transport::Xrc, "{}", p.bth.opcode);
+        assert_eq!(
+            info.transport,
+            transport::wire::Transport::Xrc,
+            "{}",
+            p.bth.opcode
+        );
         assert_eq!(p.xrceth.map(|x| x.srqn), Some(5));
     }
     let steps: Vec<(u8, &[u8])> = reqs

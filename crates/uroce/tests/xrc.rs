@@ -86,10 +86,14 @@ fn xrc_pair(t: Topo) -> (Side, Side) {
     let link = |ini: &Side, tgt: &Side, psn: u32| {
         let mut oi = o;
         oi.sq_psn = psn;
-        ini.ini.connect(&tgt.tgt.endpoint(psn + 7, tgt.gid), &oi).unwrap();
+        ini.ini
+            .connect(&tgt.tgt.endpoint(psn + 7, tgt.gid), &oi)
+            .unwrap();
         let mut ot = o;
         ot.sq_psn = psn + 7;
-        tgt.tgt.connect(&ini.ini.endpoint(psn, ini.gid), &ot).unwrap();
+        tgt.tgt
+            .connect(&ini.ini.endpoint(psn, ini.gid), &ot)
+            .unwrap();
     };
     link(&a, &b, 100);
     link(&b, &a, 5000);
@@ -107,7 +111,9 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
     assert!(b.tgt.pd().is_none() && b.tgt.xrcd().is_some());
     let mut dst = mr(&b, 2 * MSG);
     dst.fill(0);
-    b.srq.post_recv(&[RecvWr::new(1, &[dst.sge(0, MSG as u32)])]).unwrap();
+    b.srq
+        .post_recv(&[RecvWr::new(1, &[dst.sge(0, MSG as u32)])])
+        .unwrap();
     b.srq
         .post_recv(&[RecvWr::new(2, &[dst.sge(MSG, MSG as u32)])])
         .unwrap();
@@ -126,7 +132,10 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
         ])
         .unwrap();
     let sent = wait(&a.cq, 2);
-    assert!(sent.iter().all(|w| w.status == WcStatus::SUCCESS), "{sent:?}");
+    assert!(
+        sent.iter().all(|w| w.status == WcStatus::SUCCESS),
+        "{sent:?}"
+    );
     let got = wait(&b.cq, 2);
     assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::SUCCESS));
     assert_eq!(got[0].byte_len, MSG as u32);
@@ -140,7 +149,9 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
     // The other direction, through the other pair of QPs.
     let mut back = mr(&a, 64);
     back.fill(0);
-    a.srq.post_recv(&[RecvWr::new(5, &[back.sge(0, 64)])]).unwrap();
+    a.srq
+        .post_recv(&[RecvWr::new(5, &[back.sge(0, 64)])])
+        .unwrap();
     dst[..64].fill(0x5a);
     b.ini
         .post_send(&[SendWr::send(6, &[dst.sge(0, 64)])
@@ -149,7 +160,10 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
         .unwrap();
     assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status, w.qp_num), (5, WcStatus::SUCCESS, a.tgt.qp_num()));
+    assert_eq!(
+        (w.wr_id, w.status, w.qp_num),
+        (5, WcStatus::SUCCESS, a.tgt.qp_num())
+    );
     assert!(back.iter().all(|&x| x == 0x5a));
 });
 
@@ -162,21 +176,28 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
     src.copy_from_slice(&pattern(9, MSG));
     // WRITE (three packets), then READ it back into another buffer.
     a.ini
-        .post_send(&[SendWr::write(1, &[src.sge(0, MSG as u32)], remote.addr(), remote.rkey())
-            .to_xrc_srq(srqn)
-            .signaled()])
+        .post_send(&[
+            SendWr::write(1, &[src.sge(0, MSG as u32)], remote.addr(), remote.rkey())
+                .to_xrc_srq(srqn)
+                .signaled(),
+        ])
         .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
     assert_eq!(&remote[..], &pattern(9, MSG)[..]);
     let mut rd = mr(&a, MSG);
     rd.fill(0);
     a.ini
-        .post_send(&[SendWr::read(2, &[rd.sge(0, MSG as u32)], remote.addr(), remote.rkey())
-            .to_xrc_srq(srqn)
-            .signaled()])
+        .post_send(&[
+            SendWr::read(2, &[rd.sge(0, MSG as u32)], remote.addr(), remote.rkey())
+                .to_xrc_srq(srqn)
+                .signaled(),
+        ])
         .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status, w.byte_len), (2, WcStatus::SUCCESS, MSG as u32));
+    assert_eq!(
+        (w.wr_id, w.status, w.byte_len),
+        (2, WcStatus::SUCCESS, MSG as u32)
+    );
     assert_eq!(&rd[..], &pattern(9, MSG)[..]);
     // FETCH_AND_ADD and CMP_AND_SWP on the first 8 bytes.
     remote[..8].copy_from_slice(&40u64.to_ne_bytes());
@@ -192,9 +213,11 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
     assert_eq!(u64::from_ne_bytes(remote[..8].try_into().unwrap()), 42);
     let s1 = old.sge(8, 8);
     a.ini
-        .post_send(&[SendWr::compare_swap(4, &s1, remote.addr(), remote.rkey(), 42, 7)
-            .to_xrc_srq(srqn)
-            .signaled()])
+        .post_send(&[
+            SendWr::compare_swap(4, &s1, remote.addr(), remote.rkey(), 42, 7)
+                .to_xrc_srq(srqn)
+                .signaled(),
+        ])
         .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
     assert_eq!(u64::from_ne_bytes(old[8..16].try_into().unwrap()), 42);
@@ -206,9 +229,8 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
 topo_tests!(the_srq_number_picks_among_srqs_of_the_domain, |t| {
     let (a, b) = xrc_pair(t);
     let cq2 = b.ctx.create_cq(16, None, 0).unwrap();
-    let srq2 = b
-        .pd
-        .create_xrc_srq(
+    let srq2 =
+        b.pd.create_xrc_srq(
             &SrqAttr {
                 max_wr: 4,
                 max_sge: 1,
@@ -223,7 +245,9 @@ topo_tests!(the_srq_number_picks_among_srqs_of_the_domain, |t| {
     let mut d2 = mr(&b, 64);
     d1.fill(0);
     d2.fill(0);
-    b.srq.post_recv(&[RecvWr::new(1, &[d1.sge(0, 64)])]).unwrap();
+    b.srq
+        .post_recv(&[RecvWr::new(1, &[d1.sge(0, 64)])])
+        .unwrap();
     srq2.post_recv(&[RecvWr::new(2, &[d2.sge(0, 64)])]).unwrap();
     let mut src = mr(&a, 64);
     src.fill(0x77);
@@ -234,7 +258,10 @@ topo_tests!(the_srq_number_picks_among_srqs_of_the_domain, |t| {
         .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
     let w = wait1(&cq2);
-    assert_eq!((w.wr_id, w.status, w.qp_num), (2, WcStatus::SUCCESS, b.tgt.qp_num()));
+    assert_eq!(
+        (w.wr_id, w.status, w.qp_num),
+        (2, WcStatus::SUCCESS, b.tgt.qp_num())
+    );
     assert!(d2.iter().all(|&x| x == 0x77));
     assert!(d1.iter().all(|&x| x == 0));
     quiet(&b.cq, std::time::Duration::from_millis(20));
@@ -255,7 +282,10 @@ fn send_to(a: &Side, b: &Side, srqn: u32) -> WcStatus {
         .unwrap();
     let st = wait1(&a.cq).status;
     quiet(&b.cq, std::time::Duration::from_millis(20));
-    assert!(d.iter().all(|&x| x == 0), "nothing lands in the domain's SRQ");
+    assert!(
+        d.iter().all(|&x| x == 0),
+        "nothing lands in the domain's SRQ"
+    );
     st
 }
 
@@ -271,9 +301,8 @@ topo_tests!(an_srq_of_another_domain_is_an_invalid_request, |t| {
     let (a, b) = xrc_pair(t);
     // Same context, same PD and CQ: only the domain differs.
     let other = b.ctx.open_xrcd(None, 0).unwrap();
-    let foreign = b
-        .pd
-        .create_xrc_srq(
+    let foreign =
+        b.pd.create_xrc_srq(
             &SrqAttr {
                 max_wr: 4,
                 max_sge: 1,
@@ -285,18 +314,22 @@ topo_tests!(an_srq_of_another_domain_is_an_invalid_request, |t| {
         .unwrap();
     let mut f = mr(&b, 64);
     f.fill(0);
-    foreign.post_recv(&[RecvWr::new(8, &[f.sge(0, 64)])]).unwrap();
+    foreign
+        .post_recv(&[RecvWr::new(8, &[f.sge(0, 64)])])
+        .unwrap();
     assert_eq!(
         send_to(&a, &b, foreign.srq_num()),
         WcStatus::REM_INV_REQ_ERR
     );
-    assert!(f.iter().all(|&x| x == 0), "nothing lands in the foreign SRQ");
+    assert!(
+        f.iter().all(|&x| x == 0),
+        "nothing lands in the foreign SRQ"
+    );
     // An RDMA WRITE naming it is refused too: the SRQ decides the PD checked.
     let (a, b) = xrc_pair(t);
     let other = b.ctx.open_xrcd(None, 0).unwrap();
-    let foreign = b
-        .pd
-        .create_xrc_srq(
+    let foreign =
+        b.pd.create_xrc_srq(
             &SrqAttr {
                 max_wr: 1,
                 max_sge: 1,
@@ -310,9 +343,11 @@ topo_tests!(an_srq_of_another_domain_is_an_invalid_request, |t| {
     remote.fill(0);
     let src = mr(&a, 64);
     a.ini
-        .post_send(&[SendWr::write(1, &[src.sge(0, 64)], remote.addr(), remote.rkey())
-            .to_xrc_srq(foreign.srq_num())
-            .signaled()])
+        .post_send(&[
+            SendWr::write(1, &[src.sge(0, 64)], remote.addr(), remote.rkey())
+                .to_xrc_srq(foreign.srq_num())
+                .signaled(),
+        ])
         .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::REM_INV_REQ_ERR);
     assert!(remote.iter().all(|&x| x == 0));
@@ -401,7 +436,10 @@ fn domains_stay_while_used_and_files_share_them() {
         .unwrap();
     assert_eq!(wait1(&cq).status, WcStatus::SUCCESS);
     let w = wait1(&cq2);
-    assert_eq!((w.wr_id, w.status, w.qp_num), (3, WcStatus::SUCCESS, tgt.qp_num()));
+    assert_eq!(
+        (w.wr_id, w.status, w.qp_num),
+        (3, WcStatus::SUCCESS, tgt.qp_num())
+    );
     assert!(d.iter().all(|&x| x == 0x42));
 }
 

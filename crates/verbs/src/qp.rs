@@ -342,19 +342,17 @@ impl Pd {
     /// (`QpType::XRC_SEND`) has a send queue only: `recv_cq` and `srq` are ignored, and each
     /// send WR names the responder's XRC SRQ ([`SendWr::xrc_remote_srqn`]).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
-        Qp::create(
-            &Spec {
-                ctx: self.context(),
-                pd: Some(self),
-                xrcd: None,
-                send_cq: Some(attr.send_cq),
-                recv_cq: Some(attr.recv_cq),
-                srq: attr.srq,
-                qp_type: attr.qp_type,
-                cap: attr.cap,
-                sq_sig_all: attr.sq_sig_all,
-            },
-        )
+        Qp::create(&Spec {
+            ctx: self.context(),
+            pd: Some(self),
+            xrcd: None,
+            send_cq: Some(attr.send_cq),
+            recv_cq: Some(attr.recv_cq),
+            srq: attr.srq,
+            qp_type: attr.qp_type,
+            cap: attr.cap,
+            sq_sig_all: attr.sq_sig_all,
+        })
     }
 }
 
@@ -433,7 +431,11 @@ impl Qp {
         let pd_handle = match (attr.pd, attr.xrcd) {
             (Some(pd), None) if !xrc_recv => pd.handle(),
             (None, Some(x)) if xrc_recv => x.handle(),
-            _ => return Err(inval("a PD (or, for an XRC target, an XRC domain) is needed")),
+            _ => {
+                return Err(inval(
+                    "a PD (or, for an XRC target, an XRC domain) is needed",
+                ))
+            }
         };
         let (send_cq, recv_cq) = (attr.send_cq, attr.recv_cq);
         if !xrc_recv && (send_cq.is_none() || recv_cq.is_none()) {
@@ -677,7 +679,12 @@ impl Qp {
                     s.clean(self.qp_num())?;
                 }
                 if let Some(r) = &self.0.recv_cq {
-                    if !self.0.send_cq.as_ref().is_some_and(|s| Arc::ptr_eq(&s.0, &r.0)) {
+                    if !self
+                        .0
+                        .send_cq
+                        .as_ref()
+                        .is_some_and(|s| Arc::ptr_eq(&s.0, &r.0))
+                    {
                         r.clean(self.qp_num())?;
                     }
                 }

@@ -60,7 +60,12 @@ impl Pd {
     /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ of XRC domain `xrcd` whose receive
     /// completions go to `cq`; XRC target QPs of the domain deliver into it, by its
     /// [`Srq::srq_num`].
-    pub fn create_xrc_srq(&self, attr: &SrqAttr, xrcd: &crate::Xrcd, cq: &crate::Cq) -> Result<Srq> {
+    pub fn create_xrc_srq(
+        &self,
+        attr: &SrqAttr,
+        xrcd: &crate::Xrcd,
+        cq: &crate::Cq,
+    ) -> Result<Srq> {
         Srq::create(self, attr, Some((xrcd.clone(), cq.clone())))
     }
 }
@@ -70,7 +75,11 @@ impl Srq {
         const OP: &str = "create_srq";
         if let Some((x, cq)) = &xrc {
             if !x.context().same(pd.context()) || !cq.context().same(pd.context()) {
-                return Err(Error::local(OP, Errno::EINVAL, "XRCD or CQ of another context"));
+                return Err(Error::local(
+                    OP,
+                    Errno::EINVAL,
+                    "XRCD or CQ of another context",
+                ));
             }
         }
         let elem = recv_wqe_size(attr.max_sge)

@@ -8,8 +8,8 @@
 
 use crate::error::{Error, Result};
 use crate::opcode::{HeaderSet, OpcodeInfo, CNP_RESERVED_LEN};
-use crate::{aeth, atomic_ack_eth, atomic_eth, bth, deth, icrc, ieth, immdt, reth, xrceth};
 use crate::XrcEthRepr;
+use crate::{aeth, atomic_ack_eth, atomic_eth, bth, deth, icrc, ieth, immdt, reth, xrceth};
 use crate::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr,
 };
