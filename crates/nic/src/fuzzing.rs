@@ -825,8 +825,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         })),
         enc(&Request::DestroyAh(DestroyAh { ah_handle: 1 })),
         // XRC: an anonymous domain, an XRC SRQ of it completing to CQ 1, a target QP of the
-        // domain (its pd_handle names the XRCD), an initiator QP, and a close refused while
-        // they exist.
+        // domain (its pd_handle names the XRCD) and an initiator QP.
         enc(&Request::OpenXrcd(
             OpenXrcd {
                 fd: u32::MAX,
@@ -851,7 +850,6 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         )),
         create_qp(abi::QpType::XRC_RECV, xrc_sq, RingDesc::default(), None),
         create_qp(abi::QpType::XRC_SEND, xrc_sq2, RingDesc::default(), None),
-        enc(&Request::CloseXrcd(CloseXrcd { xrcd_handle: 1 })),
     ];
     let mut input = vec![1u8];
     for c in &cmds {
