@@ -153,10 +153,12 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     })
 }
 
-/// Creates a CQ and its box; `ex` is its `ibv_cq_ex` tail (zero for `ibv_create_cq`).
+/// Creates a CQ and its box; `ex` is its `ibv_cq_ex` tail (zero for `ibv_create_cq`); `pd`
+/// a parent domain whose allocator gives the ring.
 ///
 /// # Safety
 /// `channel` is NULL or a live channel of `u`'s context.
+#[allow(clippy::too_many_arguments)]
 unsafe fn new_cq(
     u: &UContext,
     context: *mut ibv_context,
@@ -165,14 +167,16 @@ unsafe fn new_cq(
     channel: *mut ibv_comp_channel,
     vector: u32,
     ex: ibv_cq_ex_tail,
+    pd: Option<&uroce::Pd>,
 ) -> Result<*mut UCq, c_int> {
     let chan = channel.cast::<UChannel>();
     // SAFETY: NULL or a live channel per the contract.
     let ch = unsafe { chan.as_ref() };
-    let cq = u
-        .ctx
-        .create_cq(cqe, ch.map(|c| &c.ch), vector)
-        .map_err(|e| errno_of(&e))?;
+    let cq = match pd {
+        Some(pd) => u.ctx.create_cq_in(cqe, ch.map(|c| &c.ch), vector, pd),
+        None => u.ctx.create_cq(cqe, ch.map(|c| &c.ch), vector),
+    }
+    .map_err(|e| errno_of(&e))?;
     let b = Box::new(UCq {
         ibv: ibv_cq {
             context,
@@ -233,7 +237,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         // SAFETY: an all-zero tail is valid (integers and `None` function pointers).
         let tail = unsafe { core::mem::zeroed() };
         // SAFETY: forwarded contract.
-        match unsafe { new_cq(u, context, cqe, cq_context, channel, vector, tail) } {
+        match unsafe { new_cq(u, context, cqe, cq_context, channel, vector, tail, None) } {
             Ok(p) => p.cast::<ibv_cq>(),
             Err(e) => {
                 set_errno(e);
@@ -248,8 +252,9 @@ pub unsafe extern "C" fn ibv_create_cq(
 /// `IBV_WC_STANDARD_FLAGS` (`providers/rxe/rxe.c`, `RXE_SUP_WC_EX_FLAGS`: no completion
 /// timestamps, CVLAN, flow tag or tag matching), otherwise EOPNOTSUPP. Of the creation
 /// flags, `SINGLE_THREADED` is a hint and accepted; `IGNORE_OVERRUN` (which the kernel rxe
-/// refuses) and unknown bits are EOPNOTSUPP. A parent domain in `parent_domain` is ignored,
-/// as rxe ignores it. `read_byte_len` … `read_dlid_path_bits` are set only when their
+/// refuses) and unknown bits are EOPNOTSUPP. With `IBV_CQ_INIT_ATTR_MASK_PD`,
+/// `parent_domain` must be a parent domain of this context (EINVAL otherwise, as mlx5); its
+/// allocator gives the ring (docs/compat.md §11.6). `read_byte_len` … `read_dlid_path_bits` are set only when their
 /// `IBV_WC_EX_WITH_*` flag was asked for, as rxe sets them; `read_opcode`,
 /// `read_vendor_err` and `read_wc_flags` always.
 ///
@@ -279,6 +284,17 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
         {
             return fail(libc::EOPNOTSUPP);
         }
+        // A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) gives the ring its memory; a plain
+        // PD there is EINVAL, as rdma-core's providers refuse it.
+        let pd = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            // SAFETY: NULL or a live PD of this context (contract).
+            match unsafe { crate::objects::upd(a.parent_domain) } {
+                Some(p) if p.pd.is_parent_domain() && p.ibv.context == context => Some(p),
+                _ => return fail(libc::EINVAL),
+            }
+        } else {
+            None
+        };
         let want = |f: u64| a.wc_flags & f != 0;
         let tail = ibv_cq_ex_tail {
             comp_mask: 0,
@@ -313,6 +329,7 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
                 a.channel,
                 a.comp_vector,
                 tail,
+                pd.map(|p| &p.pd),
             )
         } {
             Ok(p) => p.cast::<ibv_cq>(),

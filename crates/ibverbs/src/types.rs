@@ -155,6 +155,33 @@ pub type OpenXrcdFn =
 /// `verbs_context.close_xrcd`: called by the inline `ibv_close_xrcd`.
 pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 
+/// `verbs_context.alloc_parent_domain`: called by the inline `ibv_alloc_parent_domain`.
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+/// `ibv_parent_domain_init_attr.alloc`.
+pub type PdAllocFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// `ibv_parent_domain_init_attr.free`.
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+
+/// `struct ibv_parent_domain_init_attr` (48 B).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut c_void,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1;
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+/// `IBV_ALLOCATOR_USE_DEFAULT`: what an allocator returns to let the library allocate.
+pub const IBV_ALLOCATOR_USE_DEFAULT: usize = usize::MAX;
+
 /// `struct ibv_xrcd`.
 #[repr(C)]
 #[derive(Debug)]
@@ -235,7 +262,7 @@ pub struct verbs_context {
     pub destroy_flow_action: AnyFn,
     pub create_flow_action_esp: AnyFn,
     pub modify_qp_rate_limit: AnyFn,
-    pub alloc_parent_domain: AnyFn,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
     pub dealloc_td: AnyFn,
     pub alloc_td: AnyFn,
     pub modify_cq: AnyFn,
@@ -1246,6 +1273,8 @@ const _: () = {
     assert!(offset_of!(ibv_srq_init_attr_ex, pd) == 32);
     assert!(offset_of!(ibv_srq_init_attr_ex, cq) == 48);
     assert!(size_of::<ibv_xrcd_init_attr>() == 12);
+    assert!(size_of::<ibv_parent_domain_init_attr>() == 48);
+    assert!(offset_of!(ibv_parent_domain_init_attr, alloc) == 24);
     assert!(size_of::<ibv_srq_init_attr>() == 24);
     assert!(offset_of!(ibv_srq_init_attr, attr) == 8);
 

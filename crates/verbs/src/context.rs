@@ -444,7 +444,19 @@ impl Context {
         channel: Option<&crate::CompChannel>,
         comp_vector: u32,
     ) -> Result<crate::Cq> {
-        crate::cq::Cq::create(self, cqe, channel, comp_vector)
+        crate::cq::Cq::create(self, cqe, channel, comp_vector, None)
+    }
+
+    /// [`Context::create_cq`] in a parent domain (`ibv_cq_init_attr_ex.parent_domain`): the
+    /// ring's memory comes from the parent domain's allocator, if it has one.
+    pub fn create_cq_in(
+        &self,
+        cqe: u32,
+        channel: Option<&crate::CompChannel>,
+        comp_vector: u32,
+        pd: &crate::Pd,
+    ) -> Result<crate::Cq> {
+        crate::cq::Cq::create(self, cqe, channel, comp_vector, Some(pd))
     }
 }
 

@@ -259,6 +259,8 @@ pub(crate) struct CqInner {
     pub(crate) handle: u32,
     user_handle: u64,
     channel: Option<CompChannel>,
+    /// The parent domain whose allocator gives the ring memory (also on resize).
+    pd: Option<crate::Pd>,
     ring: Mutex<CqRing>,
     cqe: AtomicU32,
     events_reported: AtomicU32,
@@ -298,8 +300,12 @@ impl Cq {
         cqe: u32,
         channel: Option<&CompChannel>,
         comp_vector: u32,
+        pd: Option<&crate::Pd>,
     ) -> Result<Cq> {
         const OP: &str = "create_cq";
+        if pd.is_some_and(|p| !p.context().same(ctx)) {
+            return Err(Error::local(OP, Errno::EINVAL, "PD of another context"));
+        }
         if let Some(ch) = channel {
             if !ch.context().same(ctx) {
                 return Err(Error::local(
@@ -309,7 +315,8 @@ impl Cq {
                 ));
             }
         }
-        let (mem, layout) = alloc_ring(OP, cqe, CQE_BYTES)?;
+        let (mem, layout) =
+            crate::pd::alloc_ring_in(pd, crate::pd::BufferKind::Cq, OP, cqe, CQE_BYTES)?;
         let user_handle = next_user_handle();
         let req = Request::CreateCq(
             CreateCq {
@@ -339,6 +346,7 @@ impl Cq {
             handle: r.cq_handle,
             user_handle,
             channel: channel.cloned(),
+            pd: pd.cloned(),
             ring: Mutex::new(CqRing {
                 consumer,
                 mem,
@@ -491,7 +499,13 @@ impl Cq {
     pub fn resize(&self, cqe: u32) -> Result<u32> {
         const OP: &str = "resize_cq";
         let mut ring = self.ring();
-        let (mem, layout) = alloc_ring(OP, cqe, CQE_BYTES)?;
+        let (mem, layout) = crate::pd::alloc_ring_in(
+            self.0.pd.as_ref(),
+            crate::pd::BufferKind::Cq,
+            OP,
+            cqe,
+            CQE_BYTES,
+        )?;
         let req = Request::ResizeCq(
             ResizeCq {
                 response: 0,

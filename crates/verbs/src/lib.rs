@@ -71,7 +71,10 @@ pub use cq::{CompChannel, Cq, Wc};
 pub use device::{devices, open_device, provider, set_provider, Device};
 pub use error::{Error, ErrorKind, PostError, Reason, Result};
 pub use mem::PAGE_SIZE;
-pub use pd::{grh_addresses, Ah, AhAttr, GlobalRoute, Mr, MrBuf, Mw, MwType, Pd, RemoteMr, Rereg};
+pub use pd::{
+    grh_addresses, Ah, AhAttr, Buffer, BufferAllocator, BufferKind, GlobalRoute, Mr, MrBuf, Mw,
+    MwType, Pd, RemoteMr, Rereg,
+};
 pub use qp::{ConnectOpts, Qp, QpAttr, QpCap, QpEndpoint, QpInitAttr, TransientQp, WeakQp};
 pub use srq::{Srq, SrqAttr};
 pub use wr::{inc_rkey, MwBindInfo, Payload, RecvWr, Remote, SendWr};

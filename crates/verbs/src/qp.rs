@@ -37,7 +37,8 @@ use abi::uverbs::{
 use abi::{AccessFlags, Errno, Mtu, QpAttrMask, QpState, QpType};
 
 use crate::context::{next_user_handle, take, Context, Gid};
-use crate::cq::{alloc_ring, leak, Cq};
+use crate::cq::{leak, Cq};
+use crate::pd::alloc_ring_in;
 use crate::error::{Error, ErrorKind, PostError, Result};
 use crate::pd::{AhAttr, GlobalRoute, Pd};
 use crate::srq::Srq;
@@ -454,14 +455,15 @@ impl Qp {
         let cap = attr.cap;
         let sq_elem = send_wqe_size(cap.max_send_sge, cap.max_inline_data)
             .ok_or_else(|| inval("max_send_sge or max_inline_data beyond the WQE layout"))?;
-        let (sq_mem, sq_layout) = alloc_ring(OP, cap.max_send_wr, sq_elem)?;
+        let kind = crate::pd::BufferKind::Qp;
+        let (sq_mem, sq_layout) = alloc_ring_in(attr.pd, kind, OP, cap.max_send_wr, sq_elem)?;
         let rq = match attr.srq {
             Some(_) => None,
             None if xrc_send || xrc_recv => None,
             None => {
                 let elem = recv_wqe_size(cap.max_recv_sge)
                     .ok_or_else(|| inval("max_recv_sge beyond the WQE layout"))?;
-                Some(alloc_ring(OP, cap.max_recv_wr, elem)?)
+                Some(alloc_ring_in(attr.pd, kind, OP, cap.max_recv_wr, elem)?)
             }
         };
         let user_handle = next_user_handle();

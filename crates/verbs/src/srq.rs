@@ -13,7 +13,8 @@ use abi::uverbs::{
 use abi::{Errno, SrqAttrMask};
 
 use crate::context::{next_user_handle, take};
-use crate::cq::{alloc_ring, leak};
+use crate::cq::leak;
+use crate::pd::alloc_ring_in;
 use crate::error::{Error, ErrorKind, PostError, Result};
 use crate::pd::Pd;
 use crate::wr::{bad_wr_result, encode_recv_cmd, stage_recvs, RecvWr};
@@ -84,7 +85,8 @@ impl Srq {
         }
         let elem = recv_wqe_size(attr.max_sge)
             .ok_or_else(|| Error::local(OP, Errno::EINVAL, "max_sge beyond the WQE layout"))?;
-        let (mem, layout) = alloc_ring(OP, attr.max_wr, elem)?;
+        let (mem, layout) =
+            alloc_ring_in(Some(pd), crate::pd::BufferKind::Srq, OP, attr.max_wr, elem)?;
         let user_handle = next_user_handle();
         let drv = UroceCreateSrq {
             ring: layout.desc(mem.addr()),
