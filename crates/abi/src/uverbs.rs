@@ -14,7 +14,7 @@
 //! | command | driver request | driver response |
 //! |---|---|---|
 //! | GET_CONTEXT | [`UroceGetContext`] (24 B): ABI version, doorbell page | [`UroceGetContextResp`] (16 B): ABI version, max inline, wake fd |
-//! | CREATE_CQ | [`UroceCreateCq`] (24 B): CQ ring | — |
+//! | CREATE_CQ | [`UroceCreateCq`] (32 B): CQ ring, flags (wall-clock stamps) | — |
 //! | RESIZE_CQ | [`UroceResizeCq`] (24 B): the new CQ ring | — |
 //! | CREATE_QP | [`UroceCreateQp`] (48 B): SQ ring, RQ ring | [`UroceCreateQpResp`] (8 B): SQ doorbell slot |
 //! | CREATE_SRQ | [`UroceCreateSrq`] (24 B): SRQ ring | — |
@@ -1731,8 +1731,19 @@ abi_struct! {
     pub struct UroceCreateCq {
         /// The ring.
         pub ring: RingDesc,
+        /// [`UroceCreateCq::WALLCLOCK`], or 0.
+        pub flags: u32,
+        /// Reserved (0).
+        pub reserved: u32,
     }
-    size = 24;
+    size = 32;
+}
+
+impl UroceCreateCq {
+    /// Every CQE of the CQ carries the wall-clock time (`CLOCK_REALTIME`, ns) the device
+    /// wrote it, in [`crate::fastpath::Cqe::reserved`]`[0]` (`ibv_cq_ex`'s
+    /// `read_completion_wallclock_ns`).
+    pub const WALLCLOCK: u32 = 1;
 }
 
 abi_struct! {

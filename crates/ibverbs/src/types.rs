@@ -918,6 +918,8 @@ pub mod wc_ex {
     pub const SL: u64 = 1 << 5;
     pub const DLID_PATH_BITS: u64 = 1 << 6;
     pub const COMPLETION_TIMESTAMP: u64 = 1 << 7;
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+    pub const COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
     /// `IBV_WC_STANDARD_FLAGS`: the fields of a plain `ibv_wc`.
     pub const STANDARD: u64 = BYTE_LEN | IMM | QP_NUM | SRC_QP | SLID | SL | DLID_PATH_BITS;
 }
@@ -986,7 +988,7 @@ pub struct ibv_cq_ex_tail {
     pub read_cvlan: AnyFn,
     pub read_flow_tag: AnyFn,
     pub read_tm_info: AnyFn,
-    pub read_completion_wallclock_ns: AnyFn,
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq) -> u64>,
 }
 
 /// `struct ibv_qp_ex` after its `ibv_qp` (`qp_base`, 160 B): `wr_id`, `wr_flags` and the

@@ -1339,6 +1339,15 @@ impl DevState {
         d: &UroceCreateCq,
         resp: &mut Vec<u8>,
     ) -> Res<()> {
+        if d.flags & !UroceCreateCq::WALLCLOCK != 0 || d.reserved != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "uroce_create_cq flags {:#x} / reserved {}: only WALLCLOCK is defined",
+                d.flags,
+                d.reserved
+            ));
+        }
         let l = &self.cfg.limits;
         if c.cqe == 0 || c.cqe > l.max_cqe {
             return Err(refuse!(
@@ -1394,6 +1403,7 @@ impl DevState {
                     comp_events: 0,
                     async_events: 0,
                     overflowed: false,
+                    wallclock: d.flags & UroceCreateCq::WALLCLOCK != 0,
                     lost_cqes: 0,
                     watched: false,
                 },

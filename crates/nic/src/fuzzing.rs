@@ -468,6 +468,7 @@ fn prelude(level: u8) -> Vec<Vec<u8>> {
         },
         UroceCreateCq {
             ring: cq_layout().desc(CQ_AT),
+            ..Default::default()
         },
     )));
     if level == 1 {

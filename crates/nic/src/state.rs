@@ -150,6 +150,8 @@ pub(crate) struct Cq {
     pub(crate) async_events: u32,
     /// An overflow was reported and the ring has not had room since.
     pub(crate) overflowed: bool,
+    /// Stamp each CQE with the wall-clock time (`UroceCreateCq::WALLCLOCK`).
+    pub(crate) wallclock: bool,
     /// Completions lost because this CQ was full (summed over the device in
     /// `EngineCounters::cq_overflow`).
     pub(crate) lost_cqes: u64,
@@ -653,9 +655,16 @@ impl Resources {
         let Some(cq) = self.cqs.get_mut(cq_idx) else {
             return Err(Overflow);
         };
+        let stamp = if cq.wallclock {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        } else {
+            0
+        };
         let cqe = Cqe {
             wc: *wc,
-            reserved: [0; 2],
+            reserved: [stamp, 0],
         };
         match cq.ring.stage_struct(&cqe) {
             Ok(()) => {

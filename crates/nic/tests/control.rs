@@ -168,6 +168,7 @@ fn valid_cq_request(mem: &abi::shm::SharedMem, layout: RingLayout) -> Request<'s
         },
         UroceCreateCq {
             ring: layout.desc(mem.addr()),
+            ..Default::default()
         },
     )
 }
@@ -304,7 +305,10 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
                 comp_channel: -1,
                 ..Default::default()
             },
-            UroceCreateCq { ring: desc },
+            UroceCreateCq {
+                ring: desc,
+                ..Default::default()
+            },
         )
     };
     let mut desc = layout.desc(mem.addr());

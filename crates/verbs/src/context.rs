@@ -444,19 +444,22 @@ impl Context {
         channel: Option<&crate::CompChannel>,
         comp_vector: u32,
     ) -> Result<crate::Cq> {
-        crate::cq::Cq::create(self, cqe, channel, comp_vector, None)
+        crate::cq::Cq::create(self, cqe, channel, comp_vector, None, false)
     }
 
-    /// [`Context::create_cq`] in a parent domain (`ibv_cq_init_attr_ex.parent_domain`): the
-    /// ring's memory comes from the parent domain's allocator, if it has one.
-    pub fn create_cq_in(
+    /// [`Context::create_cq`] with `ibv_create_cq_ex`'s extras: in a parent domain `pd`
+    /// (`parent_domain`: the ring's memory comes from its allocator, if it has one), and
+    /// with `wallclock` every completion stamped with the wall-clock time the device wrote
+    /// it (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`; [`crate::Cq::poll_raw_stamped`]).
+    pub fn create_cq_ex(
         &self,
         cqe: u32,
         channel: Option<&crate::CompChannel>,
         comp_vector: u32,
-        pd: &crate::Pd,
+        pd: Option<&crate::Pd>,
+        wallclock: bool,
     ) -> Result<crate::Cq> {
-        crate::cq::Cq::create(self, cqe, channel, comp_vector, Some(pd))
+        crate::cq::Cq::create(self, cqe, channel, comp_vector, pd, wallclock)
     }
 }
 

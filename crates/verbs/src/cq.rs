@@ -301,6 +301,7 @@ impl Cq {
         channel: Option<&CompChannel>,
         comp_vector: u32,
         pd: Option<&crate::Pd>,
+        wallclock: bool,
     ) -> Result<Cq> {
         const OP: &str = "create_cq";
         if pd.is_some_and(|p| !p.context().same(ctx)) {
@@ -329,6 +330,12 @@ impl Cq {
             },
             UroceCreateCq {
                 ring: layout.desc(mem.addr()),
+                flags: if wallclock {
+                    UroceCreateCq::WALLCLOCK
+                } else {
+                    0
+                },
+                reserved: 0,
             },
         );
         let r: CreateCqResp = match ctx.cmd(OP, &req, |mut r| Ok(take(&mut r))) {
@@ -441,6 +448,29 @@ impl Cq {
                 *slot = *w;
             }
         })
+    }
+
+    /// One completion with the wall-clock time the device wrote it (ns since the epoch; 0
+    /// unless the CQ was made with `wallclock`, [`crate::Context::create_cq_ex`]), or `None`
+    /// when the CQ is empty.
+    pub fn poll_raw_stamped(&self, wc: &mut uverbs::Wc) -> Result<Option<u64>> {
+        const OP: &str = "poll_cq";
+        let mut take = |c: &mut Consumer| -> Result<Option<u64>> {
+            if c.available().map_err(|e| Error::abi(OP, &e))? == 0 {
+                return Ok(None);
+            }
+            let cqe: abi::fastpath::Cqe = c.read_struct(0).map_err(|e| Error::abi(OP, &e))?;
+            c.release(1).map_err(|e| Error::abi(OP, &e))?;
+            *wc = cqe.wc;
+            Ok(Some(cqe.reserved[0]))
+        };
+        if let Some(t) = take(&mut self.ring().consumer)? {
+            return Ok(Some(t));
+        }
+        match &self.0.ctx.0.progress {
+            Some(p) if p.drive() => take(&mut self.ring().consumer),
+            _ => Ok(None),
+        }
     }
 
     /// Slow-path `ibv_poll_cq`: a POLL_CQ command, so the control plane reads the ring on
