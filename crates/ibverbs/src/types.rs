@@ -159,7 +159,8 @@ pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 pub type AllocParentDomainFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
 /// `ibv_parent_domain_init_attr.alloc`.
-pub type PdAllocFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
 /// `ibv_parent_domain_init_attr.free`.
 pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
 

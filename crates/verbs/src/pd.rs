@@ -309,13 +309,21 @@ pub(crate) fn alloc_ring_in(
     let ptr = match a.alloc(len, abi::shm::REGION_ALIGN, kind) {
         Buffer::Default => return crate::cq::alloc_ring(op, depth, elem),
         Buffer::Failed => {
-            return Err(Error::local(op, Errno::ENOMEM, "the parent domain's allocator failed"))
+            return Err(Error::local(
+                op,
+                Errno::ENOMEM,
+                "the parent domain's allocator failed",
+            ))
         }
         Buffer::At(p) => p,
     };
     if (ptr as usize) % abi::shm::REGION_ALIGN != 0 {
         a.free(ptr, kind);
-        return Err(Error::local(op, Errno::EINVAL, "the parent domain's allocator misaligned a buffer"));
+        return Err(Error::local(
+            op,
+            Errno::EINVAL,
+            "the parent domain's allocator misaligned a buffer",
+        ));
     }
     let addr = ptr as usize;
     let back = a.clone();

@@ -38,8 +38,8 @@ use abi::{AccessFlags, Errno, Mtu, QpAttrMask, QpState, QpType};
 
 use crate::context::{next_user_handle, take, Context, Gid};
 use crate::cq::{leak, Cq};
-use crate::pd::alloc_ring_in;
 use crate::error::{Error, ErrorKind, PostError, Result};
+use crate::pd::alloc_ring_in;
 use crate::pd::{AhAttr, GlobalRoute, Pd};
 use crate::srq::Srq;
 use crate::wr::{

@@ -14,8 +14,8 @@ use abi::{Errno, SrqAttrMask};
 
 use crate::context::{next_user_handle, take};
 use crate::cq::leak;
-use crate::pd::alloc_ring_in;
 use crate::error::{Error, ErrorKind, PostError, Result};
+use crate::pd::alloc_ring_in;
 use crate::pd::Pd;
 use crate::wr::{bad_wr_result, encode_recv_cmd, stage_recvs, RecvWr};
 
