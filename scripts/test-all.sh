@@ -39,7 +39,7 @@ bash tests/compat/rdmacm.sh --no-build --perftest
 echo "== uroced: one device shared by many processes; client and daemon killed mid-transfer; permissions (tests/compat/daemon.sh)"
 bash tests/compat/daemon.sh
 
-echo "== drop-in libraries under libfabric: fi_info -p verbs, fi_pingpong -e msg on a uroced device (tests/compat/libfabric.sh)"
+echo "== drop-in libraries under libfabric: fi_info -p verbs, fi_pingpong -e msg and -e rdm (verbs;ofi_rxm) on a uroced device (tests/compat/libfabric.sh)"
 bash tests/compat/libfabric.sh --no-build
 
 echo "== rdma-core's own test suite (pyverbs, rdma-core 44) on the drop-in libraries, five runs (tests/compat/pyverbs.sh)"

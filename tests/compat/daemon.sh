@@ -10,7 +10,8 @@
 #     daemon's Prometheus endpoint (`uroced --metrics`) scraped twice: the exposition parses
 #     (python3 prometheus_client, when installed) and the packet counters grow;
 #  3. ibv_rc_pingpong (--chk) and `uroce bench write_bw --verify` between two processes;
-#     rping -v, udaddy and ucmatose through the daemon's CM routing;
+#     rping -v, udaddy and ucmatose through the daemon's CM routing; `uroce capture -d uroce0`
+#     beside a pair of processes (every packet once, good ICRCs, nothing malformed in tshark);
 #  4. a client killed with SIGKILL mid-transfer: another pair's 256 MiB verified WRITE stream
 #     finishes with every payload matching, the daemon logs the reclaim and `uroce stat`
 #     no longer lists the killed process;
@@ -55,6 +56,9 @@ dir="$work/d"
 export UROCE_DAEMON="$dir"
 unset UROCE_DEVICES
 export LD_LIBRARY_PATH="$(pwd)/target/compat"
+# The processes publish their stats and attach sockets here (uroce stat, uroce capture).
+export UROCE_STATS_DIR="$work/stats"
+mkdir -m 700 "$UROCE_STATS_DIR"
 UROCED="$(pwd)/target/release/uroced"
 UROCE="$(pwd)/target/release/uroce"
 daemon_pid=""
@@ -209,6 +213,43 @@ pair "udaddy (UD over SIDR) through the daemon" \
 pair "ucmatose -c 4 -C 10 through the daemon" \
     ucmatose -b "$ADDR" -c 4 -C 10 -p $((port + 24)) -- \
     ucmatose -s "$ADDR" -c 4 -C 10 -p $((port + 24))
+
+# 3b. `uroce capture -d uroce0` beside two processes of the daemon device: it attaches to
+# each client process (never opening a device itself); every packet between them is recorded
+# once (by its sender), decodes with a good ICRC, and tshark finds nothing malformed.
+timeout 120 "$UROCE" capture -d uroce0 -w "$work/dcap.pcap" -c 400 >"$work/dcap.out" 2>&1 &
+cap=$!
+pair "uroce bench write_bw between two processes under uroce capture -d uroce0" \
+    "$UROCE" bench write_bw -s 4096 -n 20000 -p $((port + 25)) -- \
+    "$UROCE" bench write_bw -s 4096 -n 20000 -p $((port + 25)) 127.0.0.1
+wait "$cap"
+cap_rc=$?
+"$UROCE" decode --json "$work/dcap.pcap" >"$work/dcap.json" 2>"$work/dcap.sum"
+if [ "$cap_rc" = 0 ] && grep -q "400 packets captured" "$work/dcap.out" \
+    && grep -q "400 frames: 400 RoCEv2 packets decoded, 0 non-RoCE frames skipped, 0 garbled, 0 bad ICRC" "$work/dcap.sum" \
+    && python3 - "$work/dcap.json" "$ADDR" >"$work/dcap.chk" 2>&1 <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+addr = sys.argv[2]
+assert all(r["src"] == addr and r["dst"] == addr for r in recs), "addresses"
+writes = [(r["dest_qp"], r["psn"]) for r in recs if "WRITE" in r["opcode_name"]]
+assert writes, "no WRITE packets"
+assert len(set(writes)) == len(writes), "a packet recorded twice"
+print(f"{len(recs)} packets, {len(writes)} WRITE packets, each once")
+PY
+then
+    tshark_bad=""
+    if command -v tshark >/dev/null 2>&1; then
+        tshark_bad=$(tshark -n -r "$work/dcap.pcap" -Y "_ws.malformed || _ws.expert.severity >= warning" -T fields -e frame.number 2>/dev/null)
+    fi
+    if [ -z "$tshark_bad" ]; then
+        ok "uroce capture -d uroce0 (daemon device, two processes): $(cat "$work/dcap.chk")"
+    else
+        bad "uroce capture -d uroce0: tshark flags frames $tshark_bad"
+    fi
+else
+    bad "uroce capture -d uroce0 (exit $cap_rc)" "$work/dcap.out" "$work/dcap.sum" "$work/dcap.chk"
+fi
 
 # 4. SIGKILL a client while another pair streams 256 MiB of verified WRITEs.
 timeout 300 "$UROCE" bench write_bw -s 65536 -n 4096 --verify -p $((port + 30)) >"$work/ka.s" 2>&1 &

@@ -8,9 +8,10 @@
 # The verbs provider finds a device's IP address by walking the host's interfaces and
 # binding an rdma_cm ID to each address (prov/verbs/src/verbs_info.c); it skips "lo", so
 # the test runs in a network namespace of its own with a veth pair carrying the device's
-# address. Then fabtests' `fi_pingpong -e msg` runs between two processes sharing one
-# uroced device in that namespace (needs target/release/uroced, which the test command
-# builds before this script). Needs root (namespaces) and fi_info (Debian package
+# address. Then fabtests' `fi_pingpong -e msg` (verbs) and `-e rdm` (verbs;ofi_rxm, with
+# `-c`: fabtests checks every message's data) run between two processes sharing one uroced
+# device in that namespace (needs target/release/uroced, which the test command builds
+# before this script). Needs root (namespaces) and fi_info (Debian package
 # libfabric-bin, installed when root); otherwise it skips. Ends with "N passed, M failed"; exit 1 on a failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,23 +56,35 @@ if [ -x target/release/uroced ] && command -v fi_pingpong >/dev/null 2>&1; then
         >"$ddir/log" 2>&1 &
     dpid=$!
     for _ in $(seq 100); do [ -S "$ddir/d/uverbs0" ] && break; sleep 0.05; done
-    run() { ip netns exec "$NS" env UROCE_DAEMON="$ddir/d" LD_LIBRARY_PATH="$PWD/target/compat" \
-        timeout 60 fi_pingpong -p verbs -e msg -I 100 "$@"; }
-    run >"$ddir/s" 2>&1 &
-    spid=$!
-    sleep 1
-    run 127.0.0.1 >"$ddir/c" 2>&1
-    c=$?
-    wait "$spid"
-    s=$?
-    if [ "$c" = 0 ] && [ "$s" = 0 ] && grep -q "^64k" "$ddir/c"; then
-        echo "ok   fi_pingpong -p verbs -e msg between two processes on one uroced device"
-        pass=$((pass + 1))
-    else
-        echo "FAIL fi_pingpong -p verbs -e msg (server exit $s, client exit $c; 124: hung):"
-        tail -n 5 "$ddir/s" "$ddir/c" "$ddir/log" 2>&1 | sed 's/^/       /'
-        fail=$((fail + 1))
-    fi
+    # pingpong SECS "ARGS": server and client; both must exit 0 and both print the 64k row.
+    pingpong() {
+        local secs=$1 args=$2 c s
+        run() {
+            # shellcheck disable=SC2086 # $args is a word list on purpose
+            ip netns exec "$NS" env UROCE_DAEMON="$ddir/d" LD_LIBRARY_PATH="$PWD/target/compat" \
+                timeout -k 5 "$secs" fi_pingpong $args "$@"
+        }
+        run >"$ddir/s" 2>&1 &
+        spid=$!
+        sleep 1
+        run 127.0.0.1 >"$ddir/c" 2>&1
+        c=$?
+        wait "$spid"
+        s=$?
+        if [ "$c" = 0 ] && [ "$s" = 0 ] && grep -q "^64k" "$ddir/c" && grep -q "^64k" "$ddir/s"; then
+            echo "ok   fi_pingpong $args between two processes on one uroced device"
+            pass=$((pass + 1))
+        else
+            echo "FAIL fi_pingpong $args (server exit $s, client exit $c; 124: hung):"
+            tail -n 5 "$ddir/s" "$ddir/c" "$ddir/log" 2>&1 | sed 's/^/       /'
+            fail=$((fail + 1))
+        fi
+    }
+    pingpong 60 "-p verbs -e msg -I 100"
+    # RDM over MSG: ofi_rxm's connections are verbs MSG endpoints, made on first send
+    # (rdma_cm), and each of its MSG CQs has (tx + rx size) × FI_UNIVERSE_SIZE entries
+    # (262144 with the defaults: within the device's max_cqe). -c: data checked.
+    pingpong 120 "-p verbs;ofi_rxm -e rdm -I 100 -c"
     kill "$dpid" 2>/dev/null
     wait "$dpid" 2>/dev/null
     rm -rf "$ddir"

@@ -9,7 +9,8 @@
 #   tests/compat/rdmacm.sh --no-build
 #   tests/compat/rdmacm.sh --perftest   # also perftest's tests with -R
 #
-# Covered: rping -v (every ping's data verified by rping itself) with three sizes,
+# Covered: rping -v -V (the client validates every ping's data itself, "data mismatch!"
+# and a failed exit otherwise) with three sizes,
 # ucmatose with 8 connections × 10 messages, udaddy (UD: SIDR_REQ/SIDR_REP, the client's AH
 # from the ESTABLISHED event, the server's from the received GRH) with its defaults, with 4
 # connections × 20 messages of 1000 bytes and in RDMA_PS_IPOIB, rdma_server/rdma_client
@@ -151,8 +152,8 @@ run() {
 }
 
 for size in 100 1024 4096; do
-    run "rping -v -C 100 -S $size" "^ping data: rdma-ping-99: " \
-        "rping -s -a $A -v -C 100 -S $size" "rping -c -a $A -v -C 100 -S $size"
+    run "rping -v -V -C 100 -S $size" "^ping data: rdma-ping-99: " \
+        "rping -s -a $A -v -C 100 -S $size" "rping -c -a $A -v -V -C 100 -S $size"
 done
 run "ucmatose -c 8 -C 10" "^return status 0$" \
     "ucmatose -c 8 -C 10" "ucmatose -s $A -c 8 -C 10"

@@ -14,6 +14,9 @@
  *     id->event; rdma_create_ep makes the QP, CQs and completion channels (cq_context = the
  *     ID); its rdma_connect to a port nobody listens on is -1/ECONNREFUSED; rdma_get_request
  *     on an asynchronous ID is -1/EINVAL;
+ *   - RDMA_OPTION_ID_ACK_TIMEOUT takes one byte 0..31 (else -1/EINVAL); rdma_get_remote_ece
+ *     on an ID without a QP answers "no ECE" (vendor_id 0), with a QP -1/EINVAL;
+ *     rdma_set_local_ece checks its arguments (-1/EINVAL), then says -1/EOPNOTSUPP;
  *   - a destroyed ID and a destroyed (twice) channel give -1/EINVAL, never a crash.
  *
  * Run with LD_LIBRARY_PATH=target/compat and UROCE_DEVICES naming one device; prints
@@ -102,6 +105,32 @@ int main(int argc, char **argv)
 		      "synchronous resolve_route: errno %d", errno);
 		CHECK(rdma_get_request(none, &id) == -1 && errno == EINVAL,
 		      "rdma_get_request on a non-listening ID: errno %d", errno);
+		{
+			uint8_t t = 14;
+			uint32_t wide = 14;
+			struct ibv_ece ece = { .vendor_id = 0x15b3, .options = 1, .comp_mask = 0 };
+
+			CHECK(rdma_set_option(none, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t,
+					      sizeof t) == 0,
+			      "ACK_TIMEOUT 14: errno %d", errno);
+			CHECK(rdma_set_option(none, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wide,
+					      sizeof wide) == -1 && errno == EINVAL,
+			      "ACK_TIMEOUT with optlen 4: errno %d", errno);
+			t = 32;
+			CHECK(rdma_set_option(none, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t,
+					      sizeof t) == -1 && errno == EINVAL,
+			      "ACK_TIMEOUT 32: errno %d", errno);
+			CHECK(rdma_get_remote_ece(none, &ece) == 0 && ece.vendor_id == 0 &&
+				      ece.options == 0 && ece.comp_mask == 0,
+			      "rdma_get_remote_ece without a QP: errno %d vendor_id %u", errno,
+			      ece.vendor_id);
+			ece.vendor_id = 0;
+			CHECK(rdma_set_local_ece(none, &ece) == -1 && errno == EINVAL,
+			      "rdma_set_local_ece with vendor_id 0: errno %d", errno);
+			ece.vendor_id = 0x15b3;
+			CHECK(rdma_set_local_ece(none, &ece) == -1 && errno == EOPNOTSUPP,
+			      "rdma_set_local_ece: errno %d", errno);
+		}
 		CHECK(rdma_destroy_id(none) == 0, "destroying a synchronous ID");
 		none = NULL;
 	}
@@ -123,6 +152,12 @@ int main(int argc, char **argv)
 				      none->send_cq_channel && none->recv_cq_channel &&
 				      none->send_cq->cq_context == none && none->qp_type == IBV_QPT_RC,
 			      "rdma_create_ep's QP, CQs and completion channels");
+			{
+				struct ibv_ece ece;
+
+				CHECK(rdma_get_remote_ece(none, &ece) == -1 && errno == EINVAL,
+				      "rdma_get_remote_ece on an ID with a QP: errno %d", errno);
+			}
 			CHECK(rdma_connect(none, NULL) == -1 && errno == ECONNREFUSED,
 			      "synchronous connect to no listener: errno %d", errno);
 			CHECK(none->event && none->event->event == RDMA_CM_EVENT_REJECTED &&

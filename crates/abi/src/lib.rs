@@ -54,6 +54,7 @@
 #[macro_use]
 mod macros;
 
+pub mod attach;
 pub mod cmd;
 pub mod daemon;
 pub mod doorbell;

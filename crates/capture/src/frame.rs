@@ -299,3 +299,61 @@ impl<R: Read> Iterator for Frames<R> {
         ))
     }
 }
+
+/// The pcap records in `bytes` — a stream of records without a file header, as the attach
+/// protocol carries them (`abi::attach`): 16-byte little-endian record headers with
+/// nanosecond timestamps — each with its Ethernet frame (numbered 0); a damaged or cut tail
+/// ends the list.
+pub fn stream_records(bytes: &[u8]) -> Vec<(&[u8], Frame)> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while let Some(h) = bytes.get(at..at + 16) {
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let (sec, nsec, incl, orig) = (word(0), word(4), word(8), word(12));
+        let end = at + 16 + incl as usize;
+        let Some(data) = bytes.get(at + 16..end) else {
+            break;
+        };
+        out.push((
+            &bytes[at..end],
+            Frame {
+                number: 0,
+                link_type: LinkType::ETHERNET,
+                timestamp: Duration::new(u64::from(sec), nsec.min(999_999_999)),
+                orig_len: orig,
+                data: data.to_vec(),
+            },
+        ));
+        at = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    #[test]
+    fn stream_records_split_whole_records_and_stop_at_a_cut_one() {
+        let mut w =
+            crate::pcap::PcapWriter::continuing(Vec::new(), crate::pcap::TsResolution::Nano);
+        w.write_frame_cut(Duration::new(5, 7), b"abcdef", 6)
+            .unwrap();
+        w.write_frame_cut(Duration::new(6, 8), b"xyz", 10).unwrap();
+        let bytes = w.get_mut().clone();
+        let recs = stream_records(&bytes);
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[0].1.data, b"abcdef");
+        assert_eq!(recs[0].1.timestamp, Duration::new(5, 7));
+        assert_eq!(
+            (recs[1].1.data.as_slice(), recs[1].1.orig_len),
+            (&b"xyz"[..], 10)
+        );
+        assert_eq!(recs[0].0.len() + recs[1].0.len(), bytes.len());
+        // A record cut short is not returned; nor is a header claiming more than is there.
+        assert_eq!(stream_records(&bytes[..bytes.len() - 1]).len(), 1);
+        let mut lying = bytes[..16].to_vec();
+        lying[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(stream_records(&lying).is_empty());
+    }
+}

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod attach_client;
 mod bench;
 mod capture_cmd;
 mod decode;

@@ -575,3 +575,193 @@ fn trace_to_stderr_by_default_and_capture_needs_a_command() {
         .unwrap();
     assert_eq!(out.status.code(), Some(7));
 }
+
+/// Wait until `path` exists (a process's attach socket), or panic after 30 s.
+fn wait_for_file(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `uroce bench write_bw` running for `secs` seconds with the given placement args,
+/// publishing in `stats`; returns it once its attach socket is there.
+fn running_bench(stats: &Path, place: &[&str], secs: u32) -> Child {
+    let child = Command::new(uroce())
+        .args(["bench", "write_bw", "-s", "8192", "-D", &secs.to_string()])
+        .args(place)
+        .env("UROCE_DEVICES", "uroce0=127.79.20.1")
+        .env("UROCE_STATS_DIR", stats)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&stats.join(format!("{}.attach", child.id())));
+    child
+}
+
+fn stop(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// `uroce capture -p PID -w FILE -c N` beside a bench that runs on its own (the capture
+/// opens no device): same-device loopback and two devices over UDP both make wire
+/// captures; a filter keeps only what it names.
+#[test]
+fn capture_attaches_beside_a_running_bench() {
+    let dir = scratch("attach");
+    let stats = dir.join("stats");
+    std::fs::create_dir_all(&stats).unwrap();
+    let capture = |pid: u32, file: &Path, n: u32, filter: &[&str]| {
+        let out = Command::new(uroce())
+            .args([
+                "capture",
+                "-p",
+                &pid.to_string(),
+                "-c",
+                &n.to_string(),
+                "-w",
+            ])
+            .arg(file)
+            .args(filter)
+            .env("UROCE_STATS_DIR", &stats)
+            .output()
+            .unwrap();
+        ok(&out, "uroce capture -p");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("attached to uroce (pid {pid})")),
+            "{err}"
+        );
+        assert!(err.contains(&format!("{n} packets captured")), "{err}");
+    };
+
+    let lb = running_bench(&stats, &["--loopback"], 30);
+    let file = dir.join("lb.pcap");
+    capture(lb.id(), &file, 300, &[]);
+    let flows = check_capture(&file);
+    assert_eq!(flows.len(), 300);
+    assert_eq!(
+        count(&flows, "127.79.20.1", "127.79.20.1"),
+        300,
+        "{flows:?}"
+    );
+    // Only ACKs: every packet kept is one.
+    let acks = dir.join("acks.pcap");
+    capture(lb.id(), &acks, 20, &["op", "ack"]);
+    let recs = decode(&acks);
+    assert_eq!(recs.len(), 20);
+    assert!(
+        recs.iter()
+            .all(|r| r["opcode_name"].as_str().is_some_and(|o| o.contains("ACK"))),
+        "{recs:?}"
+    );
+    stop(lb);
+
+    let pair = running_bench(&stats, &["--pair", "127.79.21.1,127.79.21.2"], 30);
+    let file = dir.join("pair.pcap");
+    capture(pair.id(), &file, 400, &[]);
+    let flows = check_capture(&file);
+    let (ab, ba) = (
+        count(&flows, "127.79.21.1", "127.79.21.2"),
+        count(&flows, "127.79.21.2", "127.79.21.1"),
+    );
+    assert!(ab > 0 && ba > 0, "{ab} {ba}");
+    assert_eq!(ab + ba, 400);
+    stop(pair);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `uroce trace -p PID --fast` attached to a waiting `uroce pingpong` server: the commands
+/// it sends once a client connects (with results and times), fast-path events with CQE
+/// statuses, and the trace ends when the server exits.
+#[test]
+fn trace_attaches_beside_a_running_server() {
+    let dir = scratch("trace-attach");
+    let stats = dir.join("stats");
+    std::fs::create_dir_all(&stats).unwrap();
+    let pingpong = ["pingpong", "rc", "-g", "0", "-n", "200", "-p", "18763"];
+    let server = Command::new(uroce())
+        .args(pingpong)
+        .env("UROCE_DEVICES", "uroce0=127.79.22.1")
+        .env("UROCE_STATS_DIR", &stats)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&stats.join(format!("{}.attach", server.id())));
+    let out_file = dir.join("trace.txt");
+    let mut tracer = Command::new(uroce())
+        .args(["trace", "--fast", "-p", &server.id().to_string(), "-o"])
+        .arg(&out_file)
+        .env("UROCE_STATS_DIR", &stats)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Go on once the tracer says it is attached.
+    let mut err = std::io::BufReader::new(tracer.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("attached to") {
+        let mut l = String::new();
+        let n = std::io::BufRead::read_line(&mut err, &mut l).unwrap();
+        assert!(n > 0, "tracer ended before attaching: {said}");
+        said.push_str(&l);
+    }
+    let client = Command::new(uroce())
+        .args(pingpong)
+        .arg("127.79.22.1")
+        .env("UROCE_DEVICES", "uroce1=127.79.22.2")
+        .env("UROCE_STATS_DIR", &stats)
+        .output()
+        .unwrap();
+    ok(&client, "uroce pingpong client");
+    let mut server = server;
+    assert!(server.wait().unwrap().success());
+    // The server's exit ends the trace.
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = tracer.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "tracer did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let pid = format!("pid={}", server.id());
+    let modify: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("uroce-trace ") && l.contains(" MODIFY_QP "))
+        .collect();
+    assert!(!modify.is_empty(), "{text}");
+    for l in &modify {
+        assert!(l.contains(&pid) && l.contains(" = ok"), "{l}");
+        // The time the command took, as strace -T prints it.
+        let t = l.rsplit_once(" <").map(|(_, t)| t).unwrap_or("");
+        assert!(
+            t.ends_with('>') && t.trim_end_matches('>').parse::<f64>().is_ok(),
+            "{l}"
+        );
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("uroce-fast ")
+            && l.contains(" CQE ")
+            && l.contains("status=0 (success)")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("uroce-fast ") && l.contains(" WQE ")),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

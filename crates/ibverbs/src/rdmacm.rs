@@ -909,6 +909,72 @@ pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
+/// `struct ibv_ece` (`verbs.h`).
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// `int rdma_get_remote_ece(id, ece)` (RDMACM_1.3): the ECE the peer's REQ or REP carried,
+/// for an ID whose QP the consumer manages (an ID with a QP is EINVAL, as in librdmacm).
+/// uroce's CM neither sends nor reads ECE, so the answer is "none": vendor_id 0, options 0.
+/// A consumer then hands that to `ibv_set_ece`, which says EOPNOTSUPP.
+///
+/// # Safety
+/// `id` is a live ID; `ece` NULL or writable.
+pub unsafe extern "C" fn uroce_rdma_get_remote_ece(
+    id: *mut rdma_cm_id,
+    ece: *mut ibv_ece,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: looked up before it is read.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        if !u.id.qp.is_null() || ece.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe {
+            ece.write(ibv_ece {
+                vendor_id: 0,
+                options: 0,
+                comp_mask: 0,
+            })
+        };
+        0
+    })
+}
+
+/// `int rdma_set_local_ece(id, ece)` (RDMACM_1.3): EOPNOTSUPP after librdmacm's argument
+/// checks (EINVAL for an ID with a QP, a NULL `ece`, vendor_id 0 or a comp_mask): uroce's
+/// CM cannot carry ECE in its REQ or REP.
+///
+/// # Safety
+/// `id` is a live ID; `ece` NULL or readable.
+pub unsafe extern "C" fn uroce_rdma_set_local_ece(
+    id: *mut rdma_cm_id,
+    ece: *const ibv_ece,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: looked up before it is read.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        // SAFETY: NULL or readable per the contract.
+        let Some(e) = (unsafe { ece.as_ref() }) else {
+            return fail(libc::EINVAL);
+        };
+        if !u.id.qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
+            return fail(libc::EINVAL);
+        }
+        fail(libc::EOPNOTSUPP)
+    })
+}
+
 /// `int rdma_establish(id)` (RDMACM_1.2).
 ///
 /// # Safety
@@ -1081,23 +1147,45 @@ pub unsafe extern "C" fn uroce_rdma_ack_cm_event(event: *mut rdma_cm_event) -> c
     })
 }
 
-/// `int rdma_set_option(id, level, optname, optval, optlen)`: TOS, REUSEADDR, AFONLY and
-/// ACK_TIMEOUT are accepted (the device's defaults apply), anything else is ENOSYS.
+/// `RDMA_OPTION_ID` (`rdma_cma.h`).
+const RDMA_OPTION_ID: c_int = 0;
+/// `RDMA_OPTION_ID_ACK_TIMEOUT` (`rdma_cma.h`): a `uint8_t`.
+const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
+
+/// `int rdma_set_option(id, level, optname, optval, optlen)`: ACK_TIMEOUT (one byte, as the
+/// kernel's `ucma_set_option_id` requires) sets the ID's QP's local ACK timeout at RTS; TOS,
+/// REUSEADDR and AFONLY are accepted (the device's defaults apply); anything else is
+/// ENOSYS.
 ///
 /// # Safety
-/// `id` is a live ID.
+/// `id` is a live ID; `optval` covers `optlen` bytes.
 pub unsafe extern "C" fn uroce_rdma_set_option(
     id: *mut rdma_cm_id,
     level: c_int,
     optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
     guard(-1, || {
         if id.is_null() {
             return fail(libc::EINVAL);
         }
-        if level == 0 && (0..=3).contains(&optname) {
+        if level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT {
+            // SAFETY: per the contract.
+            let Some(u) = (unsafe { ucm(id) }) else {
+                return fail(libc::EINVAL);
+            };
+            if optval.is_null() || optlen != 1 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: one readable byte, per the contract and the check above.
+            let t = unsafe { *optval.cast::<u8>() };
+            return match u.rust.set_ack_timeout(t) {
+                Ok(()) => 0,
+                Err(e) => fail_with(&e),
+            };
+        }
+        if level == RDMA_OPTION_ID && (0..=2).contains(&optname) {
             0
         } else {
             fail(libc::ENOSYS)

@@ -180,6 +180,7 @@ impl DevState {
             }
             cm_op::REJECT => {
                 let id = self.cm_owned(ctx, c.id)?;
+                self.gsi.flush_before_reply = true;
                 self.gsi
                     .cm
                     .reject(now, id, RejReason(c.reason), cm_pd)
@@ -194,6 +195,7 @@ impl DevState {
             }
             cm_op::DISCONNECT => {
                 let id = self.cm_owned(ctx, c.id)?;
+                self.gsi.flush_before_reply = true;
                 self.gsi
                     .cm
                     .disconnect(now, id)

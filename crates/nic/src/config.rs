@@ -50,7 +50,9 @@ impl Default for Limits {
             max_sge: abi::fastpath::MAX_SGE,
             max_inline_data: abi::fastpath::MAX_INLINE_DATA,
             max_cq: 0x4000,
-            max_cqe: 1 << 15,
+            // libfabric's ofi_rxm sizes each MSG CQ as (tx + rx size) × FI_UNIVERSE_SIZE:
+            // 1024 × 256 with the verbs provider's defaults (rxe's 32767 is too small).
+            max_cqe: 1 << 18,
             max_mr: 0x4000,
             max_pd: 0x7ffc,
             max_ah: 0x3ffe,

@@ -180,7 +180,7 @@ fn run(dev: &Device) {
                 if let Some(conn) = conns.remove(&token) {
                     let _ = shared.epoll.delete(conn.stream.as_raw_fd());
                     dev.lock_cp().destroy_context(conn.ctx);
-                    if let Some(t) = &dev.trace {
+                    if let Some(t) = dev.tracer() {
                         t.close(&dev.cfg.name, conn.ctx);
                     }
                     dev.engine.kick();
@@ -207,6 +207,7 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
         let target = match conn.need() {
             Need::Unframeable => return Step::Close,
             Need::Complete(total) => {
+                let started = dev.tracer().map(|_| std::time::Instant::now());
                 let kick = {
                     let bytes = conn.inbuf.get(..total).unwrap_or(&[]);
                     // Read the mappings a range check needs before taking the lock the
@@ -242,16 +243,18 @@ fn serve(dev: &Device, shared: &CtrlShared, token: u64, conn: &mut Conn, ev: u32
                     st.maps = None;
                     kick
                 };
-                if let Some(t) = &dev.trace {
+                if let Some(t) = dev.tracer() {
                     t.command(
                         &dev.cfg.name,
                         conn.ctx,
                         conn.inbuf.get(..total).unwrap_or(&[]),
                         &conn.out,
+                        started.map(|t0| t0.elapsed()).unwrap_or_default(),
                     );
                 }
                 if kick {
                     dev.engine.kick();
+                    flush_last_word(dev);
                 }
                 conn.outpos = 0;
                 conn.have = 0;
@@ -309,4 +312,22 @@ fn flush(shared: &CtrlShared, token: u64, conn: &mut Conn) -> io::Result<bool> {
         conn.out_armed = false;
     }
     Ok(true)
+}
+
+/// After `rdma_reject` or `rdma_disconnect` a consumer may leave at once — a forked child
+/// ends with `_exit`, which runs no exit handler (`crate::device`'s flush) — where the
+/// kernel's CM would still send the REJ or DREQ. So the reply to those commands waits (at
+/// most ~100 ms) until the engine has taken the MADs they queued.
+fn flush_last_word(dev: &Device) {
+    if !std::mem::take(&mut dev.lock_cp().gsi.flush_before_reply) {
+        return;
+    }
+    for _ in 0..1000 {
+        if !dev.lock_cp().gsi.cm.has_transmits() {
+            return;
+        }
+        dev.engine.kick();
+        dev.engine.drive();
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
 }

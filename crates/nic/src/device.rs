@@ -35,10 +35,11 @@ pub(crate) struct Device {
     /// start, not on the engine thread, whose sockets would otherwise come and go under a
     /// running application.
     pub(crate) gso: Option<sys::GsoIds>,
-    /// Packet capture (`UROCE_CAPTURE`, `crate::tap`), handed to the engine's `DevIo`.
-    pub(crate) tap: Option<Arc<crate::tap::Tap>>,
-    /// Command trace (`UROCE_TRACE`, `crate::trace`), written by the control plane.
-    pub(crate) trace: Option<Arc<crate::trace::Tracer>>,
+    /// Packet capture point (`crate::tap`: `UROCE_CAPTURE` and attached tools), handed to
+    /// the engine's `DevIo`.
+    pub(crate) tap: Arc<crate::tap::Tap>,
+    /// A sealed device (the fuzz harness): never captured or traced.
+    pub(crate) hermetic: bool,
     state: Mutex<DevState>,
     /// Control-plane threads waiting for the lock: the engine lets them in between passes.
     cp_waiting: AtomicU32,
@@ -51,6 +52,16 @@ pub(crate) struct Device {
 }
 
 impl Device {
+    /// The process's tracer if anything traces (never for a sealed device).
+    #[inline]
+    pub(crate) fn tracer(&self) -> Option<&'static crate::trace::Tracer> {
+        if self.hermetic {
+            None
+        } else {
+            crate::trace::active()
+        }
+    }
+
     /// The state, for the control plane (announces itself so the engine yields).
     pub(crate) fn lock_cp(&self) -> MutexGuard<'_, DevState> {
         self.cp_waiting.fetch_add(1, Ordering::SeqCst);
@@ -75,9 +86,28 @@ impl Device {
 static REGISTRY: Mutex<Vec<Arc<Device>>> = Mutex::new(Vec::new());
 static SHARED_ENGINE: Mutex<Option<Arc<EngineShared>>> = Mutex::new(None);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The process the registry's devices run in (0: none yet).
+static REGISTRY_PID: AtomicU32 = AtomicU32::new(0);
 
+/// The running devices. A child of `fork` inherits the parent's devices without the
+/// threads that run them (engine, control plane) — pyverbs' rdma_cm tests open a device in
+/// the parent, then connect from two forked children. So the first call in a new process
+/// forgets them (leaked, not dropped: their threads and locks are not this process's) and
+/// the shared engine, and the child's first open starts (or attaches) its own device, as
+/// a forked rdma-core process opens its own contexts.
 fn registry() -> MutexGuard<'static, Vec<Arc<Device>>> {
-    REGISTRY.lock().unwrap_or_else(PoisonError::into_inner)
+    let mut reg = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if REGISTRY_PID.swap(pid, Ordering::SeqCst) != pid {
+        for d in reg.drain(..) {
+            std::mem::forget(d);
+        }
+        let mut e = SHARED_ENGINE.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = e.take() {
+            std::mem::forget(e);
+        }
+    }
+    reg
 }
 
 /// A started device.
@@ -285,6 +315,9 @@ pub(crate) fn start_device_in(
             (sock, None)
         }
     };
+    if !hermetic {
+        crate::trace::start_from_env();
+    }
     let dev = Arc::new(Device {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         state: Mutex::new({
@@ -301,10 +334,8 @@ pub(crate) fn start_device_in(
             _ => None,
         },
         // A sealed device (the fuzz harness) is never captured or traced.
-        tap: (!hermetic)
-            .then(|| crate::tap::for_device(&cfg.name, cfg.addr))
-            .flatten(),
-        trace: (!hermetic).then(crate::trace::from_env).flatten(),
+        tap: crate::tap::for_device(&cfg.name, cfg.addr, !hermetic),
+        hermetic,
         cfg,
         space,
         cp_waiting: AtomicU32::new(0),
@@ -326,14 +357,24 @@ pub(crate) fn start_device_in(
 /// REJ a program issued just before returning from `main`), waiting at most ~100 ms per
 /// device. The kernel's CM outlives a process; an embedded device does not, and a peer
 /// would otherwise wait for a DREQ that never left.
+///
+/// Never blocks on a lock: `exit` may run inside a signal handler (libfabric's psm
+/// providers call it on SIGTERM) that interrupted this very thread inside the engine, with
+/// the device state locked; and a forked child's registry holds its parent's devices.
 extern "C" fn flush_cm_at_exit() {
     let devs: Vec<Arc<Device>> = match REGISTRY.try_lock() {
-        Ok(r) => r.clone(),
-        Err(_) => return,
+        Ok(r) if REGISTRY_PID.load(Ordering::SeqCst) == std::process::id() => r.clone(),
+        _ => return,
     };
     for d in devs {
         for _ in 0..100 {
-            let pending = d.lock_cp().gsi.cm.has_transmits();
+            let pending = match d.state.try_lock() {
+                Ok(st) => st.gsi.cm.has_transmits(),
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().gsi.cm.has_transmits(),
+                // Held (by the engine, or by this thread under a signal handler): try
+                // again shortly; a hundred misses end the wait.
+                Err(std::sync::TryLockError::WouldBlock) => true,
+            };
             if !pending {
                 break;
             }
@@ -350,6 +391,11 @@ pub fn device(name: &str) -> Option<DeviceHandle> {
         .iter()
         .find(|d| d.cfg.name == name)
         .map(|d| DeviceHandle(d.clone()))
+}
+
+/// The running devices a tool may attach to (sealed ones excluded).
+pub(crate) fn attachable() -> Vec<Arc<Device>> {
+    registry().iter().filter(|d| !d.hermetic).cloned().collect()
 }
 
 /// Names of the running devices.

@@ -380,13 +380,13 @@ pub(crate) struct DevIo {
     ring_rx: Vec<u8>,
     /// When the daemon's socket was last read.
     daemon_polled: Time,
-    /// The device's packet capture (`crate::tap`; `UROCE_CAPTURE`): `None` when off, the
-    /// only cost capture adds to the datapath.
-    tap: Option<Arc<crate::tap::Tap>>,
+    /// The device's capture point (`crate::tap`; `UROCE_CAPTURE` or an attached `uroce
+    /// capture`): one relaxed load per packet when nobody captures ([`DevIo::tap`]).
+    tap: Arc<crate::tap::Tap>,
 }
 
 impl DevIo {
-    fn new(gso: Option<sys::GsoIds>, tap: Option<Arc<crate::tap::Tap>>) -> DevIo {
+    fn new(gso: Option<sys::GsoIds>, tap: Arc<crate::tap::Tap>) -> DevIo {
         DevIo {
             pool: Vec::new(),
             loopq: VecDeque::new(),
@@ -401,6 +401,12 @@ impl DevIo {
             daemon_polled: Time(0),
             tap,
         }
+    }
+
+    /// The capture point if anything captures this device.
+    #[inline]
+    fn tap(&self) -> Option<&crate::tap::Tap> {
+        self.tap.active().then_some(&*self.tap)
     }
 
     fn take_buf(&mut self) -> Vec<u8> {
@@ -723,9 +729,16 @@ fn drain_doorbells(st: &mut DevState) -> bool {
         res, qps, ready, ..
     } = st;
     let mut rung = 0u32;
+    let fast = crate::trace::fast_on();
     for cx in res.ctxs.values() {
         let r = cx.doorbells.drain(|slot| {
             if let Some(Some(q)) = cx.db_slots.get(slot as usize) {
+                if fast {
+                    let qpn = qps.get(*q).map_or(0, |o| o.qp.qpn().value());
+                    crate::trace::fast(&res.dev_name, || {
+                        format!("DOORBELL slot={slot} qpn={qpn:#x}")
+                    });
+                }
                 make_ready(qps, ready, *q);
             }
         });
@@ -908,6 +921,18 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
             Ok((h, p)) => wqe_to_wr(h, p, q, res),
             Err(_) => Err(WcStatus::LocQpOpErr),
         };
+        if crate::trace::fast_on() {
+            let qpn = q.qp.qpn().value();
+            let len = wr.as_ref().map_or(0, |w| w.local.len());
+            let err = wr.as_ref().err().copied();
+            crate::trace::fast(&res.dev_name, || match err {
+                None => format!("WQE qpn={qpn:#x} wr_id={wr_id} opcode={opcode} length={len}"),
+                Some(st) => format!(
+                    "WQE qpn={qpn:#x} wr_id={wr_id} opcode={opcode} = bad WQE: {}",
+                    st.as_str()
+                ),
+            });
+        }
         progress = true;
         let signaled = match &wr {
             Ok(w) => q.sq_sig_all || w.flags.contains(SendFlags::SIGNALED),
@@ -1114,7 +1139,7 @@ fn route(
     let here = own.is_none_or(|w| crate::state::in_window(w, bth_dest_qpn(&buf)));
     if dest.ip == dev_ip && here {
         c.loopback_pkts += 1;
-        if let Some(tap) = &io.tap {
+        if let Some(tap) = io.tap() {
             if let Some(pkt) = buf.get(..t.len) {
                 tap.looped(pkt, |p| deferred.materialize(&res.mrs, p));
             }
@@ -1131,7 +1156,7 @@ fn route(
     let slot = bth_dest_qpn(&buf) >> crate::daemon::WINDOW_BITS;
     if dest.ip == dev_ip {
         if let Some(tx) = peer_tx.get_mut(&slot) {
-            if let Some(tap) = &io.tap {
+            if let Some(tap) = io.tap() {
                 if let Some(pkt) = buf.get(..t.len) {
                     tap.looped(pkt, |_| true);
                 }
@@ -1254,7 +1279,7 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
         // On a daemon's device the daemon routes MADs (another process may own the ID).
         if to == dev_ip && st.own_qpns.is_none() {
             c.loopback_pkts += 1;
-            if let Some(tap) = &io.tap {
+            if let Some(tap) = io.tap() {
                 if let Some(pkt) = buf.get(..len) {
                     tap.looped(pkt, |_| true);
                 }
@@ -1314,8 +1339,13 @@ fn receive_rings(st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
     // Its own scratch buffer: `drain` sizes it to each packet (never a pool buffer).
     let mut buf = std::mem::take(&mut io.ring_rx);
     let mut n = 0;
+    // Only a capture that wants ring packets records them here (their sender did).
+    let tap = io.tap().is_some().then(|| io.tap.clone());
     for r in rings.iter_mut() {
         n += r.drain(RING_BUDGET, &mut buf, |pkt| {
+            if let Some(t) = &tap {
+                t.ring_received(pkt);
+            }
             deliver_loopback(st, pkt, DeferList::default(), now);
         });
     }
@@ -1345,7 +1375,7 @@ fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
             Sent::Took(k) => {
                 for _ in 0..k {
                     if let Some(d) = io.txq.pop_front() {
-                        if let Some(tap) = &io.tap {
+                        if let Some(tap) = io.tap() {
                             tap.sent(d.dst, d.ident, d.bytes());
                         }
                         io.pool.push(d.buf);
@@ -1446,7 +1476,7 @@ fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
             let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
                 continue;
             };
-            receive_message(st, io.tap.as_deref(), data, &m, counting, 0, now);
+            receive_message(st, io.tap(), data, &m, counting, 0, now);
         }
         any |= n > 0;
         if n < BATCH {
@@ -1531,15 +1561,7 @@ fn receive_forwarded(
                 segment: (h.segment > 0).then_some(usize::from(h.segment)),
                 tos: (h.flags & DataHdr::TOS_VALID != 0).then_some(h.tos),
             };
-            receive_message(
-                st,
-                io.tap.as_deref(),
-                data,
-                &m,
-                counting,
-                h.first_index,
-                now,
-            );
+            receive_message(st, io.tap(), data, &m, counting, h.first_index, now);
         }
         any |= n > 0;
         if n < BATCH {

@@ -47,6 +47,9 @@ pub(crate) struct Gsi {
     /// Each context's CM event channel (our end).
     pub(crate) chans: HashMap<CtxId, OwnedFd>,
     pub(crate) counters: GsiCounters,
+    /// A consumer's last word (REJ, DREQ/DREP) is queued: the control plane sees it leave
+    /// before it answers the command (`crate::ctrl`).
+    pub(crate) flush_before_reply: bool,
 }
 
 /// QP 1 counters.
@@ -70,6 +73,7 @@ impl Gsi {
             armed: None,
             events: VecDeque::new(),
             owners: HashMap::new(),
+            flush_before_reply: false,
             chans: HashMap::new(),
             counters: GsiCounters::default(),
         }

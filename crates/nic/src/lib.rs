@@ -66,6 +66,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod attach;
 mod cm_cmds;
 mod cmds;
 mod config;

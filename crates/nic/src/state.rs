@@ -319,6 +319,8 @@ pub(crate) struct Resources {
     /// (docs/compat.md §11). A device has one address, so every packet it receives is of
     /// that family.
     pub(crate) ud_recv_sl: u8,
+    /// The device's name (fast-path trace events name it).
+    pub(crate) dev_name: Arc<str>,
 }
 
 /// A device's state (behind its mutex).
@@ -375,10 +377,12 @@ impl DevState {
     pub(crate) fn new(cfg: DeviceConfig, engine: Arc<EngineShared>) -> DevState {
         let gsi = crate::gsi::Gsi::new(abi::provider::node_guid(cfg.addr), crate::gsi::id_seed());
         let ud_recv_sl = if cfg.addr.is_ipv4() { 2 } else { 1 };
+        let dev_name: Arc<str> = Arc::from(cfg.name.as_str());
         DevState {
             cfg,
             engine,
             res: Resources {
+                dev_name,
                 ctxs: HashMap::new(),
                 pds: Slab::new(1),
                 mrs: crate::keys::MrTable::new(),
@@ -652,6 +656,16 @@ impl Resources {
         wc: &Wc,
         solicited: bool,
     ) -> Result<(), Overflow> {
+        if crate::trace::fast_on() {
+            crate::trace::fast(&self.dev_name, || {
+                let status = transport::WcStatus::from_u32(wc.status)
+                    .map_or("?", transport::WcStatus::as_str);
+                format!(
+                    "CQE cq={cq_idx} qpn={:#x} wr_id={} opcode={} byte_len={} status={} ({status})",
+                    wc.qp_num, wc.wr_id, wc.opcode, wc.byte_len, wc.status
+                )
+            });
+        }
         let Some(cq) = self.cqs.get_mut(cq_idx) else {
             return Err(Overflow);
         };

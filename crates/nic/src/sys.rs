@@ -112,6 +112,52 @@ pub(crate) fn send_message(fd: BorrowedFd<'_>, msg: &[u8]) -> io::Result<usize> 
     }
 }
 
+/// Send all of `buf` on a stream socket, blocking (up to the socket's send timeout), without
+/// SIGPIPE: a tool that went away is an error here, not a signal in the traced program.
+pub(crate) fn send_all(fd: BorrowedFd<'_>, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is a live slice of `buf.len()` bytes.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast::<c_void>(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = buf.get(r as usize..).unwrap_or(&[]);
+    }
+    Ok(())
+}
+
+/// Whether the other end of a stream socket has closed it (bytes it sent are discarded).
+pub(crate) fn peer_closed(fd: BorrowedFd<'_>) -> bool {
+    let mut b = [0u8; 64];
+    loop {
+        // SAFETY: `b` is a live buffer of `b.len()` bytes.
+        let r = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                b.as_mut_ptr().cast::<c_void>(),
+                b.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match r {
+            0 => return true,
+            n if n > 0 => continue,
+            _ => return !is_would_block(&io::Error::last_os_error()),
+        }
+    }
+}
+
 /// Receive into `buf` from a Unix socket, and the descriptors that came with it. Returns
 /// the byte count (0: end of stream).
 pub(crate) fn recv_with_fds(

@@ -30,7 +30,7 @@ use std::io::{self, Read, Seek, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -62,9 +62,12 @@ struct Rec {
     frame: Vec<u8>,
 }
 
-/// One capture file of this process and its writer thread.
+/// One destination of records and the thread that writes them: a capture file of this
+/// process (`UROCE_CAPTURE`), or a tool attached through the attach socket
+/// (`crate::attach`, docs/operations.md §4).
 pub(crate) struct Sink {
-    path: PathBuf,
+    /// The file, for a file sink (devices naming the same file share its sink).
+    path: Option<PathBuf>,
     snaplen: u32,
     tx: SyncSender<Rec>,
     /// Records handed to the writer.
@@ -72,12 +75,14 @@ pub(crate) struct Sink {
     /// Records the writer has dealt with (written, or lost to a write error).
     done: AtomicU64,
     /// Records dropped because the queue was full.
-    dropped: AtomicU64,
+    pub(crate) dropped: AtomicU64,
     /// Records lost to write errors.
     write_errors: AtomicU64,
     /// Addresses of this process's devices writing here: their packets to each other are
     /// recorded when sent, not again when received.
     locals: RwLock<Vec<IpAddr>>,
+    /// Also record packets received through a peer ring (`Tap::ring_received`).
+    ring_rx: bool,
 }
 
 impl std::fmt::Debug for Sink {
@@ -89,11 +94,16 @@ impl std::fmt::Debug for Sink {
     }
 }
 
-/// A device's view of its capture file.
+/// A device's capture point: the sinks its packets go to. The engine asks [`Tap::active`]
+/// (one relaxed load) before it builds anything, so a device nobody captures pays one test
+/// per packet.
 #[derive(Debug)]
 pub(crate) struct Tap {
-    sink: Arc<Sink>,
     addr: IpAddr,
+    on: AtomicBool,
+    sinks: RwLock<Vec<Arc<Sink>>>,
+    /// Records lost by sinks since removed from this device.
+    lost_gone: AtomicU64,
 }
 
 static SINKS: Mutex<Vec<Arc<Sink>>> = Mutex::new(Vec::new());
@@ -121,10 +131,27 @@ pub fn expand_path(pattern: &str, pid: u32, device: &str) -> String {
     out
 }
 
-/// The capture of device `name` on `addr` if `UROCE_CAPTURE` asks for one. Problems (a
-/// file that cannot be opened, or holds something other than an Ethernet pcap) are
-/// reported on stderr and the device runs without capture.
-pub(crate) fn for_device(name: &str, addr: IpAddr) -> Option<Arc<Tap>> {
+/// The capture point of device `name` on `addr`, writing to the file `UROCE_CAPTURE` names
+/// if it names one. Problems (a file that cannot be opened, or holds something other than
+/// an Ethernet pcap) are reported on stderr and the device runs without that file.
+pub(crate) fn for_device(name: &str, addr: IpAddr, from_env: bool) -> Arc<Tap> {
+    let tap = Arc::new(Tap {
+        addr,
+        on: AtomicBool::new(false),
+        sinks: RwLock::new(Vec::new()),
+        lost_gone: AtomicU64::new(0),
+    });
+    if let Some(sink) = from_env.then(|| env_sink(name)).flatten() {
+        sink.locals
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(addr);
+        tap.add(sink);
+    }
+    tap
+}
+
+fn env_sink(name: &str) -> Option<Arc<Sink>> {
     let pattern = std::env::var(ENV_PATH).ok().filter(|s| !s.is_empty())?;
     let snaplen = match std::env::var(ENV_SNAPLEN) {
         Err(_) => DEFAULT_SNAPLEN,
@@ -140,43 +167,29 @@ pub(crate) fn for_device(name: &str, addr: IpAddr) -> Option<Arc<Tap>> {
     };
     let path = PathBuf::from(expand_path(&pattern, std::process::id(), name));
     let mut sinks = SINKS.lock().unwrap_or_else(PoisonError::into_inner);
-    let sink = match sinks.iter().find(|s| s.path == path) {
-        Some(s) => s.clone(),
-        None => match Sink::open(path.clone(), snaplen) {
-            Ok(s) => {
-                if sinks.is_empty() {
-                    sys::at_exit(drain_at_exit);
-                }
-                sinks.push(s.clone());
-                s
+    if let Some(s) = sinks.iter().find(|s| s.path.as_ref() == Some(&path)) {
+        return Some(s.clone());
+    }
+    match Sink::open(path.clone(), snaplen) {
+        Ok(s) => {
+            if sinks.is_empty() {
+                sys::at_exit(drain_at_exit);
             }
-            Err(e) => {
-                eprintln!(
-                    "uroce: {ENV_PATH}: cannot capture to {}: {e}; not capturing",
-                    path.display()
-                );
-                return None;
-            }
-        },
-    };
-    sink.locals
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(addr);
-    Some(Arc::new(Tap { sink, addr }))
+            sinks.push(s.clone());
+            Some(s)
+        }
+        Err(e) => {
+            eprintln!(
+                "uroce: {ENV_PATH}: cannot capture to {}: {e}; not capturing",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 impl Sink {
-    fn open(path: PathBuf, snaplen: u32) -> io::Result<Arc<Sink>> {
-        let mut file = File::options()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)?;
-        sys::flock_exclusive(file.as_fd())?;
-        let resolution = header(&mut file, snaplen);
-        sys::funlock(file.as_fd());
-        let resolution = resolution?;
+    fn new(path: Option<PathBuf>, snaplen: u32, ring_rx: bool) -> (Arc<Sink>, Receiver<Rec>) {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let sink = Arc::new(Sink {
             path,
@@ -187,12 +200,42 @@ impl Sink {
             dropped: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
             locals: RwLock::new(Vec::new()),
+            ring_rx,
         });
+        (sink, rx)
+    }
+
+    fn open(path: PathBuf, snaplen: u32) -> io::Result<Arc<Sink>> {
+        let mut file = File::options()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)?;
+        sys::flock_exclusive(file.as_fd())?;
+        let resolution = header(&mut file, snaplen);
+        sys::funlock(file.as_fd());
+        let resolution = resolution?;
+        // A file sink records what arrives through peer rings too: with several processes
+        // appending to one file, a packet between two of them is then there twice, sent
+        // and received, as two merged host captures show it (docs/operations.md §1).
+        let (sink, rx) = Sink::new(Some(path), snaplen, true);
         let s = sink.clone();
         std::thread::Builder::new()
             .name("uroce-capture".into())
             .spawn(move || writer(&s, file, rx, resolution))?;
         Ok(sink)
+    }
+
+    /// A sink for an attached tool: the caller (`crate::attach`) drains the receiver.
+    pub(crate) fn stream(
+        snaplen: u32,
+        ring_rx: bool,
+        locals: Vec<IpAddr>,
+    ) -> (Arc<Sink>, StreamRecords) {
+        let (sink, rx) = Sink::new(None, snaplen.clamp(1, pcapf::MAX_RECORD_LEN), ring_rx);
+        *sink.locals.write().unwrap_or_else(PoisonError::into_inner) = locals;
+        let w = PcapWriter::continuing(Vec::with_capacity(BATCH_BYTES), TsResolution::Nano);
+        (sink, StreamRecords { rx, w })
     }
 
     /// Hand a frame (cut to the snap length) to the writer, or count it dropped.
@@ -214,6 +257,28 @@ impl Sink {
                 self.dropped.fetch_add(1, Relaxed);
             }
         }
+    }
+}
+
+/// The records queued for an attached tool, read out as batches of pcap records.
+pub(crate) struct StreamRecords {
+    rx: Receiver<Rec>,
+    w: PcapWriter<Vec<u8>>,
+}
+
+impl StreamRecords {
+    /// Wait up to `timeout` for records; then the pcap records (no file header) of
+    /// everything queued, up to about 1 MiB. Empty on timeout.
+    pub(crate) fn next_batch(&mut self, timeout: Duration) -> &[u8] {
+        self.w.get_mut().clear();
+        let mut next = self.rx.recv_timeout(timeout).ok();
+        while let Some(r) = next.take() {
+            let _ = self.w.write_frame_cut(r.ts, &r.frame, r.orig_len);
+            if self.w.get_mut().len() < BATCH_BYTES {
+                next = self.rx.try_recv().ok();
+            }
+        }
+        self.w.get_mut()
     }
 }
 
@@ -265,7 +330,7 @@ fn writer(sink: &Sink, mut file: File, rx: Receiver<Rec>, resolution: TsResoluti
         if let Err(e) = file.write_all(buf) {
             sink.write_errors.fetch_add(n, Relaxed);
             if !warned {
-                eprintln!("uroce: capture {}: {e}", sink.path.display());
+                eprintln!("uroce: capture {}: {e}", sink.shown_path());
                 warned = true;
             }
         }
@@ -291,7 +356,7 @@ extern "C" fn drain_at_exit() {
         if lost > 0 {
             eprintln!(
                 "uroce: capture {}: {lost} packets not recorded ({} with the queue full, {} write errors)",
-                s.path.display(),
+                s.shown_path(),
                 s.dropped.load(Relaxed),
                 s.write_errors.load(Relaxed)
             );
@@ -418,52 +483,139 @@ fn to16(a: IpAddr) -> [u8; 16] {
     }
 }
 
+impl Sink {
+    fn shown_path(&self) -> String {
+        self.path
+            .as_ref()
+            .map_or_else(|| "(attached tool)".into(), |p| p.display().to_string())
+    }
+
+    fn is_local(&self, ip: IpAddr) -> bool {
+        self.locals
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&ip)
+    }
+}
+
 impl Tap {
-    /// A datagram the socket took: `bytes` (BTH .. ICRC) to `dst`, its ICRC made for IPv4
-    /// Identification `ident`.
-    pub(crate) fn sent(&self, dst: SocketAddr, ident: u16, bytes: &[u8]) {
-        if let Some(ip) = ip_repr(self.addr, dst.ip(), ident, true) {
-            if let Some(f) = frame(&ip, ROCE_V2_PORT, bytes, |_| true, false) {
-                self.sink.push(f);
+    /// Whether any sink listens: the engine's only test when nobody captures.
+    #[inline]
+    pub(crate) fn active(&self) -> bool {
+        self.on.load(Relaxed)
+    }
+
+    /// Send this device's packets to `sink` too.
+    pub(crate) fn add(&self, sink: Arc<Sink>) {
+        let mut g = self.sinks.write().unwrap_or_else(PoisonError::into_inner);
+        g.push(sink);
+        self.on.store(true, Relaxed);
+    }
+
+    /// Stop sending to `sink`; with no sink left the device is back to one test a packet.
+    pub(crate) fn remove(&self, sink: &Arc<Sink>) {
+        let mut g = self.sinks.write().unwrap_or_else(PoisonError::into_inner);
+        g.retain(|s| !Arc::ptr_eq(s, sink));
+        self.on.store(!g.is_empty(), Relaxed);
+        self.lost_gone.fetch_add(
+            sink.dropped.load(Relaxed) + sink.write_errors.load(Relaxed),
+            Relaxed,
+        );
+    }
+
+    /// Records lost by the sinks of this device, present and past (queue full or write
+    /// errors).
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost_gone.load(Relaxed)
+            + self
+                .sinks
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|s| s.dropped.load(Relaxed) + s.write_errors.load(Relaxed))
+                .sum::<u64>()
+    }
+
+    /// Give `frame` to every sink `want` accepts (built once, copied for all but the last).
+    fn deliver(&self, frame: Option<Vec<u8>>, want: impl Fn(&Sink) -> bool) {
+        let Some(frame) = frame else {
+            return;
+        };
+        let g = self.sinks.read().unwrap_or_else(PoisonError::into_inner);
+        let mut targets = g.iter().filter(|s| want(s)).peekable();
+        let mut frame = Some(frame);
+        while let Some(s) = targets.next() {
+            if targets.peek().is_some() {
+                if let Some(f) = &frame {
+                    s.push(f.clone());
+                }
+            } else if let Some(f) = frame.take() {
+                s.push(f);
             }
         }
     }
 
+    /// A datagram the socket took: `bytes` (BTH .. ICRC) to `dst`, its ICRC made for IPv4
+    /// Identification `ident`.
+    pub(crate) fn sent(&self, dst: SocketAddr, ident: u16, bytes: &[u8]) {
+        let f = ip_repr(self.addr, dst.ip(), ident, true)
+            .and_then(|ip| frame(&ip, ROCE_V2_PORT, bytes, |_| true, false));
+        self.deliver(f, |_| true);
+    }
+
     /// A datagram from the socket: `bytes` (BTH .. ICRC) from `from`, whose IPv4
     /// Identification and DF bit the ICRC check found to be `ident` and `dont_frag`.
-    /// Skipped when the sender is a device of this process writing to the same file (it
-    /// recorded the packet).
+    /// Skipped by a sink the sender (a device of this process) also writes to: it recorded
+    /// the packet.
     pub(crate) fn received(&self, from: SocketAddr, ident: u16, dont_frag: bool, bytes: &[u8]) {
-        if from.ip() != self.addr
-            && self
-                .sink
-                .locals
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains(&from.ip())
-        {
+        let other_dev = from.ip() != self.addr;
+        let want = |s: &Sink| !(other_dev && s.is_local(from.ip()));
+        let any = self
+            .sinks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|s| want(s));
+        if !any {
             return;
         }
-        if let Some(ip) = ip_repr(from.ip(), self.addr, ident, dont_frag) {
-            if let Some(f) = frame(&ip, from.port(), bytes, |_| true, false) {
-                self.sink.push(f);
-            }
-        }
+        let f = ip_repr(from.ip(), self.addr, ident, dont_frag)
+            .and_then(|ip| frame(&ip, from.port(), bytes, |_| true, false));
+        self.deliver(f, want);
     }
 
     /// A same-device packet (never on a socket): `pkt` (BTH .. payload, no ICRC), whose
     /// deferred payload `fill` copies in; the ICRC is computed for the synthesized headers.
     pub(crate) fn looped(&self, pkt: &[u8], fill: impl FnOnce(&mut [u8]) -> bool) {
-        let Some(ip) = ip_repr(self.addr, self.addr, 0, true) else {
-            return;
-        };
-        let mut with_icrc = Vec::with_capacity(pkt.len() + ICRC_LEN);
-        with_icrc.extend_from_slice(pkt);
-        with_icrc.extend_from_slice(&[0; ICRC_LEN]);
-        if let Some(f) = frame(&ip, ROCE_V2_PORT, &with_icrc, fill, true) {
-            self.sink.push(f);
+        self.deliver(same_device_frame(self.addr, pkt, fill), |_| true);
+    }
+
+    /// A packet another process of the daemon's device put into this device's peer ring
+    /// (its sender recorded it as a same-device packet): for the sinks that want those.
+    pub(crate) fn ring_received(&self, pkt: &[u8]) {
+        let any = self
+            .sinks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|s| s.ring_rx);
+        if any {
+            self.deliver(same_device_frame(self.addr, pkt, |_| true), |s| s.ring_rx);
         }
     }
+}
+
+/// The frame of a packet between two QPs of one address, with the ICRC computed.
+fn same_device_frame(
+    addr: IpAddr,
+    pkt: &[u8],
+    fill: impl FnOnce(&mut [u8]) -> bool,
+) -> Option<Vec<u8>> {
+    let ip = ip_repr(addr, addr, 0, true)?;
+    let mut with_icrc = Vec::with_capacity(pkt.len() + ICRC_LEN);
+    with_icrc.extend_from_slice(pkt);
+    with_icrc.extend_from_slice(&[0; ICRC_LEN]);
+    frame(&ip, ROCE_V2_PORT, &with_icrc, fill, true)
 }
 
 #[cfg(test)]

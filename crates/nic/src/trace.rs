@@ -13,8 +13,10 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use abi::uverbs::{self, cm_op, QpDest};
 use abi::{Command, QpAttrMask, QpState, Reply, Request};
@@ -24,35 +26,70 @@ use crate::state::CtxId;
 /// The environment variable that switches tracing on.
 pub const ENV: &str = "UROCE_TRACE";
 
-/// Where trace lines go.
+/// Lines queued for one attached tool before new ones are dropped (counted).
+pub(crate) const SUB_QUEUE: usize = 4096;
+
+/// Where `UROCE_TRACE` lines go.
 enum Out {
     Stderr,
     Stdout,
     File(File),
 }
 
-/// A process's trace destination, shared by its devices.
+/// A `uroce trace` attached to this process (`crate::attach`): the lines it wants, queued.
+pub(crate) struct Sub {
+    /// Only this device's lines.
+    device: Option<String>,
+    /// Fast-path events too, at most `fast_rate` a second.
+    fast: bool,
+    fast_rate: u32,
+    tx: SyncSender<String>,
+    /// Lines lost because the queue was full.
+    pub(crate) dropped: AtomicU64,
+    /// Fast-path sampling: the current one-second window, events taken and skipped in it.
+    window: Mutex<(Option<Instant>, u32, u64)>,
+}
+
+impl Sub {
+    fn wants(&self, dev: &str) -> bool {
+        self.device.as_deref().is_none_or(|d| d == dev)
+    }
+
+    fn push(&self, line: String) {
+        if self.tx.try_send(line).is_err() {
+            self.dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// The process's tracer, shared by its devices: the `UROCE_TRACE` destination and the
+/// attached tools. [`active`] is one relaxed load when neither is there.
 pub(crate) struct Tracer {
-    out: Mutex<Out>,
-    pid: u32,
+    on: AtomicBool,
+    env: Mutex<Option<Out>>,
+    env_tried: AtomicBool,
+    subs: RwLock<Vec<Arc<Sub>>>,
 }
 
-impl std::fmt::Debug for Tracer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracer").field("pid", &self.pid).finish()
-    }
-}
+static TRACER: Tracer = Tracer {
+    on: AtomicBool::new(false),
+    env: Mutex::new(None),
+    env_tried: AtomicBool::new(false),
+    subs: RwLock::new(Vec::new()),
+};
 
-static TRACER: Mutex<Option<Arc<Tracer>>> = Mutex::new(None);
+/// Whether an attached tool wants fast-path events (the engine's only test otherwise).
+static FAST_ON: AtomicBool = AtomicBool::new(false);
 
-/// The process's tracer if `UROCE_TRACE` asks for one (opened on the first device's start;
-/// a destination that cannot be opened is reported on stderr once and tracing stays off).
-pub(crate) fn from_env() -> Option<Arc<Tracer>> {
-    let spec = std::env::var(ENV).ok().filter(|s| !s.is_empty())?;
-    let mut g = TRACER.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(t) = &*g {
-        return Some(t.clone());
+/// Open the destination `UROCE_TRACE` names, once per process (on the first device's
+/// start); a destination that cannot be opened is reported on stderr and not used.
+pub(crate) fn start_from_env() {
+    if TRACER.env_tried.swap(true, Relaxed) {
+        return;
     }
+    let Some(spec) = std::env::var(ENV).ok().filter(|s| !s.is_empty()) else {
+        return;
+    };
     let pid = std::process::id();
     let out = match spec.as_str() {
         "stderr" | "2" | "-" => Out::Stderr,
@@ -63,31 +100,147 @@ pub(crate) fn from_env() -> Option<Arc<Tracer>> {
                 Ok(f) => Out::File(f),
                 Err(e) => {
                     eprintln!("uroce: {ENV}={spec}: cannot open {path}: {e}; not tracing");
-                    return None;
+                    return;
                 }
             }
         }
     };
-    let t = Arc::new(Tracer {
-        out: Mutex::new(out),
-        pid,
+    *TRACER.env.lock().unwrap_or_else(PoisonError::into_inner) = Some(out);
+    TRACER.refresh();
+}
+
+/// The tracer, if anything traces this process.
+#[inline]
+pub(crate) fn active() -> Option<&'static Tracer> {
+    TRACER.on.load(Relaxed).then_some(&TRACER)
+}
+
+/// Whether fast-path events are wanted (one relaxed load).
+#[inline]
+pub(crate) fn fast_on() -> bool {
+    FAST_ON.load(Relaxed)
+}
+
+/// A fast-path event of device `dev`: `what` (built only if some tool takes it) is the
+/// text after the prefix, e.g. `CQE cq=1 qpn=0x11 wr_id=7 status=SUCCESS`.
+pub(crate) fn fast(dev: &str, what: impl FnOnce() -> String) {
+    let subs = TRACER.subs.read().unwrap_or_else(PoisonError::into_inner);
+    let mut what = Some(what);
+    let mut text: Option<String> = None;
+    for s in subs.iter().filter(|s| s.fast && s.wants(dev)) {
+        let now = Instant::now();
+        let skipped_before = {
+            let mut w = s.window.lock().unwrap_or_else(PoisonError::into_inner);
+            let fresh =
+                w.0.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
+            let skipped = if fresh {
+                let k = w.2;
+                *w = (Some(now), 0, 0);
+                k
+            } else {
+                0
+            };
+            if w.1 >= s.fast_rate {
+                w.2 += 1;
+                continue;
+            }
+            w.1 += 1;
+            skipped
+        };
+        if text.is_none() {
+            text = what.take().map(|f| f());
+        }
+        let body = text.as_deref().unwrap_or("");
+        if skipped_before > 0 {
+            s.push(format!(
+                "{}SAMPLED {skipped_before} fast-path events not shown in the last second (fast_rate {})\n",
+                prefix_fast(dev),
+                s.fast_rate
+            ));
+        }
+        s.push(format!("{}{body}\n", prefix_fast(dev)));
+    }
+}
+
+fn prefix_fast(dev: &str) -> String {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "uroce-fast {}.{:06} pid={} {} ",
+        t.as_secs(),
+        t.subsec_micros(),
+        std::process::id(),
+        dev
+    )
+}
+
+/// Attach a tool: lines of `device` (every device if `None`), and fast-path events if
+/// `fast`, queued (bounded) on the returned receiver until [`unsubscribe`].
+pub(crate) fn subscribe(
+    device: Option<String>,
+    fast: bool,
+    fast_rate: u32,
+) -> (Arc<Sub>, Receiver<String>) {
+    let (tx, rx) = mpsc::sync_channel(SUB_QUEUE);
+    let sub = Arc::new(Sub {
+        device,
+        fast,
+        fast_rate: fast_rate.max(1),
+        tx,
+        dropped: AtomicU64::new(0),
+        window: Mutex::new((None, 0, 0)),
     });
-    *g = Some(t.clone());
-    Some(t)
+    TRACER
+        .subs
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(sub.clone());
+    TRACER.refresh();
+    (sub, rx)
+}
+
+/// Detach a tool attached by [`subscribe`].
+pub(crate) fn unsubscribe(sub: &Arc<Sub>) {
+    TRACER
+        .subs
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|s| !Arc::ptr_eq(s, sub));
+    TRACER.refresh();
 }
 
 impl Tracer {
-    fn emit(&self, line: &str) {
-        let mut g = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        // One write per line (O_APPEND files: lines of several processes do not interleave).
-        let _ = match &mut *g {
-            Out::Stderr => io::stderr().lock().write_all(line.as_bytes()),
-            Out::Stdout => {
-                let mut o = io::stdout().lock();
-                o.write_all(line.as_bytes()).and_then(|_| o.flush())
-            }
-            Out::File(f) => f.write_all(line.as_bytes()),
-        };
+    fn refresh(&self) {
+        let subs = self.subs.read().unwrap_or_else(PoisonError::into_inner);
+        let env = self
+            .env
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        FAST_ON.store(subs.iter().any(|s| s.fast), Relaxed);
+        self.on.store(env || !subs.is_empty(), Relaxed);
+    }
+
+    fn emit(&self, dev: &str, line: &str) {
+        {
+            let mut g = self.env.lock().unwrap_or_else(PoisonError::into_inner);
+            // One write per line (O_APPEND files: lines of several processes do not
+            // interleave).
+            let _ = match &mut *g {
+                None => Ok(()),
+                Some(Out::Stderr) => io::stderr().lock().write_all(line.as_bytes()),
+                Some(Out::Stdout) => {
+                    let mut o = io::stdout().lock();
+                    o.write_all(line.as_bytes()).and_then(|_| o.flush())
+                }
+                Some(Out::File(f)) => f.write_all(line.as_bytes()),
+            };
+        }
+        let subs = self.subs.read().unwrap_or_else(PoisonError::into_inner);
+        for s in subs.iter().filter(|s| s.wants(dev)) {
+            s.push(line.to_string());
+        }
     }
 
     fn prefix(&self, dev: &str, ctx: CtxId) -> String {
@@ -98,25 +251,33 @@ impl Tracer {
             "uroce-trace {}.{:06} pid={} {} ctx={} ",
             t.as_secs(),
             t.subsec_micros(),
-            self.pid,
+            std::process::id(),
             dev,
             ctx
         )
     }
 
-    /// Trace one executed command: `request` as received, `reply` as answered.
-    pub(crate) fn command(&self, dev: &str, ctx: CtxId, request: &[u8], reply: &[u8]) {
+    /// Trace one executed command: `request` as received, `reply` as answered, `took` the
+    /// time the control plane spent on it (shown as strace -T does: ` <seconds>`).
+    pub(crate) fn command(
+        &self,
+        dev: &str,
+        ctx: CtxId,
+        request: &[u8],
+        reply: &[u8],
+        took: Duration,
+    ) {
         let mut line = self.prefix(dev, ctx);
         line.push_str(&describe(request, reply));
-        line.push('\n');
-        self.emit(&line);
+        let _ = writeln!(line, " <{:.6}>", took.as_secs_f64());
+        self.emit(dev, &line);
     }
 
     /// Trace the end of a context (its connection closed: everything it held is destroyed).
     pub(crate) fn close(&self, dev: &str, ctx: CtxId) {
         let mut line = self.prefix(dev, ctx);
         line.push_str("CLOSE_CONTEXT (connection closed: its objects are destroyed) = ok\n");
-        self.emit(&line);
+        self.emit(dev, &line);
     }
 }
 

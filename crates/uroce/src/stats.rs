@@ -300,7 +300,12 @@ fn device_snapshot(dev: &nic::DeviceHandle) -> DeviceSnapshot {
         name: dev.name().to_string(),
         addr: dev.config().addr,
         port: 1,
-        counters: CounterSet::from_pairs(dev.port_counters().iter()),
+        counters: CounterSet::from_pairs(dev.port_counters().iter().chain([(
+            // Packets a capture of this device (UROCE_CAPTURE or an attached `uroce
+            // capture`) lost to a full queue or a failed write.
+            "capture_lost",
+            nic::attach::capture_lost(dev.name()),
+        )])),
         objects,
         qps: live_qps(dev, s.qps),
         cqs: dev
@@ -446,6 +451,19 @@ fn publish(dir: &Path) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
+    // The attach socket of `uroce capture` / `uroce trace` (nic::attach), in place before
+    // the stats socket that announces the process.
+    let attach_path = dir.join(format!("{pid}.attach"));
+    let attach_tmp = dir.join(format!("{pid}.attach.tmp"));
+    let _ = fs::remove_file(&attach_tmp);
+    let attach = UnixListener::bind(&attach_tmp).and_then(|l| {
+        fs::rename(&attach_tmp, &attach_path)?;
+        Ok(l)
+    });
+    if attach.is_err() {
+        let _ = fs::remove_file(&attach_tmp);
+    }
+    let attach = attach.ok();
     let _ = PUBLISHED.set((pid, path.clone()));
     // SAFETY: `remove_at_exit` is an `extern "C" fn()` that never unwinds (it only reads a
     // OnceLock and calls remove_file, neither of which panics), as atexit requires.
@@ -454,7 +472,7 @@ fn publish(dir: &Path) -> io::Result<()> {
     }
     let spawned = std::thread::Builder::new()
         .name("uroce-stats".into())
-        .spawn(move || serve(&listener));
+        .spawn(move || serve(&listener, attach.as_ref()));
     if let Err(e) = spawned {
         let _ = fs::remove_file(&path);
         return Err(e);
@@ -472,6 +490,7 @@ extern "C" fn remove_at_exit() {
                 let _ = std::panic::catch_unwind(|| write_exit_snapshot(path));
             }
             let _ = fs::remove_file(path);
+            let _ = fs::remove_file(path.with_extension("attach"));
         }
     }
 }
@@ -541,23 +560,69 @@ fn read_exit_snapshot(path: &Path) -> Result<Snapshot, String> {
     Ok(s)
 }
 
-/// The publisher thread: blocked in `accept()` until a client comes; each gets one
-/// snapshot. Serving one client at a time bounds the work a burst of clients can cause.
-fn serve(listener: &UnixListener) {
+/// The publisher thread: blocked in `poll()` on the stats and attach sockets until a client
+/// comes. A stats client gets one snapshot (serving one at a time bounds the work a burst of
+/// clients can cause); an attach client gets a thread of its own for as long as it stays
+/// (`nic::attach::serve`).
+fn serve(listener: &UnixListener, attach: Option<&UnixListener>) {
+    use std::os::fd::AsRawFd;
     loop {
-        match listener.accept() {
-            Ok((mut conn, _)) => {
-                let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
-                // A failure in the device code must not end the publisher.
-                if let Ok(mut body) = std::panic::catch_unwind(snapshot_json) {
-                    body.push('\n');
-                    let _ = conn.write_all(body.as_bytes());
-                }
+        let mut fds = [
+            libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: attach.map_or(-1, |a| a.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a live array of two pollfd structures (a negative fd is ignored).
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r < 0 {
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                std::thread::sleep(Duration::from_millis(100));
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // E.g. EMFILE: back off instead of spinning on the error.
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            continue;
         }
+        if fds[0].revents != 0 {
+            serve_stats(listener);
+        }
+        if let (Some(a), true) = (attach, fds[1].revents != 0) {
+            serve_attach(a);
+        }
+    }
+}
+
+fn serve_stats(listener: &UnixListener) {
+    match listener.accept() {
+        Ok((mut conn, _)) => {
+            let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
+            // A failure in the device code must not end the publisher.
+            if let Ok(mut body) = std::panic::catch_unwind(snapshot_json) {
+                body.push('\n');
+                let _ = conn.write_all(body.as_bytes());
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        // E.g. EMFILE: back off instead of spinning on the error.
+        Err(_) => std::thread::sleep(Duration::from_millis(100)),
+    }
+}
+
+fn serve_attach(listener: &UnixListener) {
+    match listener.accept() {
+        Ok((conn, _)) => {
+            let _ = std::thread::Builder::new()
+                .name("uroce-attach".into())
+                .spawn(move || {
+                    let _ = std::panic::catch_unwind(move || nic::attach::serve(conn));
+                });
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        Err(_) => std::thread::sleep(Duration::from_millis(100)),
     }
 }
 
@@ -732,18 +797,20 @@ pub fn collect_in(dirs: &[PathBuf], timeout: Duration) -> Collected {
 }
 
 /// `<pid>.sock.tmp` files of processes that died between bind and rename (a live
-/// process's temporary refuses connections too, so here the pid decides).
+/// process's temporary refuses connections too, so here the pid decides), and the attach
+/// sockets (`<pid>.attach`, `<pid>.attach.tmp`) of processes that are gone.
 fn remove_dead_temporaries(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else {
         return;
     };
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".tmp"))
-            .and_then(|n| pid_file_name(n, ".sock"))
-        else {
+        let Some(pid) = name.to_str().and_then(|n| {
+            let n = n.strip_suffix(".tmp").unwrap_or(n);
+            pid_file_name(n, ".sock")
+                .filter(|_| name.to_str().is_some_and(|f| f.ends_with(".tmp")))
+                .or_else(|| pid_file_name(n, ".attach"))
+        }) else {
             continue;
         };
         if pid_alive(pid) == Some(false) {
@@ -862,7 +929,7 @@ mod tests {
         assert_eq!(mode, 0o700, "directory tightened to 0700");
         let live = dir.join("1.sock"); // pid 1 exists (init): only the connection decides.
         let listener = UnixListener::bind(&live).unwrap();
-        std::thread::spawn(move || serve(&listener));
+        std::thread::spawn(move || serve(&listener, None));
         // A socket nobody listens on, under a live pid: ECONNREFUSED → stale.
         let refused = dir.join(format!("{}.sock", std::process::id()));
         drop(UnixListener::bind(&refused).unwrap());

@@ -75,25 +75,17 @@ fn write_loop_child() {
     let dst = buf(&b, 8 * 64);
     let rm = dst.remote();
     let sge = [src.sge(0, 8)];
-    let mut wc = [Wc::default(); 16];
-    let (mut posted, mut done) = (0u64, 0u64);
     const DEPTH: u64 = 64;
     const SIGNAL_EVERY: u64 = 32;
-    while done < n {
-        while posted < n && posted - done < DEPTH {
-            let mut wr = SendWr::write(posted, &sge, rm.at((posted % 64) * 8), rm.rkey);
-            if posted % SIGNAL_EVERY == SIGNAL_EVERY - 1 || posted == n - 1 {
-                wr = wr.signaled();
-            }
-            a.qp.post_send(&[wr]).expect("post_send");
-            posted += 1;
-        }
-        let k = a.cq.poll(&mut wc).expect("poll");
-        for w in &wc[..k] {
-            assert_eq!(w.status, WcStatus::SUCCESS, "{w:?}");
-            done = w.wr_id + 1;
-        }
-    }
+    write_stream(
+        &a,
+        &sge,
+        rm.rkey,
+        |i| rm.at((i % 64) * 8),
+        n,
+        DEPTH,
+        SIGNAL_EVERY,
+    );
     println!("child: {n} writes done");
 }
 

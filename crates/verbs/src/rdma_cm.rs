@@ -148,9 +148,18 @@ struct Hub {
 
 fn hub() -> MutexGuard<'static, Hub> {
     static HUB: OnceLock<Mutex<Hub>> = OnceLock::new();
-    HUB.get_or_init(|| Mutex::new(Hub::default()))
+    static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let mut h = HUB
+        .get_or_init(|| Mutex::new(Hub::default()))
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(|p| p.into_inner());
+    // A forked child inherits the parent's contexts and IDs but not its reader thread:
+    // it starts over (the parent's are leaked, never dropped, in the child).
+    let pid = std::process::id();
+    if PID.swap(pid, std::sync::atomic::Ordering::SeqCst) != pid {
+        std::mem::forget(std::mem::take(&mut *h));
+    }
+    h
 }
 
 fn dev_cm(dev: &Device) -> Result<Arc<DevCm>> {
@@ -451,6 +460,9 @@ struct IdState {
     wildcard: bool,
     /// `rdma_listen` succeeded.
     listening: bool,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout at RTS, instead of the
+    /// REQ's (kernel cma.c: `timeout_set` overrides it in `rdma_init_qp_attr`).
+    ack_timeout: Option<u8>,
 }
 
 struct IdInner {
@@ -893,10 +905,9 @@ impl RdmaCmId {
                     psn: rq_psn,
                     gid: Gid(req.primary.local_gid),
                 };
-                qp.connect(
-                    &remote,
-                    &opts(st.path_mtu, req.starting_psn.value(), p, &req),
-                )?;
+                let mut o = opts(st.path_mtu, req.starting_psn.value(), p, &req);
+                o.timeout = st.ack_timeout.unwrap_or(o.timeout);
+                qp.connect(&remote, &o)?;
                 qp.qp_num()
             }
             None if p.qp_num != 0 => p.qp_num,
@@ -988,12 +999,17 @@ impl RdmaCmId {
             return Err(einval(OP, "no connection yet"));
         };
         let (qpn, rq_psn, gid, sq_psn, rd_atomic, dest_rd_atomic, timeout, retry, rnr) = peer;
+        let timeout = st.ack_timeout.unwrap_or(timeout);
         if state == QpState::RTR {
             a.path_mtu = st.path_mtu;
             a.dest_qp_num = qpn;
             a.rq_psn = rq_psn;
             a.max_dest_rd_atomic = dest_rd_atomic.max(1);
-            a.min_rnr_timer = 12;
+            // Code 0, the longest RNR wait (655.36 ms), as kernel cm.c
+            // cm_init_qp_rtr_attr sets it: a consumer that posts its receive only after
+            // its own send completed (pyverbs' external-QP test) is not run out of RNR
+            // retries in a few milliseconds.
+            a.min_rnr_timer = 0;
             a.ah_attr = crate::AhAttr::roce(gid, 0, 1);
             let m = QpAttrMask::STATE
                 | QpAttrMask::AV
@@ -1045,6 +1061,17 @@ impl RdmaCmId {
         d.cm.sidr_reply(id, status.0, qpn, qkey, &p.private_data)
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)`: the local ACK timeout
+    /// (exponent, 4.096 µs × 2^t; 0..=31) this ID's QP gets at RTS — by `rdma_accept`, the
+    /// active side's REP handling and `rdma_init_qp_attr` — instead of the REQ's.
+    pub fn set_ack_timeout(&self, timeout: u8) -> Result<()> {
+        if timeout > 31 {
+            return Err(einval("rdma_set_option", "ACK timeout above 31"));
+        }
+        self.state().ack_timeout = Some(timeout);
+        Ok(())
+    }
+
     /// `rdma_reject` (REJ reason 28, consumer defined; private data ≤ 148 bytes; on a UD ID
     /// a SIDR_REP with status REJECT, ≤ 136 bytes).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
@@ -1091,7 +1118,7 @@ impl RdmaCmId {
         use RdmaCmEventKind as K;
         match e {
             CmEvent::ConnectResponse { id, rep } => {
-                let (qp, mtu, rq_psn, retry_count) = {
+                let (qp, mtu, rq_psn, retry_count, ack_timeout) = {
                     let mut st = self.state();
                     st.peer_rep = Some(rep.clone());
                     (
@@ -1099,6 +1126,7 @@ impl RdmaCmId {
                         st.path_mtu,
                         st.rq_psn,
                         st.retry_count,
+                        st.ack_timeout,
                     )
                 };
                 let param = ConnParam {
@@ -1128,7 +1156,7 @@ impl RdmaCmId {
                 o.max_rd_atomic = rep.responder_resources.max(1);
                 o.max_dest_rd_atomic = rep.initiator_depth.max(1);
                 o.retry_cnt = retry_count;
-                o.timeout = REQ_ACK_TIMEOUT;
+                o.timeout = ack_timeout.unwrap_or(REQ_ACK_TIMEOUT);
                 match qp.connect(&remote, &o).and_then(|()| d.cm.establish(id)) {
                     Ok(()) => self.event(K::Established, 0, param),
                     Err(e) => {

@@ -11,8 +11,9 @@
 //! The server keeps its listening ID from the exchange connection for the test connections,
 //! so a client's REQ never finds the port without a listener (perftest's own server listens
 //! again only after the first zero KEY pair, and a fast client is then rejected with
-//! reason 8). The client retries a rejected connect of its test QPs up to ten times, 100 ms
-//! apart, with new IDs — what perftest's `rdma_cm_client_connection` means to do.
+//! reason 8; for UD a SIDR_REP with status 1, UNREACHABLE). The client retries a rejected
+//! connect of its test QPs up to ten times, 100 ms apart, with new IDs — what perftest's
+//! `rdma_cm_client_connection` means to do.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
@@ -457,7 +458,11 @@ fn connect_client(side: &mut Side, cm: &mut WorkCm, n: &Negotiated) -> Result<()
                 return Ok(());
             }
             Err(e) => {
-                let rejected = format!("{e:#}").contains("Rejected");
+                // RC: REJ (reason 8, no listener yet). UD: the SIDR_REP's status 1
+                // (SIDR_UNSUPPORTED, no listener), which rdma_cm reports as UNREACHABLE
+                // with status 1 (kernel cma.c cma_sidr_rep_handler).
+                let msg = format!("{e:#}");
+                let rejected = msg.contains("Rejected") || msg.contains("Unreachable (status 1)");
                 for id in ids {
                     id.destroy();
                 }

@@ -16,8 +16,9 @@
 //!   descriptors an rsocket-aware poll *is* `poll`/`select`, and no rsocket can exist here)
 //!   are implemented here.
 //! * Not built yet, failing with `ENOSYS` in the C shape (−1 + errno, NULL + errno, or
-//!   nothing for `void` functions): SRQs on IDs, multicast, ECE, `rdma_create_qp_ex` and
-//!   rsockets. Without uroce's libibverbs loaded, `rdma_get_devices` answers NULL,
+//!   nothing for `void` functions): SRQs on IDs, multicast, `rdma_reject_ece`,
+//!   `rdma_create_qp_ex` and rsockets. (`rdma_get_remote_ece` answers "no ECE" and
+//!   `rdma_set_local_ece` EOPNOTSUPP: uroce's CM does not carry ECE.) Without uroce's libibverbs loaded, `rdma_get_devices` answers NULL,
 //!   `*num_devices = 0`, errno ENODEV.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
@@ -70,9 +71,7 @@ int_minus1!(
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
-    rdma_get_remote_ece,
     rdma_reject_ece,
-    rdma_set_local_ece,
 );
 
 /// The address of uroce's libibverbs function `name` (NUL-terminated), looked up once and
@@ -160,6 +159,8 @@ forward! {
     fn rdma_destroy_ep(id: P) -> () = ();
     fn rdma_get_request(listen: P, id: *mut P) -> c_int = -1;
     fn rdma_free_devices(list: *mut P) -> () = ();
+    fn rdma_get_remote_ece(id: P, ece: P) -> c_int = -1;
+    fn rdma_set_local_ece(id: P, ece: P) -> c_int = -1;
 }
 
 /// Why the connection manager is unavailable, as librdmacm reports it when it finds no

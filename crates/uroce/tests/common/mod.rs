@@ -120,3 +120,33 @@ macro_rules! topo_tests {
         }
     };
 }
+
+/// `n` RDMA WRITEs of `sge` from `a` to `rkey` at `addr(i)`, at most `depth` outstanding,
+/// every `every`-th (and the last) signaled, polling `a`'s CQ; panics on a failed completion.
+pub fn write_stream(
+    a: &End,
+    sge: &[Sge],
+    rkey: u32,
+    addr: impl Fn(u64) -> u64,
+    n: u64,
+    depth: u64,
+    every: u64,
+) {
+    let mut wc = [Wc::default(); 16];
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < n {
+        while posted < n && posted - done < depth {
+            let mut wr = SendWr::write(posted, sge, addr(posted), rkey);
+            if posted % every == every - 1 || posted == n - 1 {
+                wr = wr.signaled();
+            }
+            a.qp.post_send(&[wr]).expect("post_send");
+            posted += 1;
+        }
+        let k = a.cq.poll(&mut wc).expect("poll");
+        for w in &wc[..k] {
+            assert_eq!(w.status, WcStatus::SUCCESS, "{w:?}");
+            done = w.wr_id + 1;
+        }
+    }
+}
