@@ -287,6 +287,10 @@ two_device_c_test rereg "ibv_rereg_mr and cmd_fd"
 # Memory windows (type 1 through ibv_bind_mw, type 2 through IBV_WR_BIND_MW, LOCAL_INV,
 # SEND_WITH_INV, the bind errors) (tests/compat/mw.c).
 two_device_c_test mw "memory windows"
+# XRC: domains (file and anonymous), XRC SRQs, XRC_SEND/XRC_RECV QPs, SEND/WRITE/READ/atomic
+# through them with the data checked, the Invalid Request NAK of a wrong SRQ number
+# (tests/compat/xrc.c).
+two_device_c_test xrc "XRC domains, SRQs and QPs"
 
 # uroce's librdmacm through rdma-core's own <rdma/rdma_cma.h> (librdmacm-dev): address and
 # route resolution, rdma_create_qp's CQs, and misuse (destroyed IDs and channels) refused

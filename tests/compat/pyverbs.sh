@@ -38,7 +38,7 @@ done
 
 addr=${PYVERBS_ADDR:-127.77.44.1}
 runs=${PYVERBS_RUNS:-1}
-min_pass=${PYVERBS_MIN_PASS:-95}
+min_pass=${PYVERBS_MIN_PASS:-107}
 suite=/usr/share/doc/rdma-core/tests
 py=/usr/bin/python3
 

@@ -130,7 +130,7 @@ pub struct SendWqe {
     pub rkey: u32,
     /// UD: AH handle.
     pub ah: u32,
-    /// UD: remote QPN.
+    /// UD: remote QPN; XRC initiator: the responder's XRC SRQ number (24 bits).
     pub remote_qpn: u32,
     /// UD: remote Q_Key.
     pub remote_qkey: u32,
@@ -311,7 +311,8 @@ impl RecvWqe {
 pub struct Cqe {
     /// The completion, in `ib_uverbs_wc` / `ibv_wc` layout.
     pub wc: Wc,
-    /// Reserved (0).
+    /// `[0]`: on a CQ made with [`crate::uverbs::UroceCreateCq::WALLCLOCK`], the wall-clock
+    /// time (ns since the epoch) the device wrote the CQE; else 0. `[1]`: reserved (0).
     pub reserved: [u64; 2],
 }
 const _: () = assert!(core::mem::size_of::<Cqe>() == CQE_BYTES as usize);

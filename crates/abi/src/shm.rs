@@ -37,6 +37,9 @@ pub struct SharedMem {
     len: usize,
     /// `Some` when this value allocated the memory and frees it on drop.
     owned: Option<Layout>,
+    /// Run once on drop: hands memory from someone else's allocator back to it
+    /// ([`SharedMem::from_raw_parts_released`]).
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 // SAFETY: the region is only ever accessed through `&AtomicU64` (see the module docs), which
@@ -76,6 +79,7 @@ impl SharedMem {
             ptr,
             len,
             owned: Some(layout),
+            release: None,
         })
     }
 
@@ -115,7 +119,26 @@ impl SharedMem {
             ptr,
             len,
             owned: None,
+            release: None,
         })
+    }
+
+    /// As [`SharedMem::from_raw_parts`], and `release` runs when the value is dropped (after
+    /// which the region is no longer accessed): memory an application's allocator gave for a
+    /// queue (a parent domain's `alloc`), handed back to its `free`.
+    ///
+    /// # Safety
+    ///
+    /// As [`SharedMem::from_raw_parts`], until `release` runs.
+    pub unsafe fn from_raw_parts_released(
+        ptr: *mut u8,
+        len: usize,
+        release: Box<dyn FnOnce() + Send + Sync>,
+    ) -> Result<SharedMem> {
+        // SAFETY: forwarded contract.
+        let mut m = unsafe { SharedMem::from_raw_parts(ptr, len) }?;
+        m.release = Some(release);
+        Ok(m)
     }
 
     /// Length in bytes.
@@ -279,6 +302,9 @@ impl SharedMem {
 
 impl Drop for SharedMem {
     fn drop(&mut self) {
+        if let Some(r) = self.release.take() {
+            r();
+        }
         if let Some(layout) = self.owned {
             // SAFETY: `ptr` came from `alloc_zeroed(layout)` in `new_zeroed` and is freed
             // only here, once.

@@ -14,10 +14,12 @@
 //! | command | driver request | driver response |
 //! |---|---|---|
 //! | GET_CONTEXT | [`UroceGetContext`] (24 B): ABI version, doorbell page | [`UroceGetContextResp`] (16 B): ABI version, max inline, wake fd |
-//! | CREATE_CQ | [`UroceCreateCq`] (24 B): CQ ring | — |
+//! | CREATE_CQ | [`UroceCreateCq`] (32 B): CQ ring, flags (wall-clock stamps) | — |
 //! | RESIZE_CQ | [`UroceResizeCq`] (24 B): the new CQ ring | — |
 //! | CREATE_QP | [`UroceCreateQp`] (48 B): SQ ring, RQ ring | [`UroceCreateQpResp`] (8 B): SQ doorbell slot |
 //! | CREATE_SRQ | [`UroceCreateSrq`] (24 B): SRQ ring | — |
+//! | CREATE_XSRQ | [`UroceCreateSrq`] (24 B): SRQ ring | — |
+//! | OPEN_XRCD | [`UroceOpenXrcd`] (16 B): the file's device and inode | — |
 //!
 //! **Ring memory is allocated by the library** (the mlx5 model: the provider allocates the
 //! queue buffer and passes `buf_addr` in driver data), described by a [`RingDesc`] (address,
@@ -1331,6 +1333,89 @@ abi_struct! {
 }
 
 // ---------------------------------------------------------------------------------------
+// XRC (IBTA XRC annex): domains and XRC SRQs
+
+abi_struct! {
+    /// `ib_uverbs_open_xrcd`. `fd` −1 opens a new anonymous domain; another `fd` names the
+    /// file whose inode identifies a shared one (the library sends its device and inode in
+    /// [`UroceOpenXrcd`]). `oflags`: `O_CREAT`, `O_EXCL`.
+    pub struct OpenXrcd {
+        /// Ignored.
+        pub response: u64,
+        /// File descriptor, or −1 (`u32::MAX`).
+        pub fd: u32,
+        /// `O_CREAT` / `O_EXCL`.
+        pub oflags: u32,
+    }
+    size = 16;
+}
+
+abi_struct! {
+    /// `ib_uverbs_open_xrcd_resp`.
+    pub struct OpenXrcdResp {
+        /// XRCD handle.
+        pub xrcd_handle: u32,
+    }
+    size = 4;
+}
+
+abi_struct! {
+    /// `ib_uverbs_close_xrcd` (no response).
+    pub struct CloseXrcd {
+        /// XRCD handle.
+        pub xrcd_handle: u32,
+    }
+    size = 4;
+}
+
+abi_struct! {
+    /// OPEN_XRCD driver data: what identifies the file `fd` names (`st_dev`, `st_ino`), so
+    /// that every open of one file shares a domain; zeros with `fd` −1.
+    pub struct UroceOpenXrcd {
+        /// `st_dev` of the file.
+        pub dev: u64,
+        /// `st_ino` of the file.
+        pub ino: u64,
+    }
+    size = 16;
+}
+
+abi_struct! {
+    /// `ib_uverbs_create_xsrq` (48 B). Driver data: [`UroceCreateSrq`]. Response:
+    /// [`CreateSrqResp`].
+    pub struct CreateXsrq {
+        /// Ignored.
+        pub response: u64,
+        /// Caller's cookie.
+        pub user_handle: u64,
+        /// `IBV_SRQT_BASIC` (0), `IBV_SRQT_XRC` (1) or `IBV_SRQT_TM` (2).
+        pub srq_type: u32,
+        /// PD handle.
+        pub pd_handle: u32,
+        /// Requested depth.
+        pub max_wr: u32,
+        /// Requested SGEs per WR.
+        pub max_sge: u32,
+        /// Limit event threshold.
+        pub srq_limit: u32,
+        /// Tag matching only.
+        pub max_num_tags: u32,
+        /// XRC: the domain.
+        pub xrcd_handle: u32,
+        /// XRC: the CQ receive completions go to.
+        pub cq_handle: u32,
+    }
+    size = 48;
+}
+
+/// `IBV_SRQT_BASIC`.
+pub const SRQT_BASIC: u32 = 0;
+/// `IBV_SRQT_XRC`.
+pub const SRQT_XRC: u32 = 1;
+/// `IBV_SRQT_TM`.
+pub const SRQT_TM: u32 = 2;
+
+// ---------------------------------------------------------------------------------------
 // uroce driver-private commands
 
 abi_struct! {
@@ -1646,8 +1731,19 @@ abi_struct! {
     pub struct UroceCreateCq {
         /// The ring.
         pub ring: RingDesc,
+        /// [`UroceCreateCq::WALLCLOCK`], or 0.
+        pub flags: u32,
+        /// Reserved (0).
+        pub reserved: u32,
     }
-    size = 24;
+    size = 32;
+}
+
+impl UroceCreateCq {
+    /// Every CQE of the CQ carries the wall-clock time (`CLOCK_REALTIME`, ns) the device
+    /// wrote it, in [`crate::fastpath::Cqe::reserved`]`[0]` (`ibv_cq_ex`'s
+    /// `read_completion_wallclock_ns`).
+    pub const WALLCLOCK: u32 = 1;
 }
 
 abi_struct! {
@@ -1860,6 +1956,9 @@ pub enum Request<'a> {
     QuerySrq(QuerySrq),
     DestroySrq(DestroySrq),
     PostSrqRecv(PostSrqRecv, WrList<'a>),
+    OpenXrcd(OpenXrcd, UroceOpenXrcd),
+    CloseXrcd(CloseXrcd),
+    CreateXsrq(CreateXsrq, UroceCreateSrq),
     QueryGid(QueryGid),
     Cm(CmCmd),
     QueryPkey(QueryPkey),
@@ -1930,6 +2029,9 @@ impl<'a> Request<'a> {
             Request::QuerySrq(_) => Command::QUERY_SRQ,
             Request::DestroySrq(_) => Command::DESTROY_SRQ,
             Request::PostSrqRecv(..) => Command::POST_SRQ_RECV,
+            Request::OpenXrcd(..) => Command::OPEN_XRCD,
+            Request::CloseXrcd(_) => Command::CLOSE_XRCD,
+            Request::CreateXsrq(..) => Command::CREATE_XSRQ,
             Request::QueryGid(_) => Command::UROCE_QUERY_GID,
             Request::Cm(_) => Command::UROCE_CM,
             Request::QueryPkey(_) => Command::UROCE_QUERY_PKEY,
@@ -1970,6 +2072,9 @@ impl<'a> Request<'a> {
             Command::QUERY_SRQ => (QuerySrq::SIZE, 0),
             Command::DESTROY_SRQ => (DestroySrq::SIZE, 0),
             Command::POST_SRQ_RECV => (PostSrqRecv::SIZE, 0),
+            Command::OPEN_XRCD => (OpenXrcd::SIZE, UroceOpenXrcd::SIZE),
+            Command::CLOSE_XRCD => (CloseXrcd::SIZE, 0),
+            Command::CREATE_XSRQ => (CreateXsrq::SIZE, UroceCreateSrq::SIZE),
             Command::UROCE_QUERY_GID => (QueryGid::SIZE, 0),
             Command::UROCE_CM => (CmCmd::SIZE, 0),
             Command::UROCE_QUERY_PKEY => (QueryPkey::SIZE, 0),
@@ -1999,7 +2104,8 @@ impl<'a> Request<'a> {
             Command::QUERY_QP => (QueryQpResp::SIZE, 0),
             Command::DESTROY_QP => (DestroyQpResp::SIZE, 0),
             Command::POST_SEND | Command::POST_RECV | Command::POST_SRQ_RECV => (PostResp::SIZE, 0),
-            Command::CREATE_SRQ => (CreateSrqResp::SIZE, 0),
+            Command::CREATE_SRQ | Command::CREATE_XSRQ => (CreateSrqResp::SIZE, 0),
+            Command::OPEN_XRCD => (OpenXrcdResp::SIZE, 0),
             Command::QUERY_SRQ => (QuerySrqResp::SIZE, 0),
             Command::DESTROY_SRQ => (DestroySrqResp::SIZE, 0),
             Command::UROCE_QUERY_GID => (QueryGidResp::SIZE, 0),
@@ -2011,7 +2117,8 @@ impl<'a> Request<'a> {
             | Command::DEALLOC_MW
             | Command::REQ_NOTIFY_CQ
             | Command::MODIFY_QP
-            | Command::MODIFY_SRQ => (0, 0),
+            | Command::MODIFY_SRQ
+            | Command::CLOSE_XRCD => (0, 0),
             _ => return None,
         })
     }
@@ -2216,6 +2323,19 @@ impl<'a> Request<'a> {
                 let (c, rest) = core(p, "ib_uverbs_create_srq")?;
                 Request::CreateSrq(c, driver(rest, "uroce_create_srq")?)
             }
+            Command::OPEN_XRCD => {
+                let (c, rest) = core(p, "ib_uverbs_open_xrcd")?;
+                Request::OpenXrcd(c, driver(rest, "uroce_open_xrcd")?)
+            }
+            Command::CLOSE_XRCD => {
+                let (c, rest) = core(p, "ib_uverbs_close_xrcd")?;
+                no_driver(rest)?;
+                Request::CloseXrcd(c)
+            }
+            Command::CREATE_XSRQ => {
+                let (c, rest) = core(p, "ib_uverbs_create_xsrq")?;
+                Request::CreateXsrq(c, driver(rest, "uroce_create_srq")?)
+            }
             Command::MODIFY_SRQ => {
                 let (c, rest) = core(p, "ib_uverbs_modify_srq")?;
                 no_driver(rest)?;
@@ -2304,6 +2424,9 @@ impl<'a> Request<'a> {
             Request::QuerySrq(c) => push(&[c.as_bytes()]),
             Request::DestroySrq(c) => push(&[c.as_bytes()]),
             Request::PostSrqRecv(c, l) => push(&[c.as_bytes(), l.wrs, l.sges]),
+            Request::OpenXrcd(c, d) => push(&[c.as_bytes(), d.as_bytes()]),
+            Request::CloseXrcd(c) => push(&[c.as_bytes()]),
+            Request::CreateXsrq(c, d) => push(&[c.as_bytes(), d.as_bytes()]),
             Request::QueryGid(c) => push(&[c.as_bytes()]),
             Request::Cm(c) => push(&[c.as_bytes()]),
             Request::QueryPkey(c) => push(&[c.as_bytes()]),

@@ -35,9 +35,9 @@ open_enum! {
         UD = 4,
         /// Raw packet (not supported by uroce).
         RAW_PACKET = 8,
-        /// XRC initiator (not supported by uroce).
+        /// XRC initiator: a send queue only; each WR names the responder's XRC SRQ.
         XRC_SEND = 9,
-        /// XRC target (not supported by uroce).
+        /// XRC target: no queues; receives land in the XRC SRQ its requests name.
         XRC_RECV = 10,
     }
 }

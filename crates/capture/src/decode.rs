@@ -4,8 +4,8 @@
 //! its serde form is the JSON object of `uroce decode --json`. The JSON keys are a published
 //! interface (scripts parse them), so they are fixed here and tested: `frame`, `src`, `dst`,
 //! `opcode`, `opcode_name`, `dest_qp`, `psn`, `ack_req`, `se`, `pad`, `payload_len`, `icrc`,
-//! and, only when the packet carries the header, `reth`, `aeth`, `deth`, `atomic_eth`,
-//! `atomic_ack`, `immdt`, `ieth`. All numbers are JSON integers.
+//! and, only when the packet carries the header, `xrceth` (the XRC SRQ number), `reth`,
+//! `aeth`, `deth`, `atomic_eth`, `atomic_ack`, `immdt`, `ieth`. All numbers are JSON integers.
 
 use std::fmt;
 use std::io::Read;
@@ -21,7 +21,7 @@ use crate::frame::{Frame, FrameKind, Frames, Garbled, NotRoce};
 use crate::pcap::PcapError;
 
 /// Every top-level JSON key a [`DecodeRecord`] can have, in output order.
-pub const JSON_KEYS: [&str; 19] = [
+pub const JSON_KEYS: [&str; 20] = [
     "frame",
     "src",
     "dst",
@@ -34,6 +34,7 @@ pub const JSON_KEYS: [&str; 19] = [
     "pad",
     "payload_len",
     "icrc",
+    "xrceth",
     "reth",
     "aeth",
     "deth",
@@ -160,6 +161,9 @@ pub struct DecodeRecord {
     pub payload_len: usize,
     /// ICRC check result.
     pub icrc: IcrcStatus,
+    /// XRCETH (the responder's XRC SRQ number), when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xrceth: Option<u32>,
     /// RETH, when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reth: Option<RethFields>,
@@ -213,6 +217,7 @@ impl DecodeRecord {
             } else {
                 IcrcStatus::Bad
             },
+            xrceth: pkt.xrceth.map(|x| x.srqn),
             reth: pkt.reth.map(|r| RethFields {
                 va: r.va,
                 rkey: r.rkey.0,
@@ -276,6 +281,9 @@ impl fmt::Display for DecodeRecord {
         }
         if self.pad != 0 {
             write!(f, " pad={}", self.pad)?;
+        }
+        if let Some(x) = self.xrceth {
+            write!(f, "  xrceth(srqn=0x{x:06x})")?;
         }
         if let Some(d) = &self.deth {
             write!(f, "  deth(qkey=0x{:08x} src_qp=0x{:06x})", d.qkey, d.src_qp)?;
@@ -467,6 +475,7 @@ mod tests {
             pad: 3,
             payload_len: 5,
             icrc: IcrcStatus::Ok,
+            xrceth: None,
             reth: Some(RethFields {
                 va: u64::MAX,
                 rkey: 0x1234,
@@ -515,6 +524,10 @@ mod tests {
         r.aeth = None;
         r.ieth = Some(0xABCD);
         assert!(r.to_string().contains("  ieth(rkey=0xabcd)  "));
+        r.xrceth = Some(0x12);
+        let s = r.to_string();
+        assert!(s.contains("  xrceth(srqn=0x000012)  "), "{s}");
+        assert!(r.to_json().contains("\"xrceth\":18"));
     }
 
     #[test]

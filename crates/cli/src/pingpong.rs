@@ -444,7 +444,7 @@ fn connect_all(c: &mut Ctx, args: &Args, o: &Opts, mine: &[PpDest], rem: &[PpDes
             let pd = c
                 .qps
                 .first()
-                .map(|q| q.pd().clone())
+                .and_then(|q| q.pd().cloned())
                 .ok_or_else(|| anyhow!("no QP"))?;
             c.ah = Some(
                 pd.create_ah(&ah_for(args, r))

@@ -184,6 +184,11 @@ fn context_for(dev: &'static UDevice, ctx: Context) -> Box<UContext> {
     vctx.query_device_ex = Some(op_query_device_ex);
     vctx.create_qp_ex = Some(crate::qp::op_create_qp_ex);
     vctx.create_cq_ex = Some(crate::cq::op_create_cq_ex);
+    vctx.open_xrcd = Some(crate::xrc::op_open_xrcd);
+    vctx.alloc_parent_domain = Some(crate::objects::op_alloc_parent_domain);
+    vctx.close_xrcd = Some(crate::xrc::op_close_xrcd);
+    vctx.create_srq_ex = Some(crate::qp::op_create_srq_ex);
+    vctx.get_srq_num = Some(crate::qp::op_get_srq_num);
     let c = &mut vctx.context;
     c.device = core::ptr::from_ref(&dev.ibv).cast_mut();
     c.ops.poll_cq = Some(crate::cq::op_poll_cq);

@@ -67,6 +67,11 @@ pub struct UCq {
     /// The completion `start_poll`/`next_poll` took from the ring; the `read_*` functions
     /// read it. Only the thread inside a poll batch (holding `polling`) touches it.
     cur: UnsafeCell<uverbs::Wc>,
+    /// The wall-clock stamp of `cur` (CQs made with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`, whose CQEs carry one).
+    cur_ts: UnsafeCell<u64>,
+    /// Whether this CQ's CQEs are stamped.
+    stamped: bool,
     /// Held from a successful `start_poll` until `end_poll`, as rxe holds its CQ lock.
     polling: OwnerLock,
 }
@@ -153,10 +158,12 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     })
 }
 
-/// Creates a CQ and its box; `ex` is its `ibv_cq_ex` tail (zero for `ibv_create_cq`).
+/// Creates a CQ and its box; `ex` is its `ibv_cq_ex` tail (zero for `ibv_create_cq`); `pd`
+/// a parent domain whose allocator gives the ring.
 ///
 /// # Safety
 /// `channel` is NULL or a live channel of `u`'s context.
+#[allow(clippy::too_many_arguments)]
 unsafe fn new_cq(
     u: &UContext,
     context: *mut ibv_context,
@@ -165,13 +172,15 @@ unsafe fn new_cq(
     channel: *mut ibv_comp_channel,
     vector: u32,
     ex: ibv_cq_ex_tail,
+    pd: Option<&uroce::Pd>,
 ) -> Result<*mut UCq, c_int> {
+    let stamped = ex.read_completion_wallclock_ns.is_some();
     let chan = channel.cast::<UChannel>();
     // SAFETY: NULL or a live channel per the contract.
     let ch = unsafe { chan.as_ref() };
     let cq = u
         .ctx
-        .create_cq(cqe, ch.map(|c| &c.ch), vector)
+        .create_cq_ex(cqe, ch.map(|c| &c.ch), vector, pd, stamped)
         .map_err(|e| errno_of(&e))?;
     let b = Box::new(UCq {
         ibv: ibv_cq {
@@ -189,6 +198,8 @@ unsafe fn new_cq(
         reported: AtomicU32::new(0),
         cq: Some(cq),
         cur: UnsafeCell::new(uverbs::Wc::default()),
+        cur_ts: UnsafeCell::new(0),
+        stamped,
         polling: OwnerLock::default(),
     });
     let user_handle = b.cq.as_ref().map_or(0, uroce::Cq::user_handle);
@@ -233,7 +244,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         // SAFETY: an all-zero tail is valid (integers and `None` function pointers).
         let tail = unsafe { core::mem::zeroed() };
         // SAFETY: forwarded contract.
-        match unsafe { new_cq(u, context, cqe, cq_context, channel, vector, tail) } {
+        match unsafe { new_cq(u, context, cqe, cq_context, channel, vector, tail, None) } {
             Ok(p) => p.cast::<ibv_cq>(),
             Err(e) => {
                 set_errno(e);
@@ -245,11 +256,14 @@ pub unsafe extern "C" fn ibv_create_cq(
 
 /// The `create_cq_ex` op (the inline `ibv_create_cq_ex`). Checks as rdma-core 44 does for
 /// rxe: `comp_mask` within `FLAGS | PD` (`ibv_cmd_create_cq_ex`), `wc_flags` within
-/// `IBV_WC_STANDARD_FLAGS` (`providers/rxe/rxe.c`, `RXE_SUP_WC_EX_FLAGS`: no completion
-/// timestamps, CVLAN, flow tag or tag matching), otherwise EOPNOTSUPP. Of the creation
+/// `IBV_WC_STANDARD_FLAGS` (`providers/rxe/rxe.c`, `RXE_SUP_WC_EX_FLAGS`: no free-running
+/// completion timestamps, CVLAN, flow tag or tag matching) plus
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK` (each CQE stamped by the device with
+/// `CLOCK_REALTIME` when written), otherwise EOPNOTSUPP. Of the creation
 /// flags, `SINGLE_THREADED` is a hint and accepted; `IGNORE_OVERRUN` (which the kernel rxe
-/// refuses) and unknown bits are EOPNOTSUPP. A parent domain in `parent_domain` is ignored,
-/// as rxe ignores it. `read_byte_len` … `read_dlid_path_bits` are set only when their
+/// refuses) and unknown bits are EOPNOTSUPP. With `IBV_CQ_INIT_ATTR_MASK_PD`,
+/// `parent_domain` must be a parent domain of this context (EINVAL otherwise, as mlx5); its
+/// allocator gives the ring (docs/compat.md §11.6). `read_byte_len` … `read_dlid_path_bits` are set only when their
 /// `IBV_WC_EX_WITH_*` flag was asked for, as rxe sets them; `read_opcode`,
 /// `read_vendor_err` and `read_wc_flags` always.
 ///
@@ -271,7 +285,7 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
         if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
             return fail(libc::EOPNOTSUPP);
         }
-        if a.wc_flags & !wc_ex::STANDARD != 0 {
+        if a.wc_flags & !(wc_ex::STANDARD | wc_ex::COMPLETION_TIMESTAMP_WALLCLOCK) != 0 {
             return fail(libc::EOPNOTSUPP);
         }
         if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
@@ -279,6 +293,17 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
         {
             return fail(libc::EOPNOTSUPP);
         }
+        // A parent domain (`IBV_CQ_INIT_ATTR_MASK_PD`) gives the ring its memory; a plain
+        // PD there is EINVAL, as rdma-core's providers refuse it.
+        let pd = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            // SAFETY: NULL or a live PD of this context (contract).
+            match unsafe { crate::objects::upd(a.parent_domain) } {
+                Some(p) if p.pd.is_parent_domain() && p.ibv.context == context => Some(p),
+                _ => return fail(libc::EINVAL),
+            }
+        } else {
+            None
+        };
         let want = |f: u64| a.wc_flags & f != 0;
         let tail = ibv_cq_ex_tail {
             comp_mask: 0,
@@ -301,7 +326,8 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
             read_cvlan: None,
             read_flow_tag: None,
             read_tm_info: None,
-            read_completion_wallclock_ns: None,
+            read_completion_wallclock_ns: want(wc_ex::COMPLETION_TIMESTAMP_WALLCLOCK)
+                .then_some(ex_read_completion_wallclock_ns as _),
         };
         // SAFETY: a live channel of this context or NULL (contract).
         match unsafe {
@@ -313,12 +339,23 @@ pub(crate) unsafe extern "C" fn op_create_cq_ex(
                 a.channel,
                 a.comp_vector,
                 tail,
+                pd.map(|p| &p.pd),
             )
         } {
             Ok(p) => p.cast::<ibv_cq>(),
             Err(e) => fail(e),
         }
     })
+}
+
+/// `read_completion_wallclock_ns`: the wall-clock time (ns since the epoch) the device
+/// wrote the current completion.
+///
+/// # Safety
+/// Called inside a poll batch on a CQ made with the WALLCLOCK flag (C API contract).
+unsafe extern "C" fn ex_read_completion_wallclock_ns(cq: *mut ibv_cq) -> u64 {
+    // SAFETY: a live UCq; only the poll batch's owner calls this.
+    unsafe { cq.cast::<UCq>().as_ref() }.map_or(0, |c| unsafe { *c.cur_ts.get() })
 }
 
 /// Takes the next completion off the ring into `cur` and mirrors its `status` and `wr_id`
@@ -333,6 +370,22 @@ unsafe fn ex_take(c: *mut UCq) -> c_int {
     };
     // SAFETY: only the holder of `polling` touches `cur`.
     let cur = unsafe { &mut *(*c).cur.get() };
+    // SAFETY: live CQ (contract).
+    if unsafe { (*c).stamped } {
+        return match inner.poll_raw_stamped(cur) {
+            Ok(Some(ts)) => {
+                // SAFETY: as above; only the holder of `polling` touches these.
+                unsafe {
+                    *(*c).cur_ts.get() = ts;
+                    (*c).ex.status = cur.status;
+                    (*c).ex.wr_id = cur.wr_id;
+                }
+                0
+            }
+            Ok(None) => libc::ENOENT,
+            Err(e) => errno_of(&e),
+        };
+    }
     match inner.poll_raw(core::slice::from_mut(cur)) {
         Ok(1) => {
             // SAFETY: as above; `status`/`wr_id` are written only inside a poll batch.

@@ -60,9 +60,10 @@
 //! `ibv_copy_*_kern` converters (no-ops; system librdmacm only), the provider interface
 //! (`ibv_cmd_*`, `execute_ioctl`, `_verbs_init_and_alloc_context`, `verbs_open_device`,
 //! `verbs_init_cq`, `verbs_set_ops`, `verbs_uninit_context`, `__verbs_log`), and every
-//! extended `verbs_context` op except `query_port`, `query_device_ex`, `create_qp_ex` and
-//! `create_cq_ex` (NULL slots: the inlines `ibv_alloc_dm`, `ibv_open_xrcd`, … fail with
-//! EOPNOTSUPP as for a device without them).
+//! extended `verbs_context` op except `query_port`, `query_device_ex`, `create_qp_ex`,
+//! `create_cq_ex` and XRC's `open_xrcd`, `close_xrcd`, `create_srq_ex`, `get_srq_num`
+//! ([`xrc`], [`qp`]; docs/compat.md §11.5) (NULL slots: the inlines `ibv_alloc_dm`,
+//! `ibv_open_qp`, … fail with EOPNOTSUPP as for a device without them).
 //!
 //! Errors follow rdma-core's conventions: an `int` verb returns the errno value and stores it
 //! in `errno` as well; pointer-returning verbs give NULL with `errno` set; the few documented
@@ -88,6 +89,7 @@ pub mod strings;
 pub mod stubs;
 pub mod types;
 mod util;
+pub mod xrc;
 
 // The exported C names, each an entry point that jumps to the Rust function of the same
 // name re-exported here (compat-symver). Not in unit-test builds: an executable has no

@@ -118,6 +118,136 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     })
 }
 
+/// The C allocator of a parent domain: `alloc` / `free` called with the parent domain's
+/// `ibv_pd` and `pd_context`, and uroce's resource types (1 QP, 2 SRQ, 3 CQ).
+struct CAllocator {
+    alloc: PdAllocFn,
+    free: PdFreeFn,
+    /// The parent domain's `ibv_pd` (its boxed UPd outlives every ring made in it).
+    pd: usize,
+    pd_context: usize,
+}
+
+fn resource_type(kind: uroce::BufferKind) -> u64 {
+    match kind {
+        uroce::BufferKind::Qp => 1,
+        uroce::BufferKind::Srq => 2,
+        uroce::BufferKind::Cq => 3,
+    }
+}
+
+impl uroce::BufferAllocator for CAllocator {
+    fn alloc(&self, len: usize, align: usize, kind: uroce::BufferKind) -> uroce::Buffer {
+        // SAFETY: the application's allocator, called as rdma-core's providers call it.
+        let p = unsafe {
+            (self.alloc)(
+                self.pd as *mut ibv_pd,
+                self.pd_context as *mut c_void,
+                len,
+                align,
+                resource_type(kind),
+            )
+        };
+        if p as usize == IBV_ALLOCATOR_USE_DEFAULT {
+            uroce::Buffer::Default
+        } else if p.is_null() {
+            uroce::Buffer::Failed
+        } else {
+            uroce::Buffer::At(p.cast())
+        }
+    }
+
+    fn free(&self, ptr: *mut u8, kind: uroce::BufferKind) {
+        // SAFETY: a buffer this allocator gave, handed back once (contract of the trait).
+        unsafe {
+            (self.free)(
+                self.pd as *mut ibv_pd,
+                self.pd_context as *mut c_void,
+                ptr.cast(),
+                resource_type(kind),
+            )
+        };
+    }
+}
+
+// SAFETY: the pointers are the application's, used only to call its allocator back with
+// them, as rdma-core's providers do from whichever thread creates or destroys a queue.
+unsafe impl Send for CAllocator {}
+// SAFETY: as above.
+unsafe impl Sync for CAllocator {}
+
+/// The `alloc_parent_domain` op (`ibv_alloc_parent_domain`): a PD standing for `attr->pd`
+/// whose QPs' and SRQs' rings come from `attr->alloc` (when `IBV_PARENT_DOMAIN_INIT_ATTR_
+/// ALLOCATORS` is set; an allocator may answer `IBV_ALLOCATOR_USE_DEFAULT`), freed with
+/// `attr->free` when the queue is destroyed (docs/compat.md §11.6). No thread domains:
+/// `td` must be NULL (EOPNOTSUPP otherwise, as `ibv_alloc_td` is). Released with
+/// `ibv_dealloc_pd`, which leaves `attr->pd` allocated.
+///
+/// # Safety
+/// `context` is a live context; `attr` is valid with a live PD of it.
+pub(crate) unsafe extern "C" fn op_alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    guard(core::ptr::null_mut(), || {
+        let fail = |e: c_int| {
+            set_errno(e);
+            core::ptr::null_mut()
+        };
+        // SAFETY: per the contract.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return fail(libc::EINVAL);
+        };
+        let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+        if a.comp_mask & !known != 0 {
+            return fail(libc::EINVAL);
+        }
+        if !a.td.is_null() {
+            return fail(libc::EOPNOTSUPP);
+        }
+        // SAFETY: a live PD (contract).
+        let Some(p) = (unsafe { upd(a.pd) }) else {
+            return fail(libc::EINVAL);
+        };
+        if p.ibv.context != context || p.pd.is_parent_domain() {
+            return fail(libc::EINVAL);
+        }
+        let allocators = if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS != 0 {
+            match (a.alloc, a.free) {
+                (Some(al), Some(fr)) => Some((al, fr)),
+                _ => return fail(libc::EINVAL),
+            }
+        } else {
+            None
+        };
+        let pd_context = if a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT != 0 {
+            a.pd_context
+        } else {
+            core::ptr::null_mut()
+        };
+        let mut b = Box::new(UPd {
+            ibv: ibv_pd {
+                context,
+                handle: p.ibv.handle,
+            },
+            pd: p.pd.clone(),
+        });
+        let me = core::ptr::from_mut(&mut b.ibv) as usize;
+        let alloc = allocators.map(|(alloc, free)| {
+            std::sync::Arc::new(CAllocator {
+                alloc,
+                free,
+                pd: me,
+                pd_context: pd_context as usize,
+            }) as std::sync::Arc<dyn uroce::BufferAllocator>
+        });
+        b.pd = p.pd.parent_domain(alloc);
+        // SAFETY: live context (contract).
+        unsafe { retain(context) };
+        Box::into_raw(b).cast::<ibv_pd>()
+    })
+}
+
 /// Registers `[addr, addr+length)` with I/O virtual address `iova`.
 ///
 /// # Safety

@@ -238,6 +238,7 @@ unsafe fn send_wr<'a>(
         imm_data: u32::from_be(w.imm_data),
         invalidate_rkey: w.imm_data,
         remote,
+        xrc_remote_srqn: w.xrc_remote_srqn,
     }))
 }
 
@@ -529,8 +530,10 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
     let Some(a) = (unsafe { attr.as_mut() }) else {
         return fail(libc::EINVAL);
     };
-    let known =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 {
         return fail(libc::EOPNOTSUPP);
     }
@@ -544,6 +547,14 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
     };
     if send_ops & !crate::qp_ex::supported_send_ops(QpType(a.qp_type)) != 0 {
         return fail(libc::EOPNOTSUPP);
+    }
+    if QpType(a.qp_type) == QpType::XRC_RECV {
+        // An XRC target: of an XRC domain, without PD, CQs or queues.
+        if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: the application's live XRCD or NULL (contract).
+        return unsafe { create_xrc_recv_qp(context, a) };
     }
     if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.pd.is_null() {
         return fail(libc::EINVAL);
@@ -590,6 +601,11 @@ unsafe fn create_qp(
         let (Some(p), Some(a)) = (unsafe { upd(pd) }, unsafe { init_attr.as_mut() }) else {
             return inval();
         };
+        // An XRC initiator has no receive side: its receive CQ is its send CQ.
+        if QpType(a.qp_type) == QpType::XRC_SEND {
+            a.recv_cq = a.send_cq;
+            a.srq = core::ptr::null_mut();
+        }
         // SAFETY: live CQs / SRQ per the contract.
         let (scq, rcq) = unsafe { (ucq(a.send_cq), ucq(a.recv_cq)) };
         let (Some(scq), Some(rcq)) = (
@@ -655,6 +671,188 @@ unsafe fn create_qp(
         }
         ptr.cast::<ibv_qp>()
     })
+}
+
+/// An XRC target QP (`IBV_QPT_XRC_RECV`) of the domain `a.xrcd`.
+///
+/// # Safety
+/// `context` is a live context; `a.xrcd` is NULL or a live XRCD of it.
+unsafe fn create_xrc_recv_qp(
+    context: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(core::ptr::null_mut(), || {
+        // SAFETY: per the contract.
+        let Some(x) = (unsafe { crate::xrc::uxrcd(a.xrcd.cast()) }) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let qp = match x.create_recv_qp() {
+            Ok(q) => q,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return core::ptr::null_mut();
+            }
+        };
+        a.cap = ibv_qp_cap {
+            max_send_wr: 0,
+            max_recv_wr: 0,
+            max_send_sge: 0,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        };
+        let user_handle = qp.user_handle();
+        let cap = qp.cap();
+        let b = Box::new(UQp {
+            ibv: ibv_qp {
+                context,
+                qp_context: a.qp_context,
+                pd: core::ptr::null_mut(),
+                send_cq: core::ptr::null_mut(),
+                recv_cq: core::ptr::null_mut(),
+                srq: core::ptr::null_mut(),
+                handle: qp.handle(),
+                qp_num: qp.qp_num(),
+                state: QpState::RESET.0,
+                qp_type: a.qp_type,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                events_completed: 0,
+            },
+            ex: crate::qp_ex::tail(0),
+            qp: Some(qp),
+            is_ex: true,
+            batch: crate::qp_ex::BatchCell::new(&cap),
+        });
+        let ptr = Box::into_raw(b);
+        // SAFETY: live context (contract).
+        if let Some(u) = unsafe { uctx(context) } {
+            u.register(user_handle, ObjKind::Qp, ptr as usize);
+            u.retain();
+        }
+        ptr.cast::<ibv_qp>()
+    })
+}
+
+/// The `create_srq_ex` op (the inline `ibv_create_srq_ex` calls it for anything but a basic
+/// SRQ of a PD): a basic SRQ, or an XRC SRQ (`IBV_SRQT_XRC`, with PD, XRCD and CQ, as
+/// rdma-core's `ibv_cmd_create_srq_ex` requires: EINVAL without them). Tag matching:
+/// EOPNOTSUPP, as rxe.
+///
+/// # Safety
+/// `context` is a live context; `attr` is valid, with live objects of that context.
+pub(crate) unsafe extern "C" fn op_create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard(core::ptr::null_mut(), || {
+        let fail = |e: c_int| {
+            set_errno(e);
+            core::ptr::null_mut()
+        };
+        // SAFETY: per the contract.
+        let Some(a) = (unsafe { attr.as_mut() }) else {
+            return fail(libc::EINVAL);
+        };
+        let known = IBV_SRQ_INIT_ATTR_TYPE
+            | IBV_SRQ_INIT_ATTR_PD
+            | IBV_SRQ_INIT_ATTR_XRCD
+            | IBV_SRQ_INIT_ATTR_CQ
+            | IBV_SRQ_INIT_ATTR_TM;
+        if a.comp_mask & !known != 0 {
+            return fail(libc::EINVAL);
+        }
+        let ty = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+            a.srq_type
+        } else {
+            IBV_SRQT_BASIC
+        };
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: a live PD (contract).
+        let Some(p) = (unsafe { upd(a.pd) }) else {
+            return fail(libc::EINVAL);
+        };
+        if p.ibv.context != context {
+            return fail(libc::EINVAL);
+        }
+        let want = SrqAttr {
+            max_wr: a.attr.max_wr,
+            max_sge: a.attr.max_sge,
+            srq_limit: a.attr.srq_limit,
+        };
+        let made = match ty {
+            IBV_SRQT_BASIC => p.pd.create_srq(&want),
+            IBV_SRQT_XRC => {
+                let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+                if a.comp_mask & need != need {
+                    return fail(libc::EINVAL);
+                }
+                // SAFETY: a live XRCD and CQ of this context, or NULL (contract).
+                let (x, cq) = unsafe { (crate::xrc::uxrcd(a.xrcd), ucq(a.cq)) };
+                let (Some(x), Some(cq)) = (x, cq.and_then(|c| c.cq.as_ref())) else {
+                    return fail(libc::EINVAL);
+                };
+                p.pd.create_xrc_srq(&want, x, cq)
+            }
+            2 => return fail(libc::EOPNOTSUPP),
+            _ => return fail(libc::EINVAL),
+        };
+        let srq = match made {
+            Ok(s) => s,
+            Err(e) => return fail(errno_of(&e)),
+        };
+        let got = srq.attr();
+        a.attr.max_wr = got.max_wr;
+        a.attr.max_sge = got.max_sge;
+        Box::into_raw(wrap_srq(p, a.pd, a.srq_context, srq)).cast::<ibv_srq>()
+    })
+}
+
+/// The `get_srq_num` op (`ibv_get_srq_num`): the number XRC senders name.
+///
+/// # Safety
+/// `srq` is a live SRQ; `srq_num` is valid for a write.
+pub(crate) unsafe extern "C" fn op_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { srq.cast::<USrq>().as_ref() }).and_then(|s| s.srq.as_ref()) else {
+        return libc::EINVAL;
+    };
+    if srq_num.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: valid for a write (contract).
+    unsafe { srq_num.write(s.srq_num()) };
+    0
+}
+
+/// Box a new SRQ for C and register it with its context (async events, lifetime).
+fn wrap_srq(
+    p: &crate::objects::UPd,
+    pd: *mut ibv_pd,
+    srq_context: *mut core::ffi::c_void,
+    srq: uroce::Srq,
+) -> Box<USrq> {
+    let user_handle = srq.user_handle();
+    let b = Box::new(USrq {
+        ibv: ibv_srq {
+            context: p.ibv.context,
+            srq_context,
+            pd,
+            handle: srq.handle(),
+            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+            cond: libc::PTHREAD_COND_INITIALIZER,
+            events_completed: 0,
+        },
+        srq: Some(srq),
+    });
+    // SAFETY: the PD's context is live (contract of the callers).
+    if let Some(u) = unsafe { uctx(p.ibv.context) } {
+        u.register(user_handle, ObjKind::Srq, core::ptr::from_ref(&*b) as usize);
+        u.retain();
+    }
+    b
 }
 
 fn qp_attr_from_c(a: &ibv_qp_attr) -> QpAttr {

@@ -15,8 +15,8 @@
 //! `wr_set_*` before any WR, a UD WR without `wr_set_ud_addr`, or an opcode whose
 //! `IBV_QP_EX_WITH_*` flag was not in `send_ops_flags`. rxe leaves the slot of an opcode not
 //! asked for NULL, so calling it crashes the program; uroce fills it (and those of the
-//! opcodes it never offers: bind MW, local invalidate, TSO, atomic write, the XRC SRQ
-//! number) with a function that fails the batch instead (docs/compat.md §11).
+//! opcodes it never offers: TSO, atomic write) with a function that fails the batch instead
+//! (docs/compat.md §11). `wr_set_xrc_srqn` names an XRC initiator's responder SRQ.
 //!
 //! Concurrency: as rxe holds its send-queue lock from `wr_start` to `wr_complete` /
 //! `wr_abort`, a batch is owned by the thread that opened it (`BatchCell::open`); another
@@ -51,6 +51,8 @@ pub(crate) fn supported_send_ops(t: QpType) -> u64 {
         QpType::RC => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
         QpType::UC => uc,
         QpType::UD => SEND | SEND_WITH_IMM,
+        // An XRC initiator sends what RC sends, to an SRQ named per WR.
+        QpType::XRC_SEND => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
         _ => 0,
     }
 }
@@ -189,11 +191,10 @@ pub(crate) fn tail(ops: u64) -> ibv_qp_ex_tail {
     } else {
         refuse_u32
     });
-    // Opcodes uroce never offers (TSO, atomic write) and XRC: refused too, rather than
-    // left NULL.
+    // Opcodes uroce never offers (TSO, atomic write): refused too, rather than left NULL.
     t.wr_send_tso = Some(refuse_tso);
     t.wr_atomic_write = Some(refuse_atomic_write);
-    t.wr_set_xrc_srqn = Some(refuse_u32);
+    t.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     t.wr_set_ud_addr = Some(wr_set_ud_addr);
     t.wr_set_inline_data = Some(wr_set_inline_data);
     t.wr_set_inline_data_list = Some(wr_set_inline_data_list);
@@ -465,6 +466,18 @@ unsafe extern "C" fn wr_bind_mw(
     }
 }
 
+/// `ibv_wr_set_xrc_srqn`: the XRC SRQ at the responder that receives the WR begun last
+/// (an XRC initiator's; on other QPs the number is ignored, as the hardware would).
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp, srqn: u32) {
+    // SAFETY: as above.
+    let Some((_, b)) = (unsafe { last(qp) }) else {
+        return;
+    };
+    if let Some(w) = b.wrs.last_mut() {
+        w.remote_qpn = srqn;
+    }
+}
+
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
     // SAFETY: as above.
     let Some((_, b)) = (unsafe { last(qp) }) else {
@@ -723,6 +736,8 @@ fn post_batch(q: &UQp, b: &Batch) -> c_int {
             imm_data: w.imm_data,
             invalidate_rkey: w.invalidate_rkey,
             remote,
+            // `wr_set_xrc_srqn` keeps the SRQ number where UD keeps its QPN.
+            xrc_remote_srqn: if ud { 0 } else { w.remote_qpn },
         });
     }
     match post_sends(inner, &wrs) {

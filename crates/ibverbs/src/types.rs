@@ -143,6 +143,106 @@ pub type QueryDeviceExFn = unsafe extern "C" fn(
     usize,
 ) -> c_int;
 
+/// `verbs_context.get_srq_num`: called by the inline `ibv_get_srq_num`.
+pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
+/// `verbs_context.create_srq_ex`: called by the inline `ibv_create_srq_ex` for anything
+/// but a basic SRQ of a PD.
+pub type CreateSrqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+/// `verbs_context.open_xrcd`: called by the inline `ibv_open_xrcd`.
+pub type OpenXrcdFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
+/// `verbs_context.close_xrcd`: called by the inline `ibv_close_xrcd`.
+pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
+
+/// `verbs_context.alloc_parent_domain`: called by the inline `ibv_alloc_parent_domain`.
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+/// `ibv_parent_domain_init_attr.alloc`.
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// `ibv_parent_domain_init_attr.free`.
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+
+/// `struct ibv_parent_domain_init_attr` (48 B).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut c_void,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS: u32 = 1;
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`.
+pub const IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT: u32 = 1 << 1;
+/// `IBV_ALLOCATOR_USE_DEFAULT`: what an allocator returns to let the library allocate.
+pub const IBV_ALLOCATOR_USE_DEFAULT: usize = usize::MAX;
+
+/// `struct ibv_xrcd`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_xrcd {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_xrcd_init_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_xrcd_init_attr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
+/// `struct ibv_tm_cap`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_tm_cap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex` (64 B).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type`.
+    pub srq_type: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: ibv_tm_cap,
+}
+
+/// `IBV_XRCD_INIT_ATTR_FD`.
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1;
+/// `IBV_XRCD_INIT_ATTR_OFLAGS`.
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_TYPE`.
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1;
+/// `IBV_SRQ_INIT_ATTR_PD`.
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_XRCD`.
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+/// `IBV_SRQ_INIT_ATTR_CQ`.
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+/// `IBV_SRQ_INIT_ATTR_TM`.
+pub const IBV_SRQ_INIT_ATTR_TM: u32 = 1 << 4;
+/// `IBV_SRQT_BASIC`.
+pub const IBV_SRQT_BASIC: u32 = 0;
+/// `IBV_SRQT_XRC`.
+pub const IBV_SRQT_XRC: u32 = 1;
+/// `IBV_QP_INIT_ATTR_XRCD`.
+pub const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
+
 /// `struct verbs_context` (648 B): the extended ops table in front of the `ibv_context`.
 /// The `_ex` inlines use a slot only if `abi_compat` is `UINTPTR_MAX`, `sz` covers it and it
 /// is non-NULL (`verbs_get_ctx_op`, §3); NULL means "not supported" and each caller then
@@ -163,7 +263,7 @@ pub struct verbs_context {
     pub destroy_flow_action: AnyFn,
     pub create_flow_action_esp: AnyFn,
     pub modify_qp_rate_limit: AnyFn,
-    pub alloc_parent_domain: AnyFn,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
     pub dealloc_td: AnyFn,
     pub alloc_td: AnyFn,
     pub modify_cq: AnyFn,
@@ -186,10 +286,10 @@ pub struct verbs_context {
     /// Called by the inline `ibv_create_qp_ex` unless `comp_mask` is exactly
     /// `IBV_QP_INIT_ATTR_PD`.
     pub create_qp_ex: Option<CreateQpExFn>,
-    pub get_srq_num: AnyFn,
-    pub create_srq_ex: AnyFn,
-    pub open_xrcd: AnyFn,
-    pub close_xrcd: AnyFn,
+    pub get_srq_num: Option<GetSrqNumFn>,
+    pub create_srq_ex: Option<CreateSrqExFn>,
+    pub open_xrcd: Option<OpenXrcdFn>,
+    pub close_xrcd: Option<CloseXrcdFn>,
     pub _abi_placeholder3: u64,
     /// Must be ≥ 648 for the inline `ibv_query_port` to use `query_port` (§3).
     pub sz: usize,
@@ -819,6 +919,8 @@ pub mod wc_ex {
     pub const SL: u64 = 1 << 5;
     pub const DLID_PATH_BITS: u64 = 1 << 6;
     pub const COMPLETION_TIMESTAMP: u64 = 1 << 7;
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+    pub const COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
     /// `IBV_WC_STANDARD_FLAGS`: the fields of a plain `ibv_wc`.
     pub const STANDARD: u64 = BYTE_LEN | IMM | QP_NUM | SRC_QP | SLID | SL | DLID_PATH_BITS;
 }
@@ -887,7 +989,7 @@ pub struct ibv_cq_ex_tail {
     pub read_cvlan: AnyFn,
     pub read_flow_tag: AnyFn,
     pub read_tm_info: AnyFn,
-    pub read_completion_wallclock_ns: AnyFn,
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq) -> u64>,
 }
 
 /// `struct ibv_qp_ex` after its `ibv_qp` (`qp_base`, 160 B): `wr_id`, `wr_flags` and the
@@ -1169,6 +1271,13 @@ const _: () = {
     assert!(offset_of!(ibv_qp_init_attr_ex, send_ops_flags) == 128);
 
     assert!(size_of::<ibv_srq_attr>() == 12);
+    assert!(size_of::<ibv_srq_init_attr_ex>() == 64);
+    assert!(offset_of!(ibv_srq_init_attr_ex, comp_mask) == 20);
+    assert!(offset_of!(ibv_srq_init_attr_ex, pd) == 32);
+    assert!(offset_of!(ibv_srq_init_attr_ex, cq) == 48);
+    assert!(size_of::<ibv_xrcd_init_attr>() == 12);
+    assert!(size_of::<ibv_parent_domain_init_attr>() == 48);
+    assert!(offset_of!(ibv_parent_domain_init_attr, alloc) == 24);
     assert!(size_of::<ibv_srq_init_attr>() == 24);
     assert!(offset_of!(ibv_srq_init_attr, attr) == 8);
 

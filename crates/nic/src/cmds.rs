@@ -40,7 +40,7 @@ trait Owned {
 macro_rules! owned {
     ($($t:ty),*) => {$(impl Owned for $t { fn ctx(&self) -> CtxId { self.ctx } })*};
 }
-owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj, crate::keys::Mw);
+owned!(Pd, Mr, Cq, Srq, Ah, Chan, QpObj, Xrcd, crate::keys::Mw);
 
 /// Why a command was refused: the errno (all a C caller sees), the rule broken, and a
 /// sentence with the attribute and values (without the verb, which [`DevState::execute`]
@@ -301,6 +301,7 @@ pub(crate) fn checks_mappings(bytes: &[u8]) -> bool {
                 | Command::RESIZE_CQ
                 | Command::CREATE_QP
                 | Command::CREATE_SRQ
+                | Command::CREATE_XSRQ
         )
     })
 }
@@ -319,6 +320,7 @@ fn releases(req: &Request<'_>) -> bool {
                 | Request::PollCq(_)
                 | Request::DestroyQp(_)
                 | Request::DestroySrq(_)
+                | Request::CloseXrcd(_)
                 | Request::DeallocMw(_)
         ),
     }
@@ -610,7 +612,10 @@ impl DevState {
                 self.pd_release(pd);
                 Ok(())
             }
-            Request::CreateSrq(c, d) => self.create_srq(ctx, c, d, resp),
+            Request::CreateSrq(c, d) => self.create_srq(ctx, c, d, None, resp),
+            Request::OpenXrcd(c, d) => self.open_xrcd(ctx, c, d, resp),
+            Request::CloseXrcd(c) => self.close_xrcd(ctx, c),
+            Request::CreateXsrq(c, d) => self.create_xsrq(ctx, c, d, resp),
             Request::ModifySrq(m) => {
                 let srq = own_mut(&mut self.res.srqs, ctx, m.srq_handle, "srq_handle")?;
                 let mask = SrqAttrMask(m.attr_mask);
@@ -671,8 +676,13 @@ impl DevState {
                     events_reported: srq.events,
                 };
                 let pd = srq.pd;
+                let xrc = srq.xrc;
                 self.res.srqs.remove(d.srq_handle);
                 self.pd_release(pd);
+                if let Some(x) = xrc {
+                    self.xrcd_use(x.xrcd, -1);
+                    self.cq_use(x.cq, -1);
+                }
                 push(resp, &r);
                 Ok(())
             }
@@ -689,6 +699,157 @@ impl DevState {
         if let Some(p) = self.res.pds.get_mut(pd) {
             p.users = p.users.saturating_sub(1);
         }
+    }
+
+    fn xrcd_use(&mut self, xrcd: u32, delta: i32) {
+        if let Some(x) = self.res.xrcds.get_mut(xrcd) {
+            x.users = x.users.saturating_add_signed(delta);
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // XRC (IBTA XRC annex): domains and XRC SRQs
+
+    /// OPEN_XRCD as the kernel's `ib_uverbs_open_xrcd`: `fd` −1 makes a new anonymous
+    /// domain; a file (its device and inode in the driver data) names a shared one, made
+    /// if absent only with `O_CREAT`, refused if present with `O_EXCL` (EINVAL both).
+    fn open_xrcd(
+        &mut self,
+        ctx: CtxId,
+        c: &OpenXrcd,
+        d: &UroceOpenXrcd,
+        resp: &mut Vec<u8>,
+    ) -> Res<()> {
+        const O_CREAT: u32 = 0o100;
+        const O_EXCL: u32 = 0o200;
+        let file = if c.fd == u32::MAX {
+            if d.dev != 0 || d.ino != 0 {
+                return Err(refuse!(
+                    EINVAL,
+                    BAD_VALUE,
+                    "fd -1 (an anonymous domain) with a file identity in the driver data"
+                ));
+            }
+            None
+        } else {
+            if d.ino == 0 {
+                return Err(refuse!(
+                    EBADF,
+                    BAD_VALUE,
+                    "fd {} names no file (no inode in the driver data)",
+                    c.fd
+                ));
+            }
+            Some((d.dev, d.ino))
+        };
+        let existing = file.and_then(|f| {
+            self.res
+                .xrcds
+                .indices_where(|x| x.file == Some(f))
+                .first()
+                .and_then(|&i| self.res.xrcds.get(i))
+                .map(|x| x.domain)
+        });
+        if existing.is_some() && c.oflags & O_EXCL != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "the file's XRC domain exists and oflags has O_EXCL"
+            ));
+        }
+        if existing.is_none() && file.is_some() && c.oflags & O_CREAT == 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "the file has no XRC domain and oflags lacks O_CREAT"
+            ));
+        }
+        let domain = match existing {
+            Some(d) => d,
+            None => {
+                let d = self.res.next_xrc_domain;
+                self.res.next_xrc_domain = d.wrapping_add(1).max(1);
+                d
+            }
+        };
+        let max = self.cfg.limits.max_pd;
+        let h = self
+            .res
+            .xrcds
+            .insert(
+                Xrcd {
+                    ctx,
+                    domain,
+                    file,
+                    users: 0,
+                },
+                max,
+            )
+            .ok_or_else(|| refuse!(ENOMEM, EXHAUSTED, "{max} XRC domains are open"))?;
+        push(resp, &OpenXrcdResp { xrcd_handle: h });
+        Ok(())
+    }
+
+    /// CLOSE_XRCD: EBUSY while XRC SRQs or XRC target QPs of this handle exist (the
+    /// kernel's `ib_dealloc_xrcd_user`).
+    fn close_xrcd(&mut self, ctx: CtxId, c: &CloseXrcd) -> Res<()> {
+        let x = own(&self.res.xrcds, ctx, c.xrcd_handle, "xrcd_handle")?;
+        if x.users != 0 {
+            return Err(refuse!(
+                EBUSY,
+                IN_USE,
+                "xrcd_handle {} still has {} XRC SRQs and target QPs",
+                c.xrcd_handle,
+                x.users
+            ));
+        }
+        self.res.xrcds.remove(c.xrcd_handle);
+        Ok(())
+    }
+
+    /// CREATE_XSRQ: a basic SRQ, or an XRC SRQ of a domain with the CQ its receives
+    /// complete to; tag matching is not offered (EOPNOTSUPP, as rxe), other types EINVAL.
+    fn create_xsrq(
+        &mut self,
+        ctx: CtxId,
+        c: &CreateXsrq,
+        d: &UroceCreateSrq,
+        resp: &mut Vec<u8>,
+    ) -> Res<()> {
+        let core = CreateSrq {
+            response: 0,
+            user_handle: c.user_handle,
+            pd_handle: c.pd_handle,
+            max_wr: c.max_wr,
+            max_sge: c.max_sge,
+            srq_limit: c.srq_limit,
+        };
+        let xrc = match c.srq_type {
+            SRQT_BASIC => None,
+            SRQT_XRC => {
+                let domain = own(&self.res.xrcds, ctx, c.xrcd_handle, "xrcd_handle")?.domain;
+                own(&self.res.cqs, ctx, c.cq_handle, "cq_handle")?;
+                Some(SrqXrc {
+                    xrcd: c.xrcd_handle,
+                    domain,
+                    cq: c.cq_handle,
+                })
+            }
+            SRQT_TM => {
+                return Err(refuse!(
+                    EOPNOTSUPP,
+                    UNSUPPORTED,
+                    "tag-matching SRQs are not supported"
+                ))
+            }
+            t => return Err(refuse!(EINVAL, BAD_VALUE, "srq_type {t} is unknown")),
+        };
+        self.create_srq(ctx, &core, d, xrc, resp)?;
+        if let Some(x) = xrc {
+            self.xrcd_use(x.xrcd, 1);
+            self.cq_use(x.cq, 1);
+        }
+        Ok(())
     }
 
     fn cq_use(&mut self, cq: u32, delta: i32) {
@@ -1178,6 +1339,15 @@ impl DevState {
         d: &UroceCreateCq,
         resp: &mut Vec<u8>,
     ) -> Res<()> {
+        if d.flags & !UroceCreateCq::WALLCLOCK != 0 || d.reserved != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_FLAGS,
+                "uroce_create_cq flags {:#x} / reserved {}: only WALLCLOCK is defined",
+                d.flags,
+                d.reserved
+            ));
+        }
         let l = &self.cfg.limits;
         if c.cqe == 0 || c.cqe > l.max_cqe {
             return Err(refuse!(
@@ -1233,6 +1403,7 @@ impl DevState {
                     comp_events: 0,
                     async_events: 0,
                     overflowed: false,
+                    wallclock: d.flags & UroceCreateCq::WALLCLOCK != 0,
                     lost_cqes: 0,
                     watched: false,
                 },
@@ -1371,7 +1542,22 @@ impl DevState {
         resp: &mut Vec<u8>,
     ) -> Res<()> {
         let l = self.cfg.limits;
+        // XRC (IBTA XRC annex): an initiator is an RC send queue; a target has no queues,
+        // its `pd_handle` names an XRCD (the kernel's `create_qp`).
+        let xrc = match abi::QpType(u32::from(c.qp_type)) {
+            abi::QpType::XRC_SEND => Some(QpXrc::Initiator),
+            abi::QpType::XRC_RECV => {
+                let x = own(&self.res.xrcds, ctx, c.pd_handle, "xrcd_handle (pd_handle)")?;
+                Some(QpXrc::Target {
+                    xrcd: c.pd_handle,
+                    domain: x.domain,
+                })
+            }
+            _ => None,
+        };
+        let target = matches!(xrc, Some(QpXrc::Target { .. }));
         let ty = match QpType::from_u8(c.qp_type) {
+            _ if xrc.is_some() => QpType::Rc,
             Some(t) => t,
             None if abi::QpType(u32::from(c.qp_type)).is_known() => {
                 return Err(refuse!(
@@ -1400,9 +1586,27 @@ impl DevState {
                 c.sq_sig_all
             ));
         }
-        own(&self.res.pds, ctx, c.pd_handle, "pd_handle")?;
-        own(&self.res.cqs, ctx, c.send_cq_handle, "send_cq_handle")?;
-        own(&self.res.cqs, ctx, c.recv_cq_handle, "recv_cq_handle")?;
+        if xrc.is_some() && (c.is_srq != 0 || d.rq != RingDesc::default()) {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "an XRC QP has no receive queue: is_srq {} and an RQ ring must be absent",
+                c.is_srq
+            ));
+        }
+        // A target's CQs are its SRQs'; an initiator's receive CQ is ignored (kernel).
+        let (send_cq, recv_cq) = match xrc {
+            Some(QpXrc::Target { .. }) => (NO_HANDLE, NO_HANDLE),
+            Some(QpXrc::Initiator) => (c.send_cq_handle, c.send_cq_handle),
+            None => (c.send_cq_handle, c.recv_cq_handle),
+        };
+        if !target {
+            own(&self.res.pds, ctx, c.pd_handle, "pd_handle")?;
+            own(&self.res.cqs, ctx, c.send_cq_handle, "send_cq_handle")?;
+        }
+        if xrc.is_none() {
+            own(&self.res.cqs, ctx, c.recv_cq_handle, "recv_cq_handle")?;
+        }
         let srq = if c.is_srq != 0 {
             own(&self.res.srqs, ctx, c.srq_handle, "srq_handle")?;
             if d.rq != RingDesc::default() {
@@ -1433,10 +1637,10 @@ impl DevState {
                 l.max_inline_data,
             ));
         }
-        if srq.is_none() && c.max_recv_wr > l.max_qp_wr {
+        if srq.is_none() && xrc.is_none() && c.max_recv_wr > l.max_qp_wr {
             return Err(over("max_recv_wr", c.max_recv_wr, "max_qp_wr", l.max_qp_wr));
         }
-        if srq.is_none() && c.max_recv_sge > l.max_sge {
+        if srq.is_none() && xrc.is_none() && c.max_recv_sge > l.max_sge {
             return Err(over("max_recv_sge", c.max_recv_sge, "max_sge", l.max_sge));
         }
         // Send queue ring: enough slots, and slots big enough for the SGEs / inline asked.
@@ -1465,6 +1669,7 @@ impl DevState {
         let sq = Consumer::attach(sq_mem.clone(), 0, sq_layout).map_err(ring_refusal("sq ring"))?;
         let rq = match srq {
             Some(_) => None,
+            None if xrc.is_some() => None,
             None => {
                 let (mem, layout) = attach_ring(self.mem_space(), &d.rq, "rq ring")?;
                 let max_sge = ((layout.elem_size() as usize - RECV_WQE_HDR_BYTES)
@@ -1524,10 +1729,11 @@ impl DevState {
         };
         let qpo = QpObj {
             ctx,
-            pd: c.pd_handle,
-            send_cq: c.send_cq_handle,
-            recv_cq: c.recv_cq_handle,
+            pd: if target { NO_HANDLE } else { c.pd_handle },
+            send_cq,
+            recv_cq,
             srq,
+            xrc,
             user_handle: c.user_handle,
             // Placeholder; replaced below once the QPN (= slab index) is known.
             qp: Qp::new(QpConfig::new(Qpn::new(0), ty)),
@@ -1568,6 +1774,10 @@ impl DevState {
             sq_sig_all: c.sq_sig_all != 0,
         };
         cfg.uses_srq = true;
+        cfg.xrc = xrc.map(|x| match x {
+            QpXrc::Initiator => transport::XrcRole::Initiator,
+            QpXrc::Target { .. } => transport::XrcRole::Target,
+        });
         // ECN congestion control (docs/wire.md §11): every connected QP of a device with
         // ECN on is a DCQCN reaction and notification point.
         cfg.cc = self.cfg.ecn.then_some(self.cfg.dcqcn);
@@ -1581,9 +1791,13 @@ impl DevState {
                 *s = Some(qpn);
             }
         }
-        self.pd_use(c.pd_handle);
-        self.cq_use(c.send_cq_handle, 1);
-        self.cq_use(c.recv_cq_handle, 1);
+        if target {
+            self.xrcd_use(c.pd_handle, 1);
+        } else {
+            self.pd_use(c.pd_handle);
+            self.cq_use(send_cq, 1);
+            self.cq_use(recv_cq, 1);
+        }
         if let Some(s) = srq.and_then(|s| self.res.srqs.get_mut(s)) {
             s.users += 1;
         }
@@ -1846,9 +2060,13 @@ impl DevState {
                 *s = None;
             }
         }
-        self.pd_release(q.pd);
-        self.cq_use(q.send_cq, -1);
-        self.cq_use(q.recv_cq, -1);
+        if let Some(QpXrc::Target { xrcd, .. }) = q.xrc {
+            self.xrcd_use(xrcd, -1);
+        } else {
+            self.pd_release(q.pd);
+            self.cq_use(q.send_cq, -1);
+            self.cq_use(q.recv_cq, -1);
+        }
         if let Some(s) = q.srq.and_then(|s| self.res.srqs.get_mut(s)) {
             s.users = s.users.saturating_sub(1);
         }
@@ -2099,6 +2317,7 @@ impl DevState {
         ctx: CtxId,
         c: &CreateSrq,
         d: &UroceCreateSrq,
+        xrc: Option<SrqXrc>,
         resp: &mut Vec<u8>,
     ) -> Res<()> {
         let l = self.cfg.limits;
@@ -2163,6 +2382,7 @@ impl DevState {
                     limit: 0,
                     users: 0,
                     events: 0,
+                    xrc,
                 },
                 l.max_srq,
             )
@@ -2189,6 +2409,9 @@ impl DevState {
         }
         for i in self.res.srqs.indices_where(|o| o.ctx == ctx) {
             self.res.srqs.remove(i);
+        }
+        for i in self.res.xrcds.indices_where(|o| o.ctx == ctx) {
+            self.res.xrcds.remove(i);
         }
         for i in self.res.cqs.indices_where(|o| o.ctx == ctx) {
             self.res.cqs.remove(i);

@@ -976,6 +976,13 @@ fn wqe_to_wr(
     wr.rkey = Rkey(hdr.rkey);
     wr.compare_add = hdr.compare_add;
     wr.swap = hdr.swap;
+    if q.xrc == Some(QpXrc::Initiator) {
+        // An XRC send WQE names the responder's XRC SRQ in `remote_qpn` (24 bits).
+        if hdr.remote_qpn > 0xff_ffff {
+            return Err(WcStatus::LocQpOpErr);
+        }
+        wr.xrc_srqn = hdr.remote_qpn;
+    }
     if q.ty == QpType::Ud {
         // The AH must exist in the QP's context and PD (IBA: same PD).
         match res.ahs.get(hdr.ah) {
@@ -1912,6 +1919,11 @@ fn deliver(
         res.counters.rcvd_addr_mismatch += 1;
         return;
     }
+    if let Some(QpXrc::Target { domain, .. }) = q.xrc {
+        deliver_xrc_target(res, q, domain, pkt, meta, now, payload);
+        make_ready(qps, ready, qpn);
+        return;
+    }
     let mut mem = DmaView {
         mrs: &res.mrs,
         pd: q.pd,
@@ -1957,6 +1969,72 @@ fn deliver(
         res.post_async(ctx, h, event::SRQ_LIMIT_REACHED);
     }
     make_ready(qps, ready, qpn);
+}
+
+/// A packet for an XRC target QP (IBTA XRC annex): a request's XRCETH names the XRC SRQ
+/// whose receive WQE it consumes, whose PD its memory accesses are checked against and whose
+/// CQ its completion goes to. An SRQ number that names no XRC SRQ of the QP's domain reaches
+/// the transport as no SRQ at all, which NAKs the request (Invalid Request). The completions
+/// are written at once, while the SRQ's CQ is the QP's.
+fn deliver_xrc_target(
+    res: &mut Resources,
+    q: &mut QpObj,
+    domain: u32,
+    pkt: &RocePacketRepr<'_>,
+    meta: &RxMeta,
+    now: Time,
+    payload: Payload,
+) {
+    let srqn = pkt.xrceth.map(|x| x.srqn);
+    let target = srqn.filter(|&n| {
+        res.srqs
+            .get(n)
+            .is_some_and(|s| s.xrc.is_some_and(|x| x.domain == domain))
+    });
+    let mut limit_event = None;
+    let mut corrupt = false;
+    match target.and_then(|n| res.srqs.get_mut(n)) {
+        Some(srq) => {
+            if let Some(x) = srq.xrc {
+                q.recv_cq = x.cq;
+            }
+            // Responses (READ data) are read later, under the PD of the SRQ last named.
+            q.pd = srq.pd;
+            let mut mem = DmaView {
+                mrs: &res.mrs,
+                pd: srq.pd,
+                qpn: q.qp.qpn().value(),
+                payload,
+            };
+            let mut rq = RingRecvQueue {
+                rq: &mut srq.rq,
+                corrupt: false,
+            };
+            q.qp.handle_packet(now, pkt, meta, &mut mem, Some(&mut rq));
+            corrupt = rq.corrupt;
+            if srq.limit > 0 && srq.rq.ring.cached_available() < srq.limit {
+                srq.limit = 0;
+                srq.events = srq.events.wrapping_add(1);
+                limit_event = Some((srq.ctx, srq.user_handle));
+            }
+        }
+        None => {
+            let mut mem = DmaView {
+                mrs: &res.mrs,
+                pd: NO_HANDLE,
+                qpn: q.qp.qpn().value(),
+                payload,
+            };
+            q.qp.handle_packet(now, pkt, meta, &mut mem, None);
+        }
+    }
+    if corrupt {
+        res.counters.ring_corrupt += 1;
+    }
+    if let Some((ctx, h)) = limit_event {
+        res.post_async(ctx, h, event::SRQ_LIMIT_REACHED);
+    }
+    drain_completions(q, res);
 }
 
 #[cfg(test)]

@@ -77,6 +77,9 @@ pub const QPNS: [u32; 2] = [16, 17];
 /// Window offset of the samples' resized CQ ring (128 CQEs).
 const RESIZE_AT: u64 = 0x8_0000;
 const _: () = assert!(MR_AT + MR_LEN <= RESIZE_AT && RESIZE_AT + 0x4000 <= WINDOW_LEN as u64);
+/// Window offset of the samples' XRC rings (an SQ, an XRC SRQ ring, another SQ).
+const XRC_AT: u64 = 0x9_0000;
+const _: () = assert!(RESIZE_AT + 0x4000 <= XRC_AT && XRC_AT + 0x3_0000 <= WINDOW_LEN as u64);
 
 const NAME: &str = "nicfuzz0";
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 77, 9, 1);
@@ -465,6 +468,7 @@ fn prelude(level: u8) -> Vec<Vec<u8>> {
         },
         UroceCreateCq {
             ring: cq_layout().desc(CQ_AT),
+            ..Default::default()
         },
     )));
     if level == 1 {
@@ -705,6 +709,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
 
     // 3. SRQ, UD QP with an AH, completion channel, CQ resize, queries.
     let (sq, rq) = qp_rings(2);
+    let (xrc_sq, xrc_rq, xrc_sq2) = (XRC_AT, XRC_AT + 0x1_0000, XRC_AT + 0x2_0000);
     let srq_ring = RingLayout::for_depth(8, recv_wqe_size(1).unwrap_or(64))
         .unwrap_or_else(|_| unreachable!("valid SRQ ring"));
     let mut ud = wr(11, WrOpcode::SEND, sig, 1);
@@ -820,6 +825,32 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
             ..QueryPkey::default()
         })),
         enc(&Request::DestroyAh(DestroyAh { ah_handle: 1 })),
+        // XRC: an anonymous domain, an XRC SRQ of it completing to CQ 1, a target QP of the
+        // domain (its pd_handle names the XRCD) and an initiator QP.
+        enc(&Request::OpenXrcd(
+            OpenXrcd {
+                fd: u32::MAX,
+                ..OpenXrcd::default()
+            },
+            UroceOpenXrcd::default(),
+        )),
+        enc(&Request::CreateXsrq(
+            CreateXsrq {
+                user_handle: 0x6,
+                srq_type: SRQT_XRC,
+                pd_handle: 1,
+                max_wr: 8,
+                max_sge: 1,
+                xrcd_handle: 1,
+                cq_handle: 1,
+                ..CreateXsrq::default()
+            },
+            UroceCreateSrq {
+                ring: srq_ring.desc(xrc_rq),
+            },
+        )),
+        create_qp(abi::QpType::XRC_RECV, xrc_sq, RingDesc::default(), None),
+        create_qp(abi::QpType::XRC_SEND, xrc_sq2, RingDesc::default(), None),
     ];
     let mut input = vec![1u8];
     for c in &cmds {

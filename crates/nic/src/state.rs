@@ -150,6 +150,8 @@ pub(crate) struct Cq {
     pub(crate) async_events: u32,
     /// An overflow was reported and the ring has not had room since.
     pub(crate) overflowed: bool,
+    /// Stamp each CQE with the wall-clock time (`UroceCreateCq::WALLCLOCK`).
+    pub(crate) wallclock: bool,
     /// Completions lost because this CQ was full (summed over the device in
     /// `EngineCounters::cq_overflow`).
     pub(crate) lost_cqes: u64,
@@ -176,6 +178,44 @@ pub(crate) struct Srq {
     pub(crate) limit: u32,
     pub(crate) users: u32,
     pub(crate) events: u32,
+    /// An XRC SRQ (IBTA XRC annex): its domain and the CQ its receives complete to.
+    pub(crate) xrc: Option<SrqXrc>,
+}
+
+/// The handle an XRC target QP holds for its PD and CQs, which are its SRQs' (none).
+pub(crate) const NO_HANDLE: u32 = u32::MAX;
+
+/// What makes an SRQ an XRC SRQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SrqXrc {
+    /// The XRCD handle it was created with (its context's).
+    pub(crate) xrcd: u32,
+    /// The domain (`Xrcd::domain`): XRC target QPs of the same domain deliver into it.
+    pub(crate) domain: u32,
+    /// The CQ receive completions go to.
+    pub(crate) cq: u32,
+}
+
+/// An open XRC domain (OPEN_XRCD): a context's handle on a domain. Opens of one file
+/// share the domain (`Resources::xrc_files`).
+#[derive(Debug)]
+pub(crate) struct Xrcd {
+    pub(crate) ctx: CtxId,
+    /// Device-wide domain number.
+    pub(crate) domain: u32,
+    /// The file it was opened by (`st_dev`, `st_ino`), if any.
+    pub(crate) file: Option<(u64, u64)>,
+    /// XRC SRQs and XRC target QPs made with this handle.
+    pub(crate) users: u32,
+}
+
+/// An XRC QP's role and, for a target, its domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QpXrc {
+    /// XRC_SEND.
+    Initiator,
+    /// XRC_RECV of `xrcd` (the handle), in `domain`.
+    Target { xrcd: u32, domain: u32 },
 }
 
 #[derive(Debug)]
@@ -202,6 +242,9 @@ pub(crate) struct QpObj {
     pub(crate) send_cq: u32,
     pub(crate) recv_cq: u32,
     pub(crate) srq: Option<u32>,
+    /// XRC QPs: the role (a target has no PD, CQs or receive queue of its own: each request
+    /// names an XRC SRQ of its domain, whose PD and CQ it uses).
+    pub(crate) xrc: Option<QpXrc>,
     pub(crate) user_handle: u64,
     pub(crate) qp: Qp,
     pub(crate) ty: QpType,
@@ -257,6 +300,9 @@ pub(crate) struct Resources {
     pub(crate) mrs: crate::keys::MrTable,
     pub(crate) cqs: Slab<Cq>,
     pub(crate) srqs: Slab<Srq>,
+    pub(crate) xrcds: Slab<Xrcd>,
+    /// The next XRC domain number.
+    pub(crate) next_xrc_domain: u32,
     pub(crate) ahs: Slab<Ah>,
     pub(crate) chans: Slab<Chan>,
     pub(crate) counters: EngineCounters,
@@ -342,6 +388,8 @@ impl DevState {
                 mrs: crate::keys::MrTable::new(),
                 cqs: Slab::new(1),
                 srqs: Slab::new(1),
+                xrcds: Slab::new(1),
+                next_xrc_domain: 1,
                 ahs: Slab::new(1),
                 chans: Slab::new(1),
                 counters: EngineCounters::default(),
@@ -624,9 +672,16 @@ impl Resources {
         let Some(cq) = self.cqs.get_mut(cq_idx) else {
             return Err(Overflow);
         };
+        let stamp = if cq.wallclock {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        } else {
+            0
+        };
         let cqe = Cqe {
             wc: *wc,
-            reserved: [0; 2],
+            reserved: [stamp, 0],
         };
         match cq.ring.stage_struct(&cqe) {
             Ok(()) => {

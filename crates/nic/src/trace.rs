@@ -461,6 +461,13 @@ fn args(s: &mut String, r: &Request<'_>) {
         ),
         Request::QuerySrq(q) => write!(s, " srq={}", q.srq_handle),
         Request::DestroySrq(d) => write!(s, " srq={}", d.srq_handle),
+        Request::OpenXrcd(c, _) => write!(s, " fd={} oflags={:#o}", c.fd as i32, c.oflags),
+        Request::CloseXrcd(c) => write!(s, " xrcd={}", c.xrcd_handle),
+        Request::CreateXsrq(c, _) => write!(
+            s,
+            " type={} pd={} xrcd={} cq={} max_wr={} max_sge={} limit={}",
+            c.srq_type, c.pd_handle, c.xrcd_handle, c.cq_handle, c.max_wr, c.max_sge, c.srq_limit
+        ),
         Request::QueryGid(g) => write!(s, " port={} index={}", g.port_num, g.index),
         Request::QueryPkey(p) => write!(s, " port={} index={}", p.port_num, p.index),
         Request::Cm(c) => {
@@ -607,10 +614,16 @@ fn result(s: &mut String, r: &Request<'_>, body: &[u8]) {
             ),
             None => Ok(()),
         },
-        Request::CreateSrq(..) => match read::<uverbs::CreateSrqResp>(body) {
-            Some(q) => write!(s, " srq={} srqn={:#x}", q.srq_handle, q.srqn),
+        Request::OpenXrcd(..) => match read::<uverbs::OpenXrcdResp>(body) {
+            Some(x) => write!(s, " xrcd={}", x.xrcd_handle),
             None => Ok(()),
         },
+        Request::CreateSrq(..) | Request::CreateXsrq(..) => {
+            match read::<uverbs::CreateSrqResp>(body) {
+                Some(q) => write!(s, " srq={} srqn={:#x}", q.srq_handle, q.srqn),
+                None => Ok(()),
+            }
+        }
         Request::CreateAh(_) => match read::<uverbs::CreateAhResp>(body) {
             Some(a) => write!(s, " ah={}", a.ah_handle),
             None => Ok(()),

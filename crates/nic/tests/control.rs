@@ -168,6 +168,7 @@ fn valid_cq_request(mem: &abi::shm::SharedMem, layout: RingLayout) -> Request<'s
         },
         UroceCreateCq {
             ring: layout.desc(mem.addr()),
+            ..Default::default()
         },
     )
 }
@@ -304,7 +305,10 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
                 comp_channel: -1,
                 ..Default::default()
             },
-            UroceCreateCq { ring: desc },
+            UroceCreateCq {
+                ring: desc,
+                ..Default::default()
+            },
         )
     };
     let mut desc = layout.desc(mem.addr());
@@ -541,4 +545,184 @@ fn objects_of_a_closed_context_are_gone_and_handles_do_not_leak_across() {
     assert_eq!((s.contexts, s.pds), (1, 0));
     b.close();
     assert_eq!(d.stats(), nic::DeviceStats::default());
+}
+
+/// XRC commands (OPEN_XRCD, CLOSE_XRCD, CREATE_XSRQ, CREATE_QP of the XRC types) with hostile
+/// or wrong arguments get the kernel's errnos: a descriptor naming no file EBADF, a file
+/// without its domain and no O_CREAT EINVAL, O_EXCL on an existing one EINVAL, handles that
+/// are not XRCDs (or another context's) EINVAL, a tag-matching SRQ EOPNOTSUPP, an unknown
+/// SRQ type EINVAL, closing a domain in use EBUSY; an XRC target is made from an XRCD only.
+#[test]
+fn xrc_commands_refuse_hostile_input() {
+    let d = dev();
+    let mut c = Client::connect(&d);
+    let mut other = Client::connect(&d);
+    let open = |c: &mut Client, fd: u32, oflags: u32, dev: u64, ino: u64| {
+        c.call(&Request::OpenXrcd(
+            OpenXrcd {
+                response: 0,
+                fd,
+                oflags,
+            },
+            UroceOpenXrcd { dev, ino },
+        ))
+        .map(|r| OpenXrcdResp::read_from_prefix(&r).unwrap().0.xrcd_handle)
+    };
+    const O_CREAT: u32 = 0o100;
+    const O_EXCL: u32 = 0o200;
+    let anon = open(&mut c, u32::MAX, 0, 0, 0).unwrap();
+    assert_eq!(open(&mut c, 7, O_CREAT, 0, 0), Err(Errno::EBADF));
+    assert_eq!(open(&mut c, u32::MAX, 0, 1, 2), Err(Errno::EINVAL));
+    assert_eq!(open(&mut c, 7, 0, 5, 99), Err(Errno::EINVAL), "no O_CREAT");
+    let f1 = open(&mut c, 7, O_CREAT, 5, 99).unwrap();
+    assert_eq!(
+        open(&mut c, 7, O_CREAT | O_EXCL, 5, 99),
+        Err(Errno::EINVAL),
+        "O_EXCL on an existing domain"
+    );
+    let f2 = open(&mut other, 9, 0, 5, 99).unwrap();
+    assert_ne!(f1, anon);
+
+    let pd = c.alloc_pd();
+    let cq = c.create_cq(8, -1, 0).unwrap();
+    let layout = RingLayout::for_depth(4, recv_wqe_size(1).unwrap()).unwrap();
+    let mem = ring_mem(layout);
+    let xsrq = |c: &mut Client, srq_type: u32, xrcd: u32, cq: u32| {
+        c.call(&Request::CreateXsrq(
+            CreateXsrq {
+                srq_type,
+                pd_handle: pd,
+                max_wr: 4,
+                max_sge: 1,
+                xrcd_handle: xrcd,
+                cq_handle: cq,
+                ..Default::default()
+            },
+            UroceCreateSrq {
+                ring: layout.desc(mem.addr()),
+            },
+        ))
+    };
+    assert_eq!(
+        xsrq(&mut c, SRQT_TM, anon, cq.handle).unwrap_err(),
+        Errno::EOPNOTSUPP
+    );
+    assert_eq!(xsrq(&mut c, 7, anon, cq.handle).unwrap_err(), Errno::EINVAL);
+    assert_eq!(
+        xsrq(&mut c, SRQT_XRC, f2, cq.handle).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        xsrq(&mut c, SRQT_XRC, anon + 100, cq.handle).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        xsrq(&mut c, SRQT_XRC, anon, cq.handle + 100).unwrap_err(),
+        Errno::EINVAL
+    );
+    let r = xsrq(&mut c, SRQT_XRC, anon, cq.handle).unwrap();
+    let srq = CreateSrqResp::read_from_prefix(&r).unwrap().0;
+    assert_eq!(srq.srqn, srq.srq_handle);
+
+    // Domains in use do not close; another context's handle is not ours to close.
+    let close = |c: &mut Client, h: u32| c.call(&Request::CloseXrcd(CloseXrcd { xrcd_handle: h }));
+    assert_eq!(close(&mut c, anon).unwrap_err(), Errno::EBUSY);
+    assert_eq!(close(&mut c, f2).unwrap_err(), Errno::EINVAL);
+    assert_eq!(
+        c.call(&Request::DestroyCq(DestroyCq {
+            cq_handle: cq.handle,
+            ..Default::default()
+        }))
+        .unwrap_err(),
+        Errno::EBUSY,
+        "the XRC SRQ's CQ"
+    );
+
+    // An XRC target's pd_handle names an XRCD of the context.
+    let tgt = |c: &mut Client, h: u32, is_srq: bool| {
+        c.create_qp(
+            h,
+            0,
+            0,
+            QpType::XRC_RECV,
+            1,
+            is_srq.then_some(srq.srq_handle),
+        )
+    };
+    let e = c
+        .call(&Request::CreateQp(
+            CreateQp {
+                pd_handle: pd + 1000,
+                qp_type: QpType::XRC_RECV.0 as u8,
+                max_send_wr: 1,
+                ..Default::default()
+            },
+            UroceCreateQp::default(),
+        ))
+        .unwrap_err();
+    assert_eq!(e, Errno::EINVAL);
+    assert_eq!(
+        tgt(&mut c, anon, true).err(),
+        Some(Errno::EINVAL),
+        "an SRQ on an XRC QP"
+    );
+    let q = tgt(&mut c, anon, false);
+    assert_eq!(
+        q.as_ref().err(),
+        Some(&Errno::EINVAL),
+        "an RQ ring on an XRC QP"
+    );
+    // With no receive ring, as the library sends it.
+    let sq_layout = RingLayout::for_depth(1, send_wqe_size(1, 0).unwrap()).unwrap();
+    let sq_mem = ring_mem(sq_layout);
+    let mk = |c: &mut Client, h: u32| {
+        c.call(&Request::CreateQp(
+            CreateQp {
+                pd_handle: h,
+                qp_type: QpType::XRC_RECV.0 as u8,
+                max_send_wr: 1,
+                max_send_sge: 1,
+                ..Default::default()
+            },
+            UroceCreateQp {
+                sq: sq_layout.desc(sq_mem.addr()),
+                rq: RingDesc::default(),
+            },
+        ))
+    };
+    assert_eq!(
+        mk(&mut c, f1 + 100).unwrap_err(),
+        Errno::EINVAL,
+        "no such XRCD"
+    );
+    assert_eq!(
+        mk(&mut c, f2).unwrap_err(),
+        Errno::EINVAL,
+        "another context's XRCD"
+    );
+    let qr = mk(&mut c, f1).unwrap();
+    let qh = CreateQpResp::read_from_prefix(&qr).unwrap().0.qp_handle;
+    assert_eq!(
+        close(&mut c, f1).unwrap_err(),
+        Errno::EBUSY,
+        "its target QP"
+    );
+    c.call(&Request::DestroyQp(DestroyQp {
+        qp_handle: qh,
+        ..Default::default()
+    }))
+    .unwrap();
+    close(&mut c, f1).unwrap();
+    close(&mut other, f2).unwrap();
+    c.call(&Request::DestroySrq(DestroySrq {
+        srq_handle: srq.srq_handle,
+        ..Default::default()
+    }))
+    .unwrap();
+    close(&mut c, anon).unwrap();
+    assert_eq!(
+        close(&mut c, anon).unwrap_err(),
+        Errno::EINVAL,
+        "closed twice"
+    );
 }

@@ -150,7 +150,10 @@ fn seeds(c: &mut Client, arena: &mut [u8]) -> Vec<Vec<u8>> {
                 comp_channel: -1,
                 ..Default::default()
             },
-            UroceCreateCq { ring: bad_ring },
+            UroceCreateCq {
+                ring: bad_ring,
+                ..Default::default()
+            },
         )),
         enc(&Request::ResizeCq(
             ResizeCq {

@@ -10,6 +10,7 @@
 //! * every packet the QPs emit parses back and matches its opcode's header set;
 //! * no QP ever emits more completions than work requests were posted.
 
+use crate::state::XrcRole;
 use wire::{Lkey, Psn, Qpn, Rkey, RocePacketRepr};
 
 use crate::{
@@ -144,12 +145,20 @@ struct Subject {
     mem: RecordingMemory,
     posted: u64,
     completed: u64,
+    /// XRC (kind 1): the target's one XRC SRQ, named by [`XRC_SRQN`]; any other number in
+    /// a request's XRCETH names no SRQ of the domain.
+    srq: Option<crate::Srq>,
 }
 
+/// The XRC SRQ number the kind-1 requester names and the target serves.
+const XRC_SRQN: u32 = 5;
+
 impl Subject {
-    fn new(qpn: u32, peer: u32, ty: QpType, mtu: Mtu, cc: bool) -> Subject {
+    fn new(qpn: u32, peer: u32, ty: QpType, mtu: Mtu, cc: bool, xrc: Option<XrcRole>) -> Subject {
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
         cfg.cc = cc.then(crate::DcqcnParams::default);
+        cfg.xrc = xrc;
+        cfg.uses_srq = xrc == Some(XrcRole::Target);
         cfg.caps.max_send_wr = 16;
         cfg.caps.max_recv_wr = 16;
         let mut qp = Qp::new(cfg);
@@ -180,6 +189,7 @@ impl Subject {
             mem: RecordingMemory::default(),
             posted: 0,
             completed: 0,
+            srq: (xrc == Some(XrcRole::Target)).then(|| crate::Srq::new(16, 4)),
         }
     }
 
@@ -189,7 +199,11 @@ impl Subject {
                 wr_id: i,
                 sges: sge(VA + 0x2000 + (i % 4) * 0x800, 0x800),
             };
-            if self.qp.post_recv(wr).is_ok() {
+            let ok = match self.srq.as_mut() {
+                Some(s) => s.post(wr).is_ok(),
+                None => self.qp.post_recv(wr).is_ok(),
+            };
+            if ok {
                 self.posted += 1;
             }
         }
@@ -219,6 +233,7 @@ impl Subject {
             wr.local = LocalData::Sges(sge(VA + (i as u64) * 0x100, len));
             wr.remote_addr = VA + 0x1000;
             wr.rkey = RKEY;
+            wr.xrc_srqn = XRC_SRQN;
             if ty == QpType::Ud {
                 wr.ud = Some(crate::UdDest {
                     ah: 0,
@@ -261,7 +276,14 @@ impl Subject {
             ce,
             ..RxMeta::default()
         };
-        self.qp.handle_packet(now, pkt, &meta, &mut self.mem, None);
+        // An XRC target gets its SRQ only when the XRCETH names it (as the engine does).
+        let named = pkt.xrceth.is_some_and(|x| x.srqn == XRC_SRQN);
+        match self.srq.as_mut().filter(|_| named) {
+            Some(s) => self
+                .qp
+                .handle_packet(now, pkt, &meta, &mut self.mem, Some(s)),
+            None => self.qp.handle_packet(now, pkt, &meta, &mut self.mem, None),
+        }
         // RC: a refused remote access is a NAK and ERR (class C/J). UC drops the message
         // silently and stays up (docs/wire.md §5.4).
         if self.mem.refused_remote > before && self.qp.qp_type() == QpType::Rc {
@@ -292,7 +314,8 @@ pub mod ctl {
     pub const POST_RECV: u8 = 7;
 }
 
-/// Build a [`drive`] script: `kind` selects the transport (0 = RC at MTU 256, 5 = RC at
+/// Build a [`drive`] script: `kind` selects the transport (0 = RC at MTU 256, 1 = XRC at MTU
+/// 256 (initiator and target, the target's one SRQ numbered 5), 5 = RC at
 /// MTU 1024, 6 = UC, 7 = UD; 2–4: RC at MTU 256 with DCQCN on both QPs); each step is a control byte ([`ctl`]) and packet bytes.
 pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
     let mut out = vec![kind];
@@ -307,8 +330,8 @@ pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
 
 /// The valid request packets the requester of a `kind` script sends first (for mutation).
 pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
-    let (ty, mtu, cc) = kind_of(kind);
-    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc);
+    let (ty, mtu, cc, xrc) = kind_of(kind);
+    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc, xrc.then_some(XrcRole::Initiator));
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
     let mut out = Vec::new();
@@ -318,13 +341,15 @@ pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
     out
 }
 
-fn kind_of(kind: u8) -> (QpType, Mtu, bool) {
+/// (transport, path MTU, DCQCN, XRC) of a script kind.
+fn kind_of(kind: u8) -> (QpType, Mtu, bool, bool) {
     match kind % 8 {
-        0 | 1 => (QpType::Rc, Mtu::Mtu256, false),
-        2..=4 => (QpType::Rc, Mtu::Mtu256, true),
-        5 => (QpType::Rc, Mtu::Mtu1024, false),
-        6 => (QpType::Uc, Mtu::Mtu256, false),
-        _ => (QpType::Ud, Mtu::Mtu256, false),
+        0 => (QpType::Rc, Mtu::Mtu256, false, false),
+        1 => (QpType::Rc, Mtu::Mtu256, false, true),
+        2..=4 => (QpType::Rc, Mtu::Mtu256, true, false),
+        5 => (QpType::Rc, Mtu::Mtu1024, false, false),
+        6 => (QpType::Uc, Mtu::Mtu256, false, false),
+        _ => (QpType::Ud, Mtu::Mtu256, false, false),
     }
 }
 
@@ -352,9 +377,9 @@ pub struct DriveStats {
 /// Interpret `data` as a script of hostile packets and actions against a responder and a
 /// requester (RC, or UC/UD by the first byte); panic on any broken invariant.
 pub fn drive(data: &[u8]) -> DriveStats {
-    let (ty, mtu, cc) = kind_of(data.first().copied().unwrap_or(0));
-    let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc);
-    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc);
+    let (ty, mtu, cc, xrc) = kind_of(data.first().copied().unwrap_or(0));
+    let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc, xrc.then_some(XrcRole::Target));
+    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc, xrc.then_some(XrcRole::Initiator));
     resp.post_recvs(6);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];

@@ -32,10 +32,10 @@ pub const MAX_MSG_LEN: u64 = 1 << 31;
 pub const MAX_RD_ATOMIC: u8 = 128;
 /// Bytes of the GRH area at the start of a UD receive buffer (docs/wire.md §1.6).
 pub const GRH_LEN: usize = 40;
-/// Longest header any packet this transport sends carries (BTH + AtomicETH = 40; BTH + RETH +
-/// ImmDt = 32), plus the largest pad. A transmit buffer of `path MTU + MAX_HEADER_LEN` bytes
-/// always suffices.
-pub const MAX_HEADER_LEN: usize = 44;
+/// Longest header any packet this transport sends carries (BTH + XRCETH + AtomicETH = 44;
+/// BTH + XRCETH + RETH + ImmDt = 36), plus the largest pad. A transmit buffer of `path MTU +
+/// MAX_HEADER_LEN` bytes always suffices.
+pub const MAX_HEADER_LEN: usize = 48;
 
 /// Queue sizes and limits fixed at creation (`ibv_qp_init_attr.cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +104,12 @@ pub struct QpConfig {
     /// CE-marked packet makes it send its peer a CNP, at most one per
     /// `min_time_between_cnps_ns`). `None`: CNPs are counted and ignored, CE marks too.
     pub cc: Option<crate::dcqcn::DcqcnParams>,
+    /// An XRC QP (IBTA XRC annex) with `qp_type` RC: its requests use the XRC opcodes with an
+    /// XRCETH naming the responder's SRQ ([`SendWr::xrc_srqn`]), its responses the XRC
+    /// opcodes, and it accepts only XRC packets. As a responder (an XRC target) the SRQ the
+    /// XRCETH names is the one passed to [`Qp::handle_packet`]; `None` there means the
+    /// number named no SRQ of the QP's XRC domain: the request is NAKed Invalid Request.
+    pub xrc: Option<crate::state::XrcRole>,
 }
 
 impl QpConfig {
@@ -121,6 +127,7 @@ impl QpConfig {
             min_rto_ns: 1_000_000,
             min_window: 8,
             cc: None,
+            xrc: None,
         }
     }
 }
@@ -530,7 +537,10 @@ impl Qp {
     pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), crate::ModifyError> {
         use crate::ModifyError as E;
         let cur = self.attr.qp_state;
-        let next = check_modify(cur, self.cfg.qp_type, attr, mask)?;
+        let next = match self.cfg.xrc {
+            Some(role) => crate::state::check_modify_xrc(cur, role, attr, mask)?,
+            None => check_modify(cur, self.cfg.qp_type, attr, mask)?,
+        };
         if cur == QpState::Sqd && self.sq_busy() && !matches!(next, QpState::Err | QpState::Reset) {
             return Err(E::Busy);
         }
@@ -871,6 +881,7 @@ impl Qp {
             return;
         }
         let want = match self.cfg.qp_type {
+            QpType::Rc if self.cfg.xrc.is_some() => Transport::Xrc,
             QpType::Rc => Transport::Rc,
             QpType::Uc => Transport::Uc,
             QpType::Ud => Transport::Ud,

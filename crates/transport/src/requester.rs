@@ -2,7 +2,9 @@
 //! sets AckReq, enforces the unacknowledged-PSN window, `max_rd_atomic`, fences and
 //! end-to-end credits, and runs the local ACK timer, RNR waits and go-back-N retries.
 
-use wire::{AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr, RocePacketRepr};
+use wire::{
+    AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr, RocePacketRepr, XrcEthRepr,
+};
 
 use crate::mem::{for_each_piece, Memory};
 use crate::packet::{finish_in_place, header_len, request_opcode};
@@ -181,7 +183,10 @@ impl Qp {
                 rest.min(u64::from(mtu)) as usize,
             )
         };
-        let opcode = request_opcode(ty, op, first, last);
+        let mut opcode = request_opcode(ty, op, first, last);
+        if self.cfg.xrc.is_some() {
+            opcode = opcode.rc_to_xrc();
+        }
         let hl = header_len(opcode);
         if buf.len() < hl + plen + 3 {
             return Err(BuildError::Buffer);
@@ -240,6 +245,11 @@ impl Qp {
             && (op.is_send() || op == WrOpcode::RdmaWriteWithImm);
         let mut hdr = RocePacketRepr::new(bth, &[]);
         let w = &wqe.wr;
+        if self.cfg.xrc.is_some() {
+            hdr.xrceth = Some(XrcEthRepr {
+                srqn: w.xrc_srqn & wire::xrceth::MAX_SRQN,
+            });
+        }
         match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm if first => {
                 hdr.reth = Some(RethRepr {

@@ -150,6 +150,11 @@ impl Qp {
             return;
         }
 
+        // XRC target: the XRCETH must name an SRQ of the QP's XRC domain (the engine passes
+        // it, or none when it names nothing valid); otherwise Invalid Request (IBTA XRC annex).
+        if self.cfg.xrc.is_some() && srq.is_none() {
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        }
         // Opcode sequence (class C on violation).
         let pos = info.position;
         let seq_ok = match self.in_msg {
@@ -805,6 +810,12 @@ impl Qp {
     }
 
     fn response_bth(&self, op: Opcode, psn: Psn) -> BthRepr {
+        // An XRC target answers with the XRC class of the same opcode.
+        let op = if self.cfg.xrc.is_some() {
+            op.rc_to_xrc()
+        } else {
+            op
+        };
         let mut bth = BthRepr::new(op, self.attr.dest_qp_num, psn);
         bth.pkey = self.cfg.pkey;
         bth

@@ -563,6 +563,43 @@ pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<Transi
     }
 }
 
+/// The role of an XRC QP (IBTA XRC annex): its transport is RC's, with the XRC opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XrcRole {
+    /// `IBV_QPT_XRC_SEND`: a send queue only.
+    Initiator,
+    /// `IBV_QPT_XRC_RECV`: no queues; receives land in XRC SRQs.
+    Target,
+}
+
+/// [`check_modify`] for an XRC QP: RC's table, except what the kernel's `qp_state_table`
+/// asks differently of XRC_INI (INIT→RTR: no responder attributes) and XRC_TGT (RTR→RTS:
+/// only TIMEOUT and SQ_PSN, it never sends requests).
+pub fn check_modify_xrc(
+    cur: QpState,
+    role: XrcRole,
+    attr: &QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, ModifyError> {
+    let next = if mask.contains(AttrMask::STATE) {
+        attr.qp_state
+    } else {
+        cur
+    };
+    let relaxed = match (role, cur, next) {
+        (XrcRole::Initiator, QpState::Init, QpState::Rtr) => {
+            m(&[A::MAX_DEST_RD_ATOMIC, A::MIN_RNR_TIMER])
+        }
+        (XrcRole::Target, QpState::Rtr, QpState::Rts) => {
+            m(&[A::RETRY_CNT, A::RNR_RETRY, A::MAX_QP_RD_ATOMIC])
+        }
+        _ => return check_modify(cur, QpType::Rc, attr, mask),
+    };
+    // Fill the relaxed bits in for RC's check: they are neither required nor refused.
+    let filled = AttrMask(mask.0 | relaxed.0);
+    check_modify(cur, QpType::Rc, attr, filled)
+}
+
 /// `ib_modify_qp_is_ok`: check the mask for a modify from `cur` (the QP's actual state).
 /// Returns the target state on success. Value ranges are checked separately.
 pub fn check_modify(

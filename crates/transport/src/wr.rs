@@ -407,6 +407,8 @@ pub struct SendWr {
     pub swap: u64,
     /// UD destination.
     pub ud: Option<UdDest>,
+    /// XRC: the responder's XRC SRQ number, carried in the XRCETH (24 bits).
+    pub xrc_srqn: u32,
 }
 
 /// What a BIND_MW WR asks for (IBTA Vol 1 §10.6.7.2), as [`SendWr::mw_bind`] reads it.
@@ -465,6 +467,7 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            xrc_srqn: 0,
         }
     }
 }

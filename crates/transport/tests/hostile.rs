@@ -42,6 +42,12 @@ fn arb_packet() -> impl Strategy<Value = Vec<u8>> {
                 bth.solicited = se;
                 let payload: &[u8] = if info.has_payload { &payload } else { &[] };
                 let mut r = RocePacketRepr::new(bth, payload);
+                if h.has_xrceth() {
+                    // Mostly the XRC target's SRQ (5), sometimes none of its domain.
+                    r.xrceth = Some(wire::XrcEthRepr {
+                        srqn: if se { 5 } else { len & 0xff_ffff },
+                    });
+                }
                 if h.has_deth() {
                     r.deth = Some(DethRepr {
                         qkey: Qkey(if se { 0x1111 } else { rkey }),
@@ -198,6 +204,40 @@ fn sample_requests_are_the_standard_mix() {
         let st = drive(&script(kind, &steps));
         assert_eq!(st.responder_completions, 2, "kind {kind}: {st:?}");
     }
+}
+
+/// XRC (kind 1): the initiator's requests carry XRC opcodes and an XRCETH naming SRQ 5; the
+/// target executes them all from that SRQ (two receive completions); the same requests
+/// naming another SRQ number are NAKed Invalid Request and end the target in ERR.
+#[test]
+fn xrc_requests_run_from_the_named_srq_and_others_are_naked() {
+    let reqs = sample_requests(1);
+    for b in &reqs {
+        let p = RocePacketRepr::parse(b).expect("parses");
+        let info = p.bth.opcode.info().expect("known");
+        assert_eq!(
+            info.transport,
+            transport::wire::Transport::Xrc,
+            "{}",
+            p.bth.opcode
+        );
+        assert_eq!(p.xrceth.map(|x| x.srqn), Some(5));
+    }
+    let steps: Vec<(u8, &[u8])> = reqs
+        .iter()
+        .map(|p| (ctl::TO_RESPONDER | ctl::RAW_PSN, &p[..]))
+        .collect();
+    let st = drive(&script(1, &steps));
+    assert_eq!(st.responder_refused, 0);
+    assert_eq!(st.responder_completions, 2, "{st:?}");
+    assert_eq!(st.responder_state, Some(transport::QpState::Rts));
+    // The first request with its SRQ number changed (offset 12..16 is the XRCETH).
+    let mut bad = reqs[0].clone();
+    bad[15] ^= 0x40;
+    let st = drive(&script(1, &[(ctl::TO_RESPONDER | ctl::RAW_PSN, &bad[..])]));
+    assert_eq!(st.responder_state, Some(transport::QpState::Err));
+    assert_eq!(st.responder_packets, 1, "the NAK");
+    assert_eq!(st.responder_completions, 0);
 }
 
 #[test]

@@ -444,7 +444,22 @@ impl Context {
         channel: Option<&crate::CompChannel>,
         comp_vector: u32,
     ) -> Result<crate::Cq> {
-        crate::cq::Cq::create(self, cqe, channel, comp_vector)
+        crate::cq::Cq::create(self, cqe, channel, comp_vector, None, false)
+    }
+
+    /// [`Context::create_cq`] with `ibv_create_cq_ex`'s extras: in a parent domain `pd`
+    /// (`parent_domain`: the ring's memory comes from its allocator, if it has one), and
+    /// with `wallclock` every completion stamped with the wall-clock time the device wrote
+    /// it (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`; [`crate::Cq::poll_raw_stamped`]).
+    pub fn create_cq_ex(
+        &self,
+        cqe: u32,
+        channel: Option<&crate::CompChannel>,
+        comp_vector: u32,
+        pd: Option<&crate::Pd>,
+        wallclock: bool,
+    ) -> Result<crate::Cq> {
+        crate::cq::Cq::create(self, cqe, channel, comp_vector, pd, wallclock)
     }
 }
 

@@ -259,6 +259,8 @@ pub(crate) struct CqInner {
     pub(crate) handle: u32,
     user_handle: u64,
     channel: Option<CompChannel>,
+    /// The parent domain whose allocator gives the ring memory (also on resize).
+    pd: Option<crate::Pd>,
     ring: Mutex<CqRing>,
     cqe: AtomicU32,
     events_reported: AtomicU32,
@@ -298,8 +300,13 @@ impl Cq {
         cqe: u32,
         channel: Option<&CompChannel>,
         comp_vector: u32,
+        pd: Option<&crate::Pd>,
+        wallclock: bool,
     ) -> Result<Cq> {
         const OP: &str = "create_cq";
+        if pd.is_some_and(|p| !p.context().same(ctx)) {
+            return Err(Error::local(OP, Errno::EINVAL, "PD of another context"));
+        }
         if let Some(ch) = channel {
             if !ch.context().same(ctx) {
                 return Err(Error::local(
@@ -309,7 +316,8 @@ impl Cq {
                 ));
             }
         }
-        let (mem, layout) = alloc_ring(OP, cqe, CQE_BYTES)?;
+        let (mem, layout) =
+            crate::pd::alloc_ring_in(pd, crate::pd::BufferKind::Cq, OP, cqe, CQE_BYTES)?;
         let user_handle = next_user_handle();
         let req = Request::CreateCq(
             CreateCq {
@@ -322,6 +330,12 @@ impl Cq {
             },
             UroceCreateCq {
                 ring: layout.desc(mem.addr()),
+                flags: if wallclock {
+                    UroceCreateCq::WALLCLOCK
+                } else {
+                    0
+                },
+                reserved: 0,
             },
         );
         let r: CreateCqResp = match ctx.cmd(OP, &req, |mut r| Ok(take(&mut r))) {
@@ -339,6 +353,7 @@ impl Cq {
             handle: r.cq_handle,
             user_handle,
             channel: channel.cloned(),
+            pd: pd.cloned(),
             ring: Mutex::new(CqRing {
                 consumer,
                 mem,
@@ -435,6 +450,29 @@ impl Cq {
         })
     }
 
+    /// One completion with the wall-clock time the device wrote it (ns since the epoch; 0
+    /// unless the CQ was made with `wallclock`, [`crate::Context::create_cq_ex`]), or `None`
+    /// when the CQ is empty.
+    pub fn poll_raw_stamped(&self, wc: &mut uverbs::Wc) -> Result<Option<u64>> {
+        const OP: &str = "poll_cq";
+        let mut take = |c: &mut Consumer| -> Result<Option<u64>> {
+            if c.available().map_err(|e| Error::abi(OP, &e))? == 0 {
+                return Ok(None);
+            }
+            let cqe: abi::fastpath::Cqe = c.read_struct(0).map_err(|e| Error::abi(OP, &e))?;
+            c.release(1).map_err(|e| Error::abi(OP, &e))?;
+            *wc = cqe.wc;
+            Ok(Some(cqe.reserved[0]))
+        };
+        if let Some(t) = take(&mut self.ring().consumer)? {
+            return Ok(Some(t));
+        }
+        match &self.0.ctx.0.progress {
+            Some(p) if p.drive() => take(&mut self.ring().consumer),
+            _ => Ok(None),
+        }
+    }
+
     /// Slow-path `ibv_poll_cq`: a POLL_CQ command, so the control plane reads the ring on
     /// the caller's behalf (one system-call round trip per call; for comparison with
     /// [`Cq::poll`]).
@@ -491,7 +529,13 @@ impl Cq {
     pub fn resize(&self, cqe: u32) -> Result<u32> {
         const OP: &str = "resize_cq";
         let mut ring = self.ring();
-        let (mem, layout) = alloc_ring(OP, cqe, CQE_BYTES)?;
+        let (mem, layout) = crate::pd::alloc_ring_in(
+            self.0.pd.as_ref(),
+            crate::pd::BufferKind::Cq,
+            OP,
+            cqe,
+            CQE_BYTES,
+        )?;
         let req = Request::ResizeCq(
             ResizeCq {
                 response: 0,

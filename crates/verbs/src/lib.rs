@@ -60,6 +60,7 @@ pub mod rdma_cm;
 mod srq;
 mod sys;
 mod wr;
+mod xrc;
 
 pub use abi::Rule;
 pub use asyncio::{block_on, Readable};
@@ -70,10 +71,14 @@ pub use cq::{CompChannel, Cq, Wc};
 pub use device::{devices, open_device, provider, set_provider, Device};
 pub use error::{Error, ErrorKind, PostError, Reason, Result};
 pub use mem::PAGE_SIZE;
-pub use pd::{grh_addresses, Ah, AhAttr, GlobalRoute, Mr, MrBuf, Mw, MwType, Pd, RemoteMr, Rereg};
+pub use pd::{
+    grh_addresses, Ah, AhAttr, Buffer, BufferAllocator, BufferKind, GlobalRoute, Mr, MrBuf, Mw,
+    MwType, Pd, RemoteMr, Rereg,
+};
 pub use qp::{ConnectOpts, Qp, QpAttr, QpCap, QpEndpoint, QpInitAttr, TransientQp, WeakQp};
 pub use srq::{Srq, SrqAttr};
 pub use wr::{inc_rkey, MwBindInfo, Payload, RecvWr, Remote, SendWr};
+pub use xrc::Xrcd;
 
 pub use abi::provider::{DeviceSpec, Provider};
 pub use abi::uverbs::Sge;

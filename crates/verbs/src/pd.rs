@@ -42,6 +42,43 @@ pub(crate) struct PdInner {
     pub(crate) ctx: Context,
     pub(crate) handle: u32,
     destroyed: bool,
+    /// A parent domain's allocator for queue buffers.
+    pub(crate) alloc: Option<Arc<dyn BufferAllocator>>,
+    /// A parent domain: the PD it stands for (same handle; deallocating the parent domain
+    /// leaves the PD alone).
+    parent: Option<Pd>,
+}
+
+/// What a queue buffer is for, as a parent domain's allocator is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferKind {
+    /// A QP's send or receive ring.
+    Qp,
+    /// An SRQ's ring.
+    Srq,
+    /// A CQ's ring.
+    Cq,
+}
+
+/// What a parent domain's allocator answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// Use the library's own allocation (`IBV_ALLOCATOR_USE_DEFAULT`).
+    Default,
+    /// No memory: the create fails with ENOMEM.
+    Failed,
+    /// The buffer: at least the size asked, with the alignment asked, valid until `free`.
+    At(*mut u8),
+}
+
+/// The allocator of a parent domain (`ibv_parent_domain_init_attr.alloc` / `free`): the
+/// library asks it for the memory of every ring of a QP or SRQ made in the parent domain.
+pub trait BufferAllocator: Send + Sync {
+    /// `len` bytes aligned to `align`, for a `kind` ring.
+    fn alloc(&self, len: usize, align: usize, kind: BufferKind) -> Buffer;
+    /// Give back a buffer [`BufferAllocator::alloc`] returned, once the device no longer
+    /// uses it.
+    fn free(&self, ptr: *mut u8, kind: BufferKind);
 }
 
 impl Pd {
@@ -55,7 +92,28 @@ impl Pd {
             ctx: ctx.clone(),
             handle,
             destroyed: false,
+            alloc: None,
+            parent: None,
         })))
+    }
+
+    /// `ibv_alloc_parent_domain`: a PD that stands for this one (MRs, QPs, SRQs and AHs
+    /// made in it are this PD's) and whose QP and SRQ rings come from `alloc`, when given
+    /// (each call may still answer [`Buffer::Default`]). It keeps this PD alive; dropping
+    /// it does not deallocate this PD.
+    pub fn parent_domain(&self, alloc: Option<Arc<dyn BufferAllocator>>) -> Pd {
+        Pd(Arc::new(PdInner {
+            ctx: self.0.ctx.clone(),
+            handle: self.0.handle,
+            destroyed: false,
+            alloc,
+            parent: Some(self.clone()),
+        }))
+    }
+
+    /// Whether this is a parent domain ([`Pd::parent_domain`]).
+    pub fn is_parent_domain(&self) -> bool {
+        self.0.parent.is_some()
     }
 
     /// The context this PD belongs to.
@@ -212,7 +270,8 @@ impl Pd {
 
 impl PdInner {
     fn dealloc(&mut self) -> Result<()> {
-        if self.destroyed {
+        if self.destroyed || self.parent.is_some() {
+            self.destroyed = true;
             return Ok(());
         }
         let req = Request::DeallocPd(DeallocPd {
@@ -230,6 +289,58 @@ impl Drop for PdInner {
         // can only be a dead channel; the control plane then reclaims it with the context.
         let _ = self.dealloc();
     }
+}
+
+/// [`crate::cq::alloc_ring`], from `pd`'s parent-domain allocator when it has one (docs/compat.md
+/// §11.6): the buffer is zeroed, laid out, and handed back to the allocator's `free` when
+/// the ring's memory is dropped.
+pub(crate) fn alloc_ring_in(
+    pd: Option<&Pd>,
+    kind: BufferKind,
+    op: &'static str,
+    depth: u32,
+    elem: u32,
+) -> Result<(Arc<abi::shm::SharedMem>, abi::ring::RingLayout)> {
+    let Some(a) = pd.and_then(|p| p.0.alloc.clone()) else {
+        return crate::cq::alloc_ring(op, depth, elem);
+    };
+    let layout = abi::ring::RingLayout::for_depth(depth, elem).map_err(|e| Error::abi(op, &e))?;
+    let len = layout.bytes().next_multiple_of(abi::shm::MIN_ALIGN);
+    let ptr = match a.alloc(len, abi::shm::REGION_ALIGN, kind) {
+        Buffer::Default => return crate::cq::alloc_ring(op, depth, elem),
+        Buffer::Failed => {
+            return Err(Error::local(
+                op,
+                Errno::ENOMEM,
+                "the parent domain's allocator failed",
+            ))
+        }
+        Buffer::At(p) => p,
+    };
+    if (ptr as usize) % abi::shm::REGION_ALIGN != 0 {
+        a.free(ptr, kind);
+        return Err(Error::local(
+            op,
+            Errno::EINVAL,
+            "the parent domain's allocator misaligned a buffer",
+        ));
+    }
+    let addr = ptr as usize;
+    let back = a.clone();
+    // SAFETY: the allocator gave `len` bytes at `ptr`, ours until its `free`, which runs
+    // only when the SharedMem (the one user of the region) is dropped.
+    #[allow(unsafe_code)]
+    let mem = unsafe {
+        abi::shm::SharedMem::from_raw_parts_released(
+            ptr,
+            len,
+            Box::new(move || back.free(addr as *mut u8, kind)),
+        )
+    }
+    .map_err(|e| Error::abi(op, &e))?;
+    mem.zero(0, len).map_err(|e| Error::abi(op, &e))?;
+    layout.init(&mem, 0).map_err(|e| Error::abi(op, &e))?;
+    Ok((Arc::new(mem), layout))
 }
 
 impl fmt::Debug for Pd {

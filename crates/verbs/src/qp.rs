@@ -37,8 +37,9 @@ use abi::uverbs::{
 use abi::{AccessFlags, Errno, Mtu, QpAttrMask, QpState, QpType};
 
 use crate::context::{next_user_handle, take, Context, Gid};
-use crate::cq::{alloc_ring, leak, Cq};
+use crate::cq::{leak, Cq};
 use crate::error::{Error, ErrorKind, PostError, Result};
+use crate::pd::alloc_ring_in;
 use crate::pd::{AhAttr, GlobalRoute, Pd};
 use crate::srq::Srq;
 use crate::wr::{
@@ -300,10 +301,14 @@ impl Drop for TransientQp {
 }
 
 struct QpInner {
-    pd: Pd,
-    send_cq: Cq,
-    recv_cq: Cq,
+    ctx: Context,
+    /// `None` for an XRC target (`IBV_QPT_XRC_RECV`): its PD and CQs are its SRQs'.
+    pd: Option<Pd>,
+    send_cq: Option<Cq>,
+    recv_cq: Option<Cq>,
     srq: Option<Srq>,
+    /// An XRC target's domain.
+    xrcd: Option<crate::Xrcd>,
     handle: u32,
     qpn: u32,
     user_handle: u64,
@@ -334,10 +339,60 @@ struct RecvQueue {
 }
 
 impl Pd {
-    /// `ibv_create_qp`. The granted capacities are in [`Qp::cap`].
+    /// `ibv_create_qp`. The granted capacities are in [`Qp::cap`]. An XRC initiator
+    /// (`QpType::XRC_SEND`) has a send queue only: `recv_cq` and `srq` are ignored, and each
+    /// send WR names the responder's XRC SRQ ([`SendWr::xrc_remote_srqn`]).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
-        Qp::create(self, attr)
+        Qp::create(&Spec {
+            ctx: self.context(),
+            pd: Some(self),
+            xrcd: None,
+            send_cq: Some(attr.send_cq),
+            recv_cq: Some(attr.recv_cq),
+            srq: attr.srq,
+            qp_type: attr.qp_type,
+            cap: attr.cap,
+            sq_sig_all: attr.sq_sig_all,
+        })
     }
+}
+
+impl crate::Xrcd {
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: an XRC target QP of this domain. It has
+    /// no queues: a request's XRCETH names the XRC SRQ of the domain that receives it (and
+    /// whose CQ gets the completion).
+    pub fn create_recv_qp(&self) -> Result<Qp> {
+        Qp::create(&Spec {
+            ctx: self.context(),
+            pd: None,
+            xrcd: Some(self),
+            send_cq: None,
+            recv_cq: None,
+            srq: None,
+            qp_type: QpType::XRC_RECV,
+            cap: QpCap {
+                max_send_wr: 1,
+                max_recv_wr: 0,
+                max_send_sge: 1,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+    }
+}
+
+/// What [`Qp::create`] makes: a QP of a PD, or an XRC target of a domain.
+struct Spec<'a> {
+    ctx: &'a Context,
+    pd: Option<&'a Pd>,
+    xrcd: Option<&'a crate::Xrcd>,
+    send_cq: Option<&'a Cq>,
+    recv_cq: Option<&'a Cq>,
+    srq: Option<&'a Srq>,
+    qp_type: QpType,
+    cap: QpCap,
+    sq_sig_all: bool,
 }
 
 impl Qp {
@@ -346,11 +401,27 @@ impl Qp {
         WeakQp(Arc::downgrade(&self.0), self.0.transient.clone())
     }
 
-    fn create(pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
+    fn create(spec: &Spec<'_>) -> Result<Qp> {
         const OP: &str = "create_qp";
-        let ctx = pd.context();
+        let ctx = spec.ctx;
+        let xrc_send = spec.qp_type == QpType::XRC_SEND;
+        let xrc_recv = spec.qp_type == QpType::XRC_RECV;
+        // An XRC initiator has no receive side (the kernel ignores what is given for it).
+        let (recv_cq, srq) = if xrc_send {
+            (spec.send_cq, None)
+        } else {
+            (spec.recv_cq, spec.srq)
+        };
+        let attr = Spec {
+            ctx,
+            recv_cq,
+            srq,
+            ..*spec
+        };
         let inval = |d: &str| Error::local(OP, Errno::EINVAL, d);
-        if !attr.send_cq.context().same(ctx) || !attr.recv_cq.context().same(ctx) {
+        if attr.send_cq.is_some_and(|c| !c.context().same(ctx))
+            || attr.recv_cq.is_some_and(|c| !c.context().same(ctx))
+        {
             return Err(inval("CQ of another context"));
         }
         if let Some(srq) = attr.srq {
@@ -358,7 +429,23 @@ impl Qp {
                 return Err(inval("SRQ of another context"));
             }
         }
-        if !matches!(attr.qp_type, QpType::RC | QpType::UC | QpType::UD) {
+        let pd_handle = match (attr.pd, attr.xrcd) {
+            (Some(pd), None) if !xrc_recv => pd.handle(),
+            (None, Some(x)) if xrc_recv => x.handle(),
+            _ => {
+                return Err(inval(
+                    "a PD (or, for an XRC target, an XRC domain) is needed",
+                ))
+            }
+        };
+        let (send_cq, recv_cq) = (attr.send_cq, attr.recv_cq);
+        if !xrc_recv && (send_cq.is_none() || recv_cq.is_none()) {
+            return Err(inval("send and receive CQs are needed"));
+        }
+        if !matches!(
+            attr.qp_type,
+            QpType::RC | QpType::UC | QpType::UD | QpType::XRC_SEND | QpType::XRC_RECV
+        ) {
             return Err(Error::local(
                 OP,
                 Errno::EOPNOTSUPP,
@@ -368,13 +455,15 @@ impl Qp {
         let cap = attr.cap;
         let sq_elem = send_wqe_size(cap.max_send_sge, cap.max_inline_data)
             .ok_or_else(|| inval("max_send_sge or max_inline_data beyond the WQE layout"))?;
-        let (sq_mem, sq_layout) = alloc_ring(OP, cap.max_send_wr, sq_elem)?;
+        let kind = crate::pd::BufferKind::Qp;
+        let (sq_mem, sq_layout) = alloc_ring_in(attr.pd, kind, OP, cap.max_send_wr, sq_elem)?;
         let rq = match attr.srq {
             Some(_) => None,
+            None if xrc_send || xrc_recv => None,
             None => {
                 let elem = recv_wqe_size(cap.max_recv_sge)
                     .ok_or_else(|| inval("max_recv_sge beyond the WQE layout"))?;
-                Some(alloc_ring(OP, cap.max_recv_wr, elem)?)
+                Some(alloc_ring_in(attr.pd, kind, OP, cap.max_recv_wr, elem)?)
             }
         };
         let user_handle = next_user_handle();
@@ -382,9 +471,9 @@ impl Qp {
             CreateQp {
                 response: 0,
                 user_handle,
-                pd_handle: pd.handle(),
-                send_cq_handle: attr.send_cq.handle(),
-                recv_cq_handle: attr.recv_cq.handle(),
+                pd_handle,
+                send_cq_handle: send_cq.map_or(0, Cq::handle),
+                recv_cq_handle: recv_cq.map_or(0, Cq::handle),
                 srq_handle: attr.srq.map_or(0, |s| s.handle()),
                 max_send_wr: cap.max_send_wr,
                 max_recv_wr: cap.max_recv_wr,
@@ -449,10 +538,12 @@ impl Qp {
             None => None,
         };
         let inner = QpInner {
-            pd: pd.clone(),
-            send_cq: attr.send_cq.clone(),
-            recv_cq: attr.recv_cq.clone(),
+            ctx: ctx.clone(),
+            pd: attr.pd.cloned(),
+            send_cq: send_cq.cloned(),
+            recv_cq: recv_cq.cloned(),
             srq: attr.srq.cloned(),
+            xrcd: attr.xrcd.cloned(),
             handle: core.qp_handle,
             qpn: core.qpn,
             user_handle,
@@ -488,7 +579,7 @@ impl Qp {
     }
 
     fn ctx(&self) -> &Context {
-        self.0.pd.context()
+        &self.0.ctx
     }
 
     /// The QP number.
@@ -526,19 +617,24 @@ impl Qp {
         self.0.handle
     }
 
-    /// The PD.
-    pub fn pd(&self) -> &Pd {
-        &self.0.pd
+    /// The PD (`None` for an XRC target).
+    pub fn pd(&self) -> Option<&Pd> {
+        self.0.pd.as_ref()
     }
 
-    /// The send CQ.
-    pub fn send_cq(&self) -> &Cq {
-        &self.0.send_cq
+    /// The send CQ (`None` for an XRC target).
+    pub fn send_cq(&self) -> Option<&Cq> {
+        self.0.send_cq.as_ref()
     }
 
-    /// The receive CQ.
-    pub fn recv_cq(&self) -> &Cq {
-        &self.0.recv_cq
+    /// The receive CQ (an XRC initiator's is its send CQ; `None` for an XRC target).
+    pub fn recv_cq(&self) -> Option<&Cq> {
+        self.0.recv_cq.as_ref()
+    }
+
+    /// An XRC target's domain.
+    pub fn xrcd(&self) -> Option<&crate::Xrcd> {
+        self.0.xrcd.as_ref()
     }
 
     /// The SRQ, if receives come from one.
@@ -581,9 +677,18 @@ impl Qp {
             self.0.state.store(attr.qp_state.0, Ordering::Release);
             if attr.qp_state == QpState::RESET {
                 // As mlx4/mlx5: the QP's completions not yet polled go with it.
-                self.0.send_cq.clean(self.qp_num())?;
-                if !Arc::ptr_eq(&self.0.send_cq.0, &self.0.recv_cq.0) {
-                    self.0.recv_cq.clean(self.qp_num())?;
+                if let Some(s) = &self.0.send_cq {
+                    s.clean(self.qp_num())?;
+                }
+                if let Some(r) = &self.0.recv_cq {
+                    if !self
+                        .0
+                        .send_cq
+                        .as_ref()
+                        .is_some_and(|s| Arc::ptr_eq(&s.0, &r.0))
+                    {
+                        r.clean(self.qp_num())?;
+                    }
                 }
             }
         }
@@ -950,7 +1055,7 @@ impl QpInner {
             qp_handle: self.handle,
             reserved: 0,
         });
-        self.pd.context().cmd("destroy_qp", &req, |_| Ok(()))?;
+        self.ctx.cmd("destroy_qp", &req, |_| Ok(()))?;
         self.destroyed = true;
         Ok(())
     }

@@ -7,14 +7,15 @@ use abi::fastpath::{recv_wqe_size, RECV_WQE_HDR_BYTES};
 use abi::ring::{Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{
-    CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, PostResp, PostSrqRecv, QuerySrq, QuerySrqResp,
-    Request, Sge, UroceCreateSrq, WrList,
+    CreateSrq, CreateSrqResp, CreateXsrq, DestroySrq, ModifySrq, PostResp, PostSrqRecv, QuerySrq,
+    QuerySrqResp, Request, Sge, UroceCreateSrq, WrList, SRQT_XRC,
 };
 use abi::{Errno, SrqAttrMask};
 
 use crate::context::{next_user_handle, take};
-use crate::cq::{alloc_ring, leak};
+use crate::cq::leak;
 use crate::error::{Error, ErrorKind, PostError, Result};
+use crate::pd::alloc_ring_in;
 use crate::pd::Pd;
 use crate::wr::{bad_wr_result, encode_recv_cmd, stage_recvs, RecvWr};
 
@@ -40,6 +41,8 @@ struct SrqInner {
     user_handle: u64,
     attr: SrqAttr,
     ring: Mutex<SrqRing>,
+    /// An XRC SRQ's domain and completion CQ (kept alive with it).
+    xrc: Option<(crate::Xrcd, crate::Cq)>,
     destroyed: bool,
 }
 
@@ -52,30 +55,70 @@ struct SrqRing {
 impl Pd {
     /// `ibv_create_srq` with `attr.max_wr` WQEs of `attr.max_sge` SGEs.
     pub fn create_srq(&self, attr: &SrqAttr) -> Result<Srq> {
-        Srq::create(self, attr)
+        Srq::create(self, attr, None)
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ of XRC domain `xrcd` whose receive
+    /// completions go to `cq`; XRC target QPs of the domain deliver into it, by its
+    /// [`Srq::srq_num`].
+    pub fn create_xrc_srq(
+        &self,
+        attr: &SrqAttr,
+        xrcd: &crate::Xrcd,
+        cq: &crate::Cq,
+    ) -> Result<Srq> {
+        Srq::create(self, attr, Some((xrcd.clone(), cq.clone())))
     }
 }
 
 impl Srq {
-    fn create(pd: &Pd, attr: &SrqAttr) -> Result<Srq> {
+    fn create(pd: &Pd, attr: &SrqAttr, xrc: Option<(crate::Xrcd, crate::Cq)>) -> Result<Srq> {
         const OP: &str = "create_srq";
+        if let Some((x, cq)) = &xrc {
+            if !x.context().same(pd.context()) || !cq.context().same(pd.context()) {
+                return Err(Error::local(
+                    OP,
+                    Errno::EINVAL,
+                    "XRCD or CQ of another context",
+                ));
+            }
+        }
         let elem = recv_wqe_size(attr.max_sge)
             .ok_or_else(|| Error::local(OP, Errno::EINVAL, "max_sge beyond the WQE layout"))?;
-        let (mem, layout) = alloc_ring(OP, attr.max_wr, elem)?;
+        let (mem, layout) =
+            alloc_ring_in(Some(pd), crate::pd::BufferKind::Srq, OP, attr.max_wr, elem)?;
         let user_handle = next_user_handle();
-        let req = Request::CreateSrq(
-            CreateSrq {
-                response: 0,
-                user_handle,
-                pd_handle: pd.handle(),
-                max_wr: attr.max_wr,
-                max_sge: attr.max_sge,
-                srq_limit: attr.srq_limit,
-            },
-            UroceCreateSrq {
-                ring: layout.desc(mem.addr()),
-            },
-        );
+        let drv = UroceCreateSrq {
+            ring: layout.desc(mem.addr()),
+        };
+        let req = match &xrc {
+            None => Request::CreateSrq(
+                CreateSrq {
+                    response: 0,
+                    user_handle,
+                    pd_handle: pd.handle(),
+                    max_wr: attr.max_wr,
+                    max_sge: attr.max_sge,
+                    srq_limit: attr.srq_limit,
+                },
+                drv,
+            ),
+            Some((x, cq)) => Request::CreateXsrq(
+                CreateXsrq {
+                    response: 0,
+                    user_handle,
+                    srq_type: SRQT_XRC,
+                    pd_handle: pd.handle(),
+                    max_wr: attr.max_wr,
+                    max_sge: attr.max_sge,
+                    srq_limit: attr.srq_limit,
+                    max_num_tags: 0,
+                    xrcd_handle: x.handle(),
+                    cq_handle: cq.handle(),
+                },
+                drv,
+            ),
+        };
         let r: CreateSrqResp = match pd.context().cmd(OP, &req, |mut r| Ok(take(&mut r))) {
             Ok(r) => r,
             Err(e) => {
@@ -99,6 +142,7 @@ impl Srq {
             user_handle,
             attr: granted,
             ring: Mutex::new(SrqRing { prod, mem, layout }),
+            xrc,
             destroyed: false,
         })))
     }
@@ -113,7 +157,12 @@ impl Srq {
         self.0.handle
     }
 
-    /// The SRQ number.
+    /// The XRC domain of an XRC SRQ.
+    pub fn xrcd(&self) -> Option<&crate::Xrcd> {
+        self.0.xrc.as_ref().map(|(x, _)| x)
+    }
+
+    /// The SRQ number (`ibv_get_srq_num`: what an XRC sender names in its WRs).
     pub fn srq_num(&self) -> u32 {
         self.0.srqn
     }

@@ -87,6 +87,9 @@ pub struct SendWr<'a> {
     pub invalidate_rkey: u32,
     /// Opcode-specific fields.
     pub remote: Remote<'a>,
+    /// XRC initiator QPs: the number of the XRC SRQ at the responder that receives this
+    /// message (`qp_type.xrc.remote_srqn`; [`crate::Srq::srq_num`] there).
+    pub xrc_remote_srqn: u32,
 }
 
 impl<'a> SendWr<'a> {
@@ -99,6 +102,7 @@ impl<'a> SendWr<'a> {
             imm_data: 0,
             invalidate_rkey: 0,
             remote,
+            xrc_remote_srqn: 0,
         }
     }
 
@@ -239,6 +243,13 @@ impl<'a> SendWr<'a> {
         self
     }
 
+    /// On an XRC initiator: deliver to the responder's XRC SRQ number `srqn`
+    /// (`qp_type.xrc.remote_srqn`).
+    pub fn to_xrc_srq(mut self, srqn: u32) -> SendWr<'a> {
+        self.xrc_remote_srqn = srqn;
+        self
+    }
+
     /// Ask for a completion even if the QP does not signal all WRs.
     pub fn signaled(mut self) -> SendWr<'a> {
         self.send_flags |= SendFlags::SIGNALED;
@@ -370,6 +381,13 @@ pub(crate) fn send_wqe<'w>(
             data
         }
     };
+    if lim.qp_type == QpType::XRC_SEND {
+        // The engine reads an XRC WQE's SRQ number from the UD destination QPN slot.
+        if wr.xrc_remote_srqn > 0xff_ffff {
+            return Err(bad(OP, "xrc_remote_srqn beyond 24 bits"));
+        }
+        hdr.remote_qpn = wr.xrc_remote_srqn;
+    }
     match (wr.remote, lim.qp_type == QpType::UD) {
         (
             Remote::Ud {

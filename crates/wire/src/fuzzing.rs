@@ -107,6 +107,10 @@ fn canonicalize_transport(transport: &mut [u8], pkt: &roce::RocePacketRepr<'_>) 
     };
     if let Some(info) = pkt.bth.opcode.info() {
         let h = info.headers;
+        if let Some(o) = h.xrceth_offset() {
+            // The XRCETH's reserved byte (the SRQ number is its low 24 bits).
+            zero(&mut transport[o..o + 1]);
+        }
         if let Some(o) = h.deth_offset() {
             let at = o + deth::RESERVED_OFFSET;
             zero(&mut transport[at..at + 1]);

@@ -36,6 +36,7 @@ pub mod deth;
 pub mod ieth;
 pub mod immdt;
 pub mod reth;
+pub mod xrceth;
 
 pub mod cm;
 pub mod frame;
@@ -59,3 +60,4 @@ pub use num::{Lkey, Msn, Psn, Qkey, Qpn, Rkey};
 pub use opcode::{HeaderSet, OpKind, Opcode, OpcodeInfo, Position, Transport};
 pub use reth::RethRepr;
 pub use roce::RocePacketRepr;
+pub use xrceth::XrcEthRepr;

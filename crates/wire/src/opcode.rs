@@ -6,8 +6,10 @@
 //! ([`crate::roce`]) and the transport layer read only this table; nothing else matches on
 //! opcode numbers.
 //!
-//! Covered: RC 0x00–0x14, 0x16, 0x17; UC 0x20–0x2B; UD 0x64, 0x65; RoCEv2 CNP 0x81 (BTH + 16
-//! reserved bytes, docs/wire.md §2.5 / §9.2). Not covered (parsed as unknown): RD, XRC, FLUSH,
+//! Covered: RC 0x00–0x14, 0x16, 0x17; UC 0x20–0x2B; UD 0x64, 0x65; XRC 0xA0–0xB4, 0xB6, 0xB7
+//! (RC's opcodes in class 0b101, requests with an XRCETH right after the BTH; docs/wire.md
+//! §2.8); RoCEv2 CNP 0x81 (BTH + 16 reserved bytes, docs/wire.md §2.5 / §9.2). Not covered
+//! (parsed as unknown): RD, FLUSH,
 //! ATOMIC_WRITE, the native-IB CNP 0x80 and manufacturer-specific opcodes.
 
 use core::fmt;
@@ -56,6 +58,9 @@ impl Opcode {
     pub const UC_RDMA_WRITE_ONLY: Opcode = Opcode(0x2A);
     pub const UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x2B);
 
+    pub const XRC_SEND_ONLY: Opcode = Opcode(0xA4);
+    pub const XRC_ACKNOWLEDGE: Opcode = Opcode(0xB1);
+
     pub const UD_SEND_ONLY: Opcode = Opcode(0x64);
     pub const UD_SEND_ONLY_WITH_IMMEDIATE: Opcode = Opcode(0x65);
 
@@ -73,9 +78,19 @@ impl Opcode {
         self.info().map(|i| i.name)
     }
 
-    /// Every opcode in the table, in numeric order.
+    /// Every opcode in the table (RC, UC, UD and the CNP in numeric order, then XRC).
     pub fn all_known() -> impl Iterator<Item = Opcode> {
-        ENTRIES.iter().map(|e| e.opcode)
+        ENTRIES.iter().chain(XRC_ENTRIES.iter()).map(|e| e.opcode)
+    }
+
+    /// The XRC opcode with the same operation and position as this RC opcode (class 0b101:
+    /// `0xA0 | op`); any other opcode is returned unchanged.
+    pub const fn rc_to_xrc(self) -> Opcode {
+        if self.0 < 0x18 {
+            Opcode(self.0 | XRC_CLASS)
+        } else {
+            self
+        }
     }
 }
 
@@ -103,6 +118,8 @@ pub enum Transport {
     Rc,
     Uc,
     Ud,
+    /// eXtended Reliable Connected (IBTA XRC annex): RC's rules, requests carry an XRCETH.
+    Xrc,
     /// RoCEv2 congestion notification (not a QP transport).
     Cnp,
 }
@@ -150,7 +167,8 @@ pub enum OpKind {
 pub struct HeaderSet(u16);
 
 /// Wire order and length of every extension header, used for all offset computations.
-const ORDER: [(HeaderSet, usize, &str); 8] = [
+const ORDER: [(HeaderSet, usize, &str); 9] = [
+    (HeaderSet::XRCETH, crate::xrceth::HEADER_LEN, "XRCETH"),
     (HeaderSet::DETH, crate::deth::HEADER_LEN, "DETH"),
     (HeaderSet::RETH, crate::reth::HEADER_LEN, "RETH"),
     (
@@ -183,6 +201,8 @@ impl HeaderSet {
     pub const IETH: HeaderSet = HeaderSet(1 << 6);
     /// The 16 reserved bytes after the BTH of a CNP.
     pub const CNP_RESERVED: HeaderSet = HeaderSet(1 << 7);
+    /// XRC requests: the XRCETH, first after the BTH.
+    pub const XRCETH: HeaderSet = HeaderSet(1 << 8);
 
     /// Union of two sets.
     #[inline]
@@ -253,6 +273,12 @@ impl HeaderSet {
         None
     }
 
+    pub const fn has_xrceth(self) -> bool {
+        self.contains(Self::XRCETH)
+    }
+    pub const fn xrceth_offset(self) -> Option<usize> {
+        self.offset_of(Self::XRCETH)
+    }
     pub const fn deth_offset(self) -> Option<usize> {
         self.offset_of(Self::DETH)
     }
@@ -763,7 +789,82 @@ const fn build_table() -> [Option<OpcodeInfo>; 256] {
     t
 }
 
-static TABLE: [Option<OpcodeInfo>; 256] = build_table();
+/// The opcode class of XRC (bits 7..5 = 0b101).
+const XRC_CLASS: u8 = 0xA0;
+
+/// XRC names, indexed by the low five bits (the RC opcode of the same operation).
+const XRC_NAMES: [&str; 0x18] = [
+    "XRC_SEND_FIRST",
+    "XRC_SEND_MIDDLE",
+    "XRC_SEND_LAST",
+    "XRC_SEND_LAST_WITH_IMMEDIATE",
+    "XRC_SEND_ONLY",
+    "XRC_SEND_ONLY_WITH_IMMEDIATE",
+    "XRC_RDMA_WRITE_FIRST",
+    "XRC_RDMA_WRITE_MIDDLE",
+    "XRC_RDMA_WRITE_LAST",
+    "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+    "XRC_RDMA_WRITE_ONLY",
+    "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+    "XRC_RDMA_READ_REQUEST",
+    "XRC_RDMA_READ_RESPONSE_FIRST",
+    "XRC_RDMA_READ_RESPONSE_MIDDLE",
+    "XRC_RDMA_READ_RESPONSE_LAST",
+    "XRC_RDMA_READ_RESPONSE_ONLY",
+    "XRC_ACKNOWLEDGE",
+    "XRC_ATOMIC_ACKNOWLEDGE",
+    "XRC_COMPARE_SWAP",
+    "XRC_FETCH_ADD",
+    "",
+    "XRC_SEND_LAST_WITH_INVALIDATE",
+    "XRC_SEND_ONLY_WITH_INVALIDATE",
+];
+
+/// Number of XRC opcodes: RC's 23 (0x15 is reserved in both classes).
+const XRC_COUNT: usize = 23;
+
+/// XRC (IBTA XRC annex): every RC opcode in class 0b101, same position, kind and flags;
+/// requests also carry the XRCETH right after the BTH, responses do not.
+const fn build_xrc() -> [OpcodeInfo; XRC_COUNT] {
+    let mut out = [ENTRIES[0]; XRC_COUNT];
+    let mut i = 0;
+    let mut n = 0;
+    while i < ENTRIES.len() {
+        let e = ENTRIES[i];
+        if matches!(e.transport, Transport::Rc) {
+            let headers = if e.is_request {
+                e.headers.with(HeaderSet::XRCETH)
+            } else {
+                e.headers
+            };
+            out[n] = OpcodeInfo {
+                opcode: Opcode(e.opcode.0 | XRC_CLASS),
+                name: XRC_NAMES[e.opcode.0 as usize],
+                transport: Transport::Xrc,
+                headers,
+                header_len: headers.payload_offset(),
+                ..e
+            };
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+const XRC_ENTRIES: [OpcodeInfo; XRC_COUNT] = build_xrc();
+
+const fn build_table_all() -> [Option<OpcodeInfo>; 256] {
+    let mut t = build_table();
+    let mut i = 0;
+    while i < XRC_ENTRIES.len() {
+        t[XRC_ENTRIES[i].opcode.0 as usize] = Some(XRC_ENTRIES[i]);
+        i += 1;
+    }
+    t
+}
+
+static TABLE: [Option<OpcodeInfo>; 256] = build_table_all();
 
 #[cfg(test)]
 mod tests {
@@ -790,6 +891,7 @@ mod tests {
                 Transport::Rc => "RC_",
                 Transport::Uc => "UC_",
                 Transport::Ud => "UD_",
+                Transport::Xrc => "XRC_",
                 Transport::Cnp => "CNP",
             };
             assert!(e.name.starts_with(prefix), "{}", e.name);
@@ -811,6 +913,41 @@ mod tests {
             assert_eq!(&uc.name[3..], &rc.name[3..]);
         }
         assert!(Opcode(0x2C).info().is_none());
+    }
+
+    #[test]
+    fn xrc_mirrors_rc_with_xrceth_on_requests() {
+        let mut n = 0;
+        for op in 0xA0u8..=0xB7 {
+            let Some(x) = Opcode(op).info() else {
+                assert_eq!(op, 0xB5);
+                continue;
+            };
+            n += 1;
+            let rc = Opcode(op & 0x1f).info().expect("RC opcode in table");
+            assert_eq!(x.transport, Transport::Xrc);
+            assert_eq!(Opcode(op & 0x1f).rc_to_xrc(), Opcode(op));
+            assert_eq!(x.position, rc.position);
+            assert_eq!(x.kind, rc.kind);
+            assert_eq!(x.is_request, rc.is_request);
+            assert_eq!(x.consumes_rwqe, rc.consumes_rwqe);
+            assert_eq!(&x.name[4..], &rc.name[3..]);
+            if rc.is_request {
+                assert_eq!(x.headers, rc.headers.with(H::XRCETH));
+                assert_eq!(x.headers.xrceth_offset(), Some(12));
+                assert_eq!(x.header_len, rc.header_len + 4);
+            } else {
+                assert_eq!(x.headers, rc.headers);
+            }
+        }
+        assert_eq!(n, XRC_COUNT);
+        assert_eq!(Opcode::all_known().count(), ENTRIES.len() + XRC_COUNT);
+        // XRCETH comes before RETH / AtomicETH / ImmDt.
+        let h = Opcode(0xAB).info().expect("XRC write only imm").headers;
+        assert_eq!(h.reth_offset(), Some(16));
+        assert_eq!(h.immdt_offset(), Some(32));
+        assert_eq!(Opcode::XRC_SEND_ONLY.to_string(), "XRC_SEND_ONLY");
+        assert_eq!(Opcode::UD_SEND_ONLY.rc_to_xrc(), Opcode::UD_SEND_ONLY);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 
 use crate::error::{Error, Result};
 use crate::opcode::{HeaderSet, OpcodeInfo, CNP_RESERVED_LEN};
-use crate::{aeth, atomic_ack_eth, atomic_eth, bth, deth, icrc, ieth, immdt, reth};
+use crate::XrcEthRepr;
+use crate::{aeth, atomic_ack_eth, atomic_eth, bth, deth, icrc, ieth, immdt, reth, xrceth};
 use crate::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr,
 };
@@ -17,6 +18,8 @@ use crate::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RocePacketRepr<'a> {
     pub bth: BthRepr,
+    /// XRC requests only (IBTA XRC annex): the responder's XRC SRQ number.
+    pub xrceth: Option<XrcEthRepr>,
     pub deth: Option<DethRepr>,
     pub reth: Option<RethRepr>,
     pub atomic_eth: Option<AtomicEthRepr>,
@@ -53,6 +56,7 @@ impl<'a> RocePacketRepr<'a> {
     pub const fn new(bth: BthRepr, payload: &'a [u8]) -> RocePacketRepr<'a> {
         RocePacketRepr {
             bth,
+            xrceth: None,
             deth: None,
             reth: None,
             atomic_eth: None,
@@ -87,6 +91,10 @@ impl<'a> RocePacketRepr<'a> {
                 Some(o) => slice(bytes, o, len).map(Some),
                 None => Ok(None),
             }
+        };
+        let xrceth = match at(h.xrceth_offset(), xrceth::HEADER_LEN)? {
+            Some(b) => Some(XrcEthRepr::parse(&xrceth::Packet::new_checked(b)?)?),
+            None => None,
         };
         let deth = match at(h.deth_offset(), deth::HEADER_LEN)? {
             Some(b) => Some(DethRepr::parse(&deth::Packet::new_checked(b)?)?),
@@ -135,6 +143,7 @@ impl<'a> RocePacketRepr<'a> {
         let payload = slice(bytes, info.header_len, rest - pad)?;
         Ok(RocePacketRepr {
             bth,
+            xrceth,
             deth,
             reth,
             atomic_eth,
@@ -150,6 +159,7 @@ impl<'a> RocePacketRepr<'a> {
     pub fn present_headers(&self) -> HeaderSet {
         let mut h = HeaderSet::NONE;
         let pairs = [
+            (self.xrceth.is_some(), HeaderSet::XRCETH),
             (self.deth.is_some(), HeaderSet::DETH),
             (self.reth.is_some(), HeaderSet::RETH),
             (self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH),
@@ -228,6 +238,13 @@ impl<'a> RocePacketRepr<'a> {
         bth.pad_count = pad;
         bth.emit(&mut bth::Packet::new_checked(&mut out[..])?);
 
+        if let (Some(r), Some(o)) = (&self.xrceth, h.xrceth_offset()) {
+            r.emit(&mut xrceth::Packet::new_checked(slice_mut(
+                out,
+                o,
+                xrceth::HEADER_LEN,
+            )?)?);
+        }
         if let (Some(r), Some(o)) = (&self.deth, h.deth_offset()) {
             r.emit(&mut deth::Packet::new_checked(slice_mut(
                 out,
@@ -286,6 +303,7 @@ impl HeaderSet {
     const fn from_bits_without_cnp(h: HeaderSet) -> HeaderSet {
         let mut out = HeaderSet::NONE;
         let all = [
+            HeaderSet::XRCETH,
             HeaderSet::DETH,
             HeaderSet::RETH,
             HeaderSet::ATOMIC_ETH,

@@ -9,13 +9,14 @@ use wire::icrc;
 use wire::roce::{pad_for, RocePacketRepr};
 use wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, IpRepr, Msn,
-    Opcode, Psn, Qkey, Qpn, RethRepr, Rkey, Syndrome, UdpRepr,
+    Opcode, Psn, Qkey, Qpn, RethRepr, Rkey, Syndrome, UdpRepr, XrcEthRepr,
 };
 
 /// An owned packet; `repr()` borrows it as a `RocePacketRepr`.
 #[derive(Debug, Clone)]
 struct Owned {
     bth: BthRepr,
+    xrceth: Option<XrcEthRepr>,
     deth: Option<DethRepr>,
     reth: Option<RethRepr>,
     atomic_eth: Option<AtomicEthRepr>,
@@ -30,6 +31,7 @@ impl Owned {
     fn repr(&self) -> RocePacketRepr<'_> {
         RocePacketRepr {
             bth: self.bth,
+            xrceth: self.xrceth,
             deth: self.deth,
             reth: self.reth,
             atomic_eth: self.atomic_eth,
@@ -93,6 +95,10 @@ fn arb_packet() -> impl Strategy<Value = Owned> {
                     bth.pad_count = pad_for(payload.len());
                     Owned {
                         bth,
+                        // The reserved byte is not round-tripped: 24 bits.
+                        xrceth: h.has_xrceth().then_some(XrcEthRepr {
+                            srqn: deth.0 & wire::xrceth::MAX_SRQN,
+                        }),
                         deth: h.has_deth().then_some(DethRepr {
                             qkey: Qkey(deth.0),
                             src_qp: Qpn::new(deth.1),
@@ -332,6 +338,7 @@ fn every_single_bit_flip_in_small_frames() {
         },
     ] {
         let p = Owned {
+            xrceth: None,
             bth: BthRepr::new(
                 Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
                 Qpn::new(0x12),

@@ -218,6 +218,7 @@ impl Client {
             },
             UroceCreateCq {
                 ring: layout.desc(mem.addr()),
+                ..Default::default()
             },
         ))?;
         let c = read_prefix::<CreateCqResp>(&r, "cq").unwrap().0;
