@@ -8,7 +8,7 @@
 #
 # The suite runs RUNS times (PYVERBS_RUNS, default 1) on one embedded device at
 # $PYVERBS_ADDR (default 127.77.44.1). Each run passes when no test fails or errors and at
-# least PYVERBS_MIN_PASS tests pass (default 95, what this tree reaches as root; 7 fewer
+# least PYVERBS_MIN_PASS tests pass (default 107, what this tree reaches as root; 7 fewer
 # without root, see below); the counts of passed, skipped, failed and errored tests are
 # printed per run. Needs python3-pyverbs (installed when root, else the script skips) and
 # the system python3 it is built for.
