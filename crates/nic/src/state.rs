@@ -430,13 +430,12 @@ impl DevState {
     /// On a daemon's device: make sure a packet ring leads to the process that owns QP
     /// `dest_qpn` at this device's own address, if another process owns it (asked of the
     /// daemon once per peer process; without a ring, packets go through the daemon).
-    /// Returns whether packets to it go through a ring.
-    pub(crate) fn ensure_peer_ring(&mut self, dest_ip: IpAddr, dest_qpn: u32) -> bool {
+    pub(crate) fn ensure_peer_ring(&mut self, dest_ip: IpAddr, dest_qpn: u32) {
         let (Some(link), Some(own)) = (&self.daemon, self.own_qpns) else {
-            return false;
+            return;
         };
         if dest_ip != self.cfg.addr || in_window(own, dest_qpn) {
-            return false;
+            return;
         }
         let slot = dest_qpn >> crate::daemon::WINDOW_BITS;
         // Asked at every connection: the slot may have changed hands since the ring we hold
@@ -448,17 +447,15 @@ impl DevState {
                 .get(&slot)
                 .is_some_and(|t| t.same_memory(&ring))
             {
-                return true;
+                return;
             }
             match crate::peer_ring::TxRing::attach(&ring, wake) {
                 Ok(tx) => {
                     self.peer_tx.insert(slot, tx);
-                    return true;
                 }
                 Err(e) => eprintln!("uroce: {}: peer ring to slot {slot}: {e}", self.cfg.name),
             }
         }
-        false
     }
 
     /// Whether the device is dead because its daemon went away.
