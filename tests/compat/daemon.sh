@@ -102,8 +102,14 @@ start_daemon "$work/daemon.log" --metrics "$mport" || { echo "compat-daemon: 0 p
 
 # scrape OUT: GET the daemon's /metrics; with python3's prometheus_client the exposition must
 # parse; prints "clients=N sent=M" (daemon clients, sum of every process's sent_pkts).
+# The system python3 is where Debian's python3-prometheus-client goes; a python3 earlier in
+# PATH (pyenv, a venv) may lack it.
+scrape_py=python3
+for py in python3 /usr/bin/python3; do
+    if "$py" -c 'import prometheus_client' >/dev/null 2>&1; then scrape_py=$py; break; fi
+done
 scrape() {
-    python3 - "$mport" >"$1" 2>&1 <<'PY'
+    "$scrape_py" - "$mport" >"$1" 2>&1 <<'PY'
 import sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=20).read().decode()
 samples = []
