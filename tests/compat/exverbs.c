@@ -22,6 +22,7 @@
 
 #define TEST_NAME "exverbs"
 #include "check.h"
+#include "two_devices.h"
 
 #define BUF 4096
 #define STD_FLAGS                                                                   \
@@ -521,17 +522,10 @@ static void create_checks(struct end *a)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx[2];
 	struct end a, b;
-	int n = 0;
+	int n = open_devices(ctx);
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		DIE("no device");
-	for (int i = 0; i < n && i < 2; i++)
-		if (!(ctx[i] = ibv_open_device(list[i])))
-			DIE("open %s: %s", ibv_get_device_name(list[i]), strerror(errno));
 	setup(&a, ctx[0]);
 	setup(&b, n > 1 ? ctx[1] : ctx[0]);
 
@@ -541,10 +535,5 @@ int main(void)
 
 	teardown(&a);
 	teardown(&b);
-	for (int i = 0; i < n && i < 2; i++)
-		ibv_close_device(ctx[i]);
-	ibv_free_device_list(list);
-	printf("%d checks, %d failed (%s)\n", checks, failures,
-	       n > 1 ? "two devices" : "one device");
-	return failures ? 1 : 0;
+	return close_devices(ctx, n);
 }

@@ -23,6 +23,7 @@
 
 #define TEST_NAME "xrc"
 #include "check.h"
+#include "two_devices.h"
 
 #define BUF 8192
 #define MSG 3000
@@ -268,17 +269,10 @@ static void traffic(struct end *a, struct end *b)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx[2];
 	struct end a, b;
-	int n = 0;
+	int n = open_devices(ctx);
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		DIE("no device");
-	for (int i = 0; i < n && i < 2; i++)
-		if (!(ctx[i] = ibv_open_device(list[i])))
-			DIE("open %s: %s", ibv_get_device_name(list[i]), strerror(errno));
 	setup(&a, ctx[0], 1);
 	setup(&b, n > 1 ? ctx[1] : ctx[0], 0);
 	to_rts(a.ini, 0, b.tgt->qp_num, &b.gid);
@@ -315,10 +309,5 @@ int main(void)
 			close(e->fd);
 		free(e->buf);
 	}
-	for (int i = 0; i < n && i < 2; i++)
-		ibv_close_device(ctx[i]);
-	ibv_free_device_list(list);
-	printf("%d checks, %d failed (%s)\n", checks, failures,
-	       n > 1 ? "two devices" : "one device");
-	return failures ? 1 : 0;
+	return close_devices(ctx, n);
 }

@@ -225,6 +225,29 @@ impl Answer {
     }
 }
 
+/// Read one request or answer line from `r`, newline included, a byte at a time so that
+/// nothing after it (the frames) is consumed. A line longer than [`MAX_LINE`] is returned
+/// cut at `MAX_LINE + 1` bytes, which the parsers refuse; end of stream before a newline is
+/// `UnexpectedEof`.
+pub fn read_line(r: &mut impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::with_capacity(64);
+    let mut b = [0u8; 1];
+    while line.len() <= MAX_LINE {
+        match r.read(&mut b) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {
+                line.push(b[0]);
+                if b[0] == b'\n' {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(line)
+}
+
 /// Append a frame of `kind` with `body` to `out`.
 pub fn encode_frame(kind: u8, body: &[u8], out: &mut Vec<u8>) {
     out.push(kind);
@@ -374,6 +397,22 @@ mod tests {
         // Control characters in a reason are blanked, so the line stays one line.
         let nl = Answer::Refused("a\nb".into()).encode();
         assert_eq!(nl.matches('\n').count(), 1);
+    }
+
+    #[test]
+    fn lines_are_read_up_to_their_newline_only() {
+        let mut r: &[u8] = b"ok pid=1 devices=a\n\x01rest";
+        assert_eq!(read_line(&mut r).unwrap(), b"ok pid=1 devices=a\n");
+        assert_eq!(r, b"\x01rest");
+        let long = vec![b'a'; 2 * MAX_LINE];
+        let cut = read_line(&mut long.as_slice()).unwrap();
+        assert_eq!(cut.len(), MAX_LINE + 1);
+        assert!(Request::parse(&cut).is_err());
+        let mut short: &[u8] = b"no newline";
+        assert_eq!(
+            read_line(&mut short).unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
     }
 
     #[test]

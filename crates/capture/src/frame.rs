@@ -14,7 +14,10 @@ use std::time::Duration;
 use wire::frame::ParsedFrame;
 
 use crate::link::{self, IpVersion, LinkError};
-use crate::pcap::{LinkType, PcapError, PcapReader, Record};
+use crate::pcap::{
+    Endian, FileHeader, LinkType, PcapError, PcapReader, Record, TsResolution, MAX_RECORD_LEN,
+    RECORD_HEADER_LEN,
+};
 
 /// UDP destination port of RoCEv2 (docs/wire.md §0).
 pub const ROCE_V2_UDP_PORT: u16 = 4791;
@@ -305,23 +308,27 @@ impl<R: Read> Iterator for Frames<R> {
 /// nanosecond timestamps — each with its Ethernet frame (numbered 0); a damaged or cut tail
 /// ends the list.
 pub fn stream_records(bytes: &[u8]) -> Vec<(&[u8], Frame)> {
+    let header = FileHeader {
+        endian: Endian::Little,
+        resolution: TsResolution::Nano,
+        version_major: 2,
+        version_minor: 4,
+        snaplen: MAX_RECORD_LEN,
+        link_type: LinkType::ETHERNET,
+        fcs_len: None,
+    };
     let mut out = Vec::new();
     let mut at = 0usize;
-    while let Some(h) = bytes.get(at..at + 16) {
-        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        let (sec, nsec, incl, orig) = (word(0), word(4), word(8), word(12));
-        let end = at + 16 + incl as usize;
-        let Some(data) = bytes.get(at + 16..end) else {
-            break;
-        };
+    for r in PcapReader::continuing(bytes, header).map_while(Result::ok) {
+        let end = at + RECORD_HEADER_LEN + r.data.len();
         out.push((
-            &bytes[at..end],
+            bytes.get(at..end).unwrap_or(&[]),
             Frame {
                 number: 0,
                 link_type: LinkType::ETHERNET,
-                timestamp: Duration::new(u64::from(sec), nsec.min(999_999_999)),
-                orig_len: orig,
-                data: data.to_vec(),
+                timestamp: r.timestamp,
+                orig_len: r.orig_len,
+                data: r.data,
             },
         ));
         at = end;

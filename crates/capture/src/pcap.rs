@@ -30,7 +30,8 @@ const MAGIC_NANO: u32 = 0xA1B2_3C4D;
 /// pcapng section header block type, so we can say what the file is instead of "bad magic".
 const PCAPNG_SHB: u32 = 0x0A0D_0D0A;
 const FILE_HEADER_LEN: usize = 24;
-const RECORD_HEADER_LEN: usize = 16;
+/// Bytes of a record header.
+pub const RECORD_HEADER_LEN: usize = 16;
 
 /// A pcap link-layer header type (LINKTYPE_* value, <https://www.tcpdump.org/linktypes.html>).
 ///
@@ -311,6 +312,18 @@ impl<R: Read> PcapReader<R> {
             records_read: 0,
             done: false,
         })
+    }
+
+    /// A reader of records only, for a stream whose file header is known from elsewhere
+    /// (the counterpart of [`PcapWriter::continuing`]; e.g. the record batches of the attach
+    /// protocol).
+    pub fn continuing(reader: R, header: FileHeader) -> Self {
+        PcapReader {
+            reader,
+            header,
+            records_read: 0,
+            done: false,
+        }
     }
 
     /// The file header.

@@ -64,26 +64,33 @@ pub enum Event {
 /// device named `device` (every process with a device if `None`). `skip` are already
 /// attached.
 pub fn find_targets(pids: &[u32], device: Option<&str>, skip: &[u32]) -> Vec<Target> {
-    let c = uroce::stats::collect(Duration::from_millis(500));
-    c.processes
-        .iter()
-        .filter(|s| !skip.contains(&s.pid))
-        .filter(|s| pids.is_empty() || pids.contains(&s.pid))
-        .filter(|s| !s.devices.is_empty())
-        .filter(|s| device.is_none_or(|d| s.devices.iter().any(|x| x.name == d)))
-        .filter_map(|s| {
-            let path = c
-                .dirs
-                .iter()
-                .map(|d| d.join(format!("{}.attach", s.pid)))
-                .find(|p| p.exists())?;
-            Some(Target {
-                pid: s.pid,
-                program: s.program.clone(),
-                path,
-            })
-        })
-        .collect()
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for dir in uroce::stats::search_dirs() {
+        // Only processes not yet attached are asked for their snapshot (their devices).
+        let eps = uroce::stats::endpoints(&dir).unwrap_or_default();
+        for ep in eps.into_iter().filter(|e| {
+            e.pid != me && !skip.contains(&e.pid) && (pids.is_empty() || pids.contains(&e.pid))
+        }) {
+            let uroce::stats::Probe::Live(s) = uroce::stats::probe(&ep, Duration::from_millis(500))
+            else {
+                continue;
+            };
+            let has = match device {
+                Some(d) => s.devices.iter().any(|x| x.name == d),
+                None => !s.devices.is_empty(),
+            };
+            let path = ep.path.with_extension("attach");
+            if has && path.exists() && !out.iter().any(|t: &Target| t.pid == s.pid) {
+                out.push(Target {
+                    pid: s.pid,
+                    program: s.program,
+                    path,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Attach to `t` with `req` on a thread of its own; everything it learns goes to `tx`.
@@ -103,19 +110,11 @@ fn run(t: &Target, req: &Request, tx: &Sender<Event>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     s.write_all(req.encode().as_bytes())
         .map_err(|e| e.to_string())?;
-    // The answer line, a byte at a time (frames follow it at once).
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    while line.last() != Some(&b'\n') {
-        if line.len() > attach::MAX_LINE {
-            return Err("answer line too long".into());
-        }
-        match s.read(&mut b) {
-            Ok(0) => return Err("closed before answering".into()),
-            Ok(_) => line.push(b[0]),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
+    // The answer line (frames follow it at once).
+    let line = attach::read_line(&mut s).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "closed before answering".to_string(),
+        _ => e.to_string(),
+    })?;
     match Answer::parse(&line).map_err(|e| e.to_string())? {
         Answer::Refused(why) => {
             let _ = tx.send(Event::Refused { pid: t.pid, why });

@@ -155,7 +155,6 @@ fn attach_mode(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut kept = 0u64;
     let mut seen = 0u64;
-    let mut frame_no = 0u64;
     while args.count.is_none_or(|c| kept < c) {
         let bytes = match session.next() {
             Ok(Some(attach_client::Got::Records(b))) => b,
@@ -174,19 +173,18 @@ fn attach_mode(args: &Args) -> anyhow::Result<ExitCode> {
                 continue;
             }
             kept += 1;
-            frame_no += 1;
             match &mut sink {
                 Sink::Pcap(_) => out.extend_from_slice(rec),
                 Sink::Lines(_) => {
                     if let capture::Outcome::Packet(mut r) = decoded.outcome {
-                        r.frame = frame_no;
+                        r.frame = kept;
                         if args.json {
                             let _ = writeln!(out, "{}", r.to_json());
                         } else {
                             let _ = writeln!(out, "{r}");
                         }
                     } else {
-                        let _ = writeln!(out, "{frame_no}  (not a RoCEv2 packet)");
+                        let _ = writeln!(out, "{kept}  (not a RoCEv2 packet)");
                     }
                 }
             }

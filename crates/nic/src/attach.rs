@@ -11,7 +11,7 @@
 //! while a tool is attached). Without an attached tool the devices pay what they pay with
 //! capture and trace off: one relaxed load per packet and per command.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering::Relaxed;
@@ -34,7 +34,7 @@ pub const POLL: Duration = Duration::from_millis(200);
 pub fn serve(mut stream: UnixStream) {
     let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let req = match read_line(&mut stream).map(|l| Request::parse(&l)) {
+    let req = match attach::read_line(&mut stream).map(|l| Request::parse(&l)) {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             let _ = answer(&stream, &Answer::Refused(e.to_string()));
@@ -142,28 +142,6 @@ fn pass(stream: &UnixStream, kind: u8, body: &[u8], dropped: u64, sent_dropped: 
 
 fn answer(stream: &UnixStream, a: &Answer) -> io::Result<()> {
     sys::send_all(stream.as_fd(), a.encode().as_bytes())
-}
-
-/// One line of at most `attach::MAX_LINE` bytes, read a byte at a time (nothing after the
-/// newline is consumed).
-fn read_line(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
-    let mut line = Vec::with_capacity(64);
-    let mut b = [0u8; 1];
-    while line.len() <= attach::MAX_LINE {
-        match stream.read(&mut b) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => {
-                line.push(b[0]);
-                if b[0] == b'\n' {
-                    return Ok(line);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    // Too long: the parser says so.
-    Ok(line)
 }
 
 /// Records lost by the captures of device `name` in this process (queue full or write

@@ -1802,20 +1802,7 @@ fn deliver(
     let mut corrupt = false;
     match q.srq {
         Some(s) => match res.srqs.get_mut(s) {
-            Some(srq) => {
-                let mut rq = RingRecvQueue {
-                    rq: &mut srq.rq,
-                    corrupt: false,
-                };
-                q.qp.handle_packet(now, pkt, meta, &mut mem, Some(&mut rq));
-                corrupt = rq.corrupt;
-                // SRQ limit event (armed by MODIFY_SRQ): fires once, then disarms.
-                if srq.limit > 0 && srq.rq.ring.cached_available() < srq.limit {
-                    srq.limit = 0;
-                    srq.events = srq.events.wrapping_add(1);
-                    limit_event = Some((srq.ctx, srq.user_handle));
-                }
-            }
+            Some(srq) => (corrupt, limit_event) = handle_on_srq(q, srq, &mut mem, now, pkt, meta),
             None => q.qp.handle_packet(now, pkt, meta, &mut mem, None),
         },
         None => match q.rq.as_mut() {
@@ -1837,6 +1824,32 @@ fn deliver(
         res.post_async(ctx, h, event::SRQ_LIMIT_REACHED);
     }
     make_ready(qps, ready, qpn);
+}
+
+/// Hand `pkt` to `q` with the shared receive queue `srq`. Returns whether the SRQ's ring
+/// was found corrupt, and the SRQ limit event to post (armed by MODIFY_SRQ: it fires once,
+/// then disarms).
+fn handle_on_srq(
+    q: &mut QpObj,
+    srq: &mut crate::state::Srq,
+    mem: &mut DmaView<'_>,
+    now: Time,
+    pkt: &RocePacketRepr<'_>,
+    meta: &RxMeta,
+) -> (bool, Option<(CtxId, u64)>) {
+    let mut rq = RingRecvQueue {
+        rq: &mut srq.rq,
+        corrupt: false,
+    };
+    q.qp.handle_packet(now, pkt, meta, mem, Some(&mut rq));
+    let corrupt = rq.corrupt;
+    let mut limit_event = None;
+    if srq.limit > 0 && srq.rq.ring.cached_available() < srq.limit {
+        srq.limit = 0;
+        srq.events = srq.events.wrapping_add(1);
+        limit_event = Some((srq.ctx, srq.user_handle));
+    }
+    (corrupt, limit_event)
 }
 
 /// A packet for an XRC target QP (IBTA XRC annex): a request's XRCETH names the XRC SRQ
@@ -1874,17 +1887,7 @@ fn deliver_xrc_target(
                 qpn: q.qp.qpn().value(),
                 payload,
             };
-            let mut rq = RingRecvQueue {
-                rq: &mut srq.rq,
-                corrupt: false,
-            };
-            q.qp.handle_packet(now, pkt, meta, &mut mem, Some(&mut rq));
-            corrupt = rq.corrupt;
-            if srq.limit > 0 && srq.rq.ring.cached_available() < srq.limit {
-                srq.limit = 0;
-                srq.events = srq.events.wrapping_add(1);
-                limit_event = Some((srq.ctx, srq.user_handle));
-            }
+            (corrupt, limit_event) = handle_on_srq(q, srq, &mut mem, now, pkt, meta);
         }
         None => {
             let mut mem = DmaView {

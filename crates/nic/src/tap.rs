@@ -536,13 +536,17 @@ impl Tap {
                 .sum::<u64>()
     }
 
-    /// Give `frame` to every sink `want` accepts (built once, copied for all but the last).
-    fn deliver(&self, frame: Option<Vec<u8>>, want: impl Fn(&Sink) -> bool) {
-        let Some(frame) = frame else {
-            return;
-        };
+    /// Give the frame `build` makes (only if some sink accepts it: `want`) to every such
+    /// sink, copied for all but the last.
+    fn deliver(&self, want: impl Fn(&Sink) -> bool, build: impl FnOnce() -> Option<Vec<u8>>) {
         let g = self.sinks.read().unwrap_or_else(PoisonError::into_inner);
         let mut targets = g.iter().filter(|s| want(s)).peekable();
+        if targets.peek().is_none() {
+            return;
+        }
+        let Some(frame) = build() else {
+            return;
+        };
         let mut frame = Some(frame);
         while let Some(s) = targets.next() {
             if targets.peek().is_some() {
@@ -558,9 +562,13 @@ impl Tap {
     /// A datagram the socket took: `bytes` (BTH .. ICRC) to `dst`, its ICRC made for IPv4
     /// Identification `ident`.
     pub(crate) fn sent(&self, dst: SocketAddr, ident: u16, bytes: &[u8]) {
-        let f = ip_repr(self.addr, dst.ip(), ident, true)
-            .and_then(|ip| frame(&ip, ROCE_V2_PORT, bytes, |_| true, false));
-        self.deliver(f, |_| true);
+        self.deliver(
+            |_| true,
+            || {
+                let ip = ip_repr(self.addr, dst.ip(), ident, true)?;
+                frame(&ip, ROCE_V2_PORT, bytes, |_| true, false)
+            },
+        );
     }
 
     /// A datagram from the socket: `bytes` (BTH .. ICRC) from `from`, whose IPv4
@@ -569,39 +577,28 @@ impl Tap {
     /// the packet.
     pub(crate) fn received(&self, from: SocketAddr, ident: u16, dont_frag: bool, bytes: &[u8]) {
         let other_dev = from.ip() != self.addr;
-        let want = |s: &Sink| !(other_dev && s.is_local(from.ip()));
-        let any = self
-            .sinks
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .any(|s| want(s));
-        if !any {
-            return;
-        }
-        let f = ip_repr(from.ip(), self.addr, ident, dont_frag)
-            .and_then(|ip| frame(&ip, from.port(), bytes, |_| true, false));
-        self.deliver(f, want);
+        self.deliver(
+            |s| !(other_dev && s.is_local(from.ip())),
+            || {
+                let ip = ip_repr(from.ip(), self.addr, ident, dont_frag)?;
+                frame(&ip, from.port(), bytes, |_| true, false)
+            },
+        );
     }
 
     /// A same-device packet (never on a socket): `pkt` (BTH .. payload, no ICRC), whose
     /// deferred payload `fill` copies in; the ICRC is computed for the synthesized headers.
     pub(crate) fn looped(&self, pkt: &[u8], fill: impl FnOnce(&mut [u8]) -> bool) {
-        self.deliver(same_device_frame(self.addr, pkt, fill), |_| true);
+        self.deliver(|_| true, || same_device_frame(self.addr, pkt, fill));
     }
 
     /// A packet another process of the daemon's device put into this device's peer ring
     /// (its sender recorded it as a same-device packet): for the sinks that want those.
     pub(crate) fn ring_received(&self, pkt: &[u8]) {
-        let any = self
-            .sinks
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .any(|s| s.ring_rx);
-        if any {
-            self.deliver(same_device_frame(self.addr, pkt, |_| true), |s| s.ring_rx);
-        }
+        self.deliver(
+            |s| s.ring_rx,
+            || same_device_frame(self.addr, pkt, |_| true),
+        );
     }
 }
 

@@ -805,11 +805,10 @@ fn remove_dead_temporaries(dir: &Path) {
     };
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| {
-            let n = n.strip_suffix(".tmp").unwrap_or(n);
-            pid_file_name(n, ".sock")
-                .filter(|_| name.to_str().is_some_and(|f| f.ends_with(".tmp")))
-                .or_else(|| pid_file_name(n, ".attach"))
+        let Some(pid) = name.to_str().and_then(|f| {
+            [".sock.tmp", ".attach.tmp", ".attach"]
+                .into_iter()
+                .find_map(|suffix| pid_file_name(f, suffix))
         }) else {
             continue;
         };

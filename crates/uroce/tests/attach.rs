@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -44,19 +44,12 @@ fn a_tool_that_stops_reading_never_stalls_the_device() {
     // A malformed request gets an error line, not an attachment.
     let mut bad = UnixStream::connect(&path).unwrap();
     bad.write_all(b"capture snaplen=0\n").unwrap();
-    let mut answer = String::new();
-    BufReader::new(&bad).read_line(&mut answer).unwrap();
+    let answer = String::from_utf8(abi::attach::read_line(&mut bad).unwrap()).unwrap();
     assert!(answer.starts_with("error "), "{answer}");
 
     let mut tool = UnixStream::connect(&path).unwrap();
     tool.write_all(b"capture snaplen=262144\n").unwrap();
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while line.last() != Some(&b'\n') {
-        tool.read_exact(&mut byte).unwrap();
-        line.push(byte[0]);
-    }
-    let answer = String::from_utf8(line).unwrap();
+    let answer = String::from_utf8(abi::attach::read_line(&mut tool).unwrap()).unwrap();
     assert!(
         answer.starts_with(&format!("ok pid={} devices=uroce0", std::process::id())),
         "{answer}"
