@@ -31,8 +31,13 @@ pub fn now_ns() -> u64 {
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Empty polls between two checks of the clock (and two `sched_yield`s when yielding is on).
+/// Empty polls between two checks of the clock (and two `sched_yield`s while yielding).
 const SPINS_PER_CHECK: u32 = 256;
+/// A gap this long between two clock checks of one wait (they are a few microseconds of
+/// polling apart) means the thread lost its core to another.
+const PREEMPTED: Duration = Duration::from_micros(200);
+/// After a preemption, the cores count as oversubscribed, and waits yield, this long.
+const CONTENDED_HOLD: Duration = Duration::from_millis(100);
 
 /// Gives up when a wait makes no progress for `limit`: a peer that died or a lost UD
 /// datagram would otherwise make a busy loop spin forever (the C tools do).
@@ -41,10 +46,16 @@ pub struct Watchdog {
     limit: Duration,
     last_progress: Instant,
     spins: u32,
-    /// Call `sched_yield` every `SPINS_PER_CHECK` empty polls: when more threads spin than
-    /// there are cores (both ends in one process, plus the engine), yielding lets the
-    /// others run (docs/architecture.md §4 "Threads").
+    /// Call `sched_yield` every `SPINS_PER_CHECK` empty polls while the cores are
+    /// oversubscribed: when more threads spin than there are cores (both ends in one
+    /// process, plus the engine), yielding lets the others run (docs/architecture.md §4
+    /// "Threads"). Only then: with a core to itself a wait that yields makes a system call
+    /// per wait, so a run's calls would grow with its length (docs/architecture.md §3).
     yield_cpu: bool,
+    /// The clock at this wait's previous check (`None` right after progress).
+    checked: Option<Instant>,
+    /// Yield until then (set when a wait finds it was preempted).
+    contended_until: Option<Instant>,
 }
 
 impl Watchdog {
@@ -55,6 +66,8 @@ impl Watchdog {
             last_progress: Instant::now(),
             spins: 0,
             yield_cpu,
+            checked: None,
+            contended_until: None,
         }
     }
 
@@ -62,6 +75,7 @@ impl Watchdog {
     pub fn progress(&mut self) {
         self.spins = 0;
         self.last_progress = Instant::now();
+        self.checked = None;
     }
 
     /// Nothing happened this time; errors after `limit` without progress. `what` names
@@ -74,7 +88,17 @@ impl Watchdog {
         }
         self.spins = 0;
         if self.yield_cpu {
-            std::thread::yield_now();
+            let now = Instant::now();
+            if self
+                .checked
+                .is_some_and(|t| now.duration_since(t) > PREEMPTED)
+            {
+                self.contended_until = Some(now + CONTENDED_HOLD);
+            }
+            self.checked = Some(now);
+            if self.contended_until.is_some_and(|t| now < t) {
+                std::thread::yield_now();
+            }
         }
         if self.last_progress.elapsed() > self.limit {
             bail!(
