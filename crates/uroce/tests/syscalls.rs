@@ -90,21 +90,14 @@ fn write_loop_child() {
 }
 
 fn strace_total(n: u64, spin_us: Option<u32>, daemon: Option<&std::path::Path>) -> u64 {
-    let exe = std::env::current_exe().expect("own path");
-    let out = std::env::temp_dir().join(format!("uroce-strace-{}-{n}.txt", std::process::id()));
-    let mut cmd = Command::new("strace");
-    cmd.arg("-f")
-        .arg("-c")
-        .arg("-o")
-        .arg(&out)
-        .arg(&exe)
-        .args([
-            "--exact",
-            "write_loop_child",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, n.to_string());
+    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+    cmd.args([
+        "--exact",
+        "write_loop_child",
+        "--test-threads=1",
+        "--nocapture",
+    ])
+    .env(CHILD_ENV, n.to_string());
     if let Some(s) = spin_us {
         cmd.env(SPIN_ENV, s.to_string());
     }
@@ -117,20 +110,7 @@ fn strace_total(n: u64, spin_us: Option<u32>, daemon: Option<&std::path::Path>) 
             cmd.env(abi::daemon::DAEMON_ENV, "0");
         }
     }
-    let status = cmd.status().expect("run strace");
-    assert!(status.success(), "child with {n} writes failed: {status}");
-    let text = std::fs::read_to_string(&out).expect("strace output");
-    let _ = std::fs::remove_file(&out);
-    let total = text
-        .lines()
-        .find(|l| l.trim_end().ends_with("total"))
-        .unwrap_or_else(|| panic!("no total line in strace output:\n{text}"));
-    // "% time  seconds  usecs/call  calls  [errors]  syscall": calls is the 4th column.
-    let calls = total
-        .split_whitespace()
-        .nth(3)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("cannot parse `{total}`"));
+    let (calls, text) = strace::count_calls(&cmd, &format!("{n}"));
     eprintln!("{n} writes (engine spin {spin_us:?} µs): {calls} system calls in total\n{text}");
     calls
 }
@@ -139,7 +119,7 @@ fn strace_available() -> bool {
     if std::env::var(CHILD_ENV).is_ok() {
         return false;
     }
-    if Command::new("strace").arg("-V").output().is_err() {
+    if !strace::available() {
         eprintln!("SKIPPED: strace is not installed (apt-get install -y strace)");
         return false;
     }

@@ -2,6 +2,8 @@
 //! polling with a deadline.
 #![allow(dead_code)]
 
+pub mod strace;
+
 use std::time::{Duration, Instant};
 
 use uroce::pair::{connect, End, PairOpts, ALL_ACCESS};
