@@ -2023,7 +2023,19 @@ impl DevState {
         }
         let idx = m.qp_handle;
         if let Some((ip, qpn)) = ring_to {
-            self.ensure_peer_ring(ip, qpn);
+            // A ring is lossless and holds back what does not fit (docs/daemon.md §2.1):
+            // the window may fill it, where a lossy path keeps rxe's 128 PSNs (with 128, a
+            // 64 KiB stream waited for the other process's engine every 128 KiB).
+            let window = if self.ensure_peer_ring(ip, qpn) {
+                crate::peer_ring::SLOTS
+            } else {
+                QpConfig::new(Qpn::new(0), QpType::Rc).max_unacked_psns
+            };
+            if let Some(q) = self.qps.get_mut(idx) {
+                if q.qp.config().max_unacked_psns != window {
+                    q.qp.set_max_unacked_psns(window);
+                }
+            }
         }
         self.make_ready(idx);
         self.recount_remote();
