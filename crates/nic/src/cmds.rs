@@ -531,12 +531,14 @@ impl DevState {
             Request::CreateQp(c, d) => self.create_qp(ctx, c, d, resp),
             Request::QueryQp(q) => self.query_qp(ctx, q, resp),
             Request::ModifyQp(m) => {
+                self.publish_peer_rings();
                 self.modify_qp(ctx, m)?;
                 *kick = true;
                 Ok(())
             }
             Request::DestroyQp(d) => {
                 own(&self.qps, ctx, d.qp_handle, "qp_handle")?;
+                self.publish_peer_rings();
                 let ev = self.destroy_qp(d.qp_handle);
                 push(
                     resp,
@@ -2404,6 +2406,7 @@ impl DevState {
     /// `/dev/infiniband/uverbsN`. Descriptors given to the library are the library's; ours
     /// (event senders) close here.
     pub(crate) fn destroy_context(&mut self, ctx: CtxId) {
+        self.publish_peer_rings();
         for q in self.qps.indices_where(|q| q.ctx == ctx) {
             self.destroy_qp(q);
         }

@@ -189,6 +189,14 @@ impl TxRing {
     }
 }
 
+impl Drop for TxRing {
+    /// A ring that goes away (its device's state is dropped, or a new ring to the slot
+    /// replaces it) leaves nothing staged behind: held ACKs still reach the consumer.
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
 /// The consuming end, in the receiving process.
 #[derive(Debug)]
 pub(crate) struct RxRing {
@@ -312,5 +320,17 @@ mod tests {
         assert!(tx.stage(&pkt(0x11, 0x1f)));
         tx.publish_or_hold(9_000, false);
         assert!(rx.pending());
+    }
+
+    #[test]
+    fn held_acks_leave_when_the_ring_goes_away() {
+        let (mut tx, mut rx) = ring();
+        let mut buf = Vec::new();
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(1_000, true);
+        assert!(!rx.pending(), "held");
+        // Torn down within the hold (the device closed, the process exits): published.
+        drop(tx);
+        assert_eq!(rx.drain(8, &mut buf, |p| assert_eq!(p[0], 0x11)), 1);
     }
 }

@@ -427,6 +427,16 @@ impl DevState {
             .set_id_prefix(u8::try_from(g.id_prefix_bits).unwrap_or(0), g.id_prefix);
     }
 
+    /// Publish what is staged in every peer ring, ACKs held back for company included
+    /// (`peer_ring::TxRing::publish_or_hold`): before a QP changes state or goes away, when
+    /// a context closes, at process exit (docs/daemon.md §2.1). An ACK held past such a
+    /// point could be the last one its peer waits for.
+    pub(crate) fn publish_peer_rings(&mut self) {
+        for tx in self.peer_tx.values_mut() {
+            tx.publish();
+        }
+    }
+
     /// On a daemon's device: make sure a packet ring leads to the process that owns QP
     /// `dest_qpn` at this device's own address, if another process owns it (asked of the
     /// daemon once per peer process; without a ring, packets go through the daemon).
