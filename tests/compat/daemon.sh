@@ -8,7 +8,8 @@
 #     each) on the one device and address, every process exiting 0, with `uroce devinfo` and
 #     `uroce stat` run while they do (stat must show the daemon and its clients), and the
 #     daemon's Prometheus endpoint (`uroced --metrics`) scraped twice: the exposition parses
-#     (python3 prometheus_client, when installed) and the packet counters grow;
+#     (python3 prometheus_client, when installed) and every process's packet counter grows or
+#     stays (none goes down);
 #  3. ibv_rc_pingpong (--chk) and `uroce bench write_bw --verify` between two processes;
 #     rping -v, udaddy and ucmatose through the daemon's CM routing; `uroce capture -d uroce0`
 #     beside a pair of processes (every packet once, good ICRCs, nothing malformed in tshark);
@@ -116,18 +117,33 @@ samples = []
 try:
     from prometheus_client.parser import text_string_to_metric_families
     for fam in text_string_to_metric_families(text):
-        samples += [(s.name, s.value) for s in fam.samples]
+        samples += [(s.name, sorted(s.labels.items()), s.value) for s in fam.samples]
     how = "parsed by prometheus_client"
 except ImportError:
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
-            samples.append((name.split("{")[0], float(value)))
+            samples.append((name.split("{")[0], name.partition("{")[2], float(value)))
     how = "prometheus_client not installed: split by hand"
-clients = sum(v for n, v in samples if n == "uroce_daemon_clients")
-sent = sum(v for n, v in samples if n == "uroce_sent_pkts_total")
-print(f"clients={int(clients)} sent={int(sent)} ({how}, {len(samples)} samples)")
+clients = sum(v for n, l, v in samples if n == "uroce_daemon_clients")
+sent = [(l, v) for n, l, v in samples if n == "uroce_sent_pkts_total"]
+print(f"clients={int(clients)} sent={int(sum(v for _, v in sent))} ({how}, {len(samples)} samples)")
+for l, v in sent:
+    print(f"series {l} {int(v)}")
 PY
+}
+
+# counters_grow A B: a counter never goes down — every uroce_sent_pkts_total series (one per
+# process: the labels carry the pid) present in both scrapes has a value in B at least that
+# in A, and one has grown. The sum over series may fall: a process that exits takes its
+# series with it, as a Prometheus target's series end.
+counters_grow() {
+    awk '$1 == "series" { v = $NF; $NF = ""; if (FILENAME == ARGV[1]) a[$0] = v; else b[$0] = v }
+        END {
+            for (k in b) if (k in a) { both++; if (b[k] + 0 < a[k] + 0) down++; if (b[k] + 0 > a[k] + 0) up++ }
+            printf "%d series in both scrapes, %d grew, %d went down\n", both, up, down
+            exit !(both > 0 && up > 0 && down == 0)
+        }' "$1" "$2"
 }
 
 # 1. Listing without UROCE_DEVICES.
@@ -138,18 +154,19 @@ else
     bad "listing" "$work/devs" "$work/devinfo"
 fi
 
-# 2. Eight perftest pairs at once on one device and address.
+# 2. Eight perftest pairs at once on one device and address, each running 8 s (-D) so the
+# pairs outlast the scrapes, `uroce devinfo` and `uroce stat` below however fast they go.
 tests=(ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw ib_write_bw ib_read_lat ib_send_bw ib_atomic_bw)
 spids=()
 cpids=()
 for i in "${!tests[@]}"; do
-    timeout 180 "${tests[$i]}" -x 0 -p $((port + i)) >"$work/s$i" 2>&1 &
+    timeout 180 "${tests[$i]}" -x 0 -D 8 -p $((port + i)) >"$work/s$i" 2>&1 &
     spids+=($!)
 done
 sleep 1
 for i in "${!tests[@]}"; do
     # perftest's client retries nothing: give its server time to listen.
-    timeout 180 "${tests[$i]}" -x 0 -p $((port + i)) 127.0.0.1 >"$work/c$i" 2>&1 &
+    timeout 180 "${tests[$i]}" -x 0 -D 8 -p $((port + i)) 127.0.0.1 >"$work/c$i" 2>&1 &
     cpids+=($!)
 done
 sleep 2
@@ -174,9 +191,11 @@ clients=$(sed -n 's/^daemon uroce0 .* clients \([0-9]*\) .*/\1/p' "$work/stat2")
 c1=$(sed -n 's/^clients=\([0-9]*\) .*/\1/p' "$work/scrape1")
 s1=$(sed -n 's/^clients=[0-9]* sent=\([0-9]*\) .*/\1/p' "$work/scrape1")
 s2=$(sed -n 's/^clients=[0-9]* sent=\([0-9]*\) .*/\1/p' "$work/scrape2")
-if [ "${c1:-0}" -ge 2 ] && [ -n "$s1" ] && [ -n "$s2" ] && [ "$s2" -gt "$s1" ]; then
-    ok "uroced --metrics scraped during the pairs: $(cat "$work/scrape1") then sent=$s2"
+if [ "${c1:-0}" -ge 2 ] && [ -n "$s1" ] && [ -n "$s2" ] \
+    && counters_grow "$work/scrape1" "$work/scrape2" >"$work/grow"; then
+    ok "uroced --metrics scraped during the pairs: $(head -1 "$work/scrape1"), then $(cat "$work/grow")"
 else
+    cat "$work/grow" >>"$work/scrape2"
     bad "metrics endpoint (clients ${c1:-?}, sent ${s1:-?} then ${s2:-?})" "$work/scrape1" "$work/scrape2"
 fi
 if [ "$devinfo_rc" = 0 ] && grep -q "hca_id:.*uroce0" "$work/devinfo2" && [ "$stat_rc" = 0 ] \

@@ -103,6 +103,11 @@ const TX_BUDGET: usize = 64;
 const TXQ_MAX: usize = 1024;
 /// Loopback packets delivered per round.
 const LOOP_BUDGET: usize = 512;
+/// Same-device packets queued before QPs stop transmitting: the internal loopback is a
+/// wire with a bounded buffer. Unbounded, a thousand QPs each sending a window at once
+/// queue tens of thousands of packets ahead of every ACK; the round trip then outgrows
+/// the retransmission timeout and the device spends its time resending what is queued.
+const LOOPQ_MAX: usize = 1024;
 /// Rounds of (loopback, ready QPs) per pass.
 const ROUNDS: usize = 8;
 /// With [`crate::DeviceConfig::yield_when_idle`], idle spinning longer than this yields the
@@ -505,8 +510,17 @@ impl DevIo {
         self.pool.push(b);
     }
 
+    /// Whether one more packet would leave the device backlogged.
+    fn backlogged_after_one(&self) -> bool {
+        self.txq.len() + 1 >= TXQ_MAX
+            || self.ring_backlog.len() + 1 >= TXQ_MAX
+            || self.loopq.len() + 1 >= LOOPQ_MAX
+    }
+
     fn backlogged(&self) -> bool {
-        self.txq.len() >= TXQ_MAX || self.ring_backlog.len() >= TXQ_MAX
+        self.txq.len() >= TXQ_MAX
+            || self.ring_backlog.len() >= TXQ_MAX
+            || self.loopq.len() >= LOOPQ_MAX
     }
 }
 
@@ -825,6 +839,12 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
         }
         let n = st.ready.len();
         for _ in 0..n {
+            // With the wire full, the rest wait for the next round (the loopback queue
+            // drains at its head): visiting them now would only find it full.
+            if io.backlogged() {
+                did = true;
+                break;
+            }
             let Some(idx) = st.ready.pop_front() else {
                 break;
             };
@@ -1179,6 +1199,10 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
         if io.backlogged() {
             more = true;
             break;
+        }
+        if sent + 1 == TX_BUDGET || io.backlogged_after_one() {
+            // This QP's turn ends with this packet: have it acknowledged now.
+            q.qp.request_ack_next();
         }
         let mut buf = io.take_buf();
         // Payload read from registered memory is recorded, not copied: a packet that
@@ -1921,7 +1945,7 @@ fn deliver(
     }
     if let Some(QpXrc::Target { domain, .. }) = q.xrc {
         deliver_xrc_target(res, q, domain, pkt, meta, now, payload);
-        make_ready(qps, ready, qpn);
+        make_ready_first(qps, ready, qpn);
         return;
     }
     let mut mem = DmaView {
@@ -1955,7 +1979,7 @@ fn deliver(
     if let Some((ctx, h)) = limit_event {
         res.post_async(ctx, h, event::SRQ_LIMIT_REACHED);
     }
-    make_ready(qps, ready, qpn);
+    make_ready_first(qps, ready, qpn);
 }
 
 /// Hand `pkt` to `q` with the shared receive queue `srq`. Returns whether the SRQ's ring

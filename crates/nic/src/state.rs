@@ -571,6 +571,19 @@ pub(crate) fn make_ready(qps: &mut Slab<QpObj>, ready: &mut VecDeque<u32>, idx: 
     }
 }
 
+/// [`make_ready`] for a QP a packet just reached: at the head of the queue, since what it
+/// owes now — an acknowledgement, a READ response, completions — is what other QPs' round
+/// trips wait for. At the tail, behind every QP with data to send, an ACK waits a whole
+/// round of the queue: with a thousand busy QPs longer than the requester's timeout.
+pub(crate) fn make_ready_first(qps: &mut Slab<QpObj>, ready: &mut VecDeque<u32>, idx: u32) {
+    if let Some(q) = qps.get_mut(idx) {
+        if !q.in_ready {
+            q.in_ready = true;
+            ready.push_front(idx);
+        }
+    }
+}
+
 /// A transport completion as the CQE's `ibv_wc` (docs/wire.md §7.5; flags in libibverbs values).
 pub(crate) fn to_wc(c: &Completion) -> Wc {
     let mut wc = Wc {

@@ -458,6 +458,70 @@ fn segmentation_and_padding() {
 }
 
 #[test]
+fn a_turn_that_ends_mid_message_asks_for_an_ack() {
+    // A driver that stops asking for packets mid-message (its turn is over, its wire is
+    // full) says so with request_ack_next: the packet it takes next carries AckReq, the
+    // responder acknowledges what arrived, and later packets go back to the usual rule.
+    let mut p = Pair::new(
+        QpType::Rc,
+        Mtu::Mtu1024,
+        &Pair::rc_attr(),
+        [0, 0],
+        |_, _| {},
+    );
+    let len = 8 * 1024u32;
+    p.fill(0, BUF_VA, &pattern(len as usize, 9));
+    p.qps[0]
+        .post_send(wr(
+            &p,
+            1,
+            WrOpcode::RdmaWrite,
+            BUF_VA,
+            len,
+            BUF_VA + 0x40000,
+        ))
+        .unwrap();
+    let mut sent = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    for i in 0..3 {
+        if i == 2 {
+            p.qps[0].request_ack_next();
+        }
+        let t = p.qps[0]
+            .poll_transmit(p.now, &mut p.mem[0], &mut buf)
+            .expect("a packet of the WRITE");
+        let pkt = buf[..t.len].to_vec();
+        sent.push(RocePacketRepr::parse(&pkt).unwrap().bth.ack_req);
+        p.deliver_bytes(1, &pkt);
+    }
+    assert_eq!(
+        sent,
+        [false, false, true],
+        "AckReq on the packet after the hint only"
+    );
+    // The responder answers the third packet at once: PSNs 0..=2 are acknowledged before
+    // the rest of the message leaves.
+    let t = p.qps[1]
+        .poll_transmit(p.now, &mut p.mem[1], &mut buf)
+        .expect("an ACK");
+    let ack = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+    assert_eq!((ack.bth.psn.value(), ack.aeth.is_some()), (2, true));
+    p.run_clean();
+    assert_eq!(
+        p.bytes(1, BUF_VA + 0x40000, len as usize),
+        &pattern(len as usize, 9)[..]
+    );
+    let later: Vec<bool> = p
+        .log
+        .iter()
+        .filter(|l| l.from == 0)
+        .map(|l| l.repr().bth.ack_req)
+        .collect();
+    assert_eq!(later.len(), 5, "the other five packets of the message");
+    assert_eq!(later, [false, false, false, false, true]);
+}
+
+#[test]
 fn inline_local_errors_and_zero_length() {
     let mut p = Pair::rc();
     p.qps[1].post_recv(recv(&p, 1, 1, BUF_VA, 64)).unwrap();

@@ -367,6 +367,8 @@ pub struct Qp {
     pub(crate) next_ssn: Msn,
     pub(crate) rd_atomic_outstanding: u32,
     pub(crate) pkts_since_ackreq: u32,
+    /// The next request packet asks for an acknowledgement ([`Qp::request_ack_next`]).
+    pub(crate) ack_req_next: bool,
     /// Congestion window, round-trip estimate and retransmission timer.
     pub(crate) rec: Recovery,
     pub(crate) retry_left: u8,
@@ -430,6 +432,7 @@ impl Qp {
             next_ssn: Msn::new(1),
             rd_atomic_outstanding: 0,
             pkts_since_ackreq: 0,
+            ack_req_next: false,
             rec: Recovery::new(cfg.max_unacked_psns),
             retry_left: 0,
             rnr_left: 0,
@@ -919,6 +922,15 @@ impl Qp {
     pub fn handle_timeout(&mut self, now: Time) {
         self.requester_timeout(now);
         self.check_drained();
+    }
+
+    /// The caller will not ask for another packet for a while — its turn ends, its wire
+    /// is full — so the next request packet carries AckReq (IBTA Vol 1 §9.2.3: a requester
+    /// may set it on any packet). What the turn sent is then acknowledged at once instead
+    /// of after the rest of the message, which may leave only when this QP's next turn
+    /// comes: with many busy QPs sharing a device, later than the retransmission timer.
+    pub fn request_ack_next(&mut self) {
+        self.ack_req_next = true;
     }
 
     /// Build the next packet into `buf` (at least [`Qp::max_packet_len`] bytes). Responses

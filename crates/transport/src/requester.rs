@@ -237,8 +237,8 @@ impl Qp {
         if self.cc.as_ref().is_some_and(crate::Dcqcn::is_active) {
             every = every.min(PACED_ACK_EVERY);
         }
-        let ack_req =
-            ty == QpType::Rc && (last || fills_window || self.pkts_since_ackreq + 1 >= every);
+        let ack_req = ty == QpType::Rc
+            && (last || fills_window || self.ack_req_next || self.pkts_since_ackreq + 1 >= every);
         bth.ack_req = ack_req;
         bth.solicited = last
             && wqe.wr.flags.contains(SendFlags::SOLICITED)
@@ -343,6 +343,7 @@ impl Qp {
         if ty == QpType::Rc {
             self.rec.on_sent(self.next_psn);
         }
+        self.ack_req_next = false;
         self.pkts_since_ackreq = if ack_req {
             0
         } else {

@@ -102,8 +102,14 @@ pub fn connect(a: &Device, b: &Device, o: &PairOpts) -> Result<(End, End)> {
     } else {
         b.open()?
     };
-    let ea = end(&ctx_a, o)?;
-    let eb = end(&ctx_b, o)?;
+    connect_in(&ctx_a, &ctx_b, o)
+}
+
+/// [`connect`] in contexts already open (the same one for both ends if wanted): many
+/// pairs on one device need not open a context each.
+pub fn connect_in(ctx_a: &Context, ctx_b: &Context, o: &PairOpts) -> Result<(End, End)> {
+    let ea = end(ctx_a, o)?;
+    let eb = end(ctx_b, o)?;
     let (psn_a, psn_b) = (
         o.connect.sq_psn,
         o.connect.sq_psn.wrapping_add(1000) & 0xff_ffff,
