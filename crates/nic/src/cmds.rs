@@ -531,12 +531,14 @@ impl DevState {
             Request::CreateQp(c, d) => self.create_qp(ctx, c, d, resp),
             Request::QueryQp(q) => self.query_qp(ctx, q, resp),
             Request::ModifyQp(m) => {
+                self.publish_peer_rings();
                 self.modify_qp(ctx, m)?;
                 *kick = true;
                 Ok(())
             }
             Request::DestroyQp(d) => {
                 own(&self.qps, ctx, d.qp_handle, "qp_handle")?;
+                self.publish_peer_rings();
                 let ev = self.destroy_qp(d.qp_handle);
                 push(
                     resp,
@@ -2023,7 +2025,19 @@ impl DevState {
         }
         let idx = m.qp_handle;
         if let Some((ip, qpn)) = ring_to {
-            self.ensure_peer_ring(ip, qpn);
+            // A ring is lossless and holds back what does not fit (docs/daemon.md §2.1):
+            // the window may fill it, where a lossy path keeps rxe's 128 PSNs (with 128, a
+            // 64 KiB stream waited for the other process's engine every 128 KiB).
+            let window = if self.ensure_peer_ring(ip, qpn) {
+                crate::peer_ring::SLOTS
+            } else {
+                QpConfig::new(Qpn::new(0), QpType::Rc).max_unacked_psns
+            };
+            if let Some(q) = self.qps.get_mut(idx) {
+                if q.qp.config().max_unacked_psns != window {
+                    q.qp.set_max_unacked_psns(window);
+                }
+            }
         }
         self.make_ready(idx);
         self.recount_remote();
@@ -2392,6 +2406,7 @@ impl DevState {
     /// `/dev/infiniband/uverbsN`. Descriptors given to the library are the library's; ours
     /// (event senders) close here.
     pub(crate) fn destroy_context(&mut self, ctx: CtxId) {
+        self.publish_peer_rings();
         for q in self.qps.indices_where(|q| q.ctx == ctx) {
             self.destroy_qp(q);
         }

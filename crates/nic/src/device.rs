@@ -349,19 +349,21 @@ pub(crate) fn start_device_in(
     engine.add_device(dev.clone())?;
     reg.push(dev.clone());
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
-    AT_EXIT.call_once(|| sys::at_exit(flush_cm_at_exit));
+    AT_EXIT.call_once(|| sys::at_exit(flush_at_exit));
     Ok(DeviceHandle(dev))
 }
 
 /// At process exit: let each device's engine send the CM messages still queued (a DREQ or
 /// REJ a program issued just before returning from `main`), waiting at most ~100 ms per
 /// device. The kernel's CM outlives a process; an embedded device does not, and a peer
-/// would otherwise wait for a DREQ that never left.
+/// would otherwise wait for a DREQ that never left. Then publish what waits staged in the
+/// device's peer rings (ACKs held back for company, docs/daemon.md §2.1): the other
+/// process may be waiting for the last of them.
 ///
 /// Never blocks on a lock: `exit` may run inside a signal handler (libfabric's psm
 /// providers call it on SIGTERM) that interrupted this very thread inside the engine, with
 /// the device state locked; and a forked child's registry holds its parent's devices.
-extern "C" fn flush_cm_at_exit() {
+extern "C" fn flush_at_exit() {
     let devs: Vec<Arc<Device>> = match REGISTRY.try_lock() {
         Ok(r) if REGISTRY_PID.load(Ordering::SeqCst) == std::process::id() => r.clone(),
         _ => return,
@@ -381,6 +383,17 @@ extern "C" fn flush_cm_at_exit() {
             d.engine.kick();
             d.engine.drive();
             std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        for _ in 0..100 {
+            match d.state.try_lock() {
+                Ok(mut st) => st.publish_peer_rings(),
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().publish_peer_rings(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+            }
+            break;
         }
     }
 }

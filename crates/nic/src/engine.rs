@@ -48,6 +48,18 @@
 //! µs; ib_write_bw 205 → 444–485 MB/s; ib_atomic_bw 0.018 → 0.084–0.093 Mpps. An
 //! application that waits by spinning on memory (ib_write_lat) still needs the engine
 //! thread to be scheduled for each incoming WRITE (typical ~45 µs, one wake-up here).
+//!
+//! The device's work is done where a core is already running: on the caller's thread when
+//! it posts or polls, on the engine only when no caller is there. A caller marks itself
+//! active (`EngineShared::app_active`); the engine then counts as contended for
+//! `APP_HOLD` — it parks after a few µs of idle spin, and a caller that finds it awake in
+//! that state takes the work too (the engine's loop `try_lock`s and yields to it). On a
+//! daemon device the caller also drains the peer rings while it does the passes (it
+//! withdraws the rings' `parked` word meanwhile, so producers do not wake the engine for
+//! what it reads anyway), and holds back an ACK-only batch for the answer it is about to
+//! post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps `RING_BACKLOG_NAP`
+//! while callers have been holding ACKs or a ring is full, so that held ACKs and packets
+//! waiting for room always leave (docs/daemon.md §2.1).
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
@@ -114,6 +126,18 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(100);
 /// The idle spin while the cores are oversubscribed: a few passes, no window (measured on
 /// the 2-core VM: a 50 µs window there doubled two-process round trips).
 const CONTENDED_SPIN: Duration = Duration::from_micros(5);
+/// After an application thread last called in, the engine parks after [`CONTENDED_SPIN`]
+/// for this long: the caller does the work on its own core (`EngineShared::drive`).
+const APP_HOLD: Duration = Duration::from_millis(2);
+/// A parked engine with packets waiting for room in a full peer ring, or on whose rings
+/// an application thread held back ACKs within [`RING_ACTIVE_NS`], looks again this often
+/// (the consumer does not wake producers, and held ACKs must leave; a polling caller does
+/// both sooner).
+const RING_BACKLOG_NAP: Duration = Duration::from_nanos(RING_NAP_NS);
+/// See [`RING_BACKLOG_NAP`].
+const RING_ACTIVE_NS: u64 = 5_000_000;
+/// [`RING_BACKLOG_NAP`] in ns.
+const RING_NAP_NS: u64 = 100_000;
 /// How often the engine re-reads its CPU affinity (one CPU: always contended).
 const AFFINITY_CHECK: Duration = Duration::from_secs(1);
 /// The wake eventfd's epoll token (devices' sockets use their ids, which start at 1).
@@ -151,6 +175,11 @@ pub(crate) struct EngineShared {
     /// Calls of `drive` counted while `single_cpu`: an application thread is polling or
     /// posting, on the engine's one CPU.
     app_calls: AtomicU64,
+    /// A library thread called [`EngineShared::drive`] since the engine last looked: an
+    /// application is polling or posting, on a core that is running anyway, so the engine
+    /// leaves the work to it and parks after a short spin (set by the caller, cleared by
+    /// the engine; written only when it changes, so a poller does not bounce the line).
+    app_active: AtomicBool,
 }
 
 /// What only the thread doing the engine's work touches.
@@ -197,16 +226,45 @@ impl Core {
         progress
     }
 
+    /// Set (or clear) the `parked` word of every peer ring of the engine's devices; when
+    /// setting, whether a ring holds packets (the re-check of the doorbell protocol).
+    fn rings_parked(&self, parked: bool) -> bool {
+        let mut pending = false;
+        for d in &self.devs {
+            let mut st = d.dev.lock_engine();
+            for r in st.peer_rx.iter_mut() {
+                r.set_parked(parked);
+                pending |= parked && r.pending();
+            }
+        }
+        pending
+    }
+
+    /// Whether packets wait for room in another process's full ring.
+    fn ring_stalled(&self) -> bool {
+        self.devs.iter().any(|d| !d.io.ring_backlog.is_empty())
+    }
+
     /// After passes on a library thread: whether work is left that only another pass would
     /// do (or a TX backlog), and the earliest transport deadline — one device lock each.
+    /// Packets waiting for a full peer ring are not such work: the parked engine looks at
+    /// them every [`RING_BACKLOG_NAP`], and a caller that keeps polling moves them sooner.
     fn leftover(&self) -> (bool, Option<Time>) {
         let mut left = false;
         let mut next: Option<Time> = None;
         for d in &self.devs {
             let st = d.dev.lock_engine();
-            left |= unfinished(&d.io, &st) || !d.io.txq.is_empty();
+            left |= busy(&d.io, &st) || !d.io.txq.is_empty();
             if let Some(Reverse((t, _))) = st.timers.peek() {
                 next = Some(next.map_or(*t, |n| n.min(*t)));
+            }
+            // ACKs held back here must leave even if this caller does not come back: by
+            // the engine's next nap at the latest (a sleep without one is woken).
+            for tx in st.peer_tx.values() {
+                if let Some(h) = tx.held_at() {
+                    let t = Time(h + crate::peer_ring::ACK_HOLD_NS + RING_NAP_NS);
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
             }
         }
         (left, next)
@@ -215,8 +273,8 @@ impl Core {
 
 /// Whether a device has work only another pass would do: ready QPs, a socket epoll said
 /// is readable, undelivered loopback packets.
-fn unfinished(io: &DevIo, st: &DevState) -> bool {
-    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty() || !io.ring_backlog.is_empty()
+fn busy(io: &DevIo, st: &DevState) -> bool {
+    !st.ready.is_empty() || io.force_rx || !io.loopq.is_empty()
 }
 
 impl EngineShared {
@@ -241,6 +299,7 @@ impl EngineShared {
             contended: AtomicBool::new(false),
             single_cpu: AtomicBool::new(false),
             app_calls: AtomicU64::new(0),
+            app_active: AtomicBool::new(false),
         });
         let s = shared.clone();
         std::thread::Builder::new()
@@ -284,7 +343,13 @@ impl EngineShared {
             // Only then: on separate cores this line would bounce on every poll.
             self.app_calls.fetch_add(1, Relaxed);
         }
-        let core = if self.parked.load(SeqCst) {
+        if !self.app_active.load(Relaxed) {
+            self.app_active.store(true, Relaxed);
+        }
+        // Parked, or awake beside an active caller (it only spins a few µs then, and
+        // releases its state between spin steps): the work is done here, at once.
+        let parked = self.parked.load(SeqCst);
+        let core = if parked || self.contended.load(Relaxed) {
             self.core.try_lock().ok()
         } else {
             None
@@ -296,15 +361,35 @@ impl EngineShared {
             return false;
         };
         core.refresh(self);
+        // While this thread does the passes it is the peer rings' consumer: producers need
+        // not wake the sleeping engine for what it will read anyway (docs/daemon.md §2.1).
+        if parked {
+            core.rings_parked(false);
+        }
+        let mut any = false;
         for _ in 0..DRIVE_PASSES {
             if !core.pass(self.epoch, true, true) {
                 break;
             }
+            any = true;
+        }
+        // The doorbell protocol on the way out: parked again, then one more look.
+        if parked && core.rings_parked(true) {
+            core.rings_parked(false);
+            core.pass(self.epoch, true, true);
+            core.rings_parked(true);
         }
         let (left, next) = core.leftover();
         let earlier = next.is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
-        if left || earlier {
+        if parked && self.parked.load(SeqCst) && (left || earlier) {
             sys::eventfd_signal(self.wake.as_fd());
+        }
+        let stalled = !any && core.ring_stalled();
+        drop(core);
+        if stalled {
+            // Nothing moved because another process's ring is full: its consumer needs a
+            // core more than this poller does.
+            std::thread::yield_now();
         }
         true
     }
@@ -385,6 +470,8 @@ pub(crate) struct DevIo {
     ring_rx: Vec<u8>,
     /// When the daemon's socket was last read.
     daemon_polled: Time,
+    /// When an application thread last held back ACKs (`Time(0)`: never).
+    ring_seen: Time,
     /// The device's capture point (`crate::tap`; `UROCE_CAPTURE` or an attached `uroce
     /// capture`): one relaxed load per packet when nobody captures ([`DevIo::tap`]).
     tap: Arc<crate::tap::Tap>,
@@ -404,6 +491,7 @@ impl DevIo {
             ring_backlog: VecDeque::new(),
             ring_rx: Vec::new(),
             daemon_polled: Time(0),
+            ring_seen: Time(0),
             tap,
         }
     }
@@ -489,7 +577,17 @@ fn run(shared: Arc<EngineShared>) {
     let mut affinity_checked = Instant::now() - AFFINITY_CHECK;
     loop {
         // Held for this iteration (released between passes, and while asleep in `park`).
-        let mut core = lock(&shared.core);
+        // A caller doing the work meanwhile (`EngineShared::drive`) is not waited for.
+        let mut core = match shared.core.try_lock() {
+            Ok(c) => c,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // Its core may be the one that caller needs.
+                std::thread::yield_now();
+                spun_at = None;
+                continue;
+            }
+        };
         if core.refresh(&shared) {
             policy.reconfigure(spin_bounds(&core.devs));
             yield_idle = core.devs.iter().any(|d| d.dev.cfg.yield_when_idle);
@@ -523,6 +621,15 @@ fn run(shared: Arc<EngineShared>) {
             contended_until = t + CONTENDED_HOLD;
         }
         seen_calls = calls;
+        if shared.app_active.load(Relaxed) {
+            // An application thread polls or posts: it does the work while this thread
+            // parks (EngineShared::drive). Spinning beside it would only take a core from
+            // it, or from the other process of a pair on the same device.
+            shared.app_active.store(false, Relaxed);
+            if contention_aware {
+                contended_until = contended_until.max(t + APP_HOLD);
+            }
+        }
         let contended = t < contended_until;
         if shared.contended.load(Relaxed) != contended {
             shared.contended.store(contended, Relaxed);
@@ -600,6 +707,7 @@ fn park(
     };
     // 1. Announce `parked` on every doorbell page and peer ring, re-checking them.
     let mut may_sleep = true;
+    let mut backlog = false;
     let mut next: Option<Time> = None;
     for d in core.devs.iter() {
         let mut st = d.dev.lock_engine();
@@ -617,9 +725,15 @@ fn park(
         if let Some(Reverse((t, _))) = st.timers.peek() {
             next = Some(next.map_or(*t, |n| n.min(*t)));
         }
-        if unfinished(&d.io, &st) {
+        if busy(&d.io, &st) {
             may_sleep = false;
         }
+        // A full peer ring empties at its consumer's pace: nap, don't spin. And while
+        // application threads hold back ACKs for a moment (`flush_rings`), one may stop
+        // calling in: nap so that they leave regardless.
+        backlog |= !d.io.ring_backlog.is_empty()
+            || (d.io.ring_seen.0 != 0
+                && now_of(shared.epoch).nanos_since(d.io.ring_seen) < RING_ACTIVE_NS);
         if !may_sleep {
             break;
         }
@@ -650,9 +764,19 @@ fn park(
             Some(Duration::from_nanos(dt - WAKE_EARLY_NS))
         }
     };
-    shared
-        .sleeps_until
-        .store(next.map_or(u64::MAX, |t| t.0), SeqCst);
+    let timeout = if backlog {
+        Some(timeout.map_or(RING_BACKLOG_NAP, |t| t.min(RING_BACKLOG_NAP)))
+    } else {
+        timeout
+    };
+    // What a caller compares its deadlines with (`EngineShared::drive`): the transport's,
+    // or the nap's if sooner.
+    let nap_end = backlog.then(|| now_of(shared.epoch).0.saturating_add(RING_NAP_NS));
+    let until = match (next.map(|t| t.0), nap_end) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(u64::MAX),
+    };
+    shared.sleeps_until.store(until, SeqCst);
     drop(core);
     let t0 = Instant::now();
     let _ = shared.epoll.wait_for(events, timeout);
@@ -737,7 +861,7 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
     }
     // MADs the CM queued while QPs were served (answers to loopback MADs).
     progress |= send_gsi(st, io);
-    progress |= flush_tx(dev, st, io);
+    progress |= flush_tx(dev, st, io, now_of(epoch), by_app);
     if by_app && progress {
         st.res.counters.app_passes += 1;
     }
@@ -1185,7 +1309,10 @@ fn route(
                     tap.looped(pkt, |_| true);
                 }
             }
-            let queued = io.ring_backlog.iter().any(|(s, _, _)| *s == slot);
+            // (Usually one peer: the newest entry answers without a scan.)
+            let queued = !io.ring_backlog.is_empty()
+                && (io.ring_backlog.back().is_some_and(|(s, _, _)| *s == slot)
+                    || io.ring_backlog.iter().any(|(s, _, _)| *s == slot));
             if !queued && buf.get(..t.len).is_some_and(|p| tx.stage(p)) {
                 io.put_buf(buf);
             } else {
@@ -1318,8 +1445,10 @@ fn send_gsi(st: &mut DevState, io: &mut DevIo) -> bool {
 }
 
 /// Move what waits for full peer rings into them (in order), then publish every ring that
-/// got packets (one Release store each, a wake-up only for a parked consumer).
-fn flush_rings(st: &mut DevState, io: &mut DevIo) -> bool {
+/// got packets (one Release store each, a wake-up only for a parked consumer). On an
+/// application thread (`hold`), a batch of nothing but ACKs may wait a little for the
+/// answer the application is about to post (`peer_ring::TxRing::publish_or_hold`).
+fn flush_rings(st: &mut DevState, io: &mut DevIo, now: Time, hold: bool) -> bool {
     let mut progress = false;
     let mut blocked: Vec<u32> = Vec::new();
     let mut k = 0;
@@ -1349,7 +1478,10 @@ fn flush_rings(st: &mut DevState, io: &mut DevIo) -> bool {
         }
     }
     for tx in st.peer_tx.values_mut() {
-        tx.publish();
+        tx.publish_or_hold(now.0, hold);
+        if tx.held_at().is_some() {
+            io.ring_seen = now;
+        }
     }
     progress
 }
@@ -1378,8 +1510,8 @@ fn receive_rings(st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
     n > 0
 }
 
-fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo) -> bool {
-    let mut progress = flush_rings(st, io);
+fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time, by_app: bool) -> bool {
+    let mut progress = flush_rings(st, io, now, by_app);
     let mut groups = [0usize; TX_BATCH];
     // After a refused GSO send, the next message goes datagram by datagram.
     let mut single_first = false;

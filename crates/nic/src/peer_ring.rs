@@ -9,7 +9,13 @@
 //! the consumer's engine polls the ring on every pass (no system call) and, before it parks,
 //! sets the control page's `parked` word and re-checks the ring; a producer that publishes
 //! into a ring whose consumer is parked writes the consumer's wake eventfd (the only system
-//! call, and only for an idle consumer — the doorbell protocol of `abi::doorbell`).
+//! call, and only for an idle consumer — the doorbell protocol of `abi::doorbell`). The
+//! consumer may be an application thread doing the engine's pass (`EngineShared::drive`):
+//! it clears `parked` while it does. A batch of nothing but plain ACKs staged on such a
+//! thread may wait [`ACK_HOLD_NS`] for the request the application answers with
+//! ([`TxRing::publish_or_hold`]): the other side, polling for that ACK, then finds both at
+//! once. A ring is lossless, so an RC QP that sends into one may have as many PSNs
+//! outstanding as it has slots (`max_unacked_psns` = [`SLOTS`]).
 //!
 //! The other process may be hostile: every access goes through `abi::shm::SharedMem`
 //! (atomic words), the geometry is each side's own constant, indices that break the ring
@@ -94,6 +100,19 @@ pub(crate) struct TxRing {
     /// The consumer's engine wake-up (an eventfd of the other process).
     wake: OwnedFd,
     m: Mapped,
+    /// What is staged and unpublished is only plain RC ACKs.
+    acks_only: bool,
+    /// Since when (engine ns) such ACKs are held back ([`TxRing::publish_or_hold`]).
+    held_at: Option<u64>,
+}
+
+/// An ACK-only batch may wait this long for a packet to travel with (ns).
+pub(crate) const ACK_HOLD_NS: u64 = 20_000;
+
+/// Whether `pkt` (BTH first) is a plain RC ACK: RC_ACKNOWLEDGE with an ACK syndrome in its
+/// AETH (IBTA Vol 1 §9.7.5.1), not a NAK.
+fn plain_ack(pkt: &[u8]) -> bool {
+    pkt.first() == Some(&0x11) && pkt.get(12).is_some_and(|s| s >> 5 == 0)
 }
 
 impl TxRing {
@@ -105,6 +124,8 @@ impl TxRing {
             prod,
             wake,
             m,
+            acks_only: false,
+            held_at: None,
         })
     }
 
@@ -119,11 +140,42 @@ impl TxRing {
             return false;
         }
         let len = (pkt.len() as u64).to_le_bytes();
-        self.prod.stage_parts(&[&len, pkt]).is_ok()
+        let first = self.prod.staged() == 0;
+        if self.prod.stage_parts(&[&len, pkt]).is_err() {
+            return false;
+        }
+        self.acks_only = (first || self.acks_only) && plain_ack(pkt);
+        true
+    }
+
+    /// Since when (engine ns) ACKs are held back, if they are.
+    pub(crate) fn held_at(&self) -> Option<u64> {
+        self.held_at
+    }
+
+    /// [`TxRing::publish`], except that with `hold` a batch of nothing but plain ACKs
+    /// waits up to [`ACK_HOLD_NS`] (from `now`, engine ns) for a packet to go with: an
+    /// application thread that just took a request off the ring usually answers it at
+    /// once, and the consumer — polling for that ACK — then finds both in one look
+    /// instead of being woken for the request after it returned with the ACK.
+    pub(crate) fn publish_or_hold(&mut self, now: u64, hold: bool) {
+        if self.prod.staged() == 0 {
+            self.held_at = None;
+            return;
+        }
+        if hold && self.acks_only {
+            let t = *self.held_at.get_or_insert(now);
+            if now.saturating_sub(t) < ACK_HOLD_NS {
+                return;
+            }
+        }
+        self.publish();
     }
 
     /// Publish what was staged; wake the consumer if it is parked.
     pub(crate) fn publish(&mut self) {
+        self.held_at = None;
+        self.acks_only = false;
         if self.prod.staged() == 0 {
             return;
         }
@@ -134,6 +186,14 @@ impl TxRing {
         if parked {
             sys::eventfd_signal(self.wake.as_fd());
         }
+    }
+}
+
+impl Drop for TxRing {
+    /// A ring that goes away (its device's state is dropped, or a new ring to the slot
+    /// replaces it) leaves nothing staged behind: held ACKs still reach the consumer.
+    fn drop(&mut self) {
+        self.publish();
     }
 }
 
@@ -199,5 +259,78 @@ impl RxRing {
         if let Ok(w) = parked_word(&self.m.mem) {
             w.store(u64::from(parked), Ordering::SeqCst);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet: BTH (opcode first) and, for an ACK, the AETH syndrome at byte 12.
+    fn pkt(opcode: u8, syndrome: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 16];
+        p[0] = opcode;
+        p[12] = syndrome;
+        p
+    }
+
+    fn ring() -> (TxRing, RxRing) {
+        let fd = create().expect("memfd");
+        let wake = sys::eventfd().expect("eventfd");
+        let tx = TxRing::attach(&fd, wake).expect("producer");
+        let rx = RxRing::attach(&fd).expect("consumer");
+        (tx, rx)
+    }
+
+    #[test]
+    fn only_plain_acks_count_as_acks() {
+        assert!(plain_ack(&pkt(0x11, 0x1f)));
+        // NAKs (syndrome 011xxxxx) and RNR NAKs (001xxxxx) are not held.
+        assert!(!plain_ack(&pkt(0x11, 0x60)));
+        assert!(!plain_ack(&pkt(0x11, 0x20)));
+        // An RDMA WRITE ONLY, an atomic ACK, a truncated packet.
+        assert!(!plain_ack(&pkt(0x0a, 0)));
+        assert!(!plain_ack(&pkt(0x12, 0)));
+        assert!(!plain_ack(&[0x11]));
+    }
+
+    #[test]
+    fn an_ack_only_batch_waits_for_company_or_its_time() {
+        let (mut tx, mut rx) = ring();
+        let mut buf = Vec::new();
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(1_000, true);
+        assert!(!rx.pending(), "held");
+        assert_eq!(tx.held_at(), Some(1_000));
+        tx.publish_or_hold(1_000 + ACK_HOLD_NS - 1, true);
+        assert!(!rx.pending(), "still within the hold");
+        // A request staged behind it: both leave at once, in order.
+        assert!(tx.stage(&pkt(0x0a, 0)));
+        tx.publish_or_hold(1_000 + ACK_HOLD_NS - 1, true);
+        let mut got = Vec::new();
+        assert_eq!(rx.drain(8, &mut buf, |p| got.push(p[0])), 2);
+        assert_eq!(got, [0x11, 0x0a]);
+        assert_eq!(tx.held_at(), None);
+        // Alone, it leaves when its time is up, and at once when not held.
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(5_000, true);
+        tx.publish_or_hold(5_000 + ACK_HOLD_NS, true);
+        assert!(rx.pending());
+        assert_eq!(rx.drain(8, &mut buf, |_| {}), 1);
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(9_000, false);
+        assert!(rx.pending());
+    }
+
+    #[test]
+    fn held_acks_leave_when_the_ring_goes_away() {
+        let (mut tx, mut rx) = ring();
+        let mut buf = Vec::new();
+        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        tx.publish_or_hold(1_000, true);
+        assert!(!rx.pending(), "held");
+        // Torn down within the hold (the device closed, the process exits): published.
+        drop(tx);
+        assert_eq!(rx.drain(8, &mut buf, |p| assert_eq!(p[0], 0x11)), 1);
     }
 }

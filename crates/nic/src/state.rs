@@ -427,15 +427,26 @@ impl DevState {
             .set_id_prefix(u8::try_from(g.id_prefix_bits).unwrap_or(0), g.id_prefix);
     }
 
+    /// Publish what is staged in every peer ring, ACKs held back for company included
+    /// (`peer_ring::TxRing::publish_or_hold`): before a QP changes state or goes away, when
+    /// a context closes, at process exit (docs/daemon.md §2.1). An ACK held past such a
+    /// point could be the last one its peer waits for.
+    pub(crate) fn publish_peer_rings(&mut self) {
+        for tx in self.peer_tx.values_mut() {
+            tx.publish();
+        }
+    }
+
     /// On a daemon's device: make sure a packet ring leads to the process that owns QP
     /// `dest_qpn` at this device's own address, if another process owns it (asked of the
     /// daemon once per peer process; without a ring, packets go through the daemon).
-    pub(crate) fn ensure_peer_ring(&mut self, dest_ip: IpAddr, dest_qpn: u32) {
+    /// Returns whether packets to it go through a ring.
+    pub(crate) fn ensure_peer_ring(&mut self, dest_ip: IpAddr, dest_qpn: u32) -> bool {
         let (Some(link), Some(own)) = (&self.daemon, self.own_qpns) else {
-            return;
+            return false;
         };
         if dest_ip != self.cfg.addr || in_window(own, dest_qpn) {
-            return;
+            return false;
         }
         let slot = dest_qpn >> crate::daemon::WINDOW_BITS;
         // Asked at every connection: the slot may have changed hands since the ring we hold
@@ -447,15 +458,17 @@ impl DevState {
                 .get(&slot)
                 .is_some_and(|t| t.same_memory(&ring))
             {
-                return;
+                return true;
             }
             match crate::peer_ring::TxRing::attach(&ring, wake) {
                 Ok(tx) => {
                     self.peer_tx.insert(slot, tx);
+                    return true;
                 }
                 Err(e) => eprintln!("uroce: {}: peer ring to slot {slot}: {e}", self.cfg.name),
             }
         }
+        false
     }
 
     /// Whether the device is dead because its daemon went away.

@@ -261,6 +261,67 @@ fn probes_use_no_retries_the_local_ack_timeout_does() {
     assert_eq!(p.qps[0].state(), QpState::Err);
 }
 
+/// The requester of a pair with the window of a lossless path between two processes of a
+/// device (`max_unacked_psns` 512, docs/daemon.md §2.1) sends a WRITE that all arrives, and
+/// then its peer is gone: nothing comes back, not even the ACK. Timeout 14 and retry_cnt 7
+/// as ibv_rc_pingpong and perftest set them.
+fn peer_gone_after_the_last_request(retry_cnt_7_infinite: bool) -> Pair {
+    let attr = QpAttr {
+        timeout: 14,
+        retry_cnt: 7,
+        ..Pair::rc_attr()
+    };
+    let mut p = Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+        c.retry_cnt_7_infinite = retry_cnt_7_infinite;
+        c.min_rto_ns = 1_000_000;
+        c.min_window = 2;
+    });
+    p.qps[0].set_max_unacked_psns(512);
+    warm_up(&mut p);
+    p.fill(0, BUF_VA, &pattern(16 * MTU, 5));
+    p.qps[0]
+        .post_send(write_wr(&p, 1, BUF_VA, DST, 16 * MTU))
+        .unwrap();
+    p.run(400, &mut |to, _| {
+        if to == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p
+}
+
+#[test]
+fn a_vanished_peer_ends_in_retry_exceeded_after_retry_cnt_timeouts() {
+    // IBTA semantics: retry_cnt 7 is seven retries; the eighth local ACK timeout is fatal,
+    // and the probes between them (which resend but use no retry) do not prolong it.
+    let mut p = peer_gone_after_the_last_request(false);
+    assert_eq!(p.collect(0)[0].status, WcStatus::RetryExcErr);
+    let c = p.qps[0].counters();
+    assert_eq!((c.local_ack_timeouts, c.retry_exceeded_err), (8, 1));
+    assert!(c.rto_probes >= 8, "{} probes", c.rto_probes);
+    assert_eq!(p.qps[0].state(), QpState::Err);
+    assert_eq!(p.qps[0].poll_timeout(), None, "nothing left to retry");
+}
+
+#[test]
+fn retry_cnt_7_retries_forever_by_default_as_rxe_does() {
+    // `QpConfig::retry_cnt_7_infinite` (the default, docs/wire.md §5.2): the same vanished
+    // peer is retried for as long as the QP lives, as rxe does with a vanished host.
+    let mut p = peer_gone_after_the_last_request(true);
+    assert!(p.collect(0).is_empty());
+    let c = p.qps[0].counters();
+    assert!(
+        c.local_ack_timeouts > 8,
+        "{} timeouts",
+        c.local_ack_timeouts
+    );
+    assert_eq!(c.retry_exceeded_err, 0);
+    assert_eq!(p.qps[0].state(), QpState::Rts);
+    assert!(p.qps[0].poll_timeout().is_some(), "still retrying");
+}
+
 /// A pair whose requester has never lost anything (window = 128 packets) sends a 32-packet
 /// WRITE that all arrives; the responder's acknowledgements are held back past the local ACK
 /// timeout (a stalled peer), which restarts the window from one packet and resends PSN 0.

@@ -483,6 +483,14 @@ impl Qp {
         &self.cfg
     }
 
+    /// Change [`QpConfig::max_unacked_psns`] (the device knows the path: e.g. a lossless
+    /// internal one between two processes of a device, docs/daemon.md §2.1). A window no
+    /// loss has cut moves to the new limit.
+    pub fn set_max_unacked_psns(&mut self, n: u32) {
+        self.cfg.max_unacked_psns = n.max(1);
+        self.rec.set_max(n);
+    }
+
     /// `ibv_query_qp`: current attributes (`qp_state` is the current state; `sq_psn` and
     /// `rq_psn` are the current [`Qp::sq_psn`] and [`Qp::rq_psn`], as rxe reports
     /// `req.psn` / `resp.psn`, not the values last written by `modify`).

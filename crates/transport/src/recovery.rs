@@ -102,6 +102,21 @@ impl Recovery {
         }
     }
 
+    /// A new upper limit for the window (the QP's `max_unacked_psns` changed): a window
+    /// still at the old limit (no loss cut it) moves to the new one.
+    pub(crate) fn set_max(&mut self, max: u32) {
+        let max = max.max(1);
+        if self.cwnd >= self.max {
+            self.cwnd = max;
+        }
+        if self.ssthresh >= self.max {
+            self.ssthresh = max;
+        }
+        self.max = max;
+        self.cwnd = self.cwnd.min(max);
+        self.ssthresh = self.ssthresh.min(max);
+    }
+
     /// `newly` packets were acknowledged: grow the window (one packet per packet acked in
     /// slow start, one packet per window in congestion avoidance), up to `max`.
     pub(crate) fn on_ack(&mut self, newly: u32, unacked: Psn, max: u32) {
@@ -300,6 +315,24 @@ mod tests {
         r.on_ack(1000, Psn::new(1000), MAX);
         assert_eq!(r.cwnd, MAX);
         assert_eq!(Recovery::new(0).cwnd, 1);
+    }
+
+    #[test]
+    fn a_new_limit_moves_an_uncut_window_and_caps_a_cut_one() {
+        let mut r = Recovery::new(MAX);
+        r.set_max(512);
+        assert_eq!((r.cwnd, r.ssthresh), (512, 512));
+        r.on_ack(1000, Psn::new(1000), 512);
+        assert_eq!(r.cwnd, 512);
+        // A window a loss cut stays where it is; a smaller limit caps it.
+        r.on_loss(100, Psn::new(1100), false, FLOOR);
+        let cut = r.cwnd;
+        assert!(cut < 512);
+        r.set_max(1024);
+        assert_eq!(r.cwnd, cut);
+        r.set_max(8);
+        assert_eq!(r.cwnd, cut.min(8));
+        assert!(r.ssthresh <= 8);
     }
 
     #[test]
