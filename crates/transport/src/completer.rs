@@ -56,6 +56,14 @@ impl Qp {
                         }
                         self.rnr_nak(now, timer_code);
                     }
+                    AckKind::Nak(NakCode::PSN_SEQ_ERROR) if self.sr_active() => {
+                        // Selective repeat (docs/wire.md §5.6): PSNs before p are
+                        // acknowledged as always; resend p alone.
+                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                            return;
+                        }
+                        self.sr_on_nak(now, p);
+                    }
                     AckKind::Nak(code) => {
                         if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
                             return;

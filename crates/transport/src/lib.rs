@@ -60,6 +60,7 @@ mod qp;
 mod recovery;
 mod requester;
 mod responder;
+mod sr;
 pub mod state;
 mod time;
 mod wc;
