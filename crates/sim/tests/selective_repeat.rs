@@ -100,13 +100,26 @@ fn selective_repeat_resends_fewer_packets_than_go_back_n() {
             assert_clean(&gbn, &format!("{op:?} seed {seed} go-back-N"), 128);
             assert_clean(&sr, &format!("{op:?} seed {seed} selective repeat"), 128);
             assert_eq!(sr.bytes_verified, 128 * 65536);
+            let mut clean_cfg = perftest_hostile(op, seed, true);
+            clean_cfg.link = LinkConfig {
+                loss: 0.0,
+                dup: 0.0,
+                reorder: 0.0,
+                corrupt: 0.0,
+                ..clean_cfg.link
+            };
+            let clean = run(clean_cfg).last_completion_ns as f64;
             println!(
-                "{op:?} seed {seed}: retransmissions go-back-N {} selective repeat {}, \
-                 virtual ms {:.1} / {:.1}",
+                "{op:?} seed {seed}: retransmissions go-back-N {} selective repeat {}; \
+                 goodput against the clean link {:.3} / {:.3}; SR probes {} timeouts {} \
+                 naks {}",
                 gbn.retransmissions,
                 sr.retransmissions,
-                gbn.last_completion_ns as f64 / 1e6,
-                sr.last_completion_ns as f64 / 1e6
+                clean / gbn.last_completion_ns as f64,
+                clean / sr.last_completion_ns as f64,
+                sr.rto_probes,
+                sr.timeouts,
+                sr.naks.seq,
             );
             assert!(
                 sr.retransmissions * 2 < gbn.retransmissions,

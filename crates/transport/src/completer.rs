@@ -29,6 +29,17 @@ impl Qp {
         mem: &mut M,
     ) {
         let p = pkt.bth.psn;
+        if self.sr_active() && info.kind == OpKind::Acknowledge && !p.is_before(self.sent_high) {
+            // Selective repeat: a hole NAK names PSN p - 2^23 (docs/wire.md §5.6).
+            let x = p.sub(crate::sr::SR_HOLE_OFFSET);
+            let seq_nak = pkt
+                .aeth
+                .is_some_and(|a| a.syndrome.kind() == AckKind::Nak(NakCode::PSN_SEQ_ERROR));
+            if seq_nak && !x.is_before(self.unacked) && x.is_before(self.sent_high) {
+                self.sr_on_nak(now, x);
+                return;
+            }
+        }
         // Only PSNs in [unacked, sent_high) can be answered (docs/wire.md §5.2).
         if !p.is_before(self.sent_high) {
             self.counters.ghost_responses += 1;

@@ -81,8 +81,10 @@ pub struct Counters {
     /// Responder, selective repeat: requests ahead of ePSN dropped (beyond the reassembly
     /// window or store, or already kept).
     pub sr_out_of_order_dropped: u64,
-    /// Responder, selective repeat: sequence NAKs naming one missing PSN.
+    /// Responder, selective repeat: sequence NAKs (both kinds, also in `send_nak`).
     pub sr_naks_sent: u64,
+    /// Responder, selective repeat: hole NAKs, naming a missing PSN after ePSN.
+    pub sr_hole_naks_sent: u64,
     /// Requester, selective repeat: single packets resent for a sequence NAK or a timeout.
     pub sr_single_resends: u64,
     /// Requester, selective repeat: sequence NAKs ignored because the PSN was resent less
@@ -133,6 +135,7 @@ impl Counters {
             ("sr_out_of_order_kept", self.sr_out_of_order_kept),
             ("sr_out_of_order_dropped", self.sr_out_of_order_dropped),
             ("sr_naks_sent", self.sr_naks_sent),
+            ("sr_hole_naks_sent", self.sr_hole_naks_sent),
             ("sr_single_resends", self.sr_single_resends),
             ("sr_naks_ignored", self.sr_naks_ignored),
         ]
@@ -178,6 +181,7 @@ impl Counters {
             sr_out_of_order_kept,
             sr_out_of_order_dropped,
             sr_naks_sent,
+            sr_hole_naks_sent,
             sr_single_resends,
             sr_naks_ignored,
         } = *other;
@@ -217,6 +221,7 @@ impl Counters {
         self.sr_out_of_order_kept += sr_out_of_order_kept;
         self.sr_out_of_order_dropped += sr_out_of_order_dropped;
         self.sr_naks_sent += sr_naks_sent;
+        self.sr_hole_naks_sent += sr_hole_naks_sent;
         self.sr_single_resends += sr_single_resends;
         self.sr_naks_ignored += sr_naks_ignored;
     }
@@ -244,7 +249,7 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 38);
+        assert_eq!(names.len(), 39);
         assert_eq!((b.np_cnp_sent, b.rp_cnp_handled), (10, 2));
         assert_eq!(
             b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),

@@ -31,6 +31,13 @@ pub(crate) const SR_STORE_BYTES: usize = 4 << 20;
 /// of it (its resend was probably lost; the requester ignores a NAK within a round trip of
 /// its resend anyway).
 const SR_RENAK_AFTER: u64 = 64;
+/// A hole NAK names missing PSN `x` as `x + 2^23`: half the PSN space away from every PSN
+/// the requester has outstanding, so a requester without selective repeat drops it as a
+/// response to a PSN never sent (docs/wire.md §5.6), while one with it subtracts the offset.
+pub(crate) const SR_HOLE_OFFSET: u32 = 1 << 23;
+/// Hole NAKs are sent only while the response queue is at most this full (fraction 1/2 of
+/// its cap), so that they never crowd out the ACKs and READ responses.
+const HOLE_NAK_QUEUE_DIVISOR: usize = 2;
 
 /// One PSN at or after ePSN in the responder's reassembly store.
 #[derive(Debug)]
@@ -95,8 +102,15 @@ impl SrStore {
     }
 
     /// Keep `pkt` (PSN after `base`); `false` if it was already held or is beyond the
-    /// window or the byte bound (then it is dropped).
-    pub(crate) fn insert(&mut self, pkt: &RocePacketRepr<'_>) -> bool {
+    /// window or the byte bound (then it is dropped). Missing PSNs after `base` that this
+    /// arrival shows for the first time — every PSN of a new gap in front of it, or the PSN
+    /// right after the hole it filled — are appended to `holes` (at most `max_holes`).
+    pub(crate) fn insert(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        holes: &mut Vec<Psn>,
+        max_holes: usize,
+    ) -> bool {
         let d = pkt.bth.psn.diff(self.base);
         if d <= 0 || d as u32 >= SR_WINDOW {
             return false;
@@ -113,11 +127,30 @@ impl SrStore {
             return false;
         }
         self.arrivals += 1;
+        let old_len = self.slots.len();
         while self.slots.len() <= d {
             self.slots.push_back(Slot::Missing { naked_at: None });
         }
         self.bytes += len;
         self.slots[d] = Slot::Held(buf);
+        // Index 0 (ePSN) is named by the plain NAK ([`SrStore::front_nak`]).
+        let range = if d >= old_len {
+            old_len.max(1)..d
+        } else {
+            (d + 1).max(1)..(d + 2).min(self.slots.len())
+        };
+        let arrivals = self.arrivals;
+        for i in range {
+            if holes.len() >= max_holes {
+                break;
+            }
+            if let Some(Slot::Missing { naked_at }) = self.slots.get_mut(i) {
+                if naked_at.is_none() {
+                    *naked_at = Some(arrivals);
+                    holes.push(self.base.add(i as u32));
+                }
+            }
+        }
         true
     }
 
@@ -191,10 +224,19 @@ impl Qp {
     /// Responder: a request ahead of ePSN.
     pub(crate) fn sr_keep(&mut self, pkt: &RocePacketRepr<'_>) {
         self.sr_rx.sync(self.epsn);
-        if self.sr_rx.insert(pkt) {
+        if let Some(p) = self.sr_rx.front_nak() {
+            self.sr_push_nak(p);
+        }
+        let room = (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR).saturating_sub(self.responses.len());
+        let mut holes = Vec::new();
+        if self.sr_rx.insert(pkt, &mut holes, room) {
             self.counters.sr_out_of_order_kept += 1;
         } else {
             self.counters.sr_out_of_order_dropped += 1;
+        }
+        for h in holes {
+            self.counters.sr_hole_naks_sent += 1;
+            self.sr_push_nak(h.add(SR_HOLE_OFFSET));
         }
         if let Some(p) = self.sr_rx.front_nak() {
             self.sr_push_nak(p);
@@ -270,8 +312,12 @@ impl Qp {
             self.counters.sr_naks_ignored += 1;
             return;
         }
+        // A NAK costs one packet here, not a window, and under reordering most NAKs are
+        // spurious: the window stays at its limit (`max_unacked_psns`, rxe's fixed window;
+        // ECN/DCQCN is the congestion response, docs/wire.md §11). Timeouts still cut it.
+        let floor = self.cfg.max_unacked_psns;
         self.rec
-            .on_loss(self.flight(), self.sent_high, false, self.cfg.min_window);
+            .on_loss(self.flight(), self.sent_high, false, floor);
         self.sr_tx.resend.push_back(psn);
     }
 
@@ -301,5 +347,96 @@ impl Qp {
         self.sq.iter().position(|w| {
             w.started && !psn.is_before(w.first_psn) && !psn.is_after(w.last_psn)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::{BthRepr, Opcode};
+
+    fn pkt(psn: u32, payload: &[u8]) -> RocePacketRepr<'_> {
+        RocePacketRepr::new(
+            BthRepr::new(Opcode::RC_SEND_MIDDLE, wire::Qpn::new(0x11), Psn::new(psn)),
+            payload,
+        )
+    }
+
+    fn psns(v: &[Psn]) -> Vec<u32> {
+        v.iter().map(|p| p.value()).collect()
+    }
+
+    #[test]
+    fn keeps_ahead_names_each_gap_once_and_gives_back_in_order() {
+        let mut s = SrStore::default();
+        s.sync(Psn::new(10));
+        let mut holes = Vec::new();
+        // 10 missing, 11 arrives: ePSN is for the plain NAK, no hole.
+        assert!(s.insert(&pkt(11, b"b"), &mut holes, 8));
+        assert!(holes.is_empty());
+        assert_eq!(s.front_nak(), Some(Psn::new(10)));
+        assert_eq!(s.front_nak(), None, "once");
+        // 14 arrives: 12 and 13 are new holes.
+        assert!(s.insert(&pkt(14, b"e"), &mut holes, 8));
+        assert_eq!(psns(&holes), [12, 13]);
+        holes.clear();
+        // Already held: dropped, nothing named again.
+        assert!(!s.insert(&pkt(14, b"e"), &mut holes, 8));
+        // 12 fills its hole: 13 was named already.
+        assert!(s.insert(&pkt(12, b"c"), &mut holes, 8));
+        assert!(holes.is_empty());
+        // Nothing at ePSN yet.
+        assert_eq!(s.take_front(), None);
+        // ePSN executed elsewhere: 11 and 12 come back in order, then the gap at 13.
+        s.sync(Psn::new(11));
+        let b = s.take_front().expect("11 held");
+        assert_eq!(RocePacketRepr::parse(&b).unwrap().bth.psn, Psn::new(11));
+        assert_eq!(RocePacketRepr::parse(&b).unwrap().payload, b"b");
+        s.give_back(b);
+        s.sync(Psn::new(12));
+        let b = s.take_front().expect("12 held");
+        assert_eq!(RocePacketRepr::parse(&b).unwrap().payload, b"c");
+        s.sync(Psn::new(13));
+        assert_eq!(s.take_front(), None, "13 missing");
+        assert!(s.has_later());
+        // 13 was named by a hole NAK already: no plain NAK for it until 64 more arrivals.
+        assert_eq!(s.front_nak(), None);
+    }
+
+    #[test]
+    fn bounds_window_bytes_and_renak() {
+        let mut s = SrStore::default();
+        let base = Psn::new(0xff_fff0); // wraps
+        s.sync(base);
+        let mut holes = Vec::new();
+        assert!(!s.insert(&pkt(base.value(), b"x"), &mut holes, 8), "ePSN itself");
+        assert!(
+            !s.insert(&pkt(base.add(SR_WINDOW).value(), b"x"), &mut holes, 8),
+            "beyond the window"
+        );
+        assert!(s.insert(&pkt(base.add(SR_WINDOW - 1).value(), b"x"), &mut holes, 4));
+        assert_eq!(holes.len(), 4, "at most max_holes named");
+        assert_eq!(s.front_nak(), Some(base));
+        // 63 more arrivals: not yet named again; the 64th renames it.
+        for i in 1..64 {
+            assert!(s.insert(&pkt(base.add(i + 10).value(), b"x"), &mut holes, 0));
+            assert_eq!(s.front_nak(), None);
+        }
+        assert!(s.insert(&pkt(base.add(9).value(), b"x"), &mut holes, 0));
+        assert_eq!(s.front_nak(), Some(base));
+        // The byte bound.
+        let big = vec![0u8; 8192];
+        let mut kept = 0;
+        for i in 100..1000 {
+            if s.insert(&pkt(base.add(i).value(), &big), &mut holes, 0) {
+                kept += 1;
+            }
+        }
+        assert!(s.bytes <= SR_STORE_BYTES);
+        assert!(kept < 900, "the byte bound stopped it at {kept}");
+        // A READ's response PSNs skip past everything: all dropped.
+        s.sync(base.add(5000));
+        assert!(!s.has_later());
+        assert_eq!(s.bytes, 0);
     }
 }
