@@ -30,7 +30,7 @@ pub(crate) const SR_STORE_BYTES: usize = 4 << 20;
 /// A missing ePSN already NAKed is NAKed again after this many more requests arrived ahead
 /// of it (its resend was probably lost; the requester ignores a NAK within a round trip of
 /// its resend anyway).
-const SR_RENAK_AFTER: u64 = 64;
+const SR_RENAK_AFTER: u64 = 16;
 /// A hole NAK names missing PSN `x` as `x + 2^23`: half the PSN space away from every PSN
 /// the requester has outstanding, so a requester without selective repeat drops it as a
 /// response to a PSN never sent (docs/wire.md §5.6), while one with it subtracts the offset.
@@ -399,7 +399,7 @@ mod tests {
         s.sync(Psn::new(13));
         assert_eq!(s.take_front(), None, "13 missing");
         assert!(s.has_later());
-        // 13 was named by a hole NAK already: no plain NAK for it until 64 more arrivals.
+        // 13 was named by a hole NAK already: no plain NAK for it until SR_RENAK_AFTER more arrivals.
         assert_eq!(s.front_nak(), None);
     }
 
@@ -417,8 +417,8 @@ mod tests {
         assert!(s.insert(&pkt(base.add(SR_WINDOW - 1).value(), b"x"), &mut holes, 4));
         assert_eq!(holes.len(), 4, "at most max_holes named");
         assert_eq!(s.front_nak(), Some(base));
-        // 63 more arrivals: not yet named again; the 64th renames it.
-        for i in 1..64 {
+        // 15 more arrivals: not yet named again; the 16th renames it.
+        for i in 1..SR_RENAK_AFTER as u32 {
             assert!(s.insert(&pkt(base.add(i + 10).value(), b"x"), &mut holes, 0));
             assert_eq!(s.front_nak(), None);
         }
