@@ -295,7 +295,18 @@ impl Qp {
             .sr_tx
             .resent
             .iter()
-            .any(|&(p, t)| p == psn && now.nanos_since(t) < rtt);
+            .find(|&&(p, t)| p == psn && now.nanos_since(t) < rtt)
+            .map(|&(_, t)| t);
+        if let (Some(t), true) = (recent, psn == self.unacked) {
+            // The NAK may predate the resend's arrival, or the resend was lost: if nothing
+            // has moved one round trip after the resend, the retransmission timer resends the
+            // oldest unacknowledged packet then (instead of a full timeout later).
+            let at = t.add_nanos(rtt);
+            if self.rec.probe_deadline.is_none_or(|d| at < d) {
+                self.rec.probe_deadline = Some(at);
+            }
+        }
+        let recent = recent.is_some();
         // A READ occupies its response PSNs: only its first PSN is ever a request.
         let inside_read = self.sq.iter().any(|w| {
             w.started
