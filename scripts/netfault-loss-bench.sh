@@ -143,7 +143,8 @@ for r in $(seq "$ROUNDS"); do
 			python3 - "$WORK/stat.json" <<'PY' | sed 's/^/    /'
 import json, sys
 keys = ("retransmissions", "rcvd_seq_err", "local_ack_timeouts", "rto_probes", "spurious_timeouts", "duplicate_request",
-        "out_of_seq_request", "send_nak", "sr_out_of_order_kept", "sr_single_resends", "sr_naks_ignored")
+        "out_of_seq_request", "send_nak", "sr_out_of_order_kept", "sr_out_of_order_dropped",
+        "sr_hole_naks_sent", "sr_single_resends", "sr_naks_ignored")
 try:
     snap = json.load(open(sys.argv[1]))
 except Exception:

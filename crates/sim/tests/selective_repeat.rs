@@ -83,7 +83,11 @@ fn hostile_runs_pass_with_selective_repeat_over_op_mixes() {
             let r = run(hostile(seed, 2000, ops.clone(), [true; 2]));
             assert_clean(&r, &format!("seed {seed} ops {ops:?}"), 2000);
             assert!(r.retransmissions > 0 && r.naks.seq > 0);
-            kept += r.counters.iter().map(|c| c.sr_out_of_order_kept).sum::<u64>();
+            kept += r
+                .counters
+                .iter()
+                .map(|c| c.sr_out_of_order_kept)
+                .sum::<u64>();
             single += r.counters.iter().map(|c| c.sr_single_resends).sum::<u64>();
         }
     }
@@ -137,7 +141,10 @@ fn selective_repeat_resends_fewer_packets_than_go_back_n() {
 #[test]
 fn selective_repeat_forced_on_one_end_only_is_still_correct() {
     for sr in [[true, false], [false, true]] {
-        for ops in [vec![Op::Send, Op::Write, Op::Read, Op::Atomic], vec![Op::Write]] {
+        for ops in [
+            vec![Op::Send, Op::Write, Op::Read, Op::Atomic],
+            vec![Op::Write],
+        ] {
             let r = run(hostile(31, 1000, ops.clone(), sr));
             assert_clean(&r, &format!("{sr:?} {ops:?}"), 1000);
         }

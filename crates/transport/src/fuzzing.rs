@@ -343,7 +343,15 @@ pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
 pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
     let (ty, mtu, cc, xrc) = kind_of(kind);
     let sr = kind & 8 != 0 && ty == QpType::Rc && !xrc;
-    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc, xrc.then_some(XrcRole::Initiator), sr);
+    let mut req = Subject::new(
+        0x11,
+        0x12,
+        ty,
+        mtu,
+        cc,
+        xrc.then_some(XrcRole::Initiator),
+        sr,
+    );
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
     let mut out = Vec::new();
@@ -394,7 +402,15 @@ pub fn drive(data: &[u8]) -> DriveStats {
     // Bit 3 of the kind: selective repeat at both ends (RC without XRC only).
     let sr = kind & 8 != 0 && ty == QpType::Rc && !xrc;
     let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc, xrc.then_some(XrcRole::Target), sr);
-    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc, xrc.then_some(XrcRole::Initiator), sr);
+    let mut req = Subject::new(
+        0x11,
+        0x12,
+        ty,
+        mtu,
+        cc,
+        xrc.then_some(XrcRole::Initiator),
+        sr,
+    );
     resp.post_recvs(6);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];

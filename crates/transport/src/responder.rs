@@ -134,7 +134,9 @@ impl Qp {
         if d > 0 && self.sr_active() {
             // Selective repeat (docs/wire.md §5.6): keep it for later, in order.
             self.counters.out_of_seq_request += 1;
-            return self.sr_keep(pkt);
+            self.sr_keep(pkt);
+            // ePSN may be held already (a drain stopped by a full response queue).
+            return self.sr_drain(mem, &mut srq);
         }
         if d > 0 {
             // Ahead of ePSN: one sequence NAK per gap (rxe `sent_psn_nak`).

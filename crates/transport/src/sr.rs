@@ -227,7 +227,8 @@ impl Qp {
         if let Some(p) = self.sr_rx.front_nak() {
             self.sr_push_nak(p);
         }
-        let room = (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR).saturating_sub(self.responses.len());
+        let room =
+            (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR).saturating_sub(self.responses.len());
         let mut holes = Vec::new();
         if self.sr_rx.insert(pkt, &mut holes, room) {
             self.counters.sr_out_of_order_kept += 1;
@@ -355,9 +356,9 @@ impl Qp {
 
     /// Index in the send queue of the started WQE whose PSNs include `psn`.
     pub(crate) fn wqe_index_of(&self, psn: Psn) -> Option<usize> {
-        self.sq.iter().position(|w| {
-            w.started && !psn.is_before(w.first_psn) && !psn.is_after(w.last_psn)
-        })
+        self.sq
+            .iter()
+            .position(|w| w.started && !psn.is_before(w.first_psn) && !psn.is_after(w.last_psn))
     }
 }
 
@@ -420,7 +421,10 @@ mod tests {
         let base = Psn::new(0xff_fff0); // wraps
         s.sync(base);
         let mut holes = Vec::new();
-        assert!(!s.insert(&pkt(base.value(), b"x"), &mut holes, 8), "ePSN itself");
+        assert!(
+            !s.insert(&pkt(base.value(), b"x"), &mut holes, 8),
+            "ePSN itself"
+        );
         assert!(
             !s.insert(&pkt(base.add(SR_WINDOW).value(), b"x"), &mut holes, 8),
             "beyond the window"

@@ -20,9 +20,9 @@ use super::error::{
 };
 use super::msg::{
     decode_i32, decode_mtu, decode_version, encode_i32, encode_mtu, encode_version,
-    encode_version_offering_sr, offers_selective_repeat, BwReport,
-    KeyMessage, Mtu, PeerVersion, ReportLayout, DONE, KEY_LEN, KEY_LEN_CM, KEY_LEN_NO_GID, MTU_LEN,
-    MTU_LEN_LEGACY, SYS_DATA_LEN, VERSION, VERSION_LEN,
+    encode_version_offering_sr, offers_selective_repeat, BwReport, KeyMessage, Mtu, PeerVersion,
+    ReportLayout, DONE, KEY_LEN, KEY_LEN_CM, KEY_LEN_NO_GID, MTU_LEN, MTU_LEN_LEGACY, SYS_DATA_LEN,
+    VERSION, VERSION_LEN,
 };
 use crate::gid::is_v4_mapped;
 
