@@ -21,7 +21,8 @@
 #
 # Knobs: LOSS_ROUNDS (3), LOSS_ITERS (-n, 1024 = 64 MiB), LOSS_PROFILES ("0 0.001 0.01"),
 # LOSS_TESTS ("write_bw send_bw"), LOSS_MIN_RATIO (0.5), UROCE_BIN (a prebuilt uroce),
-# LOSS_BENCH_ARGS (extra `uroce bench` options; empty = perftest's defaults), NETFAULT_DIR.
+# LOSS_BENCH_ARGS (extra `uroce bench` options; empty = perftest's defaults), NETFAULT_DIR,
+# LOSS_SELECTIVE_REPEAT (1: both ends run with --selective-repeat, docs/wire.md §5.6).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -104,6 +105,7 @@ seen() { # namespace: the impairer's final `seen` (it rewrites its stats file on
 
 # shellcheck disable=SC2206
 EXTRA=(${LOSS_BENCH_ARGS:-})
+[ "${LOSS_SELECTIVE_REPEAT:-0}" = 1 ] && EXTRA+=(--selective-repeat)
 echo "round test loss mbs client_pkts server_pkts secs ok" >"$WORK/results"
 for r in $(seq "$ROUNDS"); do
 	for t in $TESTS; do
@@ -141,7 +143,8 @@ for r in $(seq "$ROUNDS"); do
 			python3 - "$WORK/stat.json" <<'PY' | sed 's/^/    /'
 import json, sys
 keys = ("retransmissions", "rcvd_seq_err", "local_ack_timeouts", "rto_probes", "spurious_timeouts", "duplicate_request",
-        "out_of_seq_request", "send_nak")
+        "out_of_seq_request", "send_nak", "sr_out_of_order_kept", "sr_out_of_order_dropped",
+        "sr_hole_naks_sent", "sr_single_resends", "sr_naks_ignored")
 try:
     snap = json.load(open(sys.argv[1]))
 except Exception:

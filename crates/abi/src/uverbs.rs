@@ -1674,7 +1674,7 @@ impl CmEventDesc {
 // uroce driver-specific data
 
 /// Version of uroce's driver-specific data and fast-path layouts. Bumped on any change.
-pub const UROCE_ABI_VERSION: u32 = 1;
+pub const UROCE_ABI_VERSION: u32 = 2;
 
 abi_struct! {
     /// Where a ring lives and its geometry (library-allocated; see the module docs and
@@ -1759,15 +1759,25 @@ abi_struct! {
 
 abi_struct! {
     /// CREATE_QP driver data: the SQ ring (send WQEs) and the RQ ring (receive WQEs; all
-    /// zero when `is_srq`). The library produces, the engine consumes.
+    /// zero when `is_srq`), and transport options. The library produces, the engine
+    /// consumes.
     pub struct UroceCreateQp {
         /// Send queue.
         pub sq: RingDesc,
         /// Receive queue.
         pub rq: RingDesc,
+        /// `CREATE_QP_*` flags; other bits are refused.
+        pub flags: u32,
+        /// Reserved (0).
+        pub reserved: u32,
     }
-    size = 48;
+    size = 56;
 }
+
+/// [`UroceCreateQp::flags`]: selective repeat (docs/wire.md §5.6) for an RC QP that is not
+/// XRC. Set only when the peer agreed to it: the wire is IBTA's either way, but a peer that
+/// drops packets ahead of its ePSN makes every loss cost a round trip per packet.
+pub const CREATE_QP_SELECTIVE_REPEAT: u32 = 1 << 0;
 
 abi_struct! {
     /// CREATE_QP driver response.

@@ -84,6 +84,10 @@ pub struct Args {
     /// Traffic in one direction only (default: both QPs send and respond).
     #[arg(long)]
     one_way: bool,
+    /// Selective repeat (docs/wire.md §5.6) on both QPs, as two uroce peers that agreed to
+    /// it run (default: IBTA go-back-N).
+    #[arg(long)]
+    selective_repeat: bool,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
@@ -174,6 +178,7 @@ fn config(args: &Args, seed: u64) -> anyhow::Result<WorkloadConfig> {
         recv_delay_ns: args.recv_delay_us.saturating_mul(1_000),
         bidirectional: !args.one_way,
         max_unacked_psns: args.max_unacked_psns.max(1),
+        selective_repeat: [args.selective_repeat; 2],
         ..WorkloadConfig::default()
     })
 }
@@ -226,14 +231,19 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
         r.seed, args.messages, args.size, args.ops, args.mtu
     );
     println!(
-        "  link: loss {} dup {} reorder {} corrupt {}{}",
+        "  link: loss {} dup {} reorder {} corrupt {}{}{}",
         args.loss,
         args.dup,
         args.reorder,
         args.corrupt,
         args.partition_at
             .map(|p| format!(", partition at {p} ms"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if args.selective_repeat {
+            "; selective repeat"
+        } else {
+            ""
+        }
     );
     println!(
         "  completed {} of {} work requests, {} bytes verified, {:.3} virtual ms ({:.2} s wall)",

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! `--qp N` prints that QP's counters instead, in `rdma stat show qp`'s shape
-//! (`link uroce0/1 lqpn 17 pid 4242 comm uroce sent_pkts ...`); `--qp all` every QP's.
+//! (`link uroce0/1 lqpn 17 pid 4242 comm uroce sent_pkts ...`, with `selective_repeat`
+//! after the command name for a QP that runs it, docs/wire.md §5.6); `--qp all` every QP's.
 //! `--watch SECS` repeats every SECS seconds; after the first report it prints, per port
 //! or QP, only the counters that changed: the total, then the change over the interval and
 //! its rate per second (`sent_pkts 1005 (+1000, 1000/s)`). `--json` prints
@@ -490,12 +491,17 @@ fn text(processes: &[Snapshot], qp: Option<QpSel>, prev: Option<&Prev>) -> Strin
                 let before = lookup((s.pid, d.name.clone(), Some(q.qpn)));
                 let _ = writeln!(
                     out,
-                    "link {}/{} lqpn {} pid {} comm {}{}{}",
+                    "link {}/{} lqpn {} pid {} comm {}{}{}{}",
                     d.name,
                     d.port,
                     q.qpn,
                     s.pid,
                     s.program,
+                    if q.selective_repeat {
+                        " selective_repeat"
+                    } else {
+                        ""
+                    },
                     delta_tag(before),
                     counters_text(&q.counters, before, interval)
                 );
@@ -529,10 +535,12 @@ mod tests {
                         QpSnapshot {
                             qpn: 17,
                             counters: counters.clone(),
+                            selective_repeat: false,
                         },
                         QpSnapshot {
                             qpn: 18,
                             counters: counters.clone(),
+                            selective_repeat: false,
                         },
                     ],
                     cqs: vec![],

@@ -630,6 +630,8 @@ unsafe fn create_qp(
             srq,
             cap: cap_from_c(&a.cap),
             sq_sig_all: a.sq_sig_all != 0,
+            // A C consumer has no way to negotiate it with its peer (docs/wire.md §5.6).
+            selective_repeat: false,
         };
         let qp = match p.pd.create_qp(&attr) {
             Ok(q) => q,

@@ -1588,6 +1588,23 @@ impl DevState {
                 c.sq_sig_all
             ));
         }
+        let sr = d.flags & CREATE_QP_SELECTIVE_REPEAT != 0;
+        if d.flags & !CREATE_QP_SELECTIVE_REPEAT != 0 || d.reserved != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "flags {:#x}, reserved {}: unknown flags or reserved not 0",
+                d.flags,
+                d.reserved
+            ));
+        }
+        if sr && (ty != QpType::Rc || xrc.is_some()) {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "selective repeat is for RC QPs that are not XRC"
+            ));
+        }
         if xrc.is_some() && (c.is_srq != 0 || d.rq != RingDesc::default()) {
             return Err(refuse!(
                 EINVAL,
@@ -1783,6 +1800,8 @@ impl DevState {
         // ECN congestion control (docs/wire.md §11): every connected QP of a device with
         // ECN on is a DCQCN reaction and notification point.
         cfg.cc = self.cfg.ecn.then_some(self.cfg.dcqcn);
+        // Selective repeat (docs/wire.md §5.6), when the library says both ends agreed.
+        cfg.selective_repeat = sr;
         let mtu = self.cfg.mtu().unwrap_or(Mtu::Mtu1024);
         if let Some(q) = self.qps.get_mut(qpn) {
             q.qp = Qp::new(cfg);

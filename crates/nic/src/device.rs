@@ -159,6 +159,12 @@ impl DeviceHandle {
         st.qps.get(qpn).map(|q| *q.qp.counters())
     }
 
+    /// Whether a QP runs selective repeat (docs/wire.md §5.6), by QPN.
+    pub fn qp_selective_repeat(&self, qpn: u32) -> Option<bool> {
+        let st = self.0.lock_cp();
+        st.qps.get(qpn).map(|q| q.qp.selective_repeat())
+    }
+
     /// Counters of every live CQ, by ascending handle.
     pub fn cq_counters(&self) -> Vec<crate::CqCounters> {
         let st = self.0.lock_cp();

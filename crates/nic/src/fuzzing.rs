@@ -371,6 +371,7 @@ fn create_qp(qp_type: abi::QpType, sq_at: u64, rq: RingDesc, srq: Option<u32>) -
         UroceCreateQp {
             sq: sq_layout().desc(sq_at),
             rq,
+            ..UroceCreateQp::default()
         },
     ))
 }

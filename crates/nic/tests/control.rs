@@ -358,6 +358,7 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
             UroceCreateQp {
                 sq: sq_l.desc(sqm.addr()),
                 rq: rq_l.desc(rqm.addr()),
+                ..UroceCreateQp::default()
             },
         )
     };
@@ -687,6 +688,7 @@ fn xrc_commands_refuse_hostile_input() {
             UroceCreateQp {
                 sq: sq_layout.desc(sq_mem.addr()),
                 rq: RingDesc::default(),
+                ..UroceCreateQp::default()
             },
         ))
     };

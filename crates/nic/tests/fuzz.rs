@@ -191,6 +191,7 @@ fn seeds(c: &mut Client, arena: &mut [u8]) -> Vec<Vec<u8>> {
             UroceCreateQp {
                 sq: bad_ring,
                 rq: bad_ring,
+                ..UroceCreateQp::default()
             },
         )),
         enc(&Request::QueryQp(QueryQp {

@@ -75,10 +75,20 @@ fn run_pair(
     client_sys: LocalSystem,
     server_sys: LocalSystem,
 ) -> (Result<Side, PerftestError>, Result<Side, PerftestError>) {
+    run_pair_with(cfg, cfg, client_sys, server_sys)
+}
+
+/// Client and server with configurations of their own.
+fn run_pair_with(
+    cfg: &BenchConfig,
+    server_cfg: &BenchConfig,
+    client_sys: LocalSystem,
+    server_sys: LocalSystem,
+) -> (Result<Side, PerftestError>, Result<Side, PerftestError>) {
     let listener = listen(Some(Ipv4Addr::LOCALHOST), 0).expect("listen");
     let port = listener.local_addr().expect("addr").port();
     let qps = cfg.qps();
-    let server_cfg = cfg.clone();
+    let server_cfg = server_cfg.clone();
     let server = thread::spawn(move || {
         let (mut stream, _) = accept_one(listener).expect("accept");
         let mut side = Side {
@@ -172,6 +182,31 @@ fn perftest_client_and_server_over_tcp() {
                 "{name}: the client's report"
             );
             assert_eq!(server.reports[0].1.size, *client.runs.last().expect("ran"));
+        }
+    }
+}
+
+#[test]
+fn selective_repeat_only_when_both_offer_it() {
+    for connection in [Connection::Rc, Connection::Ud] {
+        for (offer_c, offer_s) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut c = BenchConfig::new(Verb::Send, TestKind::Bw);
+            c.connection = connection;
+            let mut s = c.clone();
+            c.offer_selective_repeat = offer_c;
+            s.offer_selective_repeat = offer_s;
+            let (client, server) =
+                run_pair_with(&c, &s, LocalSystem::default(), LocalSystem::default());
+            let (client, server) = (client.expect("client"), server.expect("server"));
+            let want = offer_c && offer_s && connection == Connection::Rc;
+            for (who, side) in [("client", &client), ("server", &server)] {
+                let n = side.negotiated.as_ref().expect("negotiated");
+                assert_eq!(
+                    n.selective_repeat, want,
+                    "{who}: {connection:?} offers {offer_c}/{offer_s}"
+                );
+                assert_eq!(n.peer_version.text, "6.06", "the offer hides after the NUL");
+            }
         }
     }
 }

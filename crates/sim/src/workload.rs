@@ -105,6 +105,9 @@ pub struct WorkloadConfig {
     /// after a timeout, so the default (32) stays near the simulated path's bandwidth-delay
     /// product; the NIC default is rxe's 128.
     pub max_unacked_psns: u32,
+    /// Selective repeat (docs/wire.md §5.6) on side 0 and side 1. Negotiation turns it on at
+    /// both ends or neither; one side alone is a test of the forced, unagreed case.
+    pub selective_repeat: [bool; 2],
 }
 
 impl Default for WorkloadConfig {
@@ -130,6 +133,7 @@ impl Default for WorkloadConfig {
             bidirectional: true,
             max_unacked_psns: 16,
             sabotage_every: 0,
+            selective_repeat: [false; 2],
         }
     }
 }
@@ -355,6 +359,7 @@ impl Workload {
             qc.caps.max_send_sge = 1;
             qc.caps.max_recv_sge = 1;
             qc.max_unacked_psns = cfg.max_unacked_psns;
+            qc.selective_repeat = cfg.selective_repeat[side];
             sim.add_qp(side, qc, 1 - side);
             let attr = QpAttr {
                 qp_access_flags: AccessFlags::LOCAL_WRITE

@@ -29,6 +29,17 @@ impl Qp {
         mem: &mut M,
     ) {
         let p = pkt.bth.psn;
+        if self.sr_active() && info.kind == OpKind::Acknowledge && !p.is_before(self.sent_high) {
+            // Selective repeat: a hole NAK names PSN p - 2^23 (docs/wire.md §5.6).
+            let x = p.sub(crate::sr::SR_HOLE_OFFSET);
+            let seq_nak = pkt
+                .aeth
+                .is_some_and(|a| a.syndrome.kind() == AckKind::Nak(NakCode::PSN_SEQ_ERROR));
+            if seq_nak && !x.is_before(self.unacked) && x.is_before(self.sent_high) {
+                self.sr_on_nak(now, x);
+                return;
+            }
+        }
         // Only PSNs in [unacked, sent_high) can be answered (docs/wire.md §5.2).
         if !p.is_before(self.sent_high) {
             self.counters.ghost_responses += 1;
@@ -55,6 +66,14 @@ impl Qp {
                             return;
                         }
                         self.rnr_nak(now, timer_code);
+                    }
+                    AckKind::Nak(NakCode::PSN_SEQ_ERROR) if self.sr_active() => {
+                        // Selective repeat (docs/wire.md §5.6): PSNs before p are
+                        // acknowledged as always; resend p alone.
+                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                            return;
+                        }
+                        self.sr_on_nak(now, p);
                     }
                     AckKind::Nak(code) => {
                         if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {

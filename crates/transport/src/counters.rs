@@ -75,6 +75,21 @@ pub struct Counters {
     /// Reaction point: CNPs ignored (congestion control off, a UD QP, or not sending:
     /// `rp_cnp_ignored`).
     pub rp_cnp_ignored: u64,
+    /// Responder, selective repeat (docs/wire.md §5.6): requests ahead of ePSN kept for
+    /// in-order processing once the gap before them fills.
+    pub sr_out_of_order_kept: u64,
+    /// Responder, selective repeat: requests ahead of ePSN dropped (beyond the reassembly
+    /// window or store, or already kept).
+    pub sr_out_of_order_dropped: u64,
+    /// Responder, selective repeat: sequence NAKs (both kinds, also in `send_nak`).
+    pub sr_naks_sent: u64,
+    /// Responder, selective repeat: hole NAKs, naming a missing PSN after ePSN.
+    pub sr_hole_naks_sent: u64,
+    /// Requester, selective repeat: single packets resent for a sequence NAK or a timeout.
+    pub sr_single_resends: u64,
+    /// Requester, selective repeat: sequence NAKs ignored because the PSN was resent less
+    /// than a round trip ago (or is no longer outstanding).
+    pub sr_naks_ignored: u64,
 }
 
 impl Counters {
@@ -117,6 +132,12 @@ impl Counters {
             ("np_cnp_sent", self.np_cnp_sent),
             ("rp_cnp_handled", self.rp_cnp_handled),
             ("rp_cnp_ignored", self.rp_cnp_ignored),
+            ("sr_out_of_order_kept", self.sr_out_of_order_kept),
+            ("sr_out_of_order_dropped", self.sr_out_of_order_dropped),
+            ("sr_naks_sent", self.sr_naks_sent),
+            ("sr_hole_naks_sent", self.sr_hole_naks_sent),
+            ("sr_single_resends", self.sr_single_resends),
+            ("sr_naks_ignored", self.sr_naks_ignored),
         ]
         .into_iter()
     }
@@ -157,6 +178,12 @@ impl Counters {
             np_cnp_sent,
             rp_cnp_handled,
             rp_cnp_ignored,
+            sr_out_of_order_kept,
+            sr_out_of_order_dropped,
+            sr_naks_sent,
+            sr_hole_naks_sent,
+            sr_single_resends,
+            sr_naks_ignored,
         } = *other;
         self.sent_pkts += sent_pkts;
         self.rcvd_pkts += rcvd_pkts;
@@ -191,6 +218,12 @@ impl Counters {
         self.np_cnp_sent += np_cnp_sent;
         self.rp_cnp_handled += rp_cnp_handled;
         self.rp_cnp_ignored += rp_cnp_ignored;
+        self.sr_out_of_order_kept += sr_out_of_order_kept;
+        self.sr_out_of_order_dropped += sr_out_of_order_dropped;
+        self.sr_naks_sent += sr_naks_sent;
+        self.sr_hole_naks_sent += sr_hole_naks_sent;
+        self.sr_single_resends += sr_single_resends;
+        self.sr_naks_ignored += sr_naks_ignored;
     }
 }
 
@@ -216,7 +249,7 @@ mod tests {
         assert_eq!(b.sent_pkts, 7);
         assert_eq!(b.rcvd_cnp, 4);
         let names: Vec<_> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 33);
+        assert_eq!(names.len(), 39);
         assert_eq!((b.np_cnp_sent, b.rp_cnp_handled), (10, 2));
         assert_eq!(
             b.iter().find(|(n, _)| *n == "rcvd_cnp").map(|(_, v)| v),

@@ -154,10 +154,19 @@ struct Subject {
 const XRC_SRQN: u32 = 5;
 
 impl Subject {
-    fn new(qpn: u32, peer: u32, ty: QpType, mtu: Mtu, cc: bool, xrc: Option<XrcRole>) -> Subject {
+    fn new(
+        qpn: u32,
+        peer: u32,
+        ty: QpType,
+        mtu: Mtu,
+        cc: bool,
+        xrc: Option<XrcRole>,
+        sr: bool,
+    ) -> Subject {
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
         cfg.cc = cc.then(crate::DcqcnParams::default);
         cfg.xrc = xrc;
+        cfg.selective_repeat = sr;
         cfg.uses_srq = xrc == Some(XrcRole::Target);
         cfg.caps.max_send_wr = 16;
         cfg.caps.max_recv_wr = 16;
@@ -316,7 +325,9 @@ pub mod ctl {
 
 /// Build a [`drive`] script: `kind` selects the transport (0 = RC at MTU 256, 1 = XRC at MTU
 /// 256 (initiator and target, the target's one SRQ numbered 5), 5 = RC at
-/// MTU 1024, 6 = UC, 7 = UD; 2–4: RC at MTU 256 with DCQCN on both QPs); each step is a control byte ([`ctl`]) and packet bytes.
+/// MTU 1024, 6 = UC, 7 = UD; 2–4: RC at MTU 256 with DCQCN on both QPs; plus 8: the same
+/// with selective repeat on both QPs where it applies, RC without XRC, docs/wire.md §5.6);
+/// each step is a control byte ([`ctl`]) and packet bytes.
 pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
     let mut out = vec![kind];
     for (c, bytes) in steps {
@@ -331,7 +342,16 @@ pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
 /// The valid request packets the requester of a `kind` script sends first (for mutation).
 pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
     let (ty, mtu, cc, xrc) = kind_of(kind);
-    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc, xrc.then_some(XrcRole::Initiator));
+    let sr = kind & 8 != 0 && ty == QpType::Rc && !xrc;
+    let mut req = Subject::new(
+        0x11,
+        0x12,
+        ty,
+        mtu,
+        cc,
+        xrc.then_some(XrcRole::Initiator),
+        sr,
+    );
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
     let mut out = Vec::new();
@@ -377,9 +397,20 @@ pub struct DriveStats {
 /// Interpret `data` as a script of hostile packets and actions against a responder and a
 /// requester (RC, or UC/UD by the first byte); panic on any broken invariant.
 pub fn drive(data: &[u8]) -> DriveStats {
-    let (ty, mtu, cc, xrc) = kind_of(data.first().copied().unwrap_or(0));
-    let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc, xrc.then_some(XrcRole::Target));
-    let mut req = Subject::new(0x11, 0x12, ty, mtu, cc, xrc.then_some(XrcRole::Initiator));
+    let kind = data.first().copied().unwrap_or(0);
+    let (ty, mtu, cc, xrc) = kind_of(kind);
+    // Bit 3 of the kind: selective repeat at both ends (RC without XRC only).
+    let sr = kind & 8 != 0 && ty == QpType::Rc && !xrc;
+    let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc, xrc.then_some(XrcRole::Target), sr);
+    let mut req = Subject::new(
+        0x11,
+        0x12,
+        ty,
+        mtu,
+        cc,
+        xrc.then_some(XrcRole::Initiator),
+        sr,
+    );
     resp.post_recvs(6);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];

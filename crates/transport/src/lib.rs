@@ -16,6 +16,8 @@
 //! * `completer` — ACK/NAK/READ response/ATOMIC ACK → send completions.
 //! * `responder` — requests → memory operations, receive completions,
 //!   ACKs (coalesced), NAKs, READ responses, saved atomic results.
+//! * `sr` — selective repeat: the responder's reassembly store and the requester's single
+//!   resends.
 //! * [`state`] — QP states, attribute masks, the legal-transition table.
 //!
 //! Sections cited as `docs/wire.md §N` are in the repository's docs/wire.md, which names the
@@ -33,6 +35,11 @@
 //!   resends from the oldest unacknowledged PSN long before the local ACK timeout, without
 //!   using a retry. AckReq is also set on the packet that fills the window and every half
 //!   window.
+//! * Selective repeat (`sr`, docs/wire.md §5.6), only when both ends agreed to it
+//!   ([`QpConfig::selective_repeat`], off by default): the responder keeps requests that
+//!   arrive ahead of ePSN and executes them in order once the gap fills, naming missing PSNs
+//!   in sequence NAKs (PSNs after ePSN as "hole NAKs", offset by 2^23 so that a requester
+//!   without selective repeat drops them); the requester resends each named PSN alone.
 //! * Sequence NAKs and implied NAKs after a retry and before any progress are stale and
 //!   ignored (rxe `started_retry`); the retransmission timer covers a lost resend. A gap in
 //!   READ responses is an implied NAK at once (rxe_comp.c `check_psn`).
@@ -60,6 +67,7 @@ mod qp;
 mod recovery;
 mod requester;
 mod responder;
+mod sr;
 pub mod state;
 mod time;
 mod wc;

@@ -110,6 +110,12 @@ pub struct QpConfig {
     /// XRCETH names is the one passed to [`Qp::handle_packet`]; `None` there means the
     /// number named no SRQ of the QP's XRC domain: the request is NAKed Invalid Request.
     pub xrc: Option<crate::state::XrcRole>,
+    /// Selective repeat (docs/wire.md §5.6) for an RC QP (not XRC): the responder keeps
+    /// requests that arrive ahead of ePSN and NAKs each missing PSN; the requester reads a
+    /// sequence NAK as "resend this one PSN". Both ends must have agreed to it (a peer
+    /// without it reads such a NAK as go-back-N's cumulative one), so it is off by default;
+    /// [`Qp::set_selective_repeat`] changes it before the QP is connected.
+    pub selective_repeat: bool,
 }
 
 impl QpConfig {
@@ -128,6 +134,7 @@ impl QpConfig {
             min_window: 8,
             cc: None,
             xrc: None,
+            selective_repeat: false,
         }
     }
 }
@@ -396,6 +403,10 @@ pub struct Qp {
     /// UC: drop packets until the next FIRST/ONLY.
     pub(crate) uc_drop: bool,
     pub(crate) rq: VecDeque<RecvWr>,
+    /// Selective repeat: requests kept ahead of ePSN (sr.rs).
+    pub(crate) sr_rx: crate::sr::SrStore,
+    /// Selective repeat: the requester's single resends (sr.rs).
+    pub(crate) sr_tx: crate::sr::SrSend,
 
     // ---- outputs ----
     pub(crate) completions: VecDeque<(Completion, Slot)>,
@@ -450,6 +461,8 @@ impl Qp {
             last_gasp: None,
             uc_drop: false,
             rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
+            sr_rx: crate::sr::SrStore::default(),
+            sr_tx: crate::sr::SrSend::default(),
             completions: VecDeque::with_capacity(completions_max),
             send_slots_pending: 0,
             recv_slots_pending: 0,
@@ -648,6 +661,29 @@ impl Qp {
             s => self.attr.qp_state = s,
         }
         Ok(())
+    }
+
+    /// Turn selective repeat (docs/wire.md §5.6, [`QpConfig::selective_repeat`]) on or off.
+    /// Only in RESET or INIT, before the QP exchanges packets, and only for an RC QP that is
+    /// not XRC; otherwise `Err(ModifyError::InvalidValue)` and nothing changes. The caller turns it on only when the peer agreed to it.
+    pub fn set_selective_repeat(&mut self, on: bool) -> Result<(), crate::ModifyError> {
+        if !matches!(self.attr.qp_state, QpState::Reset | QpState::Init) {
+            return Err(crate::ModifyError::InvalidValue(
+                "selective repeat changes only in RESET or INIT",
+            ));
+        }
+        if on && (self.cfg.qp_type != QpType::Rc || self.cfg.xrc.is_some()) {
+            return Err(crate::ModifyError::InvalidValue(
+                "selective repeat is for RC QPs that are not XRC",
+            ));
+        }
+        self.cfg.selective_repeat = on;
+        Ok(())
+    }
+
+    /// Whether selective repeat is on ([`Qp::set_selective_repeat`]).
+    pub fn selective_repeat(&self) -> bool {
+        self.sr_active()
     }
 
     /// RESET: discard everything without completions (docs/wire.md §6.2 notes).
@@ -1134,6 +1170,8 @@ impl Qp {
         }
         self.in_msg = None;
         self.responses.clear();
+        self.sr_rx.clear();
+        self.sr_tx = crate::sr::SrSend::default();
         if fatal {
             self.events.push_back(QpEvent::Fatal);
         }

@@ -41,7 +41,9 @@ impl Qp {
             // DCQCN's pacer (docs/wire.md §11.3): while the rate is limited, a request
             // leaves no earlier than its schedule; `poll_timeout` then names that time.
             if let Some(cc) = self.cc.as_mut() {
-                let work = self.rec.probe_one || self.cursor < self.sq.len();
+                let work = self.rec.probe_one
+                    || !self.sr_tx.resend.is_empty()
+                    || self.cursor < self.sq.len();
                 if work && !cc.may_send(now) {
                     self.paced = true;
                     return None;
@@ -50,6 +52,18 @@ impl Qp {
             self.paced = false;
             if self.rec.probe_one && ty == QpType::Rc {
                 if let Some(t) = self.send_probe(now, mem, buf) {
+                    return Some(t);
+                }
+                continue;
+            }
+            // Selective repeat (docs/wire.md §5.6): single resends go before new packets
+            // and outside the window (each replaces a lost one).
+            if let Some(psn) = self.sr_tx.resend.pop_front() {
+                if psn.is_before(self.unacked) || !psn.is_before(self.next_psn) {
+                    continue;
+                }
+                if let Some(t) = self.send_single(now, psn, mem, buf) {
+                    self.sr_note_resent(psn, now);
                     return Some(t);
                 }
                 continue;
@@ -405,7 +419,7 @@ impl Qp {
     }
 
     /// Packets sent and not acknowledged.
-    fn flight(&self) -> u32 {
+    pub(crate) fn flight(&self) -> u32 {
         u32::try_from(self.sent_high.diff(self.unacked)).unwrap_or(0)
     }
 
@@ -421,6 +435,7 @@ impl Qp {
         self.rnr_left = self.attr.rnr_retry;
         self.retried_since_progress = false;
         self.rec.probe_one = false;
+        self.sr_progress();
         let newly = u32::try_from(self.unacked.diff(self.rec.una)).unwrap_or(0);
         self.rec.una = self.unacked;
         if self.rec.undo_if_spurious(self.unacked) {
@@ -467,6 +482,7 @@ impl Qp {
     /// Resend from the oldest unacknowledged PSN on.
     fn go_back(&mut self) {
         self.rec.probe_one = false;
+        self.sr_tx.resend.clear();
         self.cursor = 0;
         self.next_psn = self.unacked;
         self.pkts_since_ackreq = 0;
@@ -521,6 +537,17 @@ impl Qp {
             self.fail_front(WcStatus::RetryExcErr);
             return;
         }
+        if self.sr_active() && self.sr_tx.timeouts == 0 {
+            // Selective repeat: the first timeout without progress resends the oldest
+            // unacknowledged packet alone; a second one goes back N (docs/wire.md §5.6).
+            self.sr_tx.timeouts = 1;
+            self.rec
+                .on_loss(self.flight(), self.sent_high, false, self.cfg.min_window);
+            self.rec.probe_one = true;
+            self.arm_retrans(now);
+            self.arm_probe(now);
+            return;
+        }
         // The path just lost a whole window: resend one packet and grow on each ACK
         // (slow start) instead of resending the full window into it.
         self.rec
@@ -538,7 +565,7 @@ impl Qp {
     /// retry is used and the local ACK timer keeps running from the last progress.
     fn probe(&mut self, now: Time) {
         self.counters.rto_probes += 1;
-        if self.rec.backed_off() {
+        if self.rec.backed_off() && !self.sr_active() {
             self.rec
                 .on_loss(self.flight(), self.sent_high, true, self.cfg.min_window);
             // Sequence NAKs sent before this resend arrives are stale.
@@ -563,9 +590,26 @@ impl Qp {
         if !self.outstanding() {
             return None;
         }
+        let t = self.send_single(now, self.unacked, mem, buf);
+        if t.is_some() && self.sr_active() {
+            self.sr_note_resent(self.unacked, now);
+        }
+        t
+    }
+
+    /// Resend the packet at `psn` (sent before, not acknowledged) alone, with AckReq,
+    /// leaving the resume point of the send queue where it was.
+    fn send_single<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        psn: wire::Psn,
+        mem: &mut M,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let idx = self.wqe_index_of(psn)?;
         let (cursor, next_psn, since) = (self.cursor, self.next_psn, self.pkts_since_ackreq);
-        self.cursor = 0;
-        self.next_psn = self.unacked;
+        self.cursor = idx;
+        self.next_psn = psn;
         self.pkts_since_ackreq = u32::MAX - 1;
         let r = self.build_request(now, mem, buf);
         self.cursor = cursor;
@@ -579,7 +623,7 @@ impl Qp {
             }
             Err(BuildError::Wqe(status)) => {
                 self.counters.send_err += 1;
-                self.fail_at(0, status);
+                self.fail_at(idx, status);
                 None
             }
         }

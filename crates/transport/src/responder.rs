@@ -40,7 +40,7 @@ impl Qp {
 
     /// Bound on queued responses: READ streams and atomic ACKs are bounded by
     /// `max_dest_rd_atomic` on a well-behaved peer; ACKs coalesce.
-    fn responses_cap(&self) -> usize {
+    pub(crate) fn responses_cap(&self) -> usize {
         2 * usize::from(self.attr.max_dest_rd_atomic) + 16
     }
 
@@ -64,7 +64,7 @@ impl Qp {
 
     /// Queue an ACK for `psn`, merged into a plain ACK still waiting at the tail (ACK
     /// coalescing: one cumulative ACK covers them all).
-    fn push_ack(&mut self, psn: Psn) {
+    pub(crate) fn push_ack(&mut self, psn: Psn) {
         if let Some(Response::Ack { psn: q, syndrome }) = self.responses.back_mut() {
             if *syndrome == PLAIN_ACK {
                 if psn.is_after(*q) {
@@ -131,6 +131,13 @@ impl Qp {
             self.counters.dropped_pkts += 1;
             return;
         }
+        if d > 0 && self.sr_active() {
+            // Selective repeat (docs/wire.md §5.6): keep it for later, in order.
+            self.counters.out_of_seq_request += 1;
+            self.sr_keep(pkt);
+            // ePSN may be held already (a drain stopped by a full response queue).
+            return self.sr_drain(mem, &mut srq);
+        }
         if d > 0 {
             // Ahead of ePSN: one sequence NAK per gap (rxe `sent_psn_nak`).
             self.counters.out_of_seq_request += 1;
@@ -149,7 +156,21 @@ impl Qp {
             self.rc_duplicate(pkt, info);
             return;
         }
+        self.rc_execute(pkt, info, mem, &mut srq);
+        if self.sr_active() {
+            self.sr_drain(mem, &mut srq);
+        }
+    }
 
+    /// Execute the request at ePSN.
+    pub(crate) fn rc_execute<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        mem: &mut M,
+        srq: &mut Option<&mut dyn RecvQueue>,
+    ) {
+        let p = pkt.bth.psn;
         // XRC target: the XRCETH must name an SRQ of the QP's XRC domain (the engine passes
         // it, or none when it names nothing valid); otherwise Invalid Request (IBTA XRC annex).
         if self.cfg.xrc.is_some() && srq.is_none() {
@@ -197,8 +218,8 @@ impl Qp {
             return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
         }
         match info.kind {
-            OpKind::Send => self.rc_send(pkt, mem, &mut srq, false),
-            OpKind::RdmaWrite => self.rc_write(pkt, mem, &mut srq, false),
+            OpKind::Send => self.rc_send(pkt, mem, srq, false),
+            OpKind::RdmaWrite => self.rc_write(pkt, mem, srq, false),
             OpKind::ReadRequest => self.rc_read(pkt, mem),
             OpKind::CompareSwap | OpKind::FetchAdd => self.rc_atomic(pkt, info, mem),
             _ => self.counters.dropped_pkts += 1,

@@ -139,7 +139,7 @@ proptest! {
     /// Sequences of arbitrary (well-formed, hostile) packets to both roles.
     #[test]
     fn arbitrary_packet_sequences(
-        kind in 0u8..8,
+        kind in 0u8..16,
         steps in proptest::collection::vec((arb_ctl(), arb_packet()), 1..40),
     ) {
         let steps: Vec<(u8, &[u8])> = steps.iter().map(|(c, p)| (*c, &p[..])).collect();
@@ -149,7 +149,7 @@ proptest! {
     /// Real request packets with mutations: bit flips, truncation, opcode swaps, replays.
     #[test]
     fn mutated_valid_requests(
-        kind in 0u8..8,
+        kind in 0u8..16,
         picks in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u16>(), any::<u8>(), 0u8..5), 1..60),
     ) {
         let base = sample_requests(kind);

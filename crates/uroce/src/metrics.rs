@@ -356,6 +356,7 @@ mod tests {
                 qps: vec![QpSnapshot {
                     qpn: 17,
                     counters: CounterSet::from_pairs([("sent_pkts", 3), ("bad-name", 1)]),
+                    selective_repeat: false,
                 }],
                 cqs: vec![CqSnapshot {
                     cq: 3,

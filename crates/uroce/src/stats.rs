@@ -140,6 +140,9 @@ pub struct QpSnapshot {
     pub qpn: u32,
     /// The transport's per-QP counters (rxe `hw_counters` names).
     pub counters: CounterSet,
+    /// The QP runs selective repeat (docs/wire.md §5.6): both ends agreed to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub selective_repeat: bool,
 }
 
 /// One CQ's counters (`lost_cqes`: completions lost because it was full).
@@ -275,6 +278,7 @@ fn live_qps(dev: &nic::DeviceHandle, live: usize) -> Vec<QpSnapshot> {
             qps.push(QpSnapshot {
                 qpn,
                 counters: CounterSet::from_pairs(c.iter()),
+                selective_repeat: dev.qp_selective_repeat(qpn).unwrap_or(false),
             });
             if qps.len() >= live {
                 break;

@@ -77,6 +77,9 @@ pub struct QpInitAttr<'a> {
     pub cap: QpCap,
     /// Signal every send WR (otherwise only those with `SIGNALED`).
     pub sq_sig_all: bool,
+    /// Selective repeat (docs/wire.md §5.6; RC only, not XRC). Set it only when the peer
+    /// agreed to it (as `uroce bench --selective-repeat` negotiates); off by default.
+    pub selective_repeat: bool,
 }
 
 impl<'a> QpInitAttr<'a> {
@@ -89,6 +92,7 @@ impl<'a> QpInitAttr<'a> {
             srq: None,
             cap,
             sq_sig_all: false,
+            selective_repeat: false,
         }
     }
 }
@@ -353,6 +357,7 @@ impl Pd {
             qp_type: attr.qp_type,
             cap: attr.cap,
             sq_sig_all: attr.sq_sig_all,
+            selective_repeat: attr.selective_repeat,
         })
     }
 }
@@ -378,6 +383,7 @@ impl crate::Xrcd {
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            selective_repeat: false,
         })
     }
 }
@@ -393,6 +399,7 @@ struct Spec<'a> {
     qp_type: QpType,
     cap: QpCap,
     sq_sig_all: bool,
+    selective_repeat: bool,
 }
 
 impl Qp {
@@ -490,6 +497,12 @@ impl Qp {
                 rq: rq
                     .as_ref()
                     .map_or(RingDesc::default(), |(m, l)| l.desc(m.addr())),
+                flags: if attr.selective_repeat {
+                    abi::uverbs::CREATE_QP_SELECTIVE_REPEAT
+                } else {
+                    0
+                },
+                reserved: 0,
             },
         );
         let resp = ctx.cmd(OP, &req, |mut r| {

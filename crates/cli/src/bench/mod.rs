@@ -139,6 +139,11 @@ pub struct Args {
     /// connection instead of TCP (perftest's -R).
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
+    /// uroce: offer selective repeat to the peer (docs/perftest.md §10, docs/wire.md §5.6);
+    /// the RC QPs use it when the peer is uroce and offered it too. Stock perftest never
+    /// does: toward it the run is plain go-back-N.
+    #[arg(long = "selective-repeat")]
+    pub selective_repeat: bool,
     /// uroce: both ends in this process on one device.
     #[arg(long)]
     pub loopback: bool,

@@ -211,6 +211,7 @@ pub fn from_args(a: &Args) -> Result<Params> {
     cfg.run_all = a.all;
     cfg.dont_xchg_versions = a.dont_xchg_versions;
     cfg.rdma_cm = a.rdma_cm;
+    cfg.offer_selective_repeat = a.selective_repeat;
     if a.rdma_cm {
         // perftest's own refusals first (perftest_parameters.c), then uroce's.
         if cfg.connection == Connection::Uc {

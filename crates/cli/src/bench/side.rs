@@ -90,6 +90,8 @@ pub struct Res {
     /// The Q_Key UD sends carry: perftest's [`QKEY`], or with `-R` rdma_cm's (the peer's
     /// QP was made by rdma_cm, `RDMA_UDP_QKEY`).
     pub qkey: u32,
+    /// Both ends offered selective repeat (docs/perftest.md §10): the RC QPs use it.
+    pub selective_repeat: bool,
 }
 
 /// One end of a benchmark.
@@ -354,6 +356,7 @@ impl Side {
             rx_posted: vec![0; q],
             rx_slots: 1,
             rx_size: 0,
+            selective_repeat: n.selective_repeat && qp_type == QpType::RC,
             qp_type,
             qp_cap: cap,
             access,
@@ -361,6 +364,17 @@ impl Side {
             out_reads,
             qkey: QKEY,
         });
+        if p.cfg.offer_selective_repeat {
+            // uroce's own line, on stderr: perftest's console output stays as it is.
+            eprintln!(
+                " uroce: selective repeat {}",
+                if self.res.as_ref().is_some_and(|r| r.selective_repeat) {
+                    "on (both ends offered it)"
+                } else {
+                    "off (the peer did not offer it, or not RC)"
+                }
+            );
+        }
         Ok(())
     }
 
@@ -375,6 +389,7 @@ impl Side {
         let i = res.qps.len();
         let mut init = QpInitAttr::new(res.qp_type, &res.scq, res.qp_cap);
         init.recv_cq = &res.rcq;
+        init.selective_repeat = res.selective_repeat;
         let psn = random_psn();
         let qp = match id {
             Some(id) => id

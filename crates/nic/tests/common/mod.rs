@@ -271,6 +271,7 @@ impl Client {
             UroceCreateQp {
                 sq: sq_layout.desc(sq_mem.addr()),
                 rq: rq_desc,
+                ..UroceCreateQp::default()
             },
         ))?;
         let (c, rest): (CreateQpResp, _) = read_prefix(&r, "qp").unwrap();

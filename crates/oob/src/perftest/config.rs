@@ -115,6 +115,9 @@ pub struct BenchConfig {
     /// connected by rdma_cm (docs/perftest.md §8): binary 56-byte KEY messages, a KEY pair
     /// of zeros before and after the QPs' connection, no GID check, no DONE.
     pub rdma_cm: bool,
+    /// uroce only: offer selective repeat in M1 (docs/perftest.md §10); it is used when the
+    /// peer offered it too ([`crate::perftest::Negotiated::selective_repeat`]).
+    pub offer_selective_repeat: bool,
 }
 
 impl BenchConfig {
@@ -139,6 +142,7 @@ impl BenchConfig {
             use_gid: true,
             dont_xchg_versions: false,
             rdma_cm: false,
+            offer_selective_repeat: false,
         }
     }
 

@@ -19,9 +19,10 @@ use super::error::{
     X_SP,
 };
 use super::msg::{
-    decode_i32, decode_mtu, decode_version, encode_i32, encode_mtu, encode_version, BwReport,
-    KeyMessage, Mtu, PeerVersion, ReportLayout, DONE, KEY_LEN, KEY_LEN_CM, KEY_LEN_NO_GID, MTU_LEN,
-    MTU_LEN_LEGACY, SYS_DATA_LEN, VERSION, VERSION_LEN,
+    decode_i32, decode_mtu, decode_version, encode_i32, encode_mtu, encode_version,
+    encode_version_offering_sr, offers_selective_repeat, BwReport, KeyMessage, Mtu, PeerVersion,
+    ReportLayout, DONE, KEY_LEN, KEY_LEN_CM, KEY_LEN_NO_GID, MTU_LEN, MTU_LEN_LEGACY, SYS_DATA_LEN,
+    VERSION, VERSION_LEN,
 };
 use crate::gid::is_v4_mapped;
 
@@ -68,6 +69,9 @@ pub struct Negotiated {
     pub peer_mtu: Option<i64>,
     /// The MTU both QPs use: the peer's if valid and smaller than ours, else ours.
     pub mtu: Mtu,
+    /// Both sides offered selective repeat in M1 (docs/perftest.md §10): create the RC QPs
+    /// with it. Never true toward stock perftest.
+    pub selective_repeat: bool,
     /// The message size after the UD clamp to the MTU.
     pub size: u64,
     /// perftest's stderr note when it clamped a UD size (` Max msg size in UD is MTU …`).
@@ -238,6 +242,8 @@ pub struct Perftest {
     wait: Wait,
     last_write: Option<LastWrite>,
     peer_version: Option<PeerVersion>,
+    /// The peer's M1 carried the selective-repeat offer.
+    peer_offers_sr: bool,
     peer_cycle_buffer: Option<i32>,
     peer_cache_line: Option<i32>,
     peer_mtu: Option<i64>,
@@ -292,6 +298,7 @@ impl Perftest {
             wait: Wait::Nothing,
             last_write: None,
             peer_version: None,
+            peer_offers_sr: false,
             peer_cycle_buffer: None,
             peer_cache_line: None,
             peer_mtu: None,
@@ -507,9 +514,12 @@ impl Perftest {
                     };
                     return Err(self.fail(e));
                 }
-                let mine = encode_version(VERSION)
-                    .map(|b| b.to_vec())
-                    .unwrap_or_default();
+                let mine = if self.cfg.offer_selective_repeat {
+                    encode_version_offering_sr(VERSION).map(|b| b.to_vec())
+                } else {
+                    encode_version(VERSION).ok().map(|b| b.to_vec())
+                }
+                .unwrap_or_default();
                 self.push_pair(mine, VERSION_LEN, Target::Version, X_SP);
                 self.after = Some(After::VersionCheck);
             }
@@ -577,6 +587,9 @@ impl Perftest {
                     mtu: self.mtu,
                     size: self.size,
                     notice,
+                    selective_repeat: self.cfg.offer_selective_repeat
+                        && self.peer_offers_sr
+                        && self.cfg.connection == Connection::Rc,
                 }))));
             }
             Op::Keys {
@@ -715,6 +728,7 @@ impl Perftest {
         match target {
             Target::Version => {
                 let v = decode_version(bytes).map_err(|_| PerftestError::Misuse("VERSION length"));
+                self.peer_offers_sr = offers_selective_repeat(bytes);
                 match v {
                     Ok(v) => self.peer_version = Some(v),
                     Err(e) => return Err(self.fail(e)),

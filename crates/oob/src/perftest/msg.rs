@@ -106,6 +106,29 @@ pub fn encode_version(version: &str) -> Result<[u8; VERSION_LEN], MsgError> {
     Ok(out)
 }
 
+/// Bytes 8..16 of M1 when a uroce side offers selective repeat (docs/perftest.md §10): after
+/// the version's NUL, where perftest's `atof` and `printf` never look.
+pub const SR_OFFER: [u8; 8] = *b"uroce-sr";
+
+/// M1 carrying the selective-repeat offer; `None` if the version does not leave bytes
+/// 8..16 free (7 characters at most).
+pub fn encode_version_offering_sr(version: &str) -> Option<[u8; VERSION_LEN]> {
+    let mut out = encode_version(version).ok()?;
+    if version.len() >= 8 {
+        return None;
+    }
+    out[8..].copy_from_slice(&SR_OFFER);
+    Some(out)
+}
+
+/// Whether a peer's M1 offers selective repeat: a NUL before byte 8 and [`SR_OFFER`] in
+/// bytes 8..16.
+pub fn offers_selective_repeat(bytes: &[u8]) -> bool {
+    bytes.len() == VERSION_LEN
+        && bytes.iter().take(8).any(|&b| b == 0)
+        && bytes.get(8..) == Some(&SR_OFFER[..])
+}
+
 /// The peer's M1 as perftest reads it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeerVersion {
@@ -744,6 +767,26 @@ impl BwReport {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn selective_repeat_offer_hides_behind_the_nul() {
+        let plain = encode_version(VERSION).unwrap();
+        let offer = encode_version_offering_sr(VERSION).unwrap();
+        assert_eq!(&offer[..8], &plain[..8]);
+        assert_eq!(&offer[8..], b"uroce-sr");
+        let v = decode_version(&offer).unwrap();
+        assert_eq!((v.text.as_str(), v.value), ("6.06", 6.06));
+        assert!(offers_selective_repeat(&offer));
+        assert!(!offers_selective_repeat(&plain));
+        // The marker inside the version text, or cut short, is no offer.
+        let mut inside = *b"uroce-sruroce-sr";
+        assert!(!offers_selective_repeat(&inside));
+        inside[3] = 0;
+        assert!(offers_selective_repeat(&inside));
+        assert!(!offers_selective_repeat(&offer[..15]));
+        assert_eq!(encode_version_offering_sr("1234.678"), None);
+    }
+
     use super::*;
 
     const WRITE_BW_CLIENT_KEY: &[u8; 108] = b"0000:0001:000011:308158:0000027a:00007f23fc61f000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:0c:00000000:\0";
