@@ -7,39 +7,15 @@
 //! bounds (7 local ACK timeouts at 1 % loss, 5.6 data packets per payload packet and 265
 //! timeouts on the hostile link).
 
-use sim::transport::Mtu;
-use sim::workload::{self, Op, Report, WorkloadConfig};
-use sim::LinkConfig;
+mod common;
+
+use sim::workload::{self, Op, Report};
 
 const MESSAGES: u64 = 256;
 const SIZE: u32 = 65536;
 
 fn perftest_like(op: Op, seed: u64, loss: f64, reorder: f64, dup: f64, corrupt: f64) -> Report {
-    let cfg = WorkloadConfig {
-        seed,
-        messages: MESSAGES,
-        size_min: SIZE,
-        size_max: SIZE,
-        ops: vec![op],
-        link: LinkConfig {
-            loss,
-            dup,
-            reorder,
-            corrupt,
-            delay_ns: 20_000,
-            jitter_ns: 4_000,
-            reorder_delay_ns: (20_000, 201_000),
-            rate_gbps: 1,
-            partition_at: None,
-            bottleneck: None,
-        },
-        mtu: Mtu::Mtu1024,
-        timeout: 14,
-        window: 128,
-        bidirectional: false,
-        max_unacked_psns: 128,
-        ..WorkloadConfig::default()
-    };
+    let cfg = common::perftest_like(op, seed, MESSAGES, (loss, dup, reorder, corrupt));
     let r = workload::run(cfg);
     assert!(r.passed(), "seed {seed}: {:?}", r.violation_details);
     assert_eq!(r.messages_completed, MESSAGES, "seed {seed}");

@@ -3,55 +3,24 @@
 //! than go-back-N on the same seed; with it forced on at one end only (negotiation never
 //! does that) the transfer is still correct.
 
-use sim::transport::Mtu;
+mod common;
+
 use sim::workload::{run, Op, Report, WorkloadConfig};
 use sim::LinkConfig;
 
 fn hostile(seed: u64, messages: u64, ops: Vec<Op>, sr: [bool; 2]) -> WorkloadConfig {
     WorkloadConfig {
-        seed,
-        messages,
-        ops,
-        link: LinkConfig {
-            loss: 0.1,
-            dup: 0.05,
-            reorder: 0.1,
-            corrupt: 0.01,
-            ..LinkConfig::default()
-        },
         selective_repeat: sr,
-        ..WorkloadConfig::default()
+        ..common::hostile(seed, messages, ops)
     }
 }
 
-/// perftest's defaults (128 messages of 64 KiB in flight, MTU 1024, 128 unacknowledged
-/// PSNs, timeout 14) one way over the netfault "hostile" profile.
+/// perftest's defaults one way over the netfault "hostile" profile (5 % loss, 2 %
+/// duplication, 25 % reordering, 1 % corruption).
 fn perftest_hostile(op: Op, seed: u64, sr: bool) -> WorkloadConfig {
     WorkloadConfig {
-        seed,
-        messages: 128,
-        size_min: 65536,
-        size_max: 65536,
-        ops: vec![op],
-        link: LinkConfig {
-            loss: 0.05,
-            dup: 0.02,
-            reorder: 0.25,
-            corrupt: 0.01,
-            delay_ns: 20_000,
-            jitter_ns: 4_000,
-            reorder_delay_ns: (20_000, 201_000),
-            rate_gbps: 1,
-            partition_at: None,
-            bottleneck: None,
-        },
-        mtu: Mtu::Mtu1024,
-        timeout: 14,
-        window: 128,
-        bidirectional: false,
-        max_unacked_psns: 128,
         selective_repeat: [sr; 2],
-        ..WorkloadConfig::default()
+        ..common::perftest_like(op, seed, 128, (0.05, 0.02, 0.25, 0.01))
     }
 }
 

@@ -2,6 +2,8 @@
 //! exact replay from a seed, a clean link, a partition, RNR starvation, MTU variants — and a
 //! sabotaged run proving the checker catches corrupted delivery.
 
+mod common;
+
 use std::net::Ipv4Addr;
 
 use sim::workload::{run, Op, WorkloadConfig};
@@ -11,22 +13,6 @@ use transport::{
     bring_up, LocalData, Mtu, QpAttr, QpConfig, QpType, RecvWr, SendWr, Sge, SgeList, Time, UdDest,
     WcFlags, WcStatus, WrOpcode,
 };
-
-fn hostile(seed: u64, messages: u64, ops: Vec<Op>) -> WorkloadConfig {
-    WorkloadConfig {
-        seed,
-        messages,
-        ops,
-        link: LinkConfig {
-            loss: 0.1,
-            dup: 0.05,
-            reorder: 0.1,
-            corrupt: 0.01,
-            ..LinkConfig::default()
-        },
-        ..WorkloadConfig::default()
-    }
-}
 
 #[test]
 fn lossy_runs_pass_over_seeds_and_op_mixes() {
@@ -40,7 +26,7 @@ fn lossy_runs_pass_over_seeds_and_op_mixes() {
     for (i, ops) in mixes.iter().enumerate() {
         for seed in [11u64, 12] {
             let seed = seed + 100 * i as u64;
-            let r = run(hostile(seed, 2000, ops.clone()));
+            let r = run(common::hostile(seed, 2000, ops.clone()));
             assert!(
                 r.passed(),
                 "seed {seed} ops {ops:?}: {:?}",
@@ -70,10 +56,22 @@ fn lossy_runs_pass_over_seeds_and_op_mixes() {
 
 #[test]
 fn same_seed_replays_exactly() {
-    let a = run(hostile(77, 400, vec![Op::Send, Op::Read, Op::Atomic]));
-    let b = run(hostile(77, 400, vec![Op::Send, Op::Read, Op::Atomic]));
+    let a = run(common::hostile(
+        77,
+        400,
+        vec![Op::Send, Op::Read, Op::Atomic],
+    ));
+    let b = run(common::hostile(
+        77,
+        400,
+        vec![Op::Send, Op::Read, Op::Atomic],
+    ));
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    let c = run(hostile(78, 400, vec![Op::Send, Op::Read, Op::Atomic]));
+    let c = run(common::hostile(
+        78,
+        400,
+        vec![Op::Send, Op::Read, Op::Atomic],
+    ));
     assert_ne!(a.net, c.net, "another seed, another run");
 }
 
@@ -147,7 +145,7 @@ fn rnr_starved_receiver() {
 #[test]
 fn mtu_variants() {
     for mtu in [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu2048, Mtu::Mtu4096] {
-        let mut cfg = hostile(21, 300, vec![Op::Send, Op::Write, Op::Read]);
+        let mut cfg = common::hostile(21, 300, vec![Op::Send, Op::Write, Op::Read]);
         cfg.mtu = mtu;
         let r = run(cfg);
         assert!(r.passed(), "{mtu:?}: {:?}", r.violation_details);

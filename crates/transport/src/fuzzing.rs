@@ -341,17 +341,8 @@ pub fn script(kind: u8, steps: &[(u8, &[u8])]) -> Vec<u8> {
 
 /// The valid request packets the requester of a `kind` script sends first (for mutation).
 pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
-    let (ty, mtu, cc, xrc) = kind_of(kind);
-    let sr = kind & 8 != 0 && ty == QpType::Rc && !xrc;
-    let mut req = Subject::new(
-        0x11,
-        0x12,
-        ty,
-        mtu,
-        cc,
-        xrc.then_some(XrcRole::Initiator),
-        sr,
-    );
+    let (ty, mtu, cc, xrc, sr) = kind_of(kind);
+    let mut req = requester(ty, mtu, cc, xrc, sr);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
     let mut out = Vec::new();
@@ -361,16 +352,31 @@ pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
     out
 }
 
-/// (transport, path MTU, DCQCN, XRC) of a script kind.
-fn kind_of(kind: u8) -> (QpType, Mtu, bool, bool) {
-    match kind % 8 {
+/// (transport, path MTU, DCQCN, XRC, selective repeat) of a script kind: bit 3 turns
+/// selective repeat on at both ends (RC without XRC only).
+fn kind_of(kind: u8) -> (QpType, Mtu, bool, bool, bool) {
+    let (ty, mtu, cc, xrc) = match kind % 8 {
         0 => (QpType::Rc, Mtu::Mtu256, false, false),
         1 => (QpType::Rc, Mtu::Mtu256, false, true),
         2..=4 => (QpType::Rc, Mtu::Mtu256, true, false),
         5 => (QpType::Rc, Mtu::Mtu1024, false, false),
         6 => (QpType::Uc, Mtu::Mtu256, false, false),
         _ => (QpType::Ud, Mtu::Mtu256, false, false),
-    }
+    };
+    (ty, mtu, cc, xrc, kind & 8 != 0 && ty == QpType::Rc && !xrc)
+}
+
+/// The requester subject of a script (QPN 0x11 toward 0x12).
+fn requester(ty: QpType, mtu: Mtu, cc: bool, xrc: bool, sr: bool) -> Subject {
+    Subject::new(
+        0x11,
+        0x12,
+        ty,
+        mtu,
+        cc,
+        xrc.then_some(XrcRole::Initiator),
+        sr,
+    )
 }
 
 /// What a [`drive`] run did (so tests can check they reached deep paths).
@@ -398,19 +404,9 @@ pub struct DriveStats {
 /// requester (RC, or UC/UD by the first byte); panic on any broken invariant.
 pub fn drive(data: &[u8]) -> DriveStats {
     let kind = data.first().copied().unwrap_or(0);
-    let (ty, mtu, cc, xrc) = kind_of(kind);
-    // Bit 3 of the kind: selective repeat at both ends (RC without XRC only).
-    let sr = kind & 8 != 0 && ty == QpType::Rc && !xrc;
+    let (ty, mtu, cc, xrc, sr) = kind_of(kind);
     let mut resp = Subject::new(0x12, 0x11, ty, mtu, cc, xrc.then_some(XrcRole::Target), sr);
-    let mut req = Subject::new(
-        0x11,
-        0x12,
-        ty,
-        mtu,
-        cc,
-        xrc.then_some(XrcRole::Initiator),
-        sr,
-    );
+    let mut req = requester(ty, mtu, cc, xrc, sr);
     resp.post_recvs(6);
     req.post_sends(ty);
     let mut buf = vec![0u8; 4096 + 64];
