@@ -113,6 +113,10 @@ const ROUNDS: usize = 8;
 /// With [`crate::DeviceConfig::yield_when_idle`], idle spinning longer than this yields the
 /// core between polls.
 const YIELD_AFTER: Duration = Duration::from_micros(5);
+/// A caller holding the device state this long (its passes take a few µs; tens in a debug
+/// build or under strace) has lost its core: the engine then yields its own rather than
+/// spin.
+const HOLDER_STALLED: Duration = Duration::from_millis(1);
 /// PAUSE hints between idle passes once idle longer than [`YIELD_AFTER`].
 const IDLE_SPIN_HINTS: u32 = 16;
 /// Deeper into an idle spin than `spin_us`, remote-capable devices' sockets are polled
@@ -575,6 +579,8 @@ fn run(shared: Arc<EngineShared>) {
     let mut contended_until = Instant::now();
     let mut seen_calls = 0u64;
     let mut affinity_checked = Instant::now() - AFFINITY_CHECK;
+    // Since when a caller has held the device state (`EngineShared::drive`).
+    let mut blocked_since: Option<Instant> = None;
     loop {
         // Held for this iteration (released between passes, and while asleep in `park`).
         // A caller doing the work meanwhile (`EngineShared::drive`) is not waited for.
@@ -582,12 +588,23 @@ fn run(shared: Arc<EngineShared>) {
             Ok(c) => c,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => {
-                // Its core may be the one that caller needs.
-                std::thread::yield_now();
+                // A caller is doing the passes (a few µs). Wait for it without a system
+                // call; only if it holds on longer — it lost its core, maybe to this
+                // thread — yield the core to it. A yield at every collision would be a
+                // system call per collision, that is, per few operations.
+                let since = *blocked_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= HOLDER_STALLED {
+                    std::thread::yield_now();
+                } else {
+                    for _ in 0..IDLE_SPIN_HINTS {
+                        std::hint::spin_loop();
+                    }
+                }
                 spun_at = None;
                 continue;
             }
         };
+        blocked_since = None;
         if core.refresh(&shared) {
             policy.reconfigure(spin_bounds(&core.devs));
             yield_idle = core.devs.iter().any(|d| d.dev.cfg.yield_when_idle);
