@@ -1,5 +1,5 @@
 //! Counting a command's system calls with `strace -f -c` (all its threads together), for
-//! the "no system call per operation" tests of this crate and of `uroce bench`.
+//! the "no system call per operation" tests.
 
 use std::process::Command;
 
