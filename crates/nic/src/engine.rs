@@ -53,7 +53,8 @@
 //! it posts or polls, on the engine only when no caller is there. A caller marks itself
 //! active (`EngineShared::app_active`); the engine then counts as contended for
 //! `APP_HOLD` — it parks after a few µs of idle spin, and a caller that finds it awake in
-//! that state takes the work too (the engine's loop `try_lock`s and yields to it). On a
+//! that state takes the work too (the engine's loop `try_lock`s and waits for it, yielding
+//! its core only if the caller holds on `HOLDER_STALLED`). On a
 //! daemon device the caller also drains the peer rings while it does the passes (it
 //! withdraws the rings' `parked` word meanwhile, so producers do not wake the engine for
 //! what it reads anyway), and holds back an ACK-only batch for the answer it is about to
@@ -514,17 +515,15 @@ impl DevIo {
         self.pool.push(b);
     }
 
-    /// Whether one more packet would leave the device backlogged.
-    fn backlogged_after_one(&self) -> bool {
-        self.txq.len() + 1 >= TXQ_MAX
-            || self.ring_backlog.len() + 1 >= TXQ_MAX
-            || self.loopq.len() + 1 >= LOOPQ_MAX
+    /// Whether `more` packets would leave a queue toward the wire at its bound.
+    fn backlogged_after(&self, more: usize) -> bool {
+        self.txq.len() + more >= TXQ_MAX
+            || self.ring_backlog.len() + more >= TXQ_MAX
+            || self.loopq.len() + more >= LOOPQ_MAX
     }
 
     fn backlogged(&self) -> bool {
-        self.txq.len() >= TXQ_MAX
-            || self.ring_backlog.len() >= TXQ_MAX
-            || self.loopq.len() >= LOOPQ_MAX
+        self.backlogged_after(0)
     }
 }
 
@@ -1217,7 +1216,7 @@ fn service_qp(st: &mut DevState, io: &mut DevIo, idx: u32, now: Time) -> bool {
             more = true;
             break;
         }
-        if sent + 1 == TX_BUDGET || io.backlogged_after_one() {
+        if sent + 1 == TX_BUDGET || io.backlogged_after(1) {
             // This QP's turn ends with this packet: have it acknowledged now.
             q.qp.request_ack_next();
         }
