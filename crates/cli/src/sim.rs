@@ -44,6 +44,11 @@ pub struct Args {
     /// Probability a frame is delayed past later ones (0–1).
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
+    /// A reordered frame is held back a uniform extra time up to this many virtual µs
+    /// (default: up to ten propagation delays plus 1 µs). A user-space impairer such as
+    /// netfault holds packets up to 2,000 µs.
+    #[arg(long)]
+    reorder_us: Option<f64>,
     /// Probability 1–3 bits of a frame are flipped (0–1).
     #[arg(long, default_value_t = 0.0)]
     corrupt: f64,
@@ -157,7 +162,11 @@ fn config(args: &Args, seed: u64) -> anyhow::Result<WorkloadConfig> {
         corrupt: probability("corrupt", args.corrupt)?,
         delay_ns,
         jitter_ns: delay_ns / 5,
-        reorder_delay_ns: (delay_ns, delay_ns * 10 + 1_000),
+        reorder_delay_ns: match args.reorder_us {
+            Some(us) if (0.0..=1e7).contains(&us) => (delay_ns, delay_ns + (us * 1e3) as u64 + 1),
+            Some(_) => bail!("--reorder-us must be 0..10000000"),
+            None => (delay_ns, delay_ns * 10 + 1_000),
+        },
         rate_gbps: args.rate_gbps,
         partition_at,
         bottleneck: None,

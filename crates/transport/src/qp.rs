@@ -432,7 +432,7 @@ impl Qp {
     pub fn new(cfg: QpConfig) -> Qp {
         let caps = cfg.caps;
         let completions_max = caps.max_send_wr as usize + caps.max_recv_wr as usize + 1;
-        Qp {
+        let mut qp = Qp {
             cfg,
             attr: QpAttr::default(),
             sq: VecDeque::with_capacity(caps.max_send_wr as usize),
@@ -473,7 +473,9 @@ impl Qp {
             paced: false,
             cnp_gate: CnpGate::default(),
             cnp_due: false,
-        }
+        };
+        qp.rec.set_max(qp.window_limit());
+        qp
     }
 
     /// This QP's number.
@@ -501,7 +503,7 @@ impl Qp {
     /// loss has cut moves to the new limit.
     pub fn set_max_unacked_psns(&mut self, n: u32) {
         self.cfg.max_unacked_psns = n.max(1);
-        self.rec.set_max(n);
+        self.rec.set_max(self.window_limit());
     }
 
     /// `ibv_query_qp`: current attributes (`qp_state` is the current state; `sq_psn` and

@@ -241,6 +241,23 @@ impl Recovery {
         }
     }
 
+    /// Selective repeat: time the resend of the oldest unacknowledged PSN (unless a packet
+    /// is being timed already).
+    pub(crate) fn time_resend(&mut self, psn: Psn, now: Time) {
+        if self.sample.is_none() {
+            self.sample = Some((psn, now));
+        }
+    }
+
+    /// Selective repeat: PSN `hole` was reported missing. A timed packet at or after it is
+    /// acknowledged only once the hole is repaired, so its sample would measure the repair
+    /// (a NAK, a resend, perhaps a lost resend) rather than the path: drop it.
+    pub(crate) fn discard_sample_behind(&mut self, hole: Psn) {
+        if self.sample.is_some_and(|(p, _)| !p.is_before(hole)) {
+            self.sample = None;
+        }
+    }
+
     /// The oldest unacknowledged PSN is now `unacked`: finish the timing of a packet it
     /// covers.
     pub(crate) fn measure(&mut self, unacked: Psn, now: Time) {

@@ -344,7 +344,10 @@ impl Qp {
             self.counters.retransmissions += 1;
         }
         if ty == QpType::Rc && ack_req {
-            self.rec.on_send(next_psn, now, fresh);
+            // With selective repeat a packet sent behind a known hole is acknowledged when
+            // the hole is repaired: not a sample of the path's round trip.
+            let timed = fresh && !self.sr_hole_known();
+            self.rec.on_send(next_psn, now, timed);
         }
         self.next_psn = if is_read {
             last_psn.next()
@@ -389,7 +392,19 @@ impl Qp {
 
     /// Packets the requester may have outstanding now.
     pub(crate) fn window(&self) -> u32 {
-        self.rec.cwnd.clamp(1, self.cfg.max_unacked_psns.max(1))
+        self.rec.cwnd.clamp(1, self.window_limit())
+    }
+
+    /// The most packets the requester ever has outstanding: `max_unacked_psns`, or with
+    /// selective repeat the responder's reassembly window (docs/wire.md §5.6), which lets a
+    /// late packet hold the cumulative ACK back without stopping the sender.
+    pub(crate) fn window_limit(&self) -> u32 {
+        let n = self.cfg.max_unacked_psns.max(1);
+        if self.sr_active() {
+            n.max(crate::sr::SR_WINDOW)
+        } else {
+            n
+        }
     }
 
     /// (Re)start the local ACK timer (4.096 µs × 2^timeout; 0 = none).
@@ -442,8 +457,7 @@ impl Qp {
             self.counters.spurious_timeouts += 1;
         }
         self.rec.measure(self.unacked, now);
-        self.rec
-            .on_ack(newly, self.unacked, self.cfg.max_unacked_psns);
+        self.rec.on_ack(newly, self.unacked, self.window_limit());
         if self.next_psn.is_before(self.unacked) {
             self.next_psn = self.unacked;
         }

@@ -24,7 +24,7 @@ const PLAIN_ACK: Syndrome = Syndrome::ACK_UNLIMITED;
 impl Qp {
     pub(crate) fn responder_handle<M: Memory + ?Sized>(
         &mut self,
-        _now: Time,
+        now: Time,
         pkt: &RocePacketRepr<'_>,
         info: &'static OpcodeInfo,
         meta: &RxMeta,
@@ -32,16 +32,23 @@ impl Qp {
         srq: Option<&mut dyn RecvQueue>,
     ) {
         match self.cfg.qp_type {
-            QpType::Rc => self.rc_request(pkt, info, mem, srq),
+            QpType::Rc => {
+                if self.sr_active() {
+                    self.sr_rx.tick(now);
+                }
+                self.rc_request(pkt, info, mem, srq)
+            }
             QpType::Uc => self.uc_request(pkt, info, mem, srq),
             QpType::Ud => self.ud_request(pkt, meta, mem, srq),
         }
     }
 
     /// Bound on queued responses: READ streams and atomic ACKs are bounded by
-    /// `max_dest_rd_atomic` on a well-behaved peer; ACKs coalesce.
+    /// `max_dest_rd_atomic` on a well-behaved peer; ACKs coalesce. Selective repeat adds
+    /// room for the NAKs that name holes (a burst of arrivals can show many at once).
     pub(crate) fn responses_cap(&self) -> usize {
-        2 * usize::from(self.attr.max_dest_rd_atomic) + 16
+        let sr = if self.sr_active() { 64 } else { 0 };
+        2 * usize::from(self.attr.max_dest_rd_atomic) + 16 + sr
     }
 
     /// Take a receive WQE: the one held from an abandoned UC message, else the QP's RQ or the
@@ -126,17 +133,18 @@ impl Qp {
     ) {
         let p = pkt.bth.psn;
         let d = p.diff(self.epsn);
-        if self.responses.len() >= self.responses_cap() {
-            // No room to answer: drop; the requester retries.
-            self.counters.dropped_pkts += 1;
-            return;
-        }
         if d > 0 && self.sr_active() {
-            // Selective repeat (docs/wire.md §5.6): keep it for later, in order.
+            // Selective repeat (docs/wire.md §5.6): keep it for later, in order. It needs
+            // no answer now, so a full response queue does not drop it.
             self.counters.out_of_seq_request += 1;
             self.sr_keep(pkt);
             // ePSN may be held already (a drain stopped by a full response queue).
             return self.sr_drain(mem, &mut srq);
+        }
+        if self.responses.len() >= self.responses_cap() {
+            // No room to answer: drop; the requester retries.
+            self.counters.dropped_pkts += 1;
+            return;
         }
         if d > 0 {
             // Ahead of ePSN: one sequence NAK per gap (rxe `sent_psn_nak`).
@@ -153,8 +161,14 @@ impl Qp {
         }
         if d < 0 {
             self.counters.duplicate_request += 1;
+            if self.sr_active() {
+                self.sr_rx.duplicate(p);
+            }
             self.rc_duplicate(pkt, info);
             return;
+        }
+        if self.sr_active() {
+            self.sr_rx.arrived_in_order(p);
         }
         self.rc_execute(pkt, info, mem, &mut srq);
         if self.sr_active() {

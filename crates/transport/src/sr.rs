@@ -38,14 +38,32 @@ pub(crate) const SR_HOLE_OFFSET: u32 = 1 << 23;
 /// Hole NAKs are sent only while the response queue is at most this full (fraction 1/2 of
 /// its cap), so that they never crowd out the ACKs and READ responses.
 const HOLE_NAK_QUEUE_DIVISOR: usize = 2;
+/// A missing PSN is named (NAKed) once at least this many requests arrived ahead of ePSN
+/// since its gap appeared, the one that showed it included (TCP's duplicate-ACK threshold, RFC 5681 §3.2) and the gap is
+/// older than the reordering the path has shown: the time by which a PSN that was named
+/// came anyway before its resend could have (seen as a second copy arriving: the resend
+/// was not needed, RFC 3708; TCP's RACK reordering window, RFC 8985 §6.2, learns the
+/// same way). Arrivals come in bursts, so the window is a time, not a count.
+const SR_REORDER_MIN_ARRIVALS: u64 = 3;
+/// The reordering window never exceeds this.
+const SR_REORDER_MAX_NS: u64 = 4_000_000;
+/// ... and loses 1/2^this of itself at every arrival ahead of ePSN (halved in about 2,800
+/// arrivals without a new sample).
+const SR_REORDER_DECAY_SHIFT: u32 = 12;
 
 /// One PSN at or after ePSN in the responder's reassembly store.
 #[derive(Debug)]
 enum Slot {
-    /// Not received; `naked_at` is the arrival count when it was last NAKed.
-    Missing { naked_at: Option<u64> },
-    /// Received ahead of ePSN: the packet from BTH to the last pad byte.
-    Held(Vec<u8>),
+    /// Not received; its gap appeared at arrival count `seen`, time `seen_at`; `naked_at`
+    /// is the arrival count when it was last NAKed.
+    Missing {
+        seen: u64,
+        seen_at: Time,
+        naked_at: Option<u64>,
+    },
+    /// Received ahead of ePSN: the packet from BTH to the last pad byte; `late` is how long
+    /// after its gap appeared it came, if it was NAKed before it came.
+    Held { pkt: Vec<u8>, late: Option<u64> },
 }
 
 /// The responder's reassembly store: `slots[i]` is PSN `base + i`, `base` is ePSN after
@@ -57,11 +75,40 @@ pub(crate) struct SrStore {
     bytes: usize,
     /// Requests received ahead of ePSN, for [`SR_RENAK_AFTER`].
     arrivals: u64,
+    /// The reordering window (ns, at most [`SR_REORDER_MAX_NS`]).
+    reorder_ns: u64,
+    /// The time of the last packet handed to the store ([`SrStore::tick`]).
+    now: Time,
+    /// NAKed PSNs executed recently and how late their first copy came, so that a second
+    /// copy arriving after execution still teaches the threshold.
+    executed_late: VecDeque<(Psn, u64)>,
+    /// Every missing slot before this index has been named by a hole NAK (a hole the
+    /// response queue had no room to name when it appeared is named by a later arrival).
+    named: usize,
     /// Spare buffers.
     pool: Vec<Vec<u8>>,
 }
 
 impl SrStore {
+    /// The responder's clock, before each packet is handled.
+    pub(crate) fn tick(&mut self, now: Time) {
+        self.now = now;
+    }
+
+    fn missing(&self) -> Slot {
+        Slot::Missing {
+            seen: self.arrivals,
+            seen_at: self.now,
+            naked_at: None,
+        }
+    }
+
+    /// A named PSN came `late` ns after its gap appeared and a second copy came too.
+    fn learn(&mut self, late: u64) {
+        let w = late.saturating_add(late / 8).min(SR_REORDER_MAX_NS);
+        self.reorder_ns = self.reorder_ns.max(w);
+    }
+
     /// Forget PSNs before `epsn` (executed, or skipped by a READ's response PSNs).
     pub(crate) fn sync(&mut self, epsn: Psn) {
         let d = epsn.diff(self.base);
@@ -75,6 +122,7 @@ impl SrStore {
                 self.recycle(s);
             }
         }
+        self.named = self.named.saturating_sub(d as usize);
         self.base = epsn;
     }
 
@@ -84,10 +132,11 @@ impl SrStore {
             self.recycle(s);
         }
         self.bytes = 0;
+        self.named = 0;
     }
 
     fn recycle(&mut self, s: Slot) {
-        if let Slot::Held(mut b) = s {
+        if let Slot::Held { pkt: mut b, .. } = s {
             self.bytes -= b.len();
             if self.pool.len() < 64 {
                 b.clear();
@@ -98,7 +147,7 @@ impl SrStore {
 
     /// Whether a packet ahead of ePSN is held (so ePSN is known to be missing).
     pub(crate) fn has_later(&self) -> bool {
-        matches!(self.slots.back(), Some(Slot::Held(_)))
+        matches!(self.slots.back(), Some(Slot::Held { .. }))
     }
 
     /// Keep `pkt` (PSN after `base`); `false` if it was already held or is beyond the
@@ -117,7 +166,16 @@ impl SrStore {
         }
         let d = d as usize;
         let len = pkt.transport_len();
-        if matches!(self.slots.get(d), Some(Slot::Held(_))) || self.bytes + len > SR_STORE_BYTES {
+        if let Some(Slot::Held { late, .. }) = self.slots.get_mut(d) {
+            // Again: if it had been NAKed, one of the two copies was a needless resend and
+            // the first came `late` arrivals after its gap appeared (or the network
+            // duplicated the resend: the threshold then decays back).
+            if let Some(l) = late.take() {
+                self.learn(l);
+            }
+            return false;
+        }
+        if self.bytes + len > SR_STORE_BYTES {
             return false;
         }
         let mut buf = self.pool.pop().unwrap_or_default();
@@ -127,42 +185,93 @@ impl SrStore {
             return false;
         }
         self.arrivals += 1;
-        let old_len = self.slots.len();
-        while self.slots.len() <= d {
-            self.slots.push_back(Slot::Missing { naked_at: None });
-        }
-        self.bytes += len;
-        self.slots[d] = Slot::Held(buf);
-        // Index 0 (ePSN) is named by the plain NAK ([`SrStore::front_nak`]).
-        let range = if d >= old_len {
-            old_len.max(1)..d
-        } else {
-            (d + 1).max(1)..(d + 2).min(self.slots.len())
-        };
+        self.reorder_ns -= self.reorder_ns >> SR_REORDER_DECAY_SHIFT;
         let arrivals = self.arrivals;
-        for i in range {
-            if holes.len() >= max_holes {
-                break;
-            }
-            if let Some(Slot::Missing { naked_at }) = self.slots.get_mut(i) {
+        let now = self.now;
+        while self.slots.len() <= d {
+            let m = self.missing();
+            self.slots.push_back(m);
+        }
+        let late = match self.slots[d] {
+            Slot::Missing {
+                seen_at,
+                naked_at: Some(_),
+                ..
+            } => Some(now.nanos_since(seen_at)),
+            _ => None,
+        };
+        self.bytes += len;
+        self.slots[d] = Slot::Held { pkt: buf, late };
+        // Name the missing PSNs behind the last held one, oldest first, as far as
+        // `max_holes` allows; index 0 (ePSN) is named by the plain NAK
+        // ([`SrStore::front_nak`]).
+        // Gaps appear in PSN order, so the first one too young to name ends the walk.
+        let w = self.reorder_ns;
+        let mut i = self.named.max(1);
+        while i < self.slots.len() && holes.len() < max_holes {
+            if let Some(Slot::Missing {
+                seen,
+                seen_at,
+                naked_at,
+            }) = self.slots.get_mut(i)
+            {
+                if arrivals - *seen + 1 < SR_REORDER_MIN_ARRIVALS || now.nanos_since(*seen_at) < w {
+                    break;
+                }
                 if naked_at.is_none() {
                     *naked_at = Some(arrivals);
                     holes.push(self.base.add(i as u32));
                 }
             }
+            i += 1;
         }
+        self.named = i;
         true
+    }
+
+    /// The request at ePSN arrived and is executed without passing through the store: if
+    /// it had been NAKed, remember how late it came (see [`SrStore::duplicate`]).
+    pub(crate) fn arrived_in_order(&mut self, epsn: Psn) {
+        self.sync(epsn);
+        if let Some(Slot::Missing {
+            seen_at,
+            naked_at: Some(_),
+            ..
+        }) = self.slots.front()
+        {
+            let l = self.now.nanos_since(*seen_at);
+            if self.executed_late.len() >= 64 {
+                self.executed_late.pop_front();
+            }
+            self.executed_late.push_back((epsn, l));
+        }
+    }
+
+    /// A request before ePSN arrived again: if it was NAKed and came late, learn from it as
+    /// [`SrStore::insert`] does for a copy that is still held.
+    pub(crate) fn duplicate(&mut self, psn: Psn) {
+        if let Some(i) = self.executed_late.iter().position(|&(p, _)| p == psn) {
+            let (_, l) = self.executed_late.remove(i).unwrap_or((psn, 0));
+            self.learn(l);
+        }
     }
 
     /// The packet at `base` (ePSN), if held; its slot becomes missing again.
     pub(crate) fn take_front(&mut self) -> Option<Vec<u8>> {
-        let slot = self.slots.front_mut()?;
-        if !matches!(slot, Slot::Held(_)) {
+        if !matches!(self.slots.front(), Some(Slot::Held { .. })) {
             return None;
         }
-        let Slot::Held(b) = std::mem::replace(slot, Slot::Missing { naked_at: None }) else {
+        let missing = self.missing();
+        let slot = self.slots.front_mut()?;
+        let Slot::Held { pkt: b, late } = std::mem::replace(slot, missing) else {
             return None;
         };
+        if let Some(l) = late {
+            if self.executed_late.len() >= 64 {
+                self.executed_late.pop_front();
+            }
+            self.executed_late.push_back((self.base, l));
+        }
         self.bytes -= b.len();
         Some(b)
     }
@@ -175,16 +284,23 @@ impl SrStore {
         }
     }
 
-    /// ePSN (`base`) is missing while later packets are held: NAK it if it never was, or
-    /// if [`SR_RENAK_AFTER`] packets arrived since it was.
+    /// ePSN (`base`) is missing while later packets are held: NAK it once its gap is old
+    /// enough to name, and again if [`SR_RENAK_AFTER`] packets arrived since it was.
     pub(crate) fn front_nak(&mut self) -> Option<Psn> {
         if !self.has_later() {
             return None;
         }
         let arrivals = self.arrivals;
+        let (now, w) = (self.now, self.reorder_ns);
         match self.slots.front_mut() {
-            Some(Slot::Missing { naked_at })
-                if naked_at.is_none_or(|t| arrivals - t >= SR_RENAK_AFTER) =>
+            Some(Slot::Missing {
+                seen,
+                seen_at,
+                naked_at,
+            }) if naked_at.map_or(
+                arrivals - *seen + 1 >= SR_REORDER_MIN_ARRIVALS && now.nanos_since(*seen_at) >= w,
+                |t| arrivals - t >= SR_RENAK_AFTER,
+            ) =>
             {
                 *naked_at = Some(arrivals);
                 Some(self.base)
@@ -224,8 +340,10 @@ impl Qp {
     /// Responder: a request ahead of ePSN.
     pub(crate) fn sr_keep(&mut self, pkt: &RocePacketRepr<'_>) {
         self.sr_rx.sync(self.epsn);
-        if let Some(p) = self.sr_rx.front_nak() {
-            self.sr_push_nak(p);
+        if self.responses.len() < self.responses_cap() {
+            if let Some(p) = self.sr_rx.front_nak() {
+                self.sr_push_nak(p);
+            }
         }
         let room =
             (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR).saturating_sub(self.responses.len());
@@ -239,8 +357,10 @@ impl Qp {
             self.counters.sr_hole_naks_sent += 1;
             self.sr_push_nak(h.add(SR_HOLE_OFFSET));
         }
-        if let Some(p) = self.sr_rx.front_nak() {
-            self.sr_push_nak(p);
+        if self.responses.len() < self.responses_cap() {
+            if let Some(p) = self.sr_rx.front_nak() {
+                self.sr_push_nak(p);
+            }
         }
     }
 
@@ -291,6 +411,7 @@ impl Qp {
     /// Requester: a sequence NAK naming `psn` (in `[unacked, sent_high)`).
     pub(crate) fn sr_on_nak(&mut self, now: Time, psn: Psn) {
         self.counters.rcvd_seq_err += 1;
+        self.rec.discard_sample_behind(psn);
         let rtt = self.rec.srtt_ns().unwrap_or(0);
         let recent = self
             .sr_tx
@@ -327,10 +448,16 @@ impl Qp {
         // A NAK costs one packet here, not a window, and under reordering most NAKs are
         // spurious: the window stays at its limit (`max_unacked_psns`, rxe's fixed window;
         // ECN/DCQCN is the congestion response, docs/wire.md §11). Timeouts still cut it.
-        let floor = self.cfg.max_unacked_psns;
+        let floor = self.window_limit();
         self.rec
             .on_loss(self.flight(), self.sent_high, false, floor);
         self.sr_tx.resend.push_back(psn);
+    }
+
+    /// Requester: a PSN at or after the oldest unacknowledged one is known missing (NAKed,
+    /// waiting for or in its resend).
+    pub(crate) fn sr_hole_known(&self) -> bool {
+        self.sr_active() && !(self.sr_tx.resend.is_empty() && self.sr_tx.resent.is_empty())
     }
 
     /// Requester: progress; forget resend bookkeeping for acknowledged PSNs.
@@ -344,6 +471,12 @@ impl Qp {
     /// Requester: remember that `psn` was resent alone at `now`.
     pub(crate) fn sr_note_resent(&mut self, psn: Psn, now: Time) {
         self.counters.sr_single_resends += 1;
+        if psn == self.unacked {
+            // The oldest unacknowledged PSN: the ACK that passes it answers this resend one
+            // round trip from now (packets behind a hole never time the path, see
+            // `sr_hole_known`).
+            self.rec.time_resend(psn, now);
+        }
         if let Some(e) = self.sr_tx.resent.iter_mut().find(|(p, _)| *p == psn) {
             e.1 = now;
             return;
@@ -379,17 +512,22 @@ mod tests {
     }
 
     #[test]
-    fn keeps_ahead_names_each_gap_once_and_gives_back_in_order() {
+    fn names_a_gap_after_three_arrivals_and_gives_back_in_order() {
         let mut s = SrStore::default();
         s.sync(Psn::new(10));
         let mut holes = Vec::new();
-        // 10 missing, 11 arrives: ePSN is for the plain NAK, no hole.
+        // 10 missing, 11 arrives: a gap, too young to name (one arrival has shown it).
         assert!(s.insert(&pkt(11, b"b"), &mut holes, 8));
         assert!(holes.is_empty());
+        assert_eq!(s.front_nak(), None);
+        // 14 arrives: 12 and 13 are new gaps; 15 is the third arrival behind ePSN's gap.
+        for p in [14, 15] {
+            assert!(s.insert(&pkt(p, b"e"), &mut holes, 8));
+        }
+        assert!(holes.is_empty(), "12 and 13 were shown by two arrivals");
         assert_eq!(s.front_nak(), Some(Psn::new(10)));
         assert_eq!(s.front_nak(), None, "once");
-        // 14 arrives: 12 and 13 are new holes.
-        assert!(s.insert(&pkt(14, b"e"), &mut holes, 8));
+        assert!(s.insert(&pkt(16, b"f"), &mut holes, 8));
         assert_eq!(psns(&holes), [12, 13]);
         holes.clear();
         // Already held: dropped, nothing named again.
@@ -411,8 +549,71 @@ mod tests {
         s.sync(Psn::new(13));
         assert_eq!(s.take_front(), None, "13 missing");
         assert!(s.has_later());
-        // 13 was named by a hole NAK already: no plain NAK for it until SR_RENAK_AFTER more arrivals.
+        // 13 was named by a hole NAK already: no plain NAK for it until SR_RENAK_AFTER more
+        // arrivals.
         assert_eq!(s.front_nak(), None);
+    }
+
+    #[test]
+    fn a_hole_the_response_queue_could_not_name_is_named_later() {
+        let mut s = SrStore::default();
+        s.sync(Psn::new(0));
+        let mut holes = Vec::new();
+        // 1..=3 missing behind 4; then three arrivals with no room to name anything.
+        for p in [4, 5, 6, 7] {
+            assert!(s.insert(&pkt(p, b"x"), &mut holes, 0));
+        }
+        assert!(holes.is_empty());
+        // Room again: the next arrival names every old enough hole, oldest first, up to
+        // the room it has.
+        assert!(s.insert(&pkt(9, b"x"), &mut holes, 2));
+        assert_eq!(psns(&holes), [1, 2]);
+        holes.clear();
+        assert!(s.insert(&pkt(10, b"x"), &mut holes, 8));
+        assert_eq!(psns(&holes), [3], "8 appeared only two arrivals ago");
+    }
+
+    #[test]
+    fn learns_the_reordering_window_from_a_needless_resend() {
+        let t = |us: u64| Time::from_nanos(us * 1_000);
+        let mut s = SrStore::default();
+        s.tick(t(0));
+        s.sync(Psn::new(0));
+        let mut holes = Vec::new();
+        for p in [1, 2, 3] {
+            assert!(s.insert(&pkt(p, b"x"), &mut holes, 8));
+        }
+        assert_eq!(s.front_nak(), Some(Psn::new(0)), "no reordering seen yet");
+        // PSN 0 comes 500 µs after its gap appeared, then its resend: the NAK was needless.
+        s.tick(t(500));
+        s.arrived_in_order(Psn::new(0));
+        s.sync(Psn::new(4));
+        s.duplicate(Psn::new(0));
+        assert_eq!(s.reorder_ns, 562_500, "the late time and an eighth");
+        // A new gap at 4 is named only once it is older than that.
+        s.tick(t(1_000));
+        for p in [5, 6, 7] {
+            assert!(s.insert(&pkt(p, b"x"), &mut holes, 8));
+        }
+        assert_eq!(s.front_nak(), None, "3 arrivals but only 0 µs old");
+        s.tick(t(1_600));
+        assert!(s.insert(&pkt(8, b"x"), &mut holes, 8));
+        assert_eq!(s.front_nak(), Some(Psn::new(4)));
+        // The same for a gap behind ePSN, and the window decays with arrivals.
+        let before = s.reorder_ns;
+        for p in 10..20 {
+            assert!(s.insert(&pkt(p, b"x"), &mut holes, 8));
+        }
+        assert!(holes.is_empty(), "9 is 0 µs old");
+        assert!(s.reorder_ns < before);
+        s.tick(t(2_200));
+        assert!(s.insert(&pkt(20, b"x"), &mut holes, 8));
+        assert_eq!(psns(&holes), [9]);
+        // A second copy of a PSN never NAKed teaches nothing.
+        let w = s.reorder_ns;
+        assert!(!s.insert(&pkt(10, b"x"), &mut holes, 8));
+        s.duplicate(Psn::new(2));
+        assert_eq!(s.reorder_ns, w);
     }
 
     #[test]
@@ -430,6 +631,9 @@ mod tests {
             "beyond the window"
         );
         assert!(s.insert(&pkt(base.add(SR_WINDOW - 1).value(), b"x"), &mut holes, 4));
+        assert!(s.insert(&pkt(base.add(SR_WINDOW - 2).value(), b"x"), &mut holes, 4));
+        assert!(holes.is_empty(), "two arrivals");
+        assert!(s.insert(&pkt(base.add(SR_WINDOW - 3).value(), b"x"), &mut holes, 4));
         assert_eq!(holes.len(), 4, "at most max_holes named");
         assert_eq!(s.front_nak(), Some(base));
         // 15 more arrivals: not yet named again; the 16th renames it.
