@@ -388,8 +388,9 @@ impl RecvState {
                     ));
                 } else if !verify::check_op(got, i, seq, false) {
                     failures.push(format!(
-                        "verify: QP {i} receive {seq} ({} bytes) differs from what was sent",
-                        self.size
+                        "verify: QP {i} receive {seq} ({} bytes) differs from what was sent: {}",
+                        self.size,
+                        verify::describe_mismatch(got, i, seq)
                     ));
                 }
             }

@@ -23,6 +23,41 @@ fn op_word(qp: usize, op: u64, size: usize, w: usize) -> [u8; 8] {
     mix(key ^ w as u64).to_le_bytes()
 }
 
+/// Where `buf` differs from operation `op`'s payload (no `counter_last`), for an error
+/// message: the first differing byte, how many 8-byte words differ, and, for the first
+/// differing word, which nearby operation's payload it holds if any (a stale or misplaced
+/// packet) — or that it holds none (corruption).
+pub fn describe_mismatch(buf: &[u8], qp: usize, op: u64) -> String {
+    let size = buf.len();
+    let differs = |w: usize, chunk: &[u8], o: u64| {
+        chunk != op_word(qp, o, size, w).get(..chunk.len()).unwrap_or(&[])
+    };
+    let bad: Vec<usize> = buf
+        .chunks(8)
+        .enumerate()
+        .filter(|(w, c)| differs(*w, c, op))
+        .map(|(w, _)| w)
+        .collect();
+    let Some(&first) = bad.first() else {
+        return "no difference".to_string();
+    };
+    let chunk = buf.chunks(8).nth(first).unwrap_or(&[]);
+    let lo = op.saturating_sub(4096);
+    let holder = (lo..op + 4096).find(|&o| o != op && !differs(first, chunk, o));
+    let last = bad.last().copied().unwrap_or(first);
+    format!(
+        "first difference at byte {} ({} of {} words differ, bytes {}..{}); that word is {}",
+        first * 8,
+        bad.len(),
+        size.div_ceil(8),
+        first * 8,
+        (last + 1) * 8,
+        holder.map_or("no nearby operation's".to_string(), |o| format!(
+            "operation {o}'s"
+        ))
+    )
+}
+
 /// Fills `buf` with the payload of operation `op` (see the module docs); with
 /// `counter_last`, the last byte is `op` truncated to a byte (`write_lat`'s poll byte).
 pub fn fill_op(buf: &mut [u8], qp: usize, op: u64, counter_last: bool) {
@@ -125,6 +160,23 @@ pub fn hits(ops: u64, slots: u64, slot: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_mismatch_names_where_and_whose_bytes() {
+        let mut buf = vec![0u8; 4096];
+        fill_op(&mut buf, 0, 7, false);
+        assert_eq!(describe_mismatch(&buf, 0, 7), "no difference");
+        let mut other = vec![0u8; 4096];
+        fill_op(&mut other, 0, 5, false);
+        buf[1024..2048].copy_from_slice(&other[1024..2048]);
+        let d = describe_mismatch(&buf, 0, 7);
+        assert!(d.starts_with("first difference at byte 1024 (128 of 512 words"), "{d}");
+        assert!(d.ends_with("operation 5's"), "{d}");
+        buf[8] ^= 1;
+        let d = describe_mismatch(&buf, 0, 7);
+        assert!(d.starts_with("first difference at byte 8 (129 of 512"), "{d}");
+        assert!(d.ends_with("no nearby operation's"), "{d}");
+    }
+
     use super::*;
 
     #[test]
