@@ -100,8 +100,22 @@ int main(void)
 	memset(&gid, 0, sizeof(gid));
 	EXPECT_INT(ibv_attach_mcast(qp, &gid, 0), EOPNOTSUPP);
 	EXPECT_INT(ibv_detach_mcast(qp, &gid, 0), EOPNOTSUPP);
-	struct ibv_ece ece;
-	EXPECT_INT(ibv_query_ece(qp, &ece), EOPNOTSUPP);
+	/* ECE (docs/wire.md section 5.6): vendor_id 0 is libibverbs' EOPNOTSUPP, another
+	 * vendor's ID or a comp_mask EINVAL (as mlx5); uroce's own is taken. */
+	struct ibv_ece ece = { .vendor_id = 0, .options = 1, .comp_mask = 0 };
+	EXPECT_INT(ibv_set_ece(qp, &ece), EOPNOTSUPP);
+	ece.vendor_id = 0x02c9;
+	EXPECT_INT(ibv_set_ece(qp, &ece), EINVAL);
+	ece.vendor_id = 0x027572;
+	ece.comp_mask = 1;
+	EXPECT_INT(ibv_set_ece(qp, &ece), EINVAL);
+	ece.comp_mask = 0;
+	CHECK(ibv_set_ece(qp, &ece) == 0, "ibv_set_ece with uroce's vendor ID: errno %d", errno);
+	memset(&ece, 0xff, sizeof(ece));
+	CHECK(ibv_query_ece(qp, &ece) == 0 && ece.vendor_id == 0x027572 && ece.options == 1 &&
+		      ece.comp_mask == 0,
+	      "ibv_query_ece: vendor_id %#x options %#x comp_mask %u", ece.vendor_id,
+	      ece.options, ece.comp_mask);
 	struct ibv_port_attr pa;
 	EXPECT_INT(ibv_query_port(ctx, 77, &pa), EINVAL);
 

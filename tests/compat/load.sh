@@ -310,6 +310,25 @@ else
     bad "compiling tests/compat/rdmacm_api.c"
 fi
 
+# Selective repeat negotiated in the CM's ECE fields between two devices of one process:
+# ibv_set_ece on both, one or neither side, then UROCE_SELECTIVE_REPEAT=1 instead; and
+# rdma_reject_ece (tests/compat/rdmacm_ece.c; docs/wire.md section 5.6).
+if [ ! -f /usr/include/rdma/rdma_cma.h ] || [ ! -f /usr/lib/x86_64-linux-gnu/librdmacm.so.1 ]; then
+    echo "skip rdmacm_ece.c: <rdma/rdma_cma.h> not installed (Debian package librdmacm-dev)"
+elif gcc -O1 -Wall -Wextra -Werror -o "$work/rdmacm_ece" tests/compat/rdmacm_ece.c \
+        /usr/lib/x86_64-linux-gnu/librdmacm.so.1 /usr/lib/x86_64-linux-gnu/libibverbs.so.1; then
+    a=${COMPAT_ADDR_A:-127.0.0.1} b=${COMPAT_ADDR_B:-127.0.0.2}
+    for mode in asked env; do
+        if [ "$mode" = env ]; then envs=(UROCE_SELECTIVE_REPEAT=1); else envs=(); fi
+        out=$(env "${envs[@]}" UROCE_DEVICES="uroce0=$a,uroce1=$b" timeout 60 \
+            "$work/rdmacm_ece" "$a" "$b" "$mode" 2>&1)
+        if [ $? = 0 ]; then ok "selective repeat through ECE, $mode ($(tail -1 <<<"$out"))"
+        else bad "rdmacm_ece.c ($mode): $(tr '\n' ' ' <<<"$out")"; fi
+    done
+else
+    bad "compiling tests/compat/rdmacm_ece.c"
+fi
+
 # ---- 6. ibv_devinfo -v opens the device and describes it ----
 # The device binds UDP 4791 on its address; COMPAT_ADDR_A picks another loopback address
 # if 127.0.0.1:4791 is taken on this machine.

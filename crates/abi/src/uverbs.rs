@@ -932,8 +932,11 @@ abi_struct! {
         pub alt_port_num: u8,
         /// Alternate timeout.
         pub alt_timeout: u8,
+        /// uroce: `MODIFY_QP_*` flags (other bits: EINVAL). The kernel's struct has a reserved
+        /// byte here that its callers leave 0.
+        pub flags: u8,
         /// Reserved.
-        pub reserved: [u8; 2],
+        pub reserved: u8,
     }
     size = 112;
 }
@@ -941,8 +944,13 @@ offsets!(ModifyQp {
     alt_dest = 32, qp_handle = 64, attr_mask = 68, qkey = 72, rq_psn = 76, sq_psn = 80,
     dest_qp_num = 84, qp_access_flags = 88, pkey_index = 92, alt_pkey_index = 94, qp_state = 96,
     path_mtu = 98, en_sqd_async_notify = 100, min_rnr_timer = 103, port_num = 104, timeout = 105,
-    alt_timeout = 109, reserved = 110,
+    alt_timeout = 109, flags = 110, reserved = 111,
 });
+
+/// [`ModifyQp::flags`]: with a move from INIT to RTR, turn selective repeat (docs/wire.md
+/// §5.6) on for an RC QP that is not XRC (else EINVAL) — what the two ends agreed in the
+/// CM's ECE exchange. Without it the QP keeps what it has (off, unless CREATE_QP set it).
+pub const MODIFY_QP_SELECTIVE_REPEAT: u8 = 1 << 0;
 
 impl ModifyQp {
     /// The attribute mask.
@@ -1529,7 +1537,7 @@ abi_struct! {
         pub qpn: u32,
         /// Our receive PSN (CONNECT, ACCEPT).
         pub psn: u32,
-        /// Q_Key (SIDR_REPLY).
+        /// Q_Key (SIDR_REPLY), or the ECE options with [`CmCmd::FLAG_ECE`] (CONNECT, ACCEPT).
         pub qkey: u32,
         /// Flow label (CONNECT).
         pub flow_label: u32,
@@ -1565,8 +1573,8 @@ abi_struct! {
         pub reason: u16,
         /// Bytes of `private_data` that count.
         pub pd_len: u16,
-        /// Reserved (0).
-        pub reserved: u16,
+        /// `FLAG_*` (other bits: EINVAL).
+        pub flags: u16,
         /// Private data (224 bytes, in 32-byte rows: see [`CmCmd::pd`]).
         pub private_data: [[u8; 32]; 7],
     }
@@ -1586,6 +1594,12 @@ offsets!(CmCmd {
 });
 
 impl CmCmd {
+    /// CONNECT, ACCEPT: the REQ/REP carries Enhanced Connection Establishment with uroce's
+    /// vendor ID (`wire::cm::UROCE_ECE_VENDOR_ID`) and `qkey` as the options (the MAD's
+    /// Attribute Modifier; docs/wire.md §5.6). Without it both are 0, as from a CM without
+    /// ECE. Refused (EINVAL) with other operations.
+    pub const FLAG_ECE: u16 = 1 << 0;
+
     /// The private data that counts (`pd_len` bytes, at most the field).
     pub fn pd(&self) -> &[u8] {
         let all = self.private_data.as_flattened();

@@ -33,7 +33,7 @@ use std::net::IpAddr;
 use transport::Time;
 use wire::cm::{
     iba_time_to_ms, linux_style_tid, pd_len, CmMadRepr, CmMsg, CmPath, CmaHdr, DrepRepr, DreqRepr,
-    MraRepr, MsgRef, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr, ServiceId, SidrRepRepr,
+    Ece, MraRepr, MsgRef, RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr, ServiceId, SidrRepRepr,
     SidrReqRepr, SidrStatus,
 };
 use wire::mad::MAD_LEN;
@@ -119,6 +119,9 @@ pub struct ConnectParams {
     pub hop_limit: u8,
     /// Private data, at most 92 bytes (rdma_cm puts its 36-byte header first).
     pub private_data: Vec<u8>,
+    /// Enhanced Connection Establishment offered: the REQ's Vendor ID (24 bits) and its MAD's
+    /// Attribute Modifier ([`Ece::NONE`]: both 0, as a CM without ECE sends).
+    pub ece: Ece,
 }
 
 /// What the passive side answers with (the fields of a REP; IBTA Vol 1 §12.6.8).
@@ -134,6 +137,9 @@ pub struct AcceptParams {
     pub srq: bool,
     /// At most 196 bytes.
     pub private_data: Vec<u8>,
+    /// Enhanced Connection Establishment answered: the REP's Vendor ID and its MAD's
+    /// Attribute Modifier ([`Ece::NONE`]: both 0).
+    pub ece: Ece,
 }
 
 /// What the consumer learns.
@@ -146,10 +152,17 @@ pub enum CmEvent {
         id: CmId,
         peer: IpAddr,
         req: Box<ReqRepr>,
+        /// The REQ's ECE: its Vendor ID and its MAD's Attribute Modifier.
+        ece: Ece,
     },
     /// The passive side accepted (a REP arrived): move the QP to RTR/RTS with `rep`'s values,
     /// then call [`Cm::establish`] (which sends the RTU), or [`Cm::reject`].
-    ConnectResponse { id: CmId, rep: Box<RepRepr> },
+    ConnectResponse {
+        id: CmId,
+        rep: Box<RepRepr>,
+        /// The REP's ECE: its Vendor ID and its MAD's Attribute Modifier.
+        ece: Ece,
+    },
     /// Passive side: the RTU arrived (or [`Cm::established_by_data`] was called).
     Established { id: CmId },
     /// The peer refused (or, on the passive side, the active side gave up after our REP).
@@ -440,7 +453,7 @@ impl Cm {
         };
         let req = ReqRepr {
             local_comm_id: id,
-            vendor_id: 0,
+            vendor_id: p.ece.vendor_id & 0xFF_FFFF,
             service_id: p.service_id,
             local_ca_guid: self.cfg.ca_guid,
             local_qkey: Qkey(0),
@@ -487,7 +500,7 @@ impl Cm {
             peer_retries: self.cfg.max_cm_retries.min(15),
             peer_response_timeout: self.cfg.cm_response_timeout,
         };
-        let mad = self.build(tid, CmMsg::Req(Box::new(req)));
+        let mad = self.build_with(tid, p.ece.options, CmMsg::Req(Box::new(req)));
         self.send_reliably(now, &mut conn, mad);
         self.conns.insert(id, conn);
         Ok(CmId(id))
@@ -509,7 +522,7 @@ impl Cm {
             remote_comm_id: conn.remote_id,
             local_qkey: Qkey(0),
             local_qpn: p.local_qpn,
-            vendor_id: 0,
+            vendor_id: p.ece.vendor_id & 0xFF_FFFF,
             local_eecn: 0,
             starting_psn: p.starting_psn,
             responder_resources: p.responder_resources,
@@ -526,7 +539,7 @@ impl Cm {
         conn.state = State::RepSent;
         conn.retries_left = conn.peer_retries;
         conn.period_ms = iba_time_to_ms(conn.peer_response_timeout);
-        let mad = self.build(conn.tid, CmMsg::Rep(Box::new(rep)));
+        let mad = self.build_with(conn.tid, p.ece.options, CmMsg::Rep(Box::new(rep)));
         self.send_reliably(now, &mut conn, mad);
         self.conns.insert(id.0, conn);
         Ok(())
@@ -778,11 +791,12 @@ impl Cm {
             return;
         };
         let tid = m.tid;
+        let ece_options = m.attr_mod;
         match m.msg {
-            CmMsg::Req(req) => self.on_req(from, tid, req),
+            CmMsg::Req(req) => self.on_req(from, tid, req, ece_options),
             CmMsg::Mra(mra) => self.on_mra(now, &mra),
             CmMsg::Rej(rej) => self.on_rej(from, rej),
-            CmMsg::Rep(rep) => self.on_rep(from, rep),
+            CmMsg::Rep(rep) => self.on_rep(from, rep, ece_options),
             CmMsg::Rtu(rtu) => self.on_rtu(&rtu),
             CmMsg::Dreq(dreq) => self.on_dreq(now, from, tid, &dreq),
             CmMsg::Drep(drep) => self.on_drep(now, &drep),
@@ -820,7 +834,7 @@ impl Cm {
         wildcard.ok_or(any)
     }
 
-    fn on_req(&mut self, from: IpAddr, tid: u64, req: Box<ReqRepr>) {
+    fn on_req(&mut self, from: IpAddr, tid: u64, req: Box<ReqRepr>, ece_options: u32) {
         // A duplicate: same (Local Comm ID, CA GUID) as a connection we know (cm.c cm_match_req).
         let dup = self
             .conns
@@ -916,15 +930,20 @@ impl Cm {
             peer_response_timeout: req.local_cm_response_timeout,
         };
         self.conns.insert(id, conn);
+        let ece = Ece {
+            vendor_id: req.vendor_id,
+            options: ece_options,
+        };
         self.events.push_back(CmEvent::ConnectRequest {
             listen: CmId(listen),
             id: CmId(id),
             peer: from,
             req,
+            ece,
         });
     }
 
-    fn on_rep(&mut self, from: IpAddr, rep: Box<RepRepr>) {
+    fn on_rep(&mut self, from: IpAddr, rep: Box<RepRepr>, ece_options: u32) {
         let id = rep.remote_comm_id;
         let Some(conn) = self.conns.get_mut(&id) else {
             self.stats.mads_unmatched += 1;
@@ -940,7 +959,18 @@ impl Cm {
                 conn.last = None;
                 conn.deadline = None;
                 let orphan = conn.orphan;
-                self.event(orphan, CmEvent::ConnectResponse { id: CmId(id), rep });
+                let ece = Ece {
+                    vendor_id: rep.vendor_id,
+                    options: ece_options,
+                };
+                self.event(
+                    orphan,
+                    CmEvent::ConnectResponse {
+                        id: CmId(id),
+                        rep,
+                        ece,
+                    },
+                );
             }
             // The consumer has not established yet: ask the passive side to wait.
             State::RepRcvd if conn.remote_id == rep.local_comm_id => self.send_mra(id, MsgRef::REP),
@@ -1350,12 +1380,13 @@ impl Cm {
     }
 
     fn build(&self, tid: u64, msg: CmMsg) -> Box<[u8; MAD_LEN]> {
+        self.build_with(tid, 0, msg)
+    }
+
+    /// A MAD whose Attribute Modifier is `attr_mod` (a REQ's or REP's ECE options).
+    fn build_with(&self, tid: u64, attr_mod: u32, msg: CmMsg) -> Box<[u8; MAD_LEN]> {
         let mut mad = Box::new([0u8; MAD_LEN]);
-        let repr = CmMadRepr {
-            tid,
-            attr_mod: 0,
-            msg,
-        };
+        let repr = CmMadRepr { tid, attr_mod, msg };
         // The buffer is exactly one MAD long, the only way emit can fail.
         let _ = repr.emit(&mut mad[..]);
         mad
@@ -1483,5 +1514,124 @@ mod tests {
         assert!(cm.is_listening(ServiceId(0x0106_0001)));
         assert!(!cm.is_listening(ServiceId(0x0106_9999)));
         assert_eq!(cm.listening().len(), 500);
+    }
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([127, 0, 0, last])
+    }
+
+    fn connect_params(ece: Ece) -> ConnectParams {
+        let mut pd = vec![0u8; wire::cm::CMA_HDR_LEN];
+        CmaHdr {
+            cma_version: 0,
+            src_port: 40000,
+            src: ip(1),
+            dst: ip(2),
+        }
+        .emit(&mut pd)
+        .expect("cma_hdr");
+        ConnectParams {
+            peer: ip(2),
+            service_id: ServiceId(0x0106_1d4f),
+            local_gid: [1; 16],
+            remote_gid: [2; 16],
+            local_qpn: Qpn::new(0x11),
+            starting_psn: Psn::new(0x1234),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: 3,
+            transport_type: 0,
+            srq: false,
+            flow_label: 0,
+            traffic_class: 0,
+            hop_limit: 64,
+            private_data: pd,
+            ece,
+        }
+    }
+
+    fn accept_params(ece: Ece) -> AcceptParams {
+        AcceptParams {
+            local_qpn: Qpn::new(0x22),
+            starting_psn: Psn::new(0x5678),
+            responder_resources: 1,
+            initiator_depth: 1,
+            rnr_retry_count: 7,
+            srq: false,
+            private_data: Vec::new(),
+            ece,
+        }
+    }
+
+    /// The REQ and REP MADs of one exchange with `req_ece` / `rep_ece`, and the ECE each
+    /// side's event reported.
+    fn exchange(req_ece: Ece, rep_ece: Ece) -> ([u8; MAD_LEN], [u8; MAD_LEN], Ece, Ece) {
+        let t = Time::ZERO;
+        let mut a = Cm::new(CmConfig::linux_defaults(0xa, 1));
+        let mut b = Cm::new(CmConfig::linux_defaults(0xb, 2));
+        b.listen(ServiceId(0x0106_1d4f), None).expect("listen");
+        a.connect(t, &connect_params(req_ece)).expect("connect");
+        let req = a.poll_transmit().expect("REQ");
+        b.handle_mad(t, ip(1), &req.mad[..]);
+        let (id, seen_req) = match b.poll_event() {
+            Some(CmEvent::ConnectRequest { id, ece, .. }) => (id, ece),
+            e => panic!("expected a request, got {e:?}"),
+        };
+        b.accept(t, id, &accept_params(rep_ece)).expect("accept");
+        let rep = b.poll_transmit().expect("REP");
+        a.handle_mad(t, ip(2), &rep.mad[..]);
+        let seen_rep = match a.poll_event() {
+            Some(CmEvent::ConnectResponse { ece, .. }) => ece,
+            e => panic!("expected the response, got {e:?}"),
+        };
+        (*req.mad, *rep.mad, seen_req, seen_rep)
+    }
+
+    /// Byte offsets (in the MAD) where two MADs differ.
+    fn diff(x: &[u8; MAD_LEN], y: &[u8; MAD_LEN]) -> Vec<usize> {
+        (0..MAD_LEN).filter(|&i| x[i] != y[i]).collect()
+    }
+
+    #[test]
+    fn req_and_rep_carry_ece_in_the_vendor_id_and_attribute_modifier() {
+        let sr = Ece::uroce(wire::cm::ECE_SELECTIVE_REPEAT);
+        let (req, rep, seen_req, seen_rep) = exchange(sr, sr);
+        assert_eq!((seen_req, seen_rep), (sr, sr));
+        for m in [&req, &rep] {
+            let p = CmMadRepr::parse(m).expect("parse");
+            assert_eq!(p.attr_mod, 1, "options in the Attribute Modifier");
+        }
+        // REQ: Vendor ID in data bytes 5..8 (MAD 29..32); REP: data bytes 15, 19 and 23.
+        assert_eq!(&req[20..24], &[0, 0, 0, 1]);
+        assert_eq!(&req[29..32], &[0x02, 0x75, 0x72]);
+        assert_eq!([rep[39], rep[43], rep[47]], [0x02, 0x75, 0x72]);
+
+        // Without ECE the same exchange differs only there, where it has zeros: what a CM
+        // without ECE (rxe's peer) sends and expects.
+        let (req0, rep0, seen_req0, seen_rep0) = exchange(Ece::NONE, Ece::NONE);
+        assert_eq!((seen_req0, seen_rep0), (Ece::NONE, Ece::NONE));
+        assert_eq!(diff(&req, &req0), vec![23, 29, 30, 31]);
+        assert_eq!(diff(&rep, &rep0), vec![23, 39, 43, 47]);
+        assert!(diff(&req, &req0).iter().all(|&i| req0[i] == 0));
+        assert!(diff(&rep, &rep0).iter().all(|&i| rep0[i] == 0));
+
+        // A REP without ECE to a REQ with it (a peer that does not know uroce's options).
+        let (_, _, seen_req, seen_rep) = exchange(sr, Ece::NONE);
+        assert_eq!((seen_req, seen_rep), (sr, Ece::NONE));
+        // Vendor IDs keep 24 bits.
+        let wide = Ece {
+            vendor_id: 0xff02_7572,
+            options: 0x8000_0001,
+        };
+        let (_, _, seen_req, _) = exchange(wide, Ece::NONE);
+        assert_eq!(
+            seen_req,
+            Ece {
+                vendor_id: 0x02_7572,
+                options: 0x8000_0001
+            }
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use cm::{AcceptParams, Cm, CmConfig, CmEvent, CmId, ConnectParams, Transmit};
 use transport::Time;
-use wire::cm::{CmaHdr, PortSpace, RejReason, ServiceId, SidrStatus, CMA_HDR_LEN};
+use wire::cm::{CmaHdr, Ece, PortSpace, RejReason, ServiceId, SidrStatus, CMA_HDR_LEN};
 use wire::{Psn, Qkey, Qpn};
 
 struct Rng(u64);
@@ -228,6 +228,7 @@ fn params(net: &Net, from: usize, to: usize, port: u16, qpn: u32) -> ConnectPara
         traffic_class: 0,
         hop_limit: 64,
         private_data: pd_for(a, b, b"hello"),
+        ece: Ece::NONE,
     }
 }
 
@@ -240,6 +241,7 @@ fn accept_params(qpn: u32) -> AcceptParams {
         rnr_retry_count: 7,
         srq: false,
         private_data: b"welcome".to_vec(),
+        ece: Ece::NONE,
     }
 }
 
@@ -278,7 +280,7 @@ fn clean_link_connect_disconnect_without_retransmission() {
         .log
         .iter()
         .find_map(|(n, e)| match e {
-            CmEvent::ConnectResponse { id, rep } if *n == 0 => Some((*id, rep.clone())),
+            CmEvent::ConnectResponse { id, rep, .. } if *n == 0 => Some((*id, rep.clone())),
             _ => None,
         })
         .expect("connect response");

@@ -38,6 +38,7 @@
 //!   `poll_cq`, `req_notify_cq` and `create_cq_ex` (the `ibv_cq_ex` poll interface:
 //!   `start_poll`, `next_poll`, `end_poll`, `read_*`);
 //! * [`qp`]: `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
+//!   `ibv_query_ece`, `ibv_set_ece` (docs/wire.md §5.6),
 //!   `ibv_create_srq`, `ibv_modify_srq`, `ibv_query_srq`, `ibv_destroy_srq`, ops
 //!   `post_send`, `post_recv`, `post_srq_recv` (straight to the rings), `create_qp_ex`;
 //! * [`qp_ex`]: `ibv_qp_to_qp_ex` and the `ibv_wr_*` functions of an extended QP.
@@ -56,7 +57,7 @@
 //!
 //! Not offered by uroce (EOPNOTSUPP in the C shape; [`stubs`]): `ibv_import_*`,
 //! `ibv_unimport_*`, `ibv_reg_dmabuf_mr`, `ibv_attach_mcast`,
-//! `ibv_detach_mcast`, `ibv_query_ece`, `ibv_set_ece`, `ibv_resolve_eth_l2_from_gid`, the
+//! `ibv_detach_mcast`, `ibv_resolve_eth_l2_from_gid`, the
 //! `ibv_copy_*_kern` converters (no-ops; system librdmacm only), the provider interface
 //! (`ibv_cmd_*`, `execute_ioctl`, `_verbs_init_and_alloc_context`, `verbs_open_device`,
 //! `verbs_init_cq`, `verbs_set_ops`, `verbs_uninit_context`, `__verbs_log`), and every

@@ -951,6 +951,65 @@ pub unsafe extern "C" fn ibv_modify_qp(
     })
 }
 
+/// `int ibv_query_ece(struct ibv_qp *, struct ibv_ece *)`: uroce's ECE vendor ID and the
+/// options the QP offers in the CM's REQ or REP (docs/wire.md §5.6; `verbs::Qp::query_ece`).
+///
+/// # Safety
+/// `qp` is a live QP; `ece` is NULL or valid for writes.
+pub unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    guard_errno(|| {
+        // SAFETY: per the contract.
+        let Some(q) = (unsafe { qp.cast::<UQp>().as_ref() }).and_then(|q| q.qp.as_ref()) else {
+            return libc::EINVAL;
+        };
+        if ece.is_null() {
+            return libc::EINVAL;
+        }
+        let e = q.query_ece();
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe {
+            ece.write(ibv_ece {
+                vendor_id: e.vendor_id,
+                options: e.options,
+                comp_mask: 0,
+            })
+        };
+        0
+    })
+}
+
+/// `int ibv_set_ece(struct ibv_qp *, struct ibv_ece *)`: the options the QP offers and runs
+/// with from its next move to RTR (docs/wire.md §5.6; `verbs::Qp::set_ece`). vendor_id 0:
+/// EOPNOTSUPP (libibverbs' own check); a comp_mask or another vendor's ID: EINVAL (as mlx5).
+///
+/// # Safety
+/// `qp` is a live QP; `ece` is NULL or readable.
+pub unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    guard_errno(|| {
+        // SAFETY: per the contract.
+        let Some(q) = (unsafe { qp.cast::<UQp>().as_ref() }).and_then(|q| q.qp.as_ref()) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: NULL or readable per the contract.
+        let Some(e) = (unsafe { ece.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        if e.vendor_id == 0 {
+            return libc::EOPNOTSUPP;
+        }
+        if e.comp_mask != 0 {
+            return libc::EINVAL;
+        }
+        match q.set_ece(uroce::Ece {
+            vendor_id: e.vendor_id,
+            options: e.options,
+        }) {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
 /// `int ibv_query_qp(struct ibv_qp *, struct ibv_qp_attr *, int attr_mask, struct
 /// ibv_qp_init_attr *)`: fills `attr` and `init_attr` (caps, type, CQs, SRQ, sq_sig_all).
 ///

@@ -897,6 +897,34 @@ pub unsafe extern "C" fn uroce_rdma_reject(
     })
 }
 
+/// `int rdma_reject_ece(id, private_data, len)` (RDMACM_1.3): as `rdma_reject`, with REJ
+/// reason 35 (vendor option not supported), as librdmacm's.
+///
+/// # Safety
+/// `id` is a live ID; `pd` NULL or `len` readable bytes.
+pub unsafe extern "C" fn uroce_rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    pd: *const c_void,
+    len: u8,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: per the contract.
+        let Some(u) = (unsafe { ucm(id) }) else {
+            return fail(libc::EINVAL);
+        };
+        let data = if pd.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: per the contract.
+            unsafe { core::slice::from_raw_parts(pd.cast::<u8>(), usize::from(len)) }
+        };
+        match u.rust.reject_ece(data) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
 /// `int rdma_disconnect(id)`.
 ///
 /// # Safety
@@ -909,19 +937,11 @@ pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-/// `struct ibv_ece` (`verbs.h`).
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_ece {
-    pub vendor_id: u32,
-    pub options: u32,
-    pub comp_mask: u32,
-}
+pub use crate::types::ibv_ece;
 
-/// `int rdma_get_remote_ece(id, ece)` (RDMACM_1.3): the ECE the peer's REQ or REP carried,
-/// for an ID whose QP the consumer manages (an ID with a QP is EINVAL, as in librdmacm).
-/// uroce's CM neither sends nor reads ECE, so the answer is "none": vendor_id 0, options 0.
-/// A consumer then hands that to `ibv_set_ece`, which says EOPNOTSUPP.
+/// `int rdma_get_remote_ece(id, ece)` (RDMACM_1.3): the ECE the peer's REQ (passive side) or
+/// REP (active side) carried — vendor_id 0 when none — for an ID whose QP the consumer
+/// manages (an ID with a QP is EINVAL, as in librdmacm). docs/wire.md §5.6.
 ///
 /// # Safety
 /// `id` is a live ID; `ece` NULL or writable.
@@ -937,11 +957,12 @@ pub unsafe extern "C" fn uroce_rdma_get_remote_ece(
         if !u.id.qp.is_null() || ece.is_null() {
             return fail(libc::EINVAL);
         }
+        let r = u.rust.remote_ece();
         // SAFETY: non-NULL and writable per the contract.
         unsafe {
             ece.write(ibv_ece {
-                vendor_id: 0,
-                options: 0,
+                vendor_id: r.vendor_id,
+                options: r.options,
                 comp_mask: 0,
             })
         };
@@ -949,9 +970,10 @@ pub unsafe extern "C" fn uroce_rdma_get_remote_ece(
     })
 }
 
-/// `int rdma_set_local_ece(id, ece)` (RDMACM_1.3): EOPNOTSUPP after librdmacm's argument
-/// checks (EINVAL for an ID with a QP, a NULL `ece`, vendor_id 0 or a comp_mask): uroce's
-/// CM cannot carry ECE in its REQ or REP.
+/// `int rdma_set_local_ece(id, ece)` (RDMACM_1.3): the ECE the REQ offers or the REP answers
+/// with for a QP the consumer manages, after librdmacm's argument checks (EINVAL for an ID
+/// with a QP, a NULL `ece`, vendor_id 0 or a comp_mask). Only uroce's vendor ID travels
+/// (docs/wire.md §5.6).
 ///
 /// # Safety
 /// `id` is a live ID; `ece` NULL or readable.
@@ -971,7 +993,14 @@ pub unsafe extern "C" fn uroce_rdma_set_local_ece(
         if !u.id.qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
             return fail(libc::EINVAL);
         }
-        fail(libc::EOPNOTSUPP)
+        let ece = uroce::Ece {
+            vendor_id: e.vendor_id,
+            options: e.options,
+        };
+        match u.rust.set_local_ece(ece) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
     })
 }
 

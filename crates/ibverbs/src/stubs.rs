@@ -80,10 +80,6 @@ errno_stubs!(libc::EOPNOTSUPP =>
     ibv_attach_mcast,
     /// See `ibv_attach_mcast`.
     ibv_detach_mcast,
-    /// Enhanced connection establishment is a kernel-CM feature.
-    ibv_query_ece,
-    /// See `ibv_query_ece`.
-    ibv_set_ece,
     /// Provider-internal L2 resolution (mlx4/mlx5 only).
     ibv_resolve_eth_l2_from_gid,
 );

@@ -607,6 +607,15 @@ pub struct ibv_qp_cap {
     pub max_inline_data: u32,
 }
 
+/// `struct ibv_ece` (12 B): Enhanced Connection Establishment options of a QP.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `struct ibv_qp_attr` (144 B).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -1200,6 +1209,8 @@ const _: () = {
 
     assert!(size_of::<ibv_qp_cap>() == 20);
     assert!(size_of::<ibv_qp_attr>() == 144);
+    assert!(size_of::<ibv_ece>() == 12);
+    assert!(offset_of!(ibv_ece, comp_mask) == 8);
     assert!(offset_of!(ibv_qp_attr, qkey) == 16);
     assert!(offset_of!(ibv_qp_attr, dest_qp_num) == 28);
     assert!(offset_of!(ibv_qp_attr, qp_access_flags) == 32);

@@ -9,7 +9,7 @@ use std::os::fd::IntoRawFd;
 use abi::uverbs::{cm_op, CmCmd, CmCmdResp};
 use abi::{Errno, Rule};
 use cm::{AcceptParams, CmError, CmId, ConnectParams};
-use transport::wire::cm::{RejReason, ServiceId, SidrStatus};
+use transport::wire::cm::{Ece, RejReason, ServiceId, SidrStatus};
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::QpType;
 
@@ -82,6 +82,22 @@ impl DevState {
                 ),
             ));
         }
+        let ece_op = matches!(c.op, cm_op::CONNECT | cm_op::ACCEPT);
+        if c.flags & !CmCmd::FLAG_ECE != 0 || (c.flags & CmCmd::FLAG_ECE != 0 && !ece_op) {
+            return Err(inval(
+                Rule::BAD_VALUE,
+                format!(
+                    "flags {:#x}: unknown, or ECE with an operation other than CONNECT and ACCEPT",
+                    c.flags
+                ),
+            ));
+        }
+        // Enhanced Connection Establishment in the REQ/REP (docs/wire.md §5.6).
+        let ece = if c.flags & CmCmd::FLAG_ECE != 0 {
+            Ece::uroce(c.qkey)
+        } else {
+            Ece::NONE
+        };
         match c.op {
             cm_op::CREATE_CHANNEL => {
                 if self.gsi.chans.contains_key(&ctx) {
@@ -153,6 +169,7 @@ impl DevState {
                     traffic_class: c.traffic_class,
                     hop_limit: c.hop_limit,
                     private_data: cm_pd.to_vec(),
+                    ece,
                 };
                 let id = self
                     .gsi
@@ -172,6 +189,7 @@ impl DevState {
                     rnr_retry_count: c.rnr_retry_count,
                     srq: c.srq != 0,
                     private_data: cm_pd.to_vec(),
+                    ece,
                 };
                 self.gsi
                     .cm

@@ -1897,6 +1897,29 @@ impl DevState {
         let mask = AttrMask(m.attr_mask);
         let mut a = QpAttr::default();
         let bad = |field: &str, v: u32| refuse!(EINVAL, BAD_VALUE, "{field} {v} is out of range");
+        if m.flags & !MODIFY_QP_SELECTIVE_REPEAT != 0 || m.reserved != 0 {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "flags {:#x}, reserved {}: unknown flags or reserved not 0",
+                m.flags,
+                m.reserved
+            ));
+        }
+        // Selective repeat agreed in the CM's ECE exchange (docs/wire.md §5.6): only with the
+        // move from INIT to RTR, before the QP exchanges packets.
+        let sr = m.flags & MODIFY_QP_SELECTIVE_REPEAT != 0;
+        if sr
+            && !(mask.contains(AttrMask::STATE)
+                && m.qp_state == QpState::Rtr as u8
+                && qpo.qp.state() == QpState::Init)
+        {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "selective repeat is turned on only with the move from INIT to RTR"
+            ));
+        }
         if mask.contains(AttrMask::STATE) {
             a.qp_state =
                 QpState::from_u8(m.qp_state).ok_or_else(|| bad("qp_state", m.qp_state.into()))?;
@@ -2008,9 +2031,17 @@ impl DevState {
         } else {
             cur
         };
-        qpo.qp
-            .modify(&a, mask)
-            .map_err(|e| modify_refusal(e, cur, to, m.cur_qp_state))?;
+        let sr_before = qpo.qp.config().selective_repeat;
+        if sr {
+            qpo.qp
+                .set_selective_repeat(true)
+                .map_err(|e| modify_refusal(e, cur, to, m.cur_qp_state))?;
+        }
+        if let Err(e) = qpo.qp.modify(&a, mask) {
+            // A refused modify changes nothing.
+            let _ = qpo.qp.set_selective_repeat(sr_before);
+            return Err(modify_refusal(e, cur, to, m.cur_qp_state));
+        }
         if let Some(av) = av {
             qpo.av = Some(av);
             qpo.dest_raw = m.dest;

@@ -860,7 +860,9 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     inputs.push(input);
 
     // 4. The CM: a channel, a listener, a connection from prelude QP 16 to the device itself
-    // (internal loopback), its answer, and an ID that is not the context's.
+    // (internal loopback) offering selective repeat in its ECE, its answer agreeing, ECE on
+    // an operation that takes none, an ID that is not the context's, and selective repeat
+    // asked of a QP already connected.
     let cm = |op: u32, f: &dyn Fn(&mut CmCmd)| {
         let mut c = CmCmd {
             op,
@@ -884,17 +886,31 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
             c.qpn = QPNS[0];
             c.path_mtu = 3;
             c.hop_limit = 64;
+            c.flags = CmCmd::FLAG_ECE;
+            c.qkey = transport::wire::cm::ECE_SELECTIVE_REPEAT;
         }),
         cm(cm_op::ACCEPT, &|c| {
             c.id = 1;
             c.qpn = QPNS[1];
+            c.flags = CmCmd::FLAG_ECE;
+            c.qkey = transport::wire::cm::ECE_SELECTIVE_REPEAT;
         }),
         cm(cm_op::SIDR_REQUEST, &|c| {
             c.service_id = sid;
             c.peer = me;
+            c.flags = CmCmd::FLAG_ECE;
         }),
         cm(cm_op::DESTROY, &|c| c.id = 7),
         cm(99, &|_| {}),
+        // Selective repeat goes only with a move from INIT to RTR: refused for a prelude QP
+        // that is already connected.
+        enc(&Request::ModifyQp(ModifyQp {
+            qp_handle: 1,
+            attr_mask: QpAttrMask::STATE.0,
+            qp_state: 2,
+            flags: MODIFY_QP_SELECTIVE_REPEAT,
+            ..ModifyQp::default()
+        })),
     ];
     let mut input = vec![2u8];
     for c in &cmds {

@@ -237,18 +237,26 @@ fn describe(e: &CmEvent) -> CmEventDesc {
         ..CmEventDesc::default()
     };
     let mut msg = None;
+    // The REQ's or REP's ECE options travel in the MAD header, as on the wire.
+    let mut attr_mod = 0;
     match e {
         CmEvent::ConnectRequest {
-            listen, peer, req, ..
+            listen,
+            peer,
+            req,
+            ece,
+            ..
         } => {
             d.kind = cm_event::CONNECT_REQUEST;
             d.listen = listen.0;
             d.peer = ip_to_gid(*peer);
             msg = Some(CmMsg::Req(req.clone()));
+            attr_mod = ece.options;
         }
-        CmEvent::ConnectResponse { rep, .. } => {
+        CmEvent::ConnectResponse { rep, ece, .. } => {
             d.kind = cm_event::CONNECT_RESPONSE;
             msg = Some(CmMsg::Rep(rep.clone()));
+            attr_mod = ece.options;
         }
         CmEvent::Established { .. } => d.kind = cm_event::ESTABLISHED,
         CmEvent::Rejected {
@@ -291,7 +299,7 @@ fn describe(e: &CmEvent) -> CmEventDesc {
     if let Some(msg) = msg {
         let m = CmMadRepr {
             tid: 0,
-            attr_mod: 0,
+            attr_mod,
             msg,
         };
         if m.emit(d.mad.as_flattened_mut()).is_ok() {

@@ -480,6 +480,9 @@ fn args(s: &mut String, r: &Request<'_>) {
 fn modify_qp(s: &mut String, m: &uverbs::ModifyQp) {
     let mask = m.mask();
     let _ = write!(s, " qp={} mask={}", m.qp_handle, mask);
+    if m.flags & uverbs::MODIFY_QP_SELECTIVE_REPEAT != 0 {
+        let _ = write!(s, " selective_repeat");
+    }
     if mask.contains(QpAttrMask::CUR_STATE) {
         let _ = write!(s, " cur_state={}", QpState(u32::from(m.cur_qp_state)));
     }
@@ -573,6 +576,9 @@ fn cm(s: &mut String, c: &uverbs::CmCmd) {
             );
         }
         _ => {}
+    }
+    if c.flags & uverbs::CmCmd::FLAG_ECE != 0 {
+        let _ = write!(s, " ece_options={:#x}", c.qkey);
     }
 }
 

@@ -728,3 +728,88 @@ fn xrc_commands_refuse_hostile_input() {
         "closed twice"
     );
 }
+
+/// MODIFY_QP's selective-repeat flag (docs/wire.md §5.6): taken with an RC QP's move from
+/// INIT to RTR (the device then runs it), refused anywhere else and for other QP types;
+/// unknown flag bits and a nonzero reserved byte are refused.
+#[test]
+fn selective_repeat_flag_goes_with_init_to_rtr_only() {
+    let d = dev();
+    let mut c = Client::connect(&d);
+    let pd = c.alloc_pd();
+    // The CQ's ring stays alive with `cq_ring` for as long as the device uses it.
+    let cq_ring = c.create_cq(16, -1, 0).unwrap();
+    let cq = cq_ring.handle;
+    let qp = |c: &mut Client, ty| c.create_qp(pd, cq, cq, ty, 4, None).unwrap();
+    let a = qp(&mut c, QpType::RC);
+    let b = qp(&mut c, QpType::RC);
+    let u = qp(&mut c, QpType::UD);
+    let step = |h: u32, ty: QpType, dest: u32, i: usize, flags: u8, reserved: u8| {
+        let (state, mask) = init_rtr_rts(ty)[i];
+        let mut m = ModifyQp {
+            qp_handle: h,
+            attr_mask: mask,
+            qp_state: state as u8,
+            qp_access_flags: AccessFlags::LOCAL_WRITE.0,
+            port_num: 1,
+            path_mtu: abi::Mtu::MTU_1024.0 as u8,
+            dest_qp_num: dest,
+            max_dest_rd_atomic: 1,
+            qkey: 0x1111,
+            flags,
+            reserved,
+            ..ModifyQp::default()
+        };
+        m.dest.dgid = gid(IP);
+        m.dest.is_global = 1;
+        m.dest.hop_limit = 64;
+        m.dest.port_num = 1;
+        m
+    };
+    let sr = MODIFY_QP_SELECTIVE_REPEAT;
+    let inval = |c: &mut Client, m: &ModifyQp, what: &str| {
+        assert_eq!(c.modify(m).unwrap_err(), Errno::EINVAL, "{what}");
+    };
+    inval(
+        &mut c,
+        &step(a.handle, QpType::RC, b.qpn, 0, sr, 0),
+        "RESET->INIT",
+    );
+    c.modify(&step(a.handle, QpType::RC, b.qpn, 0, 0, 0))
+        .unwrap();
+    inval(
+        &mut c,
+        &step(a.handle, QpType::RC, b.qpn, 1, 0x80, 0),
+        "unknown flag",
+    );
+    inval(
+        &mut c,
+        &step(a.handle, QpType::RC, b.qpn, 1, 0, 1),
+        "reserved",
+    );
+    assert_eq!(d.qp_selective_repeat(a.qpn), Some(false));
+    c.modify(&step(a.handle, QpType::RC, b.qpn, 1, sr, 0))
+        .unwrap();
+    assert_eq!(d.qp_selective_repeat(a.qpn), Some(true), "on at RTR");
+    inval(
+        &mut c,
+        &step(a.handle, QpType::RC, b.qpn, 2, sr, 0),
+        "RTR->RTS",
+    );
+    c.modify(&step(a.handle, QpType::RC, b.qpn, 2, 0, 0))
+        .unwrap();
+    assert_eq!(d.qp_selective_repeat(a.qpn), Some(true), "stays on at RTS");
+
+    // Without the flag a QP keeps go-back-N.
+    for i in 0..3 {
+        c.modify(&step(b.handle, QpType::RC, a.qpn, i, 0, 0))
+            .unwrap();
+    }
+    assert_eq!(d.qp_selective_repeat(b.qpn), Some(false));
+
+    // UD: refused, and the QP is still in INIT (the refused modify changed nothing).
+    c.modify(&step(u.handle, QpType::UD, 0, 0, 0, 0)).unwrap();
+    inval(&mut c, &step(u.handle, QpType::UD, 0, 1, sr, 0), "UD");
+    assert_eq!(c.query_qp(u.handle).qp_state, 1);
+    assert_eq!(d.qp_selective_repeat(u.qpn), Some(false));
+}

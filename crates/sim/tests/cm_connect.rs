@@ -96,6 +96,7 @@ fn connect_params(k: usize) -> ConnectParams {
         traffic_class: 0,
         hop_limit: 64,
         private_data: pd,
+        ece: transport::wire::cm::Ece::NONE,
     }
 }
 
@@ -157,12 +158,13 @@ impl World {
                     rnr_retry_count: 7,
                     srq: false,
                     private_data: b"welcome".to_vec(),
+                    ece: transport::wire::cm::Ece::NONE,
                 };
                 cm_of(&mut self.sim, ep)
                     .accept(now, id, &acc)
                     .expect("accept");
             }
-            CmEvent::ConnectResponse { id, rep } => {
+            CmEvent::ConnectResponse { id, rep, .. } => {
                 let k = self.ids[0][&id];
                 let r = bring_up(
                     self.sim.qp_mut(ep, k),

@@ -116,6 +116,7 @@ fn connect_params(a: &Side, b: &Side, port: u16, rq_psn: u32) -> ConnectParams {
         traffic_class: 0,
         hop_limit: 64,
         private_data: private_data(ia, ib, b"hello"),
+        ece: wire::cm::Ece::NONE,
     }
 }
 
@@ -167,6 +168,7 @@ fn connect_through_cm(a: &Side, b: &Side, port: u16) {
         rnr_retry_count: 7,
         srq: false,
         private_data: b"welcome".to_vec(),
+        ece: wire::cm::Ece::NONE,
     };
     b.dev
         .with_cm(|cm, now| cm.accept(now, pid, &accept))
@@ -174,7 +176,7 @@ fn connect_through_cm(a: &Side, b: &Side, port: u16) {
 
     // Active: the response carries the passive QP; RTS, then the RTU.
     let rep = wait_event(&a.dev, |e| match e {
-        CmEvent::ConnectResponse { id, rep } if *id == active => Some(rep.clone()),
+        CmEvent::ConnectResponse { id, rep, .. } if *id == active => Some(rep.clone()),
         _ => None,
     });
     assert_eq!(rep.local_qpn, Qpn::new(b.qp.qp_num()));
@@ -321,8 +323,10 @@ fn cm_channel_connects_and_keeps_ids_to_their_context() {
             listen: l,
             peer,
             req,
+            ece,
         } => {
             assert_eq!((l, peer), (listen, ip_a));
+            assert_eq!(ece, Ece::NONE, "no ECE asked, none sent");
             (id, req)
         }
         e => panic!("expected a request, got {e:?}"),
@@ -339,6 +343,7 @@ fn cm_channel_connects_and_keeps_ids_to_their_context() {
         rnr_retry_count: 7,
         srq: false,
         private_data: Vec::new(),
+        ece_options: None,
     };
     assert_eq!(
         ich.accept(pid, &acc).expect_err("not its ID").errno(),
@@ -355,7 +360,10 @@ fn cm_channel_connects_and_keeps_ids_to_their_context() {
     .expect("passive RTS");
     cmb.accept(pid, &acc).expect("accept");
     let rep = match get(&cma) {
-        Ev::ConnectResponse { id, rep } if id == active => rep,
+        Ev::ConnectResponse { id, rep, ece } if id == active => {
+            assert_eq!(ece, Ece::NONE, "no ECE asked, none sent");
+            rep
+        }
         e => panic!("expected the response, got {e:?}"),
     };
     a.qp.connect(

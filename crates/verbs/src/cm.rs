@@ -18,7 +18,7 @@ use wire::cm::{CmMadRepr, CmMsg};
 use wire::mad::MAD_LEN;
 
 pub use wire::cm::{
-    CmaHdr, PortSpace, RejReason, RepRepr, ReqRepr, ServiceId, SidrRepRepr, SidrReqRepr,
+    CmaHdr, Ece, PortSpace, RejReason, RepRepr, ReqRepr, ServiceId, SidrRepRepr, SidrReqRepr,
     SidrStatus, CMA_HDR_LEN,
 };
 
@@ -44,9 +44,16 @@ pub enum CmEvent {
         listen: CmId,
         peer: IpAddr,
         req: Box<ReqRepr>,
+        /// The REQ's Enhanced Connection Establishment (its Vendor ID and options).
+        ece: Ece,
     },
     /// The REP to our REQ: bring the QP to RTS with it, then [`CmChannel::establish`].
-    ConnectResponse { id: CmId, rep: Box<RepRepr> },
+    ConnectResponse {
+        id: CmId,
+        rep: Box<RepRepr>,
+        /// The REP's Enhanced Connection Establishment (its Vendor ID and options).
+        ece: Ece,
+    },
     /// Passive side: the connection is up (the RTU came).
     Established { id: CmId },
     /// The peer refused (REJ), with its reason and private data.
@@ -114,6 +121,9 @@ pub struct CmConnect {
     pub hop_limit: u8,
     /// At most 92 bytes.
     pub private_data: Vec<u8>,
+    /// uroce's ECE options the REQ offers (docs/wire.md §5.6): 0 sends no ECE (Vendor ID
+    /// and options 0, as a CM without ECE).
+    pub ece_options: u32,
 }
 
 impl CmConnect {
@@ -144,6 +154,7 @@ impl CmConnect {
             traffic_class: 0,
             hop_limit: 64,
             private_data: Vec::new(),
+            ece_options: 0,
         }
     }
 }
@@ -163,6 +174,9 @@ pub struct CmAccept {
     pub srq: bool,
     /// At most 196 bytes.
     pub private_data: Vec<u8>,
+    /// uroce's ECE options the REP answers with (docs/wire.md §5.6), when the REQ carried
+    /// uroce's ECE; `None` sends no ECE (Vendor ID and options 0).
+    pub ece_options: Option<u32>,
 }
 
 /// This context's CM: its calls and its event channel.
@@ -239,6 +253,10 @@ impl CmChannel {
         c.flow_label = p.flow_label;
         c.traffic_class = p.traffic_class;
         c.hop_limit = p.hop_limit;
+        if p.ece_options != 0 {
+            c.flags |= CmCmd::FLAG_ECE;
+            c.qkey = p.ece_options;
+        }
         if p.private_data.len() > wire::cm::pd_len::REQ || !c.set_pd(&p.private_data) {
             return Err(too_long(OP));
         }
@@ -255,6 +273,10 @@ impl CmChannel {
         c.initiator_depth = p.initiator_depth;
         c.rnr_retry_count = p.rnr_retry_count;
         c.srq = u8::from(p.srq);
+        if let Some(o) = p.ece_options {
+            c.flags |= CmCmd::FLAG_ECE;
+            c.qkey = o;
+        }
         if p.private_data.len() > wire::cm::pd_len::REP || !c.set_pd(&p.private_data) {
             return Err(too_long(OP));
         }
@@ -388,13 +410,13 @@ fn peer_of(d: &CmEventDesc) -> IpAddr {
 /// An event record as the device wrote it, with the CM message behind it parsed.
 fn decode(d: &CmEventDesc) -> core::result::Result<CmEvent, String> {
     let id = CmId(d.id);
-    let msg = match d.mad() {
-        Some(m) => Some(
-            CmMadRepr::parse(&m[..MAD_LEN.min(m.len())])
-                .map_err(|e| format!("event MAD: {e}"))?
-                .msg,
-        ),
-        None => None,
+    let (msg, attr_mod) = match d.mad() {
+        Some(m) => {
+            let r = CmMadRepr::parse(&m[..MAD_LEN.min(m.len())])
+                .map_err(|e| format!("event MAD: {e}"))?;
+            (Some(r.msg), r.attr_mod)
+        }
+        None => (None, 0),
     };
     let want = |what: &str| format!("event {} without its {what}", d.kind);
     Ok(match (d.kind, msg) {
@@ -402,9 +424,20 @@ fn decode(d: &CmEventDesc) -> core::result::Result<CmEvent, String> {
             id,
             listen: CmId(d.listen),
             peer: peer_of(d),
+            ece: Ece {
+                vendor_id: req.vendor_id,
+                options: attr_mod,
+            },
             req,
         },
-        (cm_event::CONNECT_RESPONSE, Some(CmMsg::Rep(rep))) => CmEvent::ConnectResponse { id, rep },
+        (cm_event::CONNECT_RESPONSE, Some(CmMsg::Rep(rep))) => CmEvent::ConnectResponse {
+            id,
+            ece: Ece {
+                vendor_id: rep.vendor_id,
+                options: attr_mod,
+            },
+            rep,
+        },
         (cm_event::ESTABLISHED, _) => CmEvent::Established { id },
         (cm_event::REJECTED, Some(CmMsg::Rej(rej))) => CmEvent::Rejected {
             id,

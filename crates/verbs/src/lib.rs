@@ -75,8 +75,12 @@ pub use pd::{
     grh_addresses, Ah, AhAttr, Buffer, BufferAllocator, BufferKind, GlobalRoute, Mr, MrBuf, Mw,
     MwType, Pd, RemoteMr, Rereg,
 };
-pub use qp::{ConnectOpts, Qp, QpAttr, QpCap, QpEndpoint, QpInitAttr, TransientQp, WeakQp};
+pub use qp::{
+    ConnectOpts, Qp, QpAttr, QpCap, QpEndpoint, QpInitAttr, TransientQp, WeakQp,
+    SELECTIVE_REPEAT_ENV,
+};
 pub use srq::{Srq, SrqAttr};
+pub use wire::cm::{Ece, ECE_SELECTIVE_REPEAT, UROCE_ECE_VENDOR_ID};
 pub use wr::{inc_rkey, MwBindInfo, Payload, RecvWr, Remote, SendWr};
 pub use xrc::Xrcd;
 

@@ -46,6 +46,7 @@ use crate::wr::{
     bad_wr_result, encode_recv_cmd, encode_send_cmd, stage_recvs, stage_sends, RecvWr, SendLimits,
     SendWr,
 };
+use wire::cm::{Ece, ECE_SELECTIVE_REPEAT, UROCE_ECE_OPTIONS, UROCE_ECE_VENDOR_ID};
 
 /// Queue capacities (`struct ibv_qp_cap`): requested at creation, granted in return.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,8 +78,9 @@ pub struct QpInitAttr<'a> {
     pub cap: QpCap,
     /// Signal every send WR (otherwise only those with `SIGNALED`).
     pub sq_sig_all: bool,
-    /// Selective repeat (docs/wire.md §5.6; RC only, not XRC). Set it only when the peer
-    /// agreed to it (as `uroce bench --selective-repeat` negotiates); off by default.
+    /// Selective repeat (docs/wire.md §5.6; RC only, not XRC) from the start. Set it only
+    /// when the peer agreed to it (as `uroce bench --selective-repeat` negotiates); off by
+    /// default. A QP connected through the CM negotiates it instead ([`Qp::set_ece`]).
     pub selective_repeat: bool,
 }
 
@@ -326,6 +328,25 @@ struct QpInner {
     destroyed: bool,
     /// Handles held for a moment by background threads ([`WeakQp::upgrade_transient`]).
     transient: Arc<AtomicU32>,
+    /// Enhanced Connection Establishment options (docs/wire.md §5.6).
+    ece: Mutex<EceState>,
+}
+
+/// A QP's uroce ECE options: those it offers ([`Qp::query_ece`]) and those the next move
+/// from INIT to RTR applies.
+#[derive(Clone, Copy, Debug, Default)]
+struct EceState {
+    offer: u32,
+    apply: u32,
+}
+
+/// The environment variable that makes every new RC QP of the process offer selective repeat
+/// in the CM's ECE exchange (docs/wire.md §5.6): `1`.
+pub const SELECTIVE_REPEAT_ENV: &str = "UROCE_SELECTIVE_REPEAT";
+
+/// Whether [`SELECTIVE_REPEAT_ENV`] asks for selective repeat.
+fn sr_env() -> bool {
+    std::env::var_os(SELECTIVE_REPEAT_ENV).is_some_and(|v| v == "1")
 }
 
 struct SendQueue {
@@ -579,6 +600,14 @@ impl Qp {
             sq_doorbell: drv.sq_doorbell,
             destroyed: false,
             transient: Arc::new(AtomicU32::new(0)),
+            ece: Mutex::new({
+                let rc = attr.qp_type == QpType::RC;
+                let sr = |on: bool| if rc && on { ECE_SELECTIVE_REPEAT } else { 0 };
+                EceState {
+                    offer: sr(attr.selective_repeat || sr_env()),
+                    apply: sr(attr.selective_repeat),
+                }
+            }),
         };
         let qp = Qp(Arc::new(inner));
         if drv.sq_doorbell >= ctx.0.doorbells.layout().slots() {
@@ -655,8 +684,59 @@ impl Qp {
         self.0.srq.as_ref()
     }
 
+    /// The ECE options this QP knows: selective repeat on an RC QP, none on others.
+    fn ece_supported(&self) -> u32 {
+        if self.0.qp_type == QpType::RC {
+            UROCE_ECE_OPTIONS
+        } else {
+            0
+        }
+    }
+
+    fn ece_state(&self) -> MutexGuard<'_, EceState> {
+        self.0.ece.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `ibv_query_ece`: uroce's vendor ID and the options the QP offers to a peer in the CM's
+    /// REQ or REP (docs/wire.md §5.6) — after [`Qp::set_ece`], the options set. A new RC QP
+    /// offers selective repeat if [`QpInitAttr::selective_repeat`] or the environment
+    /// variable [`SELECTIVE_REPEAT_ENV`]`=1` asked for it; nothing otherwise.
+    pub fn query_ece(&self) -> Ece {
+        Ece::uroce(self.ece_state().offer)
+    }
+
+    /// `ibv_set_ece`: the options to offer and to run with: the next move from INIT to RTR
+    /// turns selective repeat on if they hold [`ECE_SELECTIVE_REPEAT`]. Options the QP does
+    /// not know are dropped (a non-RC QP knows none), as mlx5's firmware keeps only those it
+    /// supports. Another vendor ID or a `comp_mask` is EINVAL, as for mlx5.
+    pub fn set_ece(&self, ece: Ece) -> Result<()> {
+        if ece.vendor_id != UROCE_ECE_VENDOR_ID {
+            return Err(Error::local(
+                "ibv_set_ece",
+                Errno::EINVAL,
+                format!("vendor_id {:#x} is not uroce's", ece.vendor_id),
+            ));
+        }
+        let opts = ece.options & self.ece_supported();
+        *self.ece_state() = EceState {
+            offer: opts,
+            apply: opts,
+        };
+        Ok(())
+    }
+
     /// `ibv_modify_qp`: apply the fields of `attr` selected by `mask`.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        // Selective repeat set by the ECE exchange goes with the move from INIT to RTR.
+        let flags = if mask.contains(QpAttrMask::STATE)
+            && attr.qp_state == QpState::RTR
+            && self.state() == QpState::INIT
+            && self.ece_state().apply & ECE_SELECTIVE_REPEAT != 0
+        {
+            abi::uverbs::MODIFY_QP_SELECTIVE_REPEAT
+        } else {
+            0
+        };
         let req = Request::ModifyQp(ModifyQp {
             dest: dest_from(&attr.ah_attr),
             alt_dest: dest_from(&attr.alt_ah_attr),
@@ -683,7 +763,8 @@ impl Qp {
             rnr_retry: attr.rnr_retry,
             alt_port_num: attr.alt_port_num,
             alt_timeout: attr.alt_timeout,
-            reserved: [0; 2],
+            flags,
+            reserved: 0,
         });
         self.ctx().cmd("modify_qp", &req, |_| Ok(()))?;
         if mask.contains(QpAttrMask::STATE) {

@@ -14,6 +14,10 @@
 //! * With a QP on the ID ([`RdmaCmId::create_qp`]) the QP transitions happen here, as
 //!   librdmacm makes them: INIT at creation; RTR and RTS with the peer's values before the
 //!   RTU (active) or the REP (passive); ERR at disconnect.
+//! * The REQ and REP carry uroce's Enhanced Connection Establishment when the QP offers
+//!   selective repeat ([`Qp::set_ece`], or `UROCE_SELECTIVE_REPEAT=1` at its creation); the
+//!   QPs run it when both sides offered it (docs/wire.md §5.6). [`RdmaCmId::set_local_ece`]
+//!   and [`RdmaCmId::remote_ece`] serve a QP the consumer manages itself.
 //!
 //! One thread per process reads the devices' CM channels and hands each event to the
 //! channel of the ID it concerns (it sleeps in `poll` when nothing happens).
@@ -26,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cm::{CmAccept, CmChannel, CmConnect, CmEvent, CmId};
-use crate::cm::{CmaHdr, PortSpace, ServiceId, SidrReqRepr, SidrStatus, CMA_HDR_LEN};
+use crate::cm::{CmaHdr, Ece, PortSpace, ServiceId, SidrReqRepr, SidrStatus, CMA_HDR_LEN};
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -246,6 +250,7 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
             listen,
             peer,
             req,
+            ece,
         } => {
             let Some((l, child)) = child_of(dev, listen, id, peer, &req.private_data) else {
                 let _ = d.cm.reject(id, 28, &[]);
@@ -255,6 +260,7 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
                 let mut st = child.state();
                 st.path_mtu = Mtu(req.path_mtu.into());
                 st.peer_req = Some(req.clone());
+                st.remote_ece = ece;
             }
             let param = ConnParam {
                 private_data: req.private_data[CMA_HDR_LEN..].to_vec(),
@@ -463,6 +469,34 @@ struct IdState {
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout at RTS, instead of the
     /// REQ's (kernel cma.c: `timeout_set` overrides it in `rdma_init_qp_attr`).
     ack_timeout: Option<u8>,
+    /// `rdma_set_local_ece`: the ECE to offer for a QP the consumer manages itself.
+    local_ece: Option<Ece>,
+    /// The ECE the peer's REQ (passive) or REP (active) carried.
+    remote_ece: Ece,
+    /// Active: the uroce ECE options our REQ offered.
+    offered_ece: u32,
+}
+
+/// The uroce ECE options both ends want: ours (`offer`) and those of `peer`'s message, if it
+/// carried uroce's vendor ID (docs/wire.md §5.6). A peer without ECE (vendor ID 0, e.g.
+/// rxe) or another vendor's gets none.
+fn agreed_ece(offer: u32, peer: Ece) -> u32 {
+    if peer.vendor_id == crate::UROCE_ECE_VENDOR_ID {
+        offer & peer.options & wire::cm::UROCE_ECE_OPTIONS
+    } else {
+        0
+    }
+}
+
+/// The uroce ECE options an ID offers: those `rdma_set_local_ece` set (if uroce's), else its
+/// QP's ([`Qp::query_ece`]).
+fn local_offer(st: &IdState, qp: Option<&Qp>) -> u32 {
+    match (st.local_ece, qp) {
+        (Some(e), _) if e.vendor_id == crate::UROCE_ECE_VENDOR_ID => e.options,
+        (Some(_), _) => 0,
+        (None, Some(qp)) => qp.query_ece().options,
+        (None, None) => 0,
+    }
 }
 
 struct IdInner {
@@ -843,10 +877,18 @@ impl RdmaCmId {
             return Ok(());
         }
         let rq_psn = random_u32() & 0xFF_FFFF;
-        let mut c = match &st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
+        let qp = st.qp.as_ref().and_then(crate::WeakQp::upgrade);
+        let mut c = match &qp {
             Some(qp) => CmConnect::new(qp, to, sid, rq_psn),
             None if p.qp_num != 0 => CmConnect::new_for_qpn(p.qp_num, to, sid, rq_psn),
             None => return Err(einval(OP, "no QP on the ID and no qp_num")),
+        };
+        // The QP's ECE (or the consumer's, for its own QP) goes in the REQ, as librdmacm's
+        // rdma_connect sends what ibv_query_ece / rdma_set_local_ece gave.
+        c.ece_options = if c.uc {
+            0
+        } else {
+            local_offer(&st, qp.as_ref())
         };
         c.responder_resources = p.responder_resources;
         c.initiator_depth = p.initiator_depth;
@@ -857,7 +899,9 @@ impl RdmaCmId {
         c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
         c.private_data = pd;
         let retry_count = c.retry_count;
+        let offered = c.ece_options;
         st.cm = Some(issue(&d, &self.0, || d.cm.connect(&c))?);
+        st.offered_ece = offered;
         st.rq_psn = rq_psn;
         st.retry_count = retry_count;
         Ok(())
@@ -898,8 +942,15 @@ impl RdmaCmId {
             st.rq_psn = (random_u32() & 0xFF_FFFF) | 1;
         }
         let rq_psn = st.rq_psn;
-        let qpn = match st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
+        let qp = st.qp.as_ref().and_then(crate::WeakQp::upgrade);
+        // ECE: what both ends want, when the REQ carried uroce's (docs/wire.md §5.6).
+        let agreed = agreed_ece(local_offer(&st, qp.as_ref()), st.remote_ece);
+        let rep_ece = (st.remote_ece.vendor_id == crate::UROCE_ECE_VENDOR_ID).then_some(agreed);
+        let qpn = match qp {
             Some(qp) => {
+                if qp.qp_type() == crate::QpType::RC {
+                    qp.set_ece(Ece::uroce(agreed))?;
+                }
                 let remote = QpEndpoint {
                     qpn: req.local_qpn.value(),
                     psn: rq_psn,
@@ -923,9 +974,29 @@ impl RdmaCmId {
                 rnr_retry_count: p.rnr_retry_count.min(7),
                 srq: p.srq,
                 private_data: p.private_data.clone(),
+                ece_options: rep_ece,
             },
         )?;
         Ok(())
+    }
+
+    /// `rdma_set_local_ece`: the ECE this ID offers in its REQ or answers with in its REP when
+    /// the consumer manages its own QP (librdmacm: EINVAL on an ID with a QP or for vendor
+    /// ID 0). Only uroce's vendor ID travels (docs/wire.md §5.6); another is kept and sends
+    /// none.
+    pub fn set_local_ece(&self, ece: Ece) -> Result<()> {
+        let mut st = self.state();
+        if st.qp.is_some() || ece.vendor_id == 0 {
+            return Err(einval("rdma_set_local_ece", "ID with a QP, or vendor_id 0"));
+        }
+        st.local_ece = Some(ece);
+        Ok(())
+    }
+
+    /// `rdma_get_remote_ece`: the ECE the peer's REQ (passive side) or REP (active side)
+    /// carried; vendor ID 0 when none (or nothing received yet).
+    pub fn remote_ece(&self) -> Ece {
+        self.state().remote_ece
     }
 
     /// `rdma_init_qp_attr`: the attributes and mask that move a QP the consumer manages
@@ -1089,6 +1160,16 @@ impl RdmaCmId {
         d.cm.reject(id, 28, private_data)
     }
 
+    /// `rdma_reject_ece`: refuse a connection request because of its ECE options (REJ reason
+    /// 35, vendor option not supported; private data ≤ 148 bytes).
+    pub fn reject_ece(&self, private_data: &[u8]) -> Result<()> {
+        let st = self.state();
+        let (Some(d), Some(id), false) = (st.dev.clone(), st.cm, self.is_ud()) else {
+            return Err(einval("rdma_reject_ece", "not a connection request"));
+        };
+        d.cm.reject(id, 35, private_data)
+    }
+
     /// `rdma_disconnect`: the QP to ERR, then DREQ (or DREP to the peer's DREQ).
     pub fn disconnect(&self) -> Result<()> {
         let st = self.state();
@@ -1117,16 +1198,18 @@ impl RdmaCmId {
     fn on_cm_event(&self, d: &Arc<DevCm>, e: CmEvent) {
         use RdmaCmEventKind as K;
         match e {
-            CmEvent::ConnectResponse { id, rep } => {
-                let (qp, mtu, rq_psn, retry_count, ack_timeout) = {
+            CmEvent::ConnectResponse { id, rep, ece } => {
+                let (qp, mtu, rq_psn, retry_count, ack_timeout, offered) = {
                     let mut st = self.state();
                     st.peer_rep = Some(rep.clone());
+                    st.remote_ece = ece;
                     (
                         st.qp.as_ref().and_then(crate::WeakQp::upgrade_transient),
                         st.path_mtu,
                         st.rq_psn,
                         st.retry_count,
                         st.ack_timeout,
+                        st.offered_ece,
                     )
                 };
                 let param = ConnParam {
@@ -1148,6 +1231,13 @@ impl RdmaCmId {
                     psn: rq_psn,
                     gid: dst_gid,
                 };
+                // ECE: what our REQ offered and the REP agreed to (docs/wire.md §5.6), set
+                // before the move to RTR.
+                let ece_set = if qp.qp_type() == crate::QpType::RC {
+                    qp.set_ece(Ece::uroce(agreed_ece(offered, ece)))
+                } else {
+                    Ok(())
+                };
                 let mut o = ConnectOpts {
                     path_mtu: mtu,
                     sq_psn: rep.starting_psn.value(),
@@ -1157,7 +1247,10 @@ impl RdmaCmId {
                 o.max_dest_rd_atomic = rep.initiator_depth.max(1);
                 o.retry_cnt = retry_count;
                 o.timeout = ack_timeout.unwrap_or(REQ_ACK_TIMEOUT);
-                match qp.connect(&remote, &o).and_then(|()| d.cm.establish(id)) {
+                match ece_set
+                    .and_then(|()| qp.connect(&remote, &o))
+                    .and_then(|()| d.cm.establish(id))
+                {
                     Ok(()) => self.event(K::Established, 0, param),
                     Err(e) => {
                         let _ = d.cm.reject(id, 28, &[]);

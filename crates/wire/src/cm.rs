@@ -93,6 +93,46 @@ impl RejReason {
     pub const VENDOR_OPTION_NOT_SUPPORTED: RejReason = RejReason(35);
 }
 
+/// Enhanced Connection Establishment (IBTA Vol 1 §12.6: the REQ's and REP's Vendor ID,
+/// 24 bits, and the MAD header's Attribute Modifier as the vendor's options; kernel cm.c
+/// `cm_format_mad_ece_hdr`, librdmacm's `rdma_set_local_ece` / `rdma_get_remote_ece`).
+/// Vendor ID 0 means the sender uses no ECE.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Ece {
+    /// 24 bits.
+    pub vendor_id: u32,
+    /// The vendor's option bits (the Attribute Modifier of the REQ/REP MAD).
+    pub options: u32,
+}
+
+impl Ece {
+    /// No ECE: vendor ID 0, no options (what a CM that uses no ECE sends, rxe's among them).
+    pub const NONE: Ece = Ece {
+        vendor_id: 0,
+        options: 0,
+    };
+
+    /// uroce's own options, with its vendor ID.
+    pub const fn uroce(options: u32) -> Ece {
+        Ece {
+            vendor_id: UROCE_ECE_VENDOR_ID,
+            options,
+        }
+    }
+}
+
+/// uroce's ECE vendor ID (docs/wire.md §5.6): `02 75 72`. Its first octet has the IEEE
+/// "locally administered" bit (0x02) set and is not a CID (low nibble 0xA), so it is no
+/// OUI or CID the IEEE hands out, and it is above 0xFFFF, so it is no PCI vendor ID either
+/// (what mlx5 puts there: `PCI_VENDOR_ID_MELLANOX`, 0x02c9).
+pub const UROCE_ECE_VENDOR_ID: u32 = 0x02_7572;
+
+/// uroce ECE option: selective repeat (docs/wire.md §5.6) for the connection's RC QPs.
+pub const ECE_SELECTIVE_REPEAT: u32 = 1 << 0;
+
+/// Every uroce ECE option this implementation knows.
+pub const UROCE_ECE_OPTIONS: u32 = ECE_SELECTIVE_REPEAT;
+
 /// Which message an MRA or REJ answers (IBTA Vol 1 Tables 107 and 108).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MsgRef(pub u8);

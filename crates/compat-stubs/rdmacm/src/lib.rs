@@ -16,9 +16,10 @@
 //!   descriptors an rsocket-aware poll *is* `poll`/`select`, and no rsocket can exist here)
 //!   are implemented here.
 //! * Not built yet, failing with `ENOSYS` in the C shape (−1 + errno, NULL + errno, or
-//!   nothing for `void` functions): SRQs on IDs, multicast, `rdma_reject_ece`,
-//!   `rdma_create_qp_ex` and rsockets. (`rdma_get_remote_ece` answers "no ECE" and
-//!   `rdma_set_local_ece` EOPNOTSUPP: uroce's CM does not carry ECE.) Without uroce's libibverbs loaded, `rdma_get_devices` answers NULL,
+//!   nothing for `void` functions): SRQs on IDs, multicast, `rdma_create_qp_ex` and
+//!   rsockets. (ECE — `rdma_get_remote_ece`, `rdma_set_local_ece`, `rdma_reject_ece` — is
+//!   forwarded: uroce's CM carries its own vendor ID, docs/wire.md §5.6.) Without uroce's
+//!   libibverbs loaded, `rdma_get_devices` answers NULL,
 //!   `*num_devices = 0`, errno ENODEV.
 //!
 //! Parameters of the failing functions are omitted: under the x86_64 SysV ABI the caller
@@ -71,7 +72,6 @@ int_minus1!(
     rdma_join_multicast,
     rdma_join_multicast_ex,
     rdma_leave_multicast,
-    rdma_reject_ece,
 );
 
 /// The address of uroce's libibverbs function `name` (NUL-terminated), looked up once and
@@ -144,6 +144,7 @@ forward! {
     fn rdma_listen(id: P, backlog: c_int) -> c_int = -1;
     fn rdma_accept(id: P, param: P) -> c_int = -1;
     fn rdma_reject(id: P, private_data: *const c_void, len: u8) -> c_int = -1;
+    fn rdma_reject_ece(id: P, private_data: *const c_void, len: u8) -> c_int = -1;
     fn rdma_disconnect(id: P) -> c_int = -1;
     fn rdma_establish(id: P) -> c_int = -1;
     fn rdma_notify(id: P, event: c_int) -> c_int = -1;
