@@ -680,6 +680,8 @@ impl Qp {
             ));
         }
         self.cfg.selective_repeat = on;
+        // The window's limit follows (requester.rs `window_limit`).
+        self.rec.set_max(self.window_limit());
         Ok(())
     }
 

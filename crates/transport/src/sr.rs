@@ -617,6 +617,19 @@ mod tests {
     }
 
     #[test]
+    fn the_window_is_the_store_with_selective_repeat() {
+        let mut qp = Qp::new(crate::QpConfig::new(wire::Qpn::new(0x11), QpType::Rc));
+        assert_eq!(qp.window(), 128, "rxe's window without it");
+        qp.set_selective_repeat(true).unwrap();
+        assert_eq!(qp.window(), SR_WINDOW);
+        qp.set_max_unacked_psns(4096);
+        assert_eq!(qp.window(), 4096, "a larger limit stands");
+        qp.set_max_unacked_psns(128);
+        qp.set_selective_repeat(false).unwrap();
+        assert_eq!(qp.window(), 128);
+    }
+
+    #[test]
     fn bounds_window_bytes_and_renak() {
         let mut s = SrStore::default();
         let base = Psn::new(0xff_fff0); // wraps

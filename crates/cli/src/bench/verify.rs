@@ -169,11 +169,17 @@ mod tests {
         fill_op(&mut other, 0, 5, false);
         buf[1024..2048].copy_from_slice(&other[1024..2048]);
         let d = describe_mismatch(&buf, 0, 7);
-        assert!(d.starts_with("first difference at byte 1024 (128 of 512 words"), "{d}");
+        assert!(
+            d.starts_with("first difference at byte 1024 (128 of 512 words"),
+            "{d}"
+        );
         assert!(d.ends_with("operation 5's"), "{d}");
         buf[8] ^= 1;
         let d = describe_mismatch(&buf, 0, 7);
-        assert!(d.starts_with("first difference at byte 8 (129 of 512"), "{d}");
+        assert!(
+            d.starts_with("first difference at byte 8 (129 of 512"),
+            "{d}"
+        );
         assert!(d.ends_with("no nearby operation's"), "{d}");
     }
 
