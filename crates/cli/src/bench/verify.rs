@@ -45,8 +45,13 @@ pub fn describe_mismatch(buf: &[u8], qp: usize, op: u64) -> String {
     let lo = op.saturating_sub(4096);
     let holder = (lo..op + 4096).find(|&o| o != op && !differs(first, chunk, o));
     let last = bad.last().copied().unwrap_or(first);
+    let mut want = [0u8; 8];
+    want[..chunk.len()].copy_from_slice(&op_word(qp, op, size, first)[..chunk.len()]);
+    let mut got = [0u8; 8];
+    got[..chunk.len()].copy_from_slice(chunk);
+    let xor = u64::from_le_bytes(want) ^ u64::from_le_bytes(got);
     format!(
-        "first difference at byte {} ({} of {} words differ, bytes {}..{}); that word is {}",
+        "first difference at byte {} ({} of {} words differ, bytes {}..{}; xor {xor:#018x}); that word is {}",
         first * 8,
         bad.len(),
         size.div_ceil(8),
