@@ -870,14 +870,15 @@ pub unsafe extern "C" fn uroce_rdma_accept(
     guard(-1, || unsafe { complete(id) })
 }
 
-/// `int rdma_reject(id, private_data, len)`.
+/// `rdma_reject` and `rdma_reject_ece`: the private data, then `how` on the ID.
 ///
 /// # Safety
-/// `id` is a live ID; `pd` covers `len` bytes.
-pub unsafe extern "C" fn uroce_rdma_reject(
+/// `id` is a live ID; `pd` NULL or `len` readable bytes.
+unsafe fn reject_with(
     id: *mut rdma_cm_id,
     pd: *const c_void,
     len: u8,
+    how: fn(&RdmaCmId, &[u8]) -> uroce::Result<()>,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: per the contract.
@@ -890,11 +891,24 @@ pub unsafe extern "C" fn uroce_rdma_reject(
             // SAFETY: per the contract.
             unsafe { core::slice::from_raw_parts(pd.cast::<u8>(), usize::from(len)) }
         };
-        match u.rust.reject(data) {
+        match how(&u.rust, data) {
             Ok(()) => 0,
             Err(e) => fail_with(&e),
         }
     })
+}
+
+/// `int rdma_reject(id, private_data, len)`.
+///
+/// # Safety
+/// `id` is a live ID; `pd` covers `len` bytes.
+pub unsafe extern "C" fn uroce_rdma_reject(
+    id: *mut rdma_cm_id,
+    pd: *const c_void,
+    len: u8,
+) -> c_int {
+    // SAFETY: per the contract.
+    unsafe { reject_with(id, pd, len, |r, d| r.reject(d)) }
 }
 
 /// `int rdma_reject_ece(id, private_data, len)` (RDMACM_1.3): as `rdma_reject`, with REJ
@@ -907,22 +921,8 @@ pub unsafe extern "C" fn uroce_rdma_reject_ece(
     pd: *const c_void,
     len: u8,
 ) -> c_int {
-    guard(-1, || {
-        // SAFETY: per the contract.
-        let Some(u) = (unsafe { ucm(id) }) else {
-            return fail(libc::EINVAL);
-        };
-        let data = if pd.is_null() || len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: per the contract.
-            unsafe { core::slice::from_raw_parts(pd.cast::<u8>(), usize::from(len)) }
-        };
-        match u.rust.reject_ece(data) {
-            Ok(()) => 0,
-            Err(e) => fail_with(&e),
-        }
-    })
+    // SAFETY: per the contract.
+    unsafe { reject_with(id, pd, len, |r, d| r.reject_ece(d)) }
 }
 
 /// `int rdma_disconnect(id)`.
