@@ -5,6 +5,7 @@
 
 use wire::{AckKind, Msn, NakCode, OpKind, OpcodeInfo, Psn, RocePacketRepr};
 
+use crate::error::TransportError;
 use crate::mem::{for_each_piece, Memory};
 use crate::qp::Qp;
 use crate::state::QpState;
@@ -21,6 +22,11 @@ enum AckOutcome {
 }
 
 impl Qp {
+    /// A response for this QP's requests. The steps follow rxe_comp.c: a selective-repeat
+    /// hole NAK is taken first (its PSN lies outside the window on purpose), then
+    /// [`Qp::check_psn`], then by kind [`Qp::check_ack`], [`Qp::read_response`] or
+    /// [`Qp::atomic_ack`] (rxe `do_read` / `do_atomic`), which retire completed WQEs
+    /// through `ack_through` and `pop_completed` (rxe `complete_ack` / `do_complete`).
     pub(crate) fn completer_handle<M: Memory + ?Sized>(
         &mut self,
         now: Time,
@@ -29,70 +35,85 @@ impl Qp {
         mem: &mut M,
     ) {
         let p = pkt.bth.psn;
-        if self.sr_active() && info.kind == OpKind::Acknowledge && !p.is_before(self.sent_high) {
+        if self.sr_active() && info.kind == OpKind::Acknowledge && !p.is_before(self.req.sent_high)
+        {
             // Selective repeat: a hole NAK names PSN p - 2^23 (docs/wire.md §5.6).
             let x = p.sub(crate::sr::SR_HOLE_OFFSET);
             let seq_nak = pkt
                 .aeth
                 .is_some_and(|a| a.syndrome.kind() == AckKind::Nak(NakCode::PSN_SEQ_ERROR));
-            if seq_nak && !x.is_before(self.unacked) && x.is_before(self.sent_high) {
+            if seq_nak && !x.is_before(self.comp.unacked) && x.is_before(self.req.sent_high) {
                 self.sr_on_nak(now, x);
                 return;
             }
         }
-        // Only PSNs in [unacked, sent_high) can be answered (docs/wire.md §5.2).
-        if !p.is_before(self.sent_high) {
-            self.counters.ghost_responses += 1;
-            return;
-        }
-        if p.is_before(self.unacked) || !self.outstanding() {
-            self.counters.duplicate_responses += 1;
+        if !self.check_psn(p) {
             return;
         }
         match info.kind {
-            OpKind::Acknowledge => {
-                let Some(aeth) = pkt.aeth else {
-                    self.counters.dropped_pkts += 1;
-                    return;
-                };
-                match aeth.syndrome.kind() {
-                    AckKind::Ack { credit_code } => {
-                        self.update_credits(aeth.msn, credit_code);
-                        self.ack_through(now, p);
-                    }
-                    AckKind::RnrNak { timer_code } => {
-                        self.counters.rcvd_rnr_err += 1;
-                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
-                            return;
-                        }
-                        self.rnr_nak(now, timer_code);
-                    }
-                    AckKind::Nak(NakCode::PSN_SEQ_ERROR) if self.sr_active() => {
-                        // Selective repeat (docs/wire.md §5.6): PSNs before p are
-                        // acknowledged as always; resend p alone.
-                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
-                            return;
-                        }
-                        self.sr_on_nak(now, p);
-                    }
-                    AckKind::Nak(code) => {
-                        if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
-                            return;
-                        }
-                        self.nak(now, code);
-                    }
-                    AckKind::Reserved => self.counters.dropped_pkts += 1,
-                }
-            }
+            OpKind::Acknowledge => self.check_ack(now, p, pkt.aeth),
             OpKind::ReadResponse => self.read_response(now, pkt, info, mem),
             OpKind::AtomicAcknowledge => self.atomic_ack(now, pkt, mem),
             _ => self.counters.dropped_pkts += 1,
         }
     }
 
+    /// Whether a response's PSN can answer anything (rxe `check_psn`): only PSNs in
+    /// `[unacked, sent_high)` can (docs/wire.md §5.2); one never sent is a ghost, one
+    /// already acknowledged a duplicate, and both are dropped.
+    fn check_psn(&mut self, p: Psn) -> bool {
+        if !p.is_before(self.req.sent_high) {
+            self.counters.ghost_responses += 1;
+            return false;
+        }
+        if p.is_before(self.comp.unacked) || !self.outstanding() {
+            self.counters.duplicate_responses += 1;
+            return false;
+        }
+        true
+    }
+
+    /// An ACK or NAK at PSN `p` (rxe `check_ack` for the Acknowledge opcode): an ACK
+    /// acknowledges through `p`; a NAK acknowledges what precedes `p`, then an RNR NAK
+    /// starts an RNR wait, a sequence NAK a retry, and any other NAK fails the WQE.
+    fn check_ack(&mut self, now: Time, p: Psn, aeth: Option<wire::AethRepr>) {
+        let Some(aeth) = aeth else {
+            self.counters.dropped_pkts += 1;
+            return;
+        };
+        match aeth.syndrome.kind() {
+            AckKind::Ack { credit_code } => {
+                self.update_credits(aeth.msn, credit_code);
+                self.ack_through(now, p);
+            }
+            AckKind::RnrNak { timer_code } => {
+                self.counters.rcvd_rnr_err += 1;
+                if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                    return;
+                }
+                self.rnr_nak(now, timer_code);
+            }
+            AckKind::Nak(NakCode::PSN_SEQ_ERROR) if self.sr_active() => {
+                // Selective repeat (docs/wire.md §5.6): PSNs before p are
+                // acknowledged as always; resend p alone.
+                if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                    return;
+                }
+                self.sr_on_nak(now, p);
+            }
+            AckKind::Nak(code) => {
+                if self.ack_through(now, p.sub(1)) == AckOutcome::Stop {
+                    return;
+                }
+                self.nak(now, code);
+            }
+            AckKind::Reserved => self.counters.dropped_pkts += 1,
+        }
+    }
+
     /// AETH credits (docs/wire.md §4.2): LSN = MSN + credits; code 31 = unlimited.
     fn update_credits(&mut self, msn: Msn, code: u8) {
-        self.lsn = wire::aeth::credits_for_code(code).map(|c| msn.add(c));
+        self.comp.lsn = wire::aeth::credits_for_code(code).map(|c| msn.add(c));
     }
 
     /// Cumulative acknowledgement of every PSN up to and including `p`.
@@ -108,7 +129,7 @@ impl Qp {
                     if progressed {
                         self.progress(now);
                     }
-                    if self.retried_since_progress {
+                    if self.comp.retried_since_progress {
                         self.counters.stale_naks += 1;
                         return AckOutcome::Stop;
                     }
@@ -118,8 +139,8 @@ impl Qp {
                 self.pop_completed(WcStatus::Success);
                 progressed = true;
             } else {
-                if !w.wr.opcode.is_read_or_atomic() && !p.is_before(self.unacked) {
-                    self.unacked = p.next();
+                if !w.wr.opcode.is_read_or_atomic() && !p.is_before(self.comp.unacked) {
+                    self.comp.unacked = p.next();
                     progressed = true;
                 }
                 break;
@@ -136,15 +157,15 @@ impl Qp {
         let Some(w) = self.sq.pop_front() else {
             return;
         };
-        self.unacked = w.last_psn.next();
-        if self.cursor > 0 {
-            self.cursor -= 1;
+        self.comp.unacked = w.last_psn.next();
+        if self.req.cursor > 0 {
+            self.req.cursor -= 1;
         }
-        if self.next_psn.is_before(self.unacked) {
-            self.next_psn = self.unacked;
+        if self.req.next_psn.is_before(self.comp.unacked) {
+            self.req.next_psn = self.comp.unacked;
         }
         if w.wr.opcode.is_read_or_atomic() {
-            self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
         }
         self.complete_send(&w, status);
     }
@@ -152,12 +173,12 @@ impl Qp {
     fn rnr_nak(&mut self, now: Time, timer_code: u8) {
         // rnr_retry 7 means retry forever (docs/wire.md §5.2).
         if self.attr.rnr_retry != 7 {
-            if self.rnr_left == 0 {
+            if self.comp.rnr_left == 0 {
                 self.counters.retry_rnr_exceeded_err += 1;
-                self.fail_front(WcStatus::RnrRetryExcErr);
+                self.fail_front(TransportError::RnrRetryExceeded);
                 return;
             }
-            self.rnr_left -= 1;
+            self.comp.rnr_left -= 1;
         }
         self.retrans_deadline = None;
         self.rec.probe_deadline = None;
@@ -165,40 +186,28 @@ impl Qp {
     }
 
     fn nak(&mut self, now: Time, code: NakCode) {
-        let status = match code {
+        match code {
             NakCode::PSN_SEQ_ERROR => {
                 self.counters.rcvd_seq_err += 1;
                 // None during an RNR wait; one per episode (rxe `started_retry`).
-                if self.rnr_until.is_some() || self.retried_since_progress {
+                if self.rnr_until.is_some() || self.comp.retried_since_progress {
                     self.counters.stale_naks += 1;
                     return;
                 }
                 self.nak_retry(now);
                 return;
             }
-            NakCode::INVALID_REQUEST => {
-                self.counters.rcvd_nak_invalid_request += 1;
-                WcStatus::RemInvReqErr
-            }
-            NakCode::REMOTE_ACCESS_ERROR => {
-                self.counters.rcvd_nak_remote_access += 1;
-                WcStatus::RemAccessErr
-            }
-            NakCode::INVALID_RD_REQUEST => {
-                self.counters.rcvd_nak_remote_op += 1;
-                WcStatus::RemInvRdReqErr
-            }
-            // REMOTE_OPERATIONAL_ERROR, and reserved codes as rxe does (docs/wire.md §4.4).
-            _ => {
-                self.counters.rcvd_nak_remote_op += 1;
-                WcStatus::RemOpErr
-            }
-        };
-        self.fail_front(status);
+            NakCode::INVALID_REQUEST => self.counters.rcvd_nak_invalid_request += 1,
+            NakCode::REMOTE_ACCESS_ERROR => self.counters.rcvd_nak_remote_access += 1,
+            // INVALID_RD_REQUEST, REMOTE_OPERATIONAL_ERROR, and reserved codes as rxe does
+            // (docs/wire.md §4.4).
+            _ => self.counters.rcvd_nak_remote_op += 1,
+        }
+        self.fail_front(TransportError::from_nak(code));
     }
 
     fn bad_response(&mut self) {
-        self.fail_front(WcStatus::BadRespErr);
+        self.fail_front(TransportError::BadResponse);
     }
 
     fn read_response<M: Memory + ?Sized>(
@@ -224,11 +233,11 @@ impl Qp {
             self.bad_response();
             return;
         }
-        if p != self.unacked {
+        if p != self.comp.unacked {
             // A gap: an earlier response was lost. Responses are only accepted in order;
             // ask again for the rest at once, once per episode (rxe_comp.c `check_psn`:
             // a later response to a READ is an implied NAK).
-            if self.retried_since_progress {
+            if self.comp.retried_since_progress {
                 self.counters.stale_naks += 1;
                 return;
             }
@@ -261,14 +270,14 @@ impl Qp {
             });
             if r.is_err() {
                 self.counters.send_err += 1;
-                self.fail_front(WcStatus::LocProtErr);
+                self.fail_front(TransportError::LocalProtection);
                 return;
             }
         }
         if is_last_psn {
             self.pop_completed(WcStatus::Success);
         } else {
-            self.unacked = p.next();
+            self.comp.unacked = p.next();
         }
         self.progress(now);
     }
@@ -281,7 +290,7 @@ impl Qp {
         let Some(w) = self.sq.front() else {
             return;
         };
-        if !w.started || !w.wr.opcode.is_atomic() || p != w.first_psn || p != self.unacked {
+        if !w.started || !w.wr.opcode.is_atomic() || p != w.first_psn || p != self.comp.unacked {
             self.bad_response();
             return;
         }
@@ -308,7 +317,7 @@ impl Qp {
             });
             if r.is_err() {
                 self.counters.send_err += 1;
-                self.fail_front(WcStatus::LocProtErr);
+                self.fail_front(TransportError::LocalProtection);
                 return;
             }
         }

@@ -60,6 +60,7 @@
 mod completer;
 mod counters;
 pub mod dcqcn;
+mod error;
 pub mod fuzzing;
 mod mem;
 mod packet;

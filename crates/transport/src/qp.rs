@@ -11,13 +11,16 @@
 //! * outputs: [`Qp::poll_transmit`], [`Qp::poll_completion`], [`Qp::poll_timeout`],
 //!   [`Qp::poll_event`].
 //!
-//! It never reads a clock, touches a socket or allocates per packet.
+//! It never reads a clock, touches a socket or allocates per packet. The order in which a
+//! driver makes these calls, and the rule that decides which role's struct holds a piece
+//! of state, are written on [`Qp`].
 
 use std::collections::VecDeque;
 
 use wire::{Msn, Opcode, Psn, Qpn, Rkey, RocePacketRepr, Transport};
 
 use crate::dcqcn::{CnpGate, Dcqcn};
+use crate::error::TransportError;
 use crate::mem::Memory;
 use crate::recovery::Recovery;
 use crate::state::{check_modify, AttrMask, Mtu, QpAttr, QpState, QpType};
@@ -355,58 +358,183 @@ pub(crate) enum Response {
     },
 }
 
+/// Requester state (rxe `struct rxe_req_info`, rxe_req.c): where in the send queue and PSN
+/// space the next request packet comes from. Written by the requester only, except where a
+/// completed WQE moves the cursor or an acknowledgement pulls `next_psn` forward.
+#[derive(Debug)]
+pub(crate) struct Requester {
+    /// Index in `sq` of the WQE being transmitted (rxe `req.wqe_index`).
+    pub(crate) cursor: usize,
+    /// PSN of the next request packet to build (rxe `req.psn`).
+    pub(crate) next_psn: Psn,
+    /// One past the highest PSN ever transmitted: responses at or beyond it are ghosts.
+    pub(crate) sent_high: Psn,
+    /// Send sequence number of the next WQE started (for end-to-end credits).
+    pub(crate) next_ssn: Msn,
+    /// READ/ATOMIC WQEs started and not yet completed (against `max_rd_atomic`).
+    pub(crate) rd_atomic_outstanding: u32,
+    /// Packets sent since the last one with AckReq (rxe `req.noack_pkts`).
+    pub(crate) pkts_since_ackreq: u32,
+    /// The next request packet asks for an acknowledgement ([`Qp::request_ack_next`]).
+    pub(crate) ack_req_next: bool,
+    /// Selective repeat: the single resends (sr.rs).
+    pub(crate) sr_tx: crate::sr::SrSend,
+}
+
+impl Default for Requester {
+    fn default() -> Requester {
+        Requester {
+            cursor: 0,
+            next_psn: Psn::new(0),
+            sent_high: Psn::new(0),
+            next_ssn: Msn::new(1),
+            rd_atomic_outstanding: 0,
+            pkts_since_ackreq: 0,
+            ack_req_next: false,
+            sr_tx: crate::sr::SrSend::default(),
+        }
+    }
+}
+
+/// Completer state (rxe `struct rxe_comp_info`, rxe_comp.c): how far the peer has
+/// acknowledged and what is left of the retry budgets.
+#[derive(Debug)]
+pub(crate) struct Completer {
+    /// Oldest PSN not yet acknowledged (rxe `comp.psn`). The requester reads it for its
+    /// window and resumes from it on a retry.
+    pub(crate) unacked: Psn,
+    /// Transport retries left (rxe `comp.retry_cnt`).
+    pub(crate) retry_left: u8,
+    /// RNR retries left (rxe `comp.rnr_retry`).
+    pub(crate) rnr_left: u8,
+    /// A NAK-triggered (or implied-NAK) retry started and no progress since: further sequence
+    /// NAKs are stale — sent before our resends arrived — and are ignored (rxe
+    /// `comp.started_retry`). If a resend itself is lost, the responder does not NAK the same
+    /// PSN twice, so the ACK timer recovers.
+    pub(crate) retried_since_progress: bool,
+    /// Limit sequence number from AETH credits; `None` = unlimited. Read by the requester.
+    pub(crate) lsn: Option<Msn>,
+}
+
+impl Default for Completer {
+    fn default() -> Completer {
+        Completer {
+            unacked: Psn::new(0),
+            retry_left: 0,
+            rnr_left: 0,
+            retried_since_progress: false,
+            lsn: None,
+        }
+    }
+}
+
+/// Responder state (rxe `struct rxe_resp_info`, rxe_resp.c).
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN of the next new request (ePSN, rxe `resp.psn`).
+    pub(crate) epsn: Psn,
+    /// Message sequence number carried in AETHs (rxe `resp.msn`).
+    pub(crate) msn: Msn,
+    /// A sequence NAK for the current gap went out (rxe `resp.sent_psn_nak`).
+    pub(crate) nak_sent: bool,
+    /// The multi-packet message in progress.
+    pub(crate) in_msg: Option<InMsg>,
+    /// The receive WQE the message in progress consumes (rxe `resp.wqe`).
+    pub(crate) held: Option<HeldRecv>,
+    /// Saved READ/ATOMIC results for duplicate requests (rxe `resp.resources`).
+    pub(crate) resources: VecDeque<Resource>,
+    /// Responses waiting to be transmitted, in PSN order.
+    pub(crate) responses: VecDeque<Response>,
+    /// The NAK a responder error leaves behind, sent even though the QP is in ERR.
+    pub(crate) last_gasp: Option<Response>,
+    /// UC: drop packets until the next FIRST/ONLY (rxe `resp.drop_msg`).
+    pub(crate) uc_drop: bool,
+    /// Selective repeat: requests kept ahead of ePSN (sr.rs).
+    pub(crate) sr_rx: crate::sr::SrStore,
+}
+
 /// A queue pair.
+///
+/// # State
+///
+/// State is grouped by the role that owns it, as rxe groups it (rxe_verbs.h `struct
+/// rxe_req_info`, `rxe_comp_info`, `rxe_resp_info`): `Requester` as `req`, `Completer` as
+/// `comp`, `Responder` as `resp`. The rule: a field with an rxe counterpart sits where
+/// rxe keeps it (so the oldest unacknowledged PSN, rxe `comp.psn`, is the completer's even
+/// though the requester reads it for its window); a field without one belongs to the only
+/// role that writes it; what rxe keeps on the QP itself (the send and receive queues, the
+/// retransmission and RNR timers) and what several roles share with no rxe counterpart
+/// (attributes, configuration, loss recovery, completions, events, counters, congestion
+/// control) stays on `Qp`. Any role may read another's state; the role files are
+/// `impl Qp` blocks, so none of this is visible outside the crate.
+///
+/// # Call-order contract
+///
+/// A `Qp` never reads a clock or does I/O; a driver (the device engine in
+/// crates/nic/src/engine.rs, the simulator in crates/sim) feeds it inputs and drains its
+/// outputs. Every call takes effect at once and leaves the QP consistent, so any order is
+/// safe; the contract is about what the driver must do after each call so that nothing
+/// the QP produced is left waiting:
+///
+/// * [`Qp::modify`] (and [`Qp::set_selective_repeat`] / [`Qp::set_port_mtu`] before
+///   connecting) moves the state machine. Entering ERR queues flush completions and
+///   possibly [`QpEvent`]s; SQD may queue [`QpEvent::SqDrained`].
+/// * [`Qp::post_send`] / [`Qp::post_recv`] queue work. A send WR may need a packet: call
+///   [`Qp::poll_transmit`] afterwards. In ERR/SQE a WR completes at once (flushed): poll
+///   completions. [`Qp::fail_send`] reports a WR the driver could not decode; it queues
+///   completions and an event.
+/// * [`Qp::handle_packet`] consumes one received packet (ICRC checked, demultiplexed to
+///   this QP; the receive queue to use passed in for an SRQ or XRC target). It may queue
+///   responses and CNPs to transmit, unblock requests (an ACK opens the window), queue
+///   completions and events, and move deadlines. Afterwards call [`Qp::poll_transmit`]
+///   until it returns `None`, drain [`Qp::poll_completion`] and [`Qp::poll_event`], and
+///   re-read [`Qp::poll_timeout`].
+/// * [`Qp::poll_transmit`] writes at most one packet into the caller's buffer (at least
+///   [`Qp::max_packet_len`] bytes): a CNP first, then a response (responses release the
+///   peer's resources), then a request (retransmissions before new packets). `None` means
+///   nothing may go now: nothing queued, the window or credits are closed, an RNR wait
+///   runs, or the DCQCN pacer holds the next packet (then [`Qp::poll_timeout`] names when).
+///   Sending a request may complete an unreliable WR or fail one locally, so drain
+///   completions after a transmit burst too. [`Qp::request_ack_next`], called just before
+///   the last `poll_transmit` of a burst, sets AckReq on that packet.
+/// * [`Qp::poll_timeout`] is the earliest instant [`Qp::handle_timeout`] has work: the
+///   local ACK timeout, the retransmission (probe) timer, the end of an RNR wait, or the
+///   pacer's next departure (that one is for [`Qp::poll_transmit`]: the driver calls it
+///   after `handle_timeout`, as after any input). It changes after every other call, so the driver re-reads it
+///   after each; a deadline it armed earlier may be stale (later or gone), so on firing it
+///   checks `poll_timeout() <= now` before calling `handle_timeout`.
+/// * [`Qp::handle_timeout`] fires the timers due at `now` (one not yet due is left
+///   alone). It may start a retry — then [`Qp::poll_transmit`] has packets — or exhaust
+///   the retry count, failing the front WR and entering ERR: drain completions and events.
+/// * [`Qp::poll_completion`] yields send and receive completions in one ordered stream
+///   ([`crate::Completion::is_recv`] says which CQ); each polled completion frees its queue
+///   slot, so a full send or receive queue accepts posts again only after polling.
+///
+/// Every `now` comes from the driver's one monotonic clock.
 #[derive(Debug)]
 pub struct Qp {
     pub(crate) cfg: QpConfig,
     pub(crate) attr: QpAttr,
 
-    // ---- requester + completer (rxe_req.c / rxe_comp.c) ----
+    /// Send queue: WQEs posted and not yet completed (rxe `qp->sq`). The requester walks it
+    /// from [`Requester::cursor`], the completer retires it from the front.
     pub(crate) sq: VecDeque<SendWqe>,
-    /// Index in `sq` of the WQE being transmitted.
-    pub(crate) cursor: usize,
-    /// PSN of the next request packet to build.
-    pub(crate) next_psn: Psn,
-    /// One past the highest PSN ever transmitted: responses at or beyond it are ghosts.
-    pub(crate) sent_high: Psn,
-    /// Oldest PSN not yet acknowledged.
-    pub(crate) unacked: Psn,
-    pub(crate) next_ssn: Msn,
-    pub(crate) rd_atomic_outstanding: u32,
-    pub(crate) pkts_since_ackreq: u32,
-    /// The next request packet asks for an acknowledgement ([`Qp::request_ack_next`]).
-    pub(crate) ack_req_next: bool,
+    /// Receive queue (rxe `qp->rq`): filled by [`Qp::post_recv`], drained by the responder.
+    pub(crate) rq: VecDeque<RecvWr>,
+    /// Requester state (rxe `qp->req`).
+    pub(crate) req: Requester,
+    /// Completer state (rxe `qp->comp`).
+    pub(crate) comp: Completer,
+    /// Responder state (rxe `qp->resp`).
+    pub(crate) resp: Responder,
+
+    // ---- timers and loss recovery, armed by the requester, reloaded by the completer ----
     /// Congestion window, round-trip estimate and retransmission timer.
     pub(crate) rec: Recovery,
-    pub(crate) retry_left: u8,
-    pub(crate) rnr_left: u8,
+    /// Local ACK timeout (rxe `qp->retrans_timer`).
     pub(crate) retrans_deadline: Option<Time>,
+    /// End of an RNR wait (rxe `qp->rnr_nak_timer`): the requester is stopped until then.
     pub(crate) rnr_until: Option<Time>,
-    /// A NAK-triggered (or implied-NAK) retry started and no progress since: further sequence
-    /// NAKs are stale — sent before our resends arrived — and are ignored (rxe `started_retry`).
-    /// If a resend itself is lost, the responder does not NAK the same PSN twice, so the ACK
-    /// timer recovers.
-    pub(crate) retried_since_progress: bool,
-    /// Limit sequence number from AETH credits; `None` = unlimited.
-    pub(crate) lsn: Option<Msn>,
-
-    // ---- responder (rxe_resp.c) ----
-    pub(crate) epsn: Psn,
-    pub(crate) msn: Msn,
-    pub(crate) nak_sent: bool,
-    pub(crate) in_msg: Option<InMsg>,
-    pub(crate) held: Option<HeldRecv>,
-    pub(crate) resources: VecDeque<Resource>,
-    pub(crate) responses: VecDeque<Response>,
-    /// The NAK a responder error leaves behind, sent even though the QP is in ERR.
-    pub(crate) last_gasp: Option<Response>,
-    /// UC: drop packets until the next FIRST/ONLY.
-    pub(crate) uc_drop: bool,
-    pub(crate) rq: VecDeque<RecvWr>,
-    /// Selective repeat: requests kept ahead of ePSN (sr.rs).
-    pub(crate) sr_rx: crate::sr::SrStore,
-    /// Selective repeat: the requester's single resends (sr.rs).
-    pub(crate) sr_tx: crate::sr::SrSend,
 
     // ---- outputs ----
     pub(crate) completions: VecDeque<(Completion, Slot)>,
@@ -436,33 +564,13 @@ impl Qp {
             cfg,
             attr: QpAttr::default(),
             sq: VecDeque::with_capacity(caps.max_send_wr as usize),
-            cursor: 0,
-            next_psn: Psn::new(0),
-            sent_high: Psn::new(0),
-            unacked: Psn::new(0),
-            next_ssn: Msn::new(1),
-            rd_atomic_outstanding: 0,
-            pkts_since_ackreq: 0,
-            ack_req_next: false,
+            rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
+            req: Requester::default(),
+            comp: Completer::default(),
+            resp: Responder::default(),
             rec: Recovery::new(cfg.max_unacked_psns),
-            retry_left: 0,
-            rnr_left: 0,
             retrans_deadline: None,
             rnr_until: None,
-            retried_since_progress: false,
-            lsn: None,
-            epsn: Psn::new(0),
-            msn: Msn::new(0),
-            nak_sent: false,
-            in_msg: None,
-            held: None,
-            resources: VecDeque::new(),
-            responses: VecDeque::new(),
-            last_gasp: None,
-            uc_drop: false,
-            rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
-            sr_rx: crate::sr::SrStore::default(),
-            sr_tx: crate::sr::SrSend::default(),
             completions: VecDeque::with_capacity(completions_max),
             send_slots_pending: 0,
             recv_slots_pending: 0,
@@ -521,13 +629,13 @@ impl Qp {
     /// The PSN of the next request packet the requester will send (rxe `req.psn`; it
     /// steps back to the oldest unacknowledged PSN while a retry resends).
     pub fn sq_psn(&self) -> Psn {
-        self.next_psn
+        self.req.next_psn
     }
 
     /// The responder's expected PSN (ePSN, rxe `resp.psn`): the next new request it
     /// accepts.
     pub fn rq_psn(&self) -> Psn {
-        self.epsn
+        self.resp.epsn
     }
 
     /// Counters.
@@ -620,7 +728,8 @@ impl Qp {
         }
         if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
             a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-            self.resources
+            self.resp
+                .resources
                 .truncate(usize::from(attr.max_dest_rd_atomic));
         }
         let a = &mut self.attr;
@@ -635,21 +744,21 @@ impl Qp {
         }
         if mask.contains(AttrMask::RETRY_CNT) {
             a.retry_cnt = attr.retry_cnt;
-            self.retry_left = attr.retry_cnt;
+            self.comp.retry_left = attr.retry_cnt;
         }
         if mask.contains(AttrMask::RNR_RETRY) {
             self.attr.rnr_retry = attr.rnr_retry;
-            self.rnr_left = attr.rnr_retry;
+            self.comp.rnr_left = attr.rnr_retry;
         }
         if mask.contains(AttrMask::RQ_PSN) {
-            self.epsn = attr.rq_psn;
+            self.resp.epsn = attr.rq_psn;
             self.attr.rq_psn = attr.rq_psn;
         }
         if mask.contains(AttrMask::SQ_PSN) {
             self.attr.sq_psn = attr.sq_psn;
-            self.next_psn = attr.sq_psn;
-            self.sent_high = attr.sq_psn;
-            self.unacked = attr.sq_psn;
+            self.req.next_psn = attr.sq_psn;
+            self.req.sent_high = attr.sq_psn;
+            self.comp.unacked = attr.sq_psn;
             self.rec.una = attr.sq_psn;
         }
 
@@ -776,7 +885,7 @@ impl Qp {
             ssn: Msn::new(0),
         };
         if matches!(state, QpState::Err | QpState::Sqe) {
-            self.complete_send(&wqe, WcStatus::WrFlushErr);
+            self.complete_send(&wqe, TransportError::Flushed.wc_status());
             return Ok(());
         }
         self.sq.push_back(wqe);
@@ -843,7 +952,7 @@ impl Qp {
     /// Whether the QP has work it is waiting on the network for (sent, unacknowledged
     /// requests, or responses queued).
     pub fn has_outstanding(&self) -> bool {
-        self.sq_busy() || !self.responses.is_empty() || self.last_gasp.is_some()
+        self.sq_busy() || !self.resp.responses.is_empty() || self.resp.last_gasp.is_some()
     }
 
     /// Next completion (send and receive completions share this queue in order;
@@ -904,7 +1013,7 @@ impl Qp {
                     && matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd)
                 {
                     // What the path delivers: the bytes in flight over the round trip.
-                    let flight = u64::from(self.next_psn.diff(self.unacked).max(0) as u32);
+                    let flight = u64::from(self.req.next_psn.diff(self.comp.unacked).max(0) as u32);
                     let hint = self.rec.srtt_ns().filter(|_| flight > 0).map(|rtt| {
                         let bytes = flight * (mtu + 64);
                         u64::try_from(u128::from(bytes) * 8_000_000_000 / u128::from(rtt.max(1)))
@@ -970,7 +1079,7 @@ impl Qp {
     /// of after the rest of the message, which may leave only when this QP's next turn
     /// comes: with many busy QPs sharing a device, later than the retransmission timer.
     pub fn request_ack_next(&mut self) {
-        self.ack_req_next = true;
+        self.req.ack_req_next = true;
     }
 
     /// Build the next packet into `buf` (at least [`Qp::max_packet_len`] bytes). Responses
@@ -1106,7 +1215,11 @@ impl Qp {
     }
 
     fn flush_recv(&mut self, wr: RecvWr, from_srq: bool) {
-        let c = self.recv_completion(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv);
+        let c = self.recv_completion(
+            wr.wr_id,
+            TransportError::Flushed.wc_status(),
+            WcOpcode::Recv,
+        );
         self.complete_recv(HeldRecv { wr, from_srq }, c);
     }
 
@@ -1126,11 +1239,11 @@ impl Qp {
         }
     }
 
-    /// The front send WQE failed with `status`: complete it (always, even if unsignaled),
+    /// The front send WQE failed with `err`: complete it (always, even if unsignaled),
     /// then move the QP to ERR (RC) or SQE (UC/UD) and flush the rest.
-    pub(crate) fn fail_front(&mut self, status: WcStatus) {
+    pub(crate) fn fail_front(&mut self, err: TransportError) {
         if let Some(wqe) = self.sq.pop_front() {
-            self.complete_send(&wqe, status);
+            self.complete_send(&wqe, err.wc_status());
         }
         match self.cfg.qp_type {
             QpType::Rc => self.enter_error(true),
@@ -1141,9 +1254,9 @@ impl Qp {
     /// UC/UD send-side error: flush the send queue, keep receiving (SQE).
     fn enter_sq_error(&mut self) {
         while let Some(w) = self.sq.pop_front() {
-            self.complete_send(&w, WcStatus::WrFlushErr);
+            self.complete_send(&w, TransportError::Flushed.wc_status());
         }
-        self.cursor = 0;
+        self.req.cursor = 0;
         self.retrans_deadline = None;
         self.rec.probe_deadline = None;
         self.rnr_until = None;
@@ -1159,23 +1272,23 @@ impl Qp {
         }
         self.attr.qp_state = QpState::Err;
         while let Some(w) = self.sq.pop_front() {
-            self.complete_send(&w, WcStatus::WrFlushErr);
+            self.complete_send(&w, TransportError::Flushed.wc_status());
         }
-        self.cursor = 0;
-        self.rd_atomic_outstanding = 0;
+        self.req.cursor = 0;
+        self.req.rd_atomic_outstanding = 0;
         self.retrans_deadline = None;
         self.rec.probe_deadline = None;
         self.rnr_until = None;
-        if let Some(h) = self.held.take() {
+        if let Some(h) = self.resp.held.take() {
             self.flush_recv(h.wr, h.from_srq);
         }
         while let Some(wr) = self.rq.pop_front() {
             self.flush_recv(wr, false);
         }
-        self.in_msg = None;
-        self.responses.clear();
-        self.sr_rx.clear();
-        self.sr_tx = crate::sr::SrSend::default();
+        self.resp.in_msg = None;
+        self.resp.responses.clear();
+        self.resp.sr_rx.clear();
+        self.req.sr_tx = crate::sr::SrSend::default();
         if fatal {
             self.events.push_back(QpEvent::Fatal);
         }

@@ -6,6 +6,7 @@ use wire::{
     AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr, RocePacketRepr, XrcEthRepr,
 };
 
+use crate::error::TransportError;
 use crate::mem::{for_each_piece, Memory};
 use crate::packet::{finish_in_place, header_len, request_opcode};
 use crate::qp::{Qp, Transmit};
@@ -18,8 +19,8 @@ const PACED_ACK_EVERY: u32 = 4;
 
 /// Why a request packet could not be built.
 enum BuildError {
-    /// The WQE failed locally with this status.
-    Wqe(WcStatus),
+    /// The WQE failed locally with this error.
+    Wqe(TransportError),
     /// The caller's buffer is too small (nothing changed).
     Buffer,
 }
@@ -42,8 +43,8 @@ impl Qp {
             // leaves no earlier than its schedule; `poll_timeout` then names that time.
             if let Some(cc) = self.cc.as_mut() {
                 let work = self.rec.probe_one
-                    || !self.sr_tx.resend.is_empty()
-                    || self.cursor < self.sq.len();
+                    || !self.req.sr_tx.resend.is_empty()
+                    || self.req.cursor < self.sq.len();
                 if work && !cc.may_send(now) {
                     self.paced = true;
                     return None;
@@ -58,8 +59,8 @@ impl Qp {
             }
             // Selective repeat (docs/wire.md §5.6): single resends go before new packets
             // and outside the window (each replaces a lost one).
-            if let Some(psn) = self.sr_tx.resend.pop_front() {
-                if psn.is_before(self.unacked) || !psn.is_before(self.next_psn) {
+            if let Some(psn) = self.req.sr_tx.resend.pop_front() {
+                if psn.is_before(self.comp.unacked) || !psn.is_before(self.req.next_psn) {
                     continue;
                 }
                 if let Some(t) = self.send_single(now, psn, mem, buf) {
@@ -68,7 +69,7 @@ impl Qp {
                 }
                 continue;
             }
-            let idx = self.cursor;
+            let idx = self.req.cursor;
             let wqe = self.sq.get(idx)?;
             if wqe.wr.opcode.is_local() {
                 // Only once every earlier WR has completed (rxe executes local operations
@@ -91,10 +92,10 @@ impl Qp {
                 if ty == QpType::Rc && wqe.wr.opcode.is_read_or_atomic() {
                     if self.attr.max_rd_atomic == 0 {
                         // No initiator depth at all: this WQE can never be sent.
-                        self.fail_at(idx, WcStatus::LocQpOpErr);
+                        self.fail_at(idx, TransportError::LocalQpOperation);
                         continue;
                     }
-                    if self.rd_atomic_outstanding >= u32::from(self.attr.max_rd_atomic) {
+                    if self.req.rd_atomic_outstanding >= u32::from(self.attr.max_rd_atomic) {
                         return None;
                     }
                 }
@@ -102,14 +103,15 @@ impl Qp {
                 // while SSN > LSN, unless nothing is outstanding (then it probes; the
                 // responder answers RNR NAK if it really has no WQE).
                 if ty == QpType::Rc && wqe.wr.opcode.consumes_rwqe() {
-                    if let Some(lsn) = self.lsn {
-                        if self.next_ssn.diff(lsn) > 0 && idx > 0 {
+                    if let Some(lsn) = self.comp.lsn {
+                        if self.req.next_ssn.diff(lsn) > 0 && idx > 0 {
                             return None;
                         }
                     }
                 }
             }
-            if ty == QpType::Rc && self.next_psn.diff(self.unacked) >= self.window() as i32 {
+            if ty == QpType::Rc && self.req.next_psn.diff(self.comp.unacked) >= self.window() as i32
+            {
                 return None;
             }
             match self.build_request(now, mem, buf) {
@@ -118,9 +120,9 @@ impl Qp {
                     self.counters.send_err += 1;
                     return None;
                 }
-                Err(BuildError::Wqe(status)) => {
+                Err(BuildError::Wqe(err)) => {
                     self.counters.send_err += 1;
-                    self.fail_at(self.cursor, status);
+                    self.fail_at(self.req.cursor, err);
                 }
             }
         }
@@ -137,10 +139,10 @@ impl Qp {
         let result = match w.wr.opcode {
             WrOpcode::BindMw => mem
                 .bind_mw(qpn, &w.wr.mw_bind())
-                .map_err(|_| WcStatus::MwBindErr),
+                .map_err(|_| TransportError::MwBind),
             _ => mem
                 .invalidate_local(qpn, w.wr.invalidate_rkey)
-                .map_err(|_| WcStatus::LocQpOpErr),
+                .map_err(|_| TransportError::LocalQpOperation),
         };
         match result {
             Ok(()) => {
@@ -148,14 +150,14 @@ impl Qp {
                     self.complete_send(&done, WcStatus::Success);
                 }
             }
-            Err(status) => {
+            Err(err) => {
                 self.counters.send_err += 1;
-                self.fail_at(0, status);
+                self.fail_at(0, err);
             }
         }
     }
 
-    /// Build the packet at `self.next_psn` of the WQE at `self.cursor` into `buf`.
+    /// Build the packet at `self.req.next_psn` of the WQE at `self.req.cursor` into `buf`.
     fn build_request<M: Memory + ?Sized>(
         &mut self,
         now: Time,
@@ -164,12 +166,12 @@ impl Qp {
     ) -> Result<Transmit, BuildError> {
         let mtu = self.mtu();
         let ty = self.cfg.qp_type;
-        let idx = self.cursor;
-        let next_psn = self.next_psn;
+        let idx = self.req.cursor;
+        let next_psn = self.req.next_psn;
         let wqe = self
             .sq
             .get(idx)
-            .ok_or(BuildError::Wqe(WcStatus::GeneralErr))?;
+            .ok_or(BuildError::Wqe(TransportError::Internal))?;
         let (first_psn, last_psn) = if wqe.started {
             (wqe.first_psn, wqe.last_psn)
         } else {
@@ -182,7 +184,7 @@ impl Qp {
         let pkt_index = next_psn.diff(first_psn);
         if pkt_index < 0 || next_psn.is_after(last_psn) {
             // The cursor and PSNs disagree: cannot happen by construction; fail safe.
-            return Err(BuildError::Wqe(WcStatus::GeneralErr));
+            return Err(BuildError::Wqe(TransportError::Internal));
         }
         let op = wqe.wr.opcode;
         let len = u64::from(wqe.len);
@@ -215,7 +217,7 @@ impl Qp {
                     let src = usize::try_from(offset)
                         .ok()
                         .and_then(|o| bytes.get(o..o + plen))
-                        .ok_or(BuildError::Wqe(WcStatus::LocLenErr))?;
+                        .ok_or(BuildError::Wqe(TransportError::LocalLength))?;
                     dst.copy_from_slice(src);
                 }
                 LocalData::Sges(sges) => {
@@ -226,7 +228,7 @@ impl Qp {
                             .ok_or(crate::MemError::OutOfBounds)?;
                         mem.read_local(sge.lkey, addr, &mut dst[at..at + n])
                     })
-                    .map_err(|_| BuildError::Wqe(WcStatus::LocProtErr))?;
+                    .map_err(|_| BuildError::Wqe(TransportError::LocalProtection))?;
                 }
             }
         }
@@ -242,7 +244,7 @@ impl Qp {
         // requester would wait for an ACK the responder has no reason to send — and every
         // half window, so that a small window slides on ACKs instead of stopping and waiting.
         let window = self.window();
-        let fills_window = next_psn.next().diff(self.unacked) >= window as i32;
+        let fills_window = next_psn.next().diff(self.comp.unacked) >= window as i32;
         let mut every = self.cfg.max_pkts_per_ack.min((window / 2).max(1));
         // While DCQCN paces this QP (docs/wire.md §11.3), packets leave slowly: a packet
         // would otherwise wait for the acknowledgement of an AckReq packet sent up to half a
@@ -252,7 +254,10 @@ impl Qp {
             every = every.min(PACED_ACK_EVERY);
         }
         let ack_req = ty == QpType::Rc
-            && (last || fills_window || self.ack_req_next || self.pkts_since_ackreq + 1 >= every);
+            && (last
+                || fills_window
+                || self.req.ack_req_next
+                || self.req.pkts_since_ackreq + 1 >= every);
         bth.ack_req = ack_req;
         bth.solicited = last
             && wqe.wr.flags.contains(SendFlags::SOLICITED)
@@ -324,22 +329,22 @@ impl Qp {
         // Commit: PSN assignment, cursor, counters, timer.
         let is_read = op == WrOpcode::RdmaRead;
         let Some(wqe) = self.sq.get_mut(idx) else {
-            return Err(BuildError::Wqe(WcStatus::GeneralErr));
+            return Err(BuildError::Wqe(TransportError::Internal));
         };
         if !wqe.started {
             wqe.started = true;
             wqe.first_psn = first_psn;
             wqe.last_psn = last_psn;
-            wqe.ssn = self.next_ssn;
-            self.next_ssn = self.next_ssn.next();
+            wqe.ssn = self.req.next_ssn;
+            self.req.next_ssn = self.req.next_ssn.next();
             if ty == QpType::Rc && op.is_read_or_atomic() {
-                self.rd_atomic_outstanding += 1;
+                self.req.rd_atomic_outstanding += 1;
             }
             if is_read || op.is_write() {
                 self.counters.rdma_sends += 1;
             }
         }
-        let fresh = !next_psn.is_before(self.sent_high);
+        let fresh = !next_psn.is_before(self.req.sent_high);
         if !fresh {
             self.counters.retransmissions += 1;
         }
@@ -349,26 +354,26 @@ impl Qp {
             let timed = fresh && !self.sr_hole_known();
             self.rec.on_send(next_psn, now, timed);
         }
-        self.next_psn = if is_read {
+        self.req.next_psn = if is_read {
             last_psn.next()
         } else {
             next_psn.next()
         };
-        if self.next_psn.is_after(self.sent_high) {
-            self.sent_high = self.next_psn;
+        if self.req.next_psn.is_after(self.req.sent_high) {
+            self.req.sent_high = self.req.next_psn;
         }
         if ty == QpType::Rc {
-            self.rec.on_sent(self.next_psn);
+            self.rec.on_sent(self.req.next_psn);
         }
-        self.ack_req_next = false;
-        self.pkts_since_ackreq = if ack_req {
+        self.req.ack_req_next = false;
+        self.req.pkts_since_ackreq = if ack_req {
             0
         } else {
-            self.pkts_since_ackreq + 1
+            self.req.pkts_since_ackreq + 1
         };
         if last {
             match ty {
-                QpType::Rc => self.cursor += 1,
+                QpType::Rc => self.req.cursor += 1,
                 // Unreliable: the WR is done once its last packet is on the wire.
                 QpType::Uc | QpType::Ud => {
                     if let Some(done) = self.sq.pop_front() {
@@ -435,31 +440,32 @@ impl Qp {
 
     /// Packets sent and not acknowledged.
     pub(crate) fn flight(&self) -> u32 {
-        u32::try_from(self.sent_high.diff(self.unacked)).unwrap_or(0)
+        u32::try_from(self.req.sent_high.diff(self.comp.unacked)).unwrap_or(0)
     }
 
     /// PSNs sent and not acknowledged.
     pub(crate) fn outstanding(&self) -> bool {
-        self.unacked.is_before(self.sent_high)
+        self.comp.unacked.is_before(self.req.sent_high)
     }
 
     /// Real progress (a valid ACK or response advanced): reload both retry counters
     /// (docs/wire.md §5.2) and restart the timer while anything is outstanding.
     pub(crate) fn progress(&mut self, now: Time) {
-        self.retry_left = self.attr.retry_cnt;
-        self.rnr_left = self.attr.rnr_retry;
-        self.retried_since_progress = false;
+        self.comp.retry_left = self.attr.retry_cnt;
+        self.comp.rnr_left = self.attr.rnr_retry;
+        self.comp.retried_since_progress = false;
         self.rec.probe_one = false;
         self.sr_progress();
-        let newly = u32::try_from(self.unacked.diff(self.rec.una)).unwrap_or(0);
-        self.rec.una = self.unacked;
-        if self.rec.undo_if_spurious(self.unacked) {
+        let newly = u32::try_from(self.comp.unacked.diff(self.rec.una)).unwrap_or(0);
+        self.rec.una = self.comp.unacked;
+        if self.rec.undo_if_spurious(self.comp.unacked) {
             self.counters.spurious_timeouts += 1;
         }
-        self.rec.measure(self.unacked, now);
-        self.rec.on_ack(newly, self.unacked, self.window_limit());
-        if self.next_psn.is_before(self.unacked) {
-            self.next_psn = self.unacked;
+        self.rec.measure(self.comp.unacked, now);
+        self.rec
+            .on_ack(newly, self.comp.unacked, self.window_limit());
+        if self.req.next_psn.is_before(self.comp.unacked) {
+            self.req.next_psn = self.comp.unacked;
         }
         if self.outstanding() && self.rnr_until.is_none() {
             self.arm_retrans(now);
@@ -475,10 +481,10 @@ impl Qp {
         if self.attr.retry_cnt == 7 && self.cfg.retry_cnt_7_infinite {
             return true;
         }
-        if self.retry_left == 0 {
+        if self.comp.retry_left == 0 {
             return false;
         }
-        self.retry_left -= 1;
+        self.comp.retry_left -= 1;
         true
     }
 
@@ -496,22 +502,26 @@ impl Qp {
     /// Resend from the oldest unacknowledged PSN on.
     fn go_back(&mut self) {
         self.rec.probe_one = false;
-        self.sr_tx.resend.clear();
-        self.cursor = 0;
-        self.next_psn = self.unacked;
-        self.pkts_since_ackreq = 0;
+        self.req.sr_tx.resend.clear();
+        self.req.cursor = 0;
+        self.req.next_psn = self.comp.unacked;
+        self.req.pkts_since_ackreq = 0;
     }
 
     /// Retry after a NAK or an implied NAK. `false` if the retry counter was exhausted (the
     /// QP is then in ERR).
     pub(crate) fn nak_retry(&mut self, now: Time) -> bool {
-        self.retried_since_progress = true;
+        self.comp.retried_since_progress = true;
         self.counters.completer_retry_err += 1;
-        self.rec
-            .on_loss(self.flight(), self.sent_high, false, self.cfg.min_window);
+        self.rec.on_loss(
+            self.flight(),
+            self.req.sent_high,
+            false,
+            self.cfg.min_window,
+        );
         if !self.consume_retry() {
             self.counters.retry_exceeded_err += 1;
-            self.fail_front(WcStatus::RetryExcErr);
+            self.fail_front(TransportError::RetryExceeded);
             return false;
         }
         self.start_retry(now);
@@ -548,15 +558,19 @@ impl Qp {
         self.counters.local_ack_timeouts += 1;
         if !self.consume_retry() {
             self.counters.retry_exceeded_err += 1;
-            self.fail_front(WcStatus::RetryExcErr);
+            self.fail_front(TransportError::RetryExceeded);
             return;
         }
-        if self.sr_active() && self.sr_tx.timeouts == 0 {
+        if self.sr_active() && self.req.sr_tx.timeouts == 0 {
             // Selective repeat: the first timeout without progress resends the oldest
             // unacknowledged packet alone; a second one goes back N (docs/wire.md §5.6).
-            self.sr_tx.timeouts = 1;
-            self.rec
-                .on_loss(self.flight(), self.sent_high, false, self.cfg.min_window);
+            self.req.sr_tx.timeouts = 1;
+            self.rec.on_loss(
+                self.flight(),
+                self.req.sent_high,
+                false,
+                self.cfg.min_window,
+            );
             self.rec.probe_one = true;
             self.arm_retrans(now);
             self.arm_probe(now);
@@ -565,7 +579,7 @@ impl Qp {
         // The path just lost a whole window: resend one packet and grow on each ACK
         // (slow start) instead of resending the full window into it.
         self.rec
-            .on_loss(self.flight(), self.sent_high, true, self.cfg.min_window);
+            .on_loss(self.flight(), self.req.sent_high, true, self.cfg.min_window);
         self.start_retry(now);
     }
 
@@ -581,9 +595,9 @@ impl Qp {
         self.counters.rto_probes += 1;
         if self.rec.backed_off() && !self.sr_active() {
             self.rec
-                .on_loss(self.flight(), self.sent_high, true, self.cfg.min_window);
+                .on_loss(self.flight(), self.req.sent_high, true, self.cfg.min_window);
             // Sequence NAKs sent before this resend arrives are stale.
-            self.retried_since_progress = true;
+            self.comp.retried_since_progress = true;
             self.go_back();
         } else {
             self.rec.probe_one = true;
@@ -604,9 +618,9 @@ impl Qp {
         if !self.outstanding() {
             return None;
         }
-        let t = self.send_single(now, self.unacked, mem, buf);
+        let t = self.send_single(now, self.comp.unacked, mem, buf);
         if t.is_some() && self.sr_active() {
-            self.sr_note_resent(self.unacked, now);
+            self.sr_note_resent(self.comp.unacked, now);
         }
         t
     }
@@ -621,36 +635,40 @@ impl Qp {
         buf: &mut [u8],
     ) -> Option<Transmit> {
         let idx = self.wqe_index_of(psn)?;
-        let (cursor, next_psn, since) = (self.cursor, self.next_psn, self.pkts_since_ackreq);
-        self.cursor = idx;
-        self.next_psn = psn;
-        self.pkts_since_ackreq = u32::MAX - 1;
+        let (cursor, next_psn, since) = (
+            self.req.cursor,
+            self.req.next_psn,
+            self.req.pkts_since_ackreq,
+        );
+        self.req.cursor = idx;
+        self.req.next_psn = psn;
+        self.req.pkts_since_ackreq = u32::MAX - 1;
         let r = self.build_request(now, mem, buf);
-        self.cursor = cursor;
-        self.next_psn = next_psn;
-        self.pkts_since_ackreq = since;
+        self.req.cursor = cursor;
+        self.req.next_psn = next_psn;
+        self.req.pkts_since_ackreq = since;
         match r {
             Ok(t) => Some(t),
             Err(BuildError::Buffer) => {
                 self.counters.send_err += 1;
                 None
             }
-            Err(BuildError::Wqe(status)) => {
+            Err(BuildError::Wqe(err)) => {
                 self.counters.send_err += 1;
-                self.fail_at(idx, status);
+                self.fail_at(idx, err);
                 None
             }
         }
     }
 
-    /// The WQE at `idx` failed locally: earlier WQEs are flushed, it completes with `status`,
-    /// the QP goes to ERR (RC) or SQE (UC/UD).
-    pub(crate) fn fail_at(&mut self, idx: usize, status: crate::WcStatus) {
+    /// The WQE at `idx` failed locally: earlier WQEs are flushed, it completes with `err`'s
+    /// status, the QP goes to ERR (RC) or SQE (UC/UD).
+    pub(crate) fn fail_at(&mut self, idx: usize, err: TransportError) {
         for _ in 0..idx {
             if let Some(w) = self.sq.pop_front() {
-                self.complete_send(&w, WcStatus::WrFlushErr);
+                self.complete_send(&w, TransportError::Flushed.wc_status());
             }
         }
-        self.fail_front(status);
+        self.fail_front(err);
     }
 }

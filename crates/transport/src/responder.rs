@@ -8,6 +8,7 @@ use wire::{
     RocePacketRepr, Syndrome,
 };
 
+use crate::error::TransportError;
 use crate::mem::{for_each_piece, AtomicOp, MemError, Memory, RemoteAccess};
 use crate::packet::{finish_in_place, header_len, read_response_opcode};
 use crate::qp::{
@@ -34,7 +35,7 @@ impl Qp {
         match self.cfg.qp_type {
             QpType::Rc => {
                 if self.sr_active() {
-                    self.sr_rx.tick(now);
+                    self.resp.sr_rx.tick(now);
                 }
                 self.rc_request(pkt, info, mem, srq)
             }
@@ -54,7 +55,7 @@ impl Qp {
     /// Take a receive WQE: the one held from an abandoned UC message, else the QP's RQ or the
     /// SRQ.
     fn take_rwqe(&mut self, srq: &mut Option<&mut dyn RecvQueue>) -> Option<HeldRecv> {
-        if let Some(h) = self.held.take() {
+        if let Some(h) = self.resp.held.take() {
             return Some(h);
         }
         if self.cfg.uses_srq {
@@ -72,7 +73,7 @@ impl Qp {
     /// Queue an ACK for `psn`, merged into a plain ACK still waiting at the tail (ACK
     /// coalescing: one cumulative ACK covers them all).
     pub(crate) fn push_ack(&mut self, psn: Psn) {
-        if let Some(Response::Ack { psn: q, syndrome }) = self.responses.back_mut() {
+        if let Some(Response::Ack { psn: q, syndrome }) = self.resp.responses.back_mut() {
             if *syndrome == PLAIN_ACK {
                 if psn.is_after(*q) {
                     *q = psn;
@@ -80,7 +81,7 @@ impl Qp {
                 return;
             }
         }
-        self.responses.push_back(Response::Ack {
+        self.resp.responses.push_back(Response::Ack {
             psn,
             syndrome: PLAIN_ACK,
         });
@@ -89,8 +90,8 @@ impl Qp {
     /// A request was executed: advance ePSN, ACK if asked (otherwise the ACK is deferred and a
     /// later cumulative ACK covers it).
     fn finish_request(&mut self, p: Psn, ack_req: bool) {
-        self.epsn = p.next();
-        self.nak_sent = false;
+        self.resp.epsn = p.next();
+        self.resp.nak_sent = false;
         if ack_req {
             self.push_ack(p);
         } else {
@@ -98,16 +99,17 @@ impl Qp {
         }
     }
 
-    /// IBTA class C/J responder error: NAK the request, complete a held receive WQE with
-    /// `recv_status`, and move the QP to ERR. The NAK still goes out (`last_gasp`).
-    fn responder_fatal(&mut self, p: Psn, code: NakCode, recv_status: WcStatus) {
+    /// IBTA class C/J responder error: NAK the request with `code`, complete a held receive
+    /// WQE with `recv_err`'s status (error.rs explains why the two differ), and move the QP
+    /// to ERR. The NAK still goes out (`last_gasp`).
+    fn responder_fatal(&mut self, p: Psn, code: NakCode, recv_err: TransportError) {
         self.counters.send_nak += 1;
-        if let Some(h) = self.held.take() {
-            let c = self.recv_completion(h.wr.wr_id, recv_status, WcOpcode::Recv);
+        if let Some(h) = self.resp.held.take() {
+            let c = self.recv_completion(h.wr.wr_id, recv_err.wc_status(), WcOpcode::Recv);
             self.complete_recv(h, c);
         }
         self.enter_error(true);
-        self.last_gasp = Some(Response::Ack {
+        self.resp.last_gasp = Some(Response::Ack {
             psn: p,
             syndrome: Syndrome::nak(code),
         });
@@ -117,13 +119,16 @@ impl Qp {
         // RNR NAK: nothing else changes; further packets of this burst are dropped until the
         // requester comes back at ePSN (no sequence NAK on top).
         self.counters.send_rnr_err += 1;
-        self.nak_sent = true;
-        self.responses.push_back(Response::Ack {
+        self.resp.nak_sent = true;
+        self.resp.responses.push_back(Response::Ack {
             psn: p,
             syndrome: Syndrome::rnr_nak(self.attr.min_rnr_timer),
         });
     }
 
+    /// An RC request: first the PSN check (rxe `check_psn`) — ahead of ePSN is a sequence
+    /// error (or, with selective repeat, kept for later), behind it a duplicate — then, at
+    /// ePSN, execution ([`Qp::rc_execute`]).
     fn rc_request<M: Memory + ?Sized>(
         &mut self,
         pkt: &RocePacketRepr<'_>,
@@ -132,7 +137,7 @@ impl Qp {
         mut srq: Option<&mut dyn RecvQueue>,
     ) {
         let p = pkt.bth.psn;
-        let d = p.diff(self.epsn);
+        let d = p.diff(self.resp.epsn);
         if d > 0 && self.sr_active() {
             // Selective repeat (docs/wire.md §5.6): keep it for later, in order. It needs
             // no answer now, so a full response queue does not drop it.
@@ -141,7 +146,7 @@ impl Qp {
             // ePSN may be held already (a drain stopped by a full response queue).
             return self.sr_drain(mem, &mut srq);
         }
-        if self.responses.len() >= self.responses_cap() {
+        if self.resp.responses.len() >= self.responses_cap() {
             // No room to answer: drop; the requester retries.
             self.counters.dropped_pkts += 1;
             return;
@@ -149,11 +154,11 @@ impl Qp {
         if d > 0 {
             // Ahead of ePSN: one sequence NAK per gap (rxe `sent_psn_nak`).
             self.counters.out_of_seq_request += 1;
-            if !self.nak_sent {
-                self.nak_sent = true;
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
                 self.counters.send_nak += 1;
-                self.responses.push_back(Response::Ack {
-                    psn: self.epsn,
+                self.resp.responses.push_back(Response::Ack {
+                    psn: self.resp.epsn,
                     syndrome: Syndrome::nak(NakCode::PSN_SEQ_ERROR),
                 });
             }
@@ -162,13 +167,13 @@ impl Qp {
         if d < 0 {
             self.counters.duplicate_request += 1;
             if self.sr_active() {
-                self.sr_rx.duplicate(p);
+                self.resp.sr_rx.duplicate(p);
             }
             self.rc_duplicate(pkt, info);
             return;
         }
         if self.sr_active() {
-            self.sr_rx.arrived_in_order(p);
+            self.resp.sr_rx.arrived_in_order(p);
         }
         self.rc_execute(pkt, info, mem, &mut srq);
         if self.sr_active() {
@@ -176,7 +181,10 @@ impl Qp {
         }
     }
 
-    /// Execute the request at ePSN.
+    /// Execute the request at ePSN: the rxe_resp.c steps after `check_psn` — the request
+    /// checks ([`Qp::rc_check_request`]), then the operation (`rc_send`, `rc_write`,
+    /// `rc_read`, `rc_atomic`), each of which places data, completes the receive WQE and
+    /// queues its acknowledgement or response.
     pub(crate) fn rc_execute<M: Memory + ?Sized>(
         &mut self,
         pkt: &RocePacketRepr<'_>,
@@ -184,52 +192,13 @@ impl Qp {
         mem: &mut M,
         srq: &mut Option<&mut dyn RecvQueue>,
     ) {
-        let p = pkt.bth.psn;
-        // XRC target: the XRCETH must name an SRQ of the QP's XRC domain (the engine passes
-        // it, or none when it names nothing valid); otherwise Invalid Request (IBTA XRC annex).
-        if self.cfg.xrc.is_some() && srq.is_none() {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
-        }
-        // Opcode sequence (class C on violation).
-        let pos = info.position;
-        let seq_ok = match self.in_msg {
-            Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !pos.is_first(),
-            Some(InMsg::Write { .. }) => info.kind == OpKind::RdmaWrite && !pos.is_first(),
-            None => pos.is_first(),
-        };
-        if !seq_ok {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
-        }
-        // Access rights granted to the peer, and responder resources.
-        let need = match info.kind {
-            OpKind::RdmaWrite => Some(AccessFlags::REMOTE_WRITE),
-            OpKind::ReadRequest => Some(AccessFlags::REMOTE_READ),
-            OpKind::CompareSwap | OpKind::FetchAdd => Some(AccessFlags::REMOTE_ATOMIC),
-            _ => None,
-        };
-        if let Some(need) = need {
-            if !self.attr.qp_access_flags.contains(need) {
-                return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
-            }
-        }
-        if matches!(
-            info.kind,
-            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
-        ) && self.attr.max_dest_rd_atomic == 0
-        {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
-        }
-        // Payload length against the packet's position (docs/wire.md §1.6).
-        let mtu = self.mtu() as usize;
-        let plen = pkt.payload.len();
-        let len_ok = match pos {
-            Position::First | Position::Middle => plen == mtu,
-            Position::Last => (1..=mtu).contains(&plen),
-            Position::Only => plen <= mtu,
-            Position::NotApplicable => false,
-        };
-        if !len_ok {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+        if !self.rc_check_request(pkt, info, srq.is_some()) {
+            // Class C (docs/wire.md §5.3).
+            return self.responder_fatal(
+                pkt.bth.psn,
+                NakCode::INVALID_REQUEST,
+                TransportError::RemoteInvalidRequest,
+            );
         }
         match info.kind {
             OpKind::Send => self.rc_send(pkt, mem, srq, false),
@@ -237,6 +206,67 @@ impl Qp {
             OpKind::ReadRequest => self.rc_read(pkt, mem),
             OpKind::CompareSwap | OpKind::FetchAdd => self.rc_atomic(pkt, info, mem),
             _ => self.counters.dropped_pkts += 1,
+        }
+    }
+
+    /// The checks an in-sequence RC request passes before it runs; `false` means NAK Invalid
+    /// Request. In rxe_resp.c order: the XRC target's SRQ, `check_op_seq`, `check_op_valid`
+    /// with `check_resource`'s READ/ATOMIC depth, `check_length`. The R_Key and the receive
+    /// WQE are checked by the operation itself.
+    fn rc_check_request(
+        &self,
+        pkt: &RocePacketRepr<'_>,
+        info: &'static OpcodeInfo,
+        has_srq: bool,
+    ) -> bool {
+        // XRC target: the XRCETH must name an SRQ of the QP's XRC domain (the engine passes
+        // it, or none when it names nothing valid); otherwise Invalid Request (IBTA XRC annex).
+        if self.cfg.xrc.is_some() && !has_srq {
+            return false;
+        }
+        self.check_op_seq(info)
+            && self.check_op_valid(info)
+            && self.payload_len_ok(info.position, pkt.payload.len())
+    }
+
+    /// Opcode sequence: a FIRST/ONLY starts a message, a MIDDLE/LAST continues the one in
+    /// progress of the same kind (rxe `check_op_seq`).
+    fn check_op_seq(&self, info: &'static OpcodeInfo) -> bool {
+        let pos = info.position;
+        match self.resp.in_msg {
+            Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !pos.is_first(),
+            Some(InMsg::Write { .. }) => info.kind == OpKind::RdmaWrite && !pos.is_first(),
+            None => pos.is_first(),
+        }
+    }
+
+    /// Access rights granted to the peer (rxe `check_op_valid`), and a nonzero responder
+    /// depth for READ and ATOMIC (`max_dest_rd_atomic`).
+    fn check_op_valid(&self, info: &'static OpcodeInfo) -> bool {
+        let need = match info.kind {
+            OpKind::RdmaWrite => Some(AccessFlags::REMOTE_WRITE),
+            OpKind::ReadRequest => Some(AccessFlags::REMOTE_READ),
+            OpKind::CompareSwap | OpKind::FetchAdd => Some(AccessFlags::REMOTE_ATOMIC),
+            _ => None,
+        };
+        if need.is_some_and(|need| !self.attr.qp_access_flags.contains(need)) {
+            return false;
+        }
+        !(matches!(
+            info.kind,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd
+        ) && self.attr.max_dest_rd_atomic == 0)
+    }
+
+    /// Payload length against the packet's position (docs/wire.md §1.6, rxe `check_length`):
+    /// FIRST and MIDDLE carry exactly one MTU, LAST one byte to one MTU, ONLY at most one MTU.
+    fn payload_len_ok(&self, pos: Position, plen: usize) -> bool {
+        let mtu = self.mtu() as usize;
+        match pos {
+            Position::First | Position::Middle => plen == mtu,
+            Position::Last => (1..=mtu).contains(&plen),
+            Position::Only => plen <= mtu,
+            Position::NotApplicable => false,
         }
     }
 
@@ -255,23 +285,23 @@ impl Qp {
         };
         if info.position.is_first() {
             match self.take_rwqe(srq) {
-                Some(h) => self.held = Some(h),
+                Some(h) => self.resp.held = Some(h),
                 None => {
                     if uc {
                         self.counters.rcv_no_wqe_drop += 1;
-                        self.uc_drop = true;
+                        self.resp.uc_drop = true;
                     } else {
                         self.rnr(p);
                     }
                     return;
                 }
             }
-            self.in_msg = Some(InMsg::Send { received: 0 });
+            self.resp.in_msg = Some(InMsg::Send { received: 0 });
         }
-        let Some(InMsg::Send { received }) = self.in_msg else {
+        let Some(InMsg::Send { received }) = self.resp.in_msg else {
             return;
         };
-        let Some(held) = self.held.as_ref() else {
+        let Some(held) = self.resp.held.as_ref() else {
             return;
         };
         let plen = pkt.payload.len();
@@ -280,9 +310,9 @@ impl Qp {
             // Receive buffer too small: local length error at the responder (IBTA), NAK
             // invalid request to the requester (rxe, docs/wire.md §5.3).
             if uc {
-                return self.uc_abandon_with(WcStatus::LocLenErr);
+                return self.uc_abandon(Some(TransportError::LocalLength));
             }
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::LocLenErr);
+            return self.responder_fatal(p, NakCode::INVALID_REQUEST, TransportError::LocalLength);
         }
         let r = for_each_piece(
             held.wr.sges.as_slice(),
@@ -295,12 +325,12 @@ impl Qp {
         );
         if r.is_err() {
             if uc {
-                return self.uc_abandon_with(WcStatus::LocProtErr);
+                return self.uc_abandon(Some(TransportError::LocalProtection));
             }
             return self.responder_fatal(
                 p,
                 NakCode::REMOTE_OPERATIONAL_ERROR,
-                WcStatus::LocProtErr,
+                TransportError::LocalProtection,
             );
         }
         let received = received + plen as u32;
@@ -313,7 +343,7 @@ impl Qp {
                     return self.responder_fatal(
                         p,
                         NakCode::INVALID_REQUEST,
-                        WcStatus::RemInvReqErr,
+                        TransportError::RemoteInvalidRequest,
                     );
                 }
                 flags |= WcFlags::WITH_INV;
@@ -323,7 +353,7 @@ impl Qp {
             if imm.is_some() {
                 flags |= WcFlags::WITH_IMM;
             }
-            let Some(h) = self.held.take() else {
+            let Some(h) = self.resp.held.take() else {
                 return;
             };
             let mut c = self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::Recv);
@@ -333,13 +363,13 @@ impl Qp {
             c.wc_flags = flags;
             c.solicited = pkt.bth.solicited;
             self.complete_recv(h, c);
-            self.in_msg = None;
-            self.msn = self.msn.next();
+            self.resp.in_msg = None;
+            self.resp.msn = self.resp.msn.next();
         } else {
-            self.in_msg = Some(InMsg::Send { received });
+            self.resp.in_msg = Some(InMsg::Send { received });
         }
         if uc {
-            self.epsn = p.next();
+            self.resp.epsn = p.next();
         } else {
             self.finish_request(p, pkt.bth.ack_req);
         }
@@ -363,9 +393,9 @@ impl Qp {
         macro_rules! fail {
             ($code:expr) => {{
                 if uc {
-                    return self.uc_abandon_with(WcStatus::Success);
+                    return self.uc_abandon(None);
                 }
-                return self.responder_fatal(p, $code, WcStatus::RemInvReqErr);
+                return self.responder_fatal(p, $code, TransportError::RemoteInvalidRequest);
             }};
         }
         if pos.is_first() {
@@ -387,7 +417,7 @@ impl Qp {
                 fail!(NakCode::REMOTE_ACCESS_ERROR);
             }
             self.counters.rdma_recvs += 1;
-            self.in_msg = Some(InMsg::Write {
+            self.resp.in_msg = Some(InMsg::Write {
                 rkey: reth.rkey,
                 va: reth.va,
                 len: reth.len,
@@ -399,7 +429,7 @@ impl Qp {
             va,
             len,
             received,
-        }) = self.in_msg
+        }) = self.resp.in_msg
         else {
             return;
         };
@@ -416,15 +446,15 @@ impl Qp {
         let imm = pkt.immdt.map(|i| i.0);
         if last && imm.is_some() {
             match self.take_rwqe(srq) {
-                Some(h) => self.held = Some(h),
+                Some(h) => self.resp.held = Some(h),
                 None => {
                     if uc {
                         self.counters.rcv_no_wqe_drop += 1;
-                        return self.uc_abandon_with(WcStatus::Success);
+                        return self.uc_abandon(None);
                     }
                     // Nothing may change: an ONLY packet leaves no message in progress.
                     if pos.is_first() {
-                        self.in_msg = None;
+                        self.resp.in_msg = None;
                     }
                     return self.rnr(p);
                 }
@@ -440,9 +470,9 @@ impl Qp {
             }
         }
         if last {
-            self.in_msg = None;
-            self.msn = self.msn.next();
-            if let Some(h) = self.held.take() {
+            self.resp.in_msg = None;
+            self.resp.msn = self.resp.msn.next();
+            if let Some(h) = self.resp.held.take() {
                 let mut c =
                     self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm);
                 c.byte_len = len;
@@ -452,7 +482,7 @@ impl Qp {
                 self.complete_recv(h, c);
             }
         } else {
-            self.in_msg = Some(InMsg::Write {
+            self.resp.in_msg = Some(InMsg::Write {
                 rkey,
                 va,
                 len,
@@ -460,7 +490,7 @@ impl Qp {
             });
         }
         if uc {
-            self.epsn = p.next();
+            self.resp.epsn = p.next();
         } else {
             self.finish_request(p, pkt.bth.ack_req);
         }
@@ -468,29 +498,41 @@ impl Qp {
 
     fn save_resource(&mut self, r: Resource) {
         let cap = usize::from(self.attr.max_dest_rd_atomic);
-        while self.resources.len() >= cap && !self.resources.is_empty() {
+        while self.resp.resources.len() >= cap && !self.resp.resources.is_empty() {
             // Recycle the oldest (rxe `rxe_prepare_res`).
-            self.resources.pop_front();
+            self.resp.resources.pop_front();
         }
         if cap > 0 {
-            self.resources.push_back(r);
+            self.resp.resources.push_back(r);
         }
     }
 
     fn rc_read<M: Memory + ?Sized>(&mut self, pkt: &RocePacketRepr<'_>, mem: &mut M) {
         let p = pkt.bth.psn;
         let Some(reth) = pkt.reth else {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+            return self.responder_fatal(
+                p,
+                NakCode::INVALID_REQUEST,
+                TransportError::RemoteInvalidRequest,
+            );
         };
         if u64::from(reth.len) > MAX_MSG_LEN {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+            return self.responder_fatal(
+                p,
+                NakCode::INVALID_REQUEST,
+                TransportError::RemoteInvalidRequest,
+            );
         }
         if reth.len > 0
             && mem
                 .check_remote(reth.rkey, reth.va, u64::from(reth.len), RemoteAccess::Read)
                 .is_err()
         {
-            return self.responder_fatal(p, NakCode::REMOTE_ACCESS_ERROR, WcStatus::RemInvReqErr);
+            return self.responder_fatal(
+                p,
+                NakCode::REMOTE_ACCESS_ERROR,
+                TransportError::RemoteInvalidRequest,
+            );
         }
         let npkts = reth.len.div_ceil(self.mtu()).max(1);
         let last_psn = p.add(npkts - 1);
@@ -501,7 +543,7 @@ impl Qp {
             rkey: reth.rkey,
             len: reth.len,
         });
-        self.responses.push_back(Response::Read {
+        self.resp.responses.push_back(Response::Read {
             psn: p,
             va: reth.va,
             rkey: reth.rkey,
@@ -511,9 +553,9 @@ impl Qp {
         self.counters.rdma_recvs += 1;
         // READ responses acknowledge; ePSN skips the PSNs the responses use; MSN counts the
         // READ when it is accepted (docs/wire.md §4.5, C9-148).
-        self.epsn = last_psn.next();
-        self.msn = self.msn.next();
-        self.nak_sent = false;
+        self.resp.epsn = last_psn.next();
+        self.resp.msn = self.resp.msn.next();
+        self.resp.nak_sent = false;
     }
 
     fn rc_atomic<M: Memory + ?Sized>(
@@ -524,10 +566,18 @@ impl Qp {
     ) {
         let p = pkt.bth.psn;
         let Some(a) = pkt.atomic_eth else {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+            return self.responder_fatal(
+                p,
+                NakCode::INVALID_REQUEST,
+                TransportError::RemoteInvalidRequest,
+            );
         };
         if a.va % 8 != 0 {
-            return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr);
+            return self.responder_fatal(
+                p,
+                NakCode::INVALID_REQUEST,
+                TransportError::RemoteInvalidRequest,
+            );
         }
         let op = if info.kind == OpKind::CompareSwap {
             AtomicOp::CompareSwap {
@@ -540,21 +590,27 @@ impl Qp {
         let orig = match mem.atomic_remote(a.rkey, a.va, op) {
             Ok(v) => v,
             Err(MemError::Misaligned) => {
-                return self.responder_fatal(p, NakCode::INVALID_REQUEST, WcStatus::RemInvReqErr)
+                return self.responder_fatal(
+                    p,
+                    NakCode::INVALID_REQUEST,
+                    TransportError::RemoteInvalidRequest,
+                )
             }
             Err(_) => {
                 return self.responder_fatal(
                     p,
                     NakCode::REMOTE_ACCESS_ERROR,
-                    WcStatus::RemInvReqErr,
+                    TransportError::RemoteInvalidRequest,
                 )
             }
         };
         self.save_resource(Resource::Atomic { psn: p, orig });
-        self.responses.push_back(Response::Atomic { psn: p, orig });
-        self.epsn = p.next();
-        self.msn = self.msn.next();
-        self.nak_sent = false;
+        self.resp
+            .responses
+            .push_back(Response::Atomic { psn: p, orig });
+        self.resp.epsn = p.next();
+        self.resp.msn = self.resp.msn.next();
+        self.resp.nak_sent = false;
     }
 
     /// A request before ePSN (docs/wire.md §5.3): SEND/WRITE are re-ACKed and not re-executed;
@@ -562,11 +618,11 @@ impl Qp {
     fn rc_duplicate(&mut self, pkt: &RocePacketRepr<'_>, info: &'static OpcodeInfo) {
         let p = pkt.bth.psn;
         match info.kind {
-            OpKind::Send | OpKind::RdmaWrite => self.push_ack(self.epsn.sub(1)),
+            OpKind::Send | OpKind::RdmaWrite => self.push_ack(self.resp.epsn.sub(1)),
             OpKind::ReadRequest => {
                 let Some(reth) = pkt.reth else { return };
                 let mtu = u64::from(self.mtu());
-                let found = self.resources.iter().rev().find_map(|r| match *r {
+                let found = self.resp.resources.iter().rev().find_map(|r| match *r {
                     Resource::Read {
                         first_psn,
                         last_psn,
@@ -591,7 +647,7 @@ impl Qp {
                     self.counters.dropped_pkts += 1;
                     return;
                 }
-                self.responses.push_back(Response::Read {
+                self.resp.responses.push_back(Response::Read {
                     psn: p,
                     va: reth.va,
                     rkey,
@@ -600,12 +656,15 @@ impl Qp {
                 });
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
-                let found = self.resources.iter().rev().find_map(|r| match *r {
+                let found = self.resp.resources.iter().rev().find_map(|r| match *r {
                     Resource::Atomic { psn, orig } if psn == p => Some(orig),
                     _ => None,
                 });
                 match found {
-                    Some(orig) => self.responses.push_back(Response::Atomic { psn: p, orig }),
+                    Some(orig) => self
+                        .resp
+                        .responses
+                        .push_back(Response::Atomic { psn: p, orig }),
                     None => self.counters.dropped_pkts += 1,
                 }
             }
@@ -614,13 +673,14 @@ impl Qp {
     }
 
     /// UC: drop the rest of the current message; a receive WQE already taken stays held for
-    /// the next message (it was never completed). `status` other than success completes it.
-    fn uc_abandon_with(&mut self, status: WcStatus) {
-        self.in_msg = None;
-        self.uc_drop = true;
-        if status != WcStatus::Success {
-            if let Some(h) = self.held.take() {
-                let c = self.recv_completion(h.wr.wr_id, status, WcOpcode::Recv);
+    /// the next message (it was never completed), unless `err` names an error of this side,
+    /// which completes it with that error's status.
+    fn uc_abandon(&mut self, err: Option<TransportError>) {
+        self.resp.in_msg = None;
+        self.resp.uc_drop = true;
+        if let Some(err) = err {
+            if let Some(h) = self.resp.held.take() {
+                let c = self.recv_completion(h.wr.wr_id, err.wc_status(), WcOpcode::Recv);
                 self.complete_recv(h, c);
             }
         }
@@ -635,37 +695,30 @@ impl Qp {
     ) {
         let p = pkt.bth.psn;
         let pos = info.position;
-        if p != self.epsn {
+        if p != self.resp.epsn {
             // Lost packets: the message in progress is gone; resync on FIRST/ONLY.
             self.counters.out_of_seq_request += 1;
-            self.in_msg = None;
-            self.uc_drop = true;
+            self.resp.in_msg = None;
+            self.resp.uc_drop = true;
         }
         if pos.is_first() {
             // A new message (possibly after a lost LAST) starts afresh.
-            self.in_msg = None;
-            self.uc_drop = false;
+            self.resp.in_msg = None;
+            self.resp.uc_drop = false;
         }
-        let kind_ok = match self.in_msg {
+        let kind_ok = match self.resp.in_msg {
             Some(InMsg::Send { .. }) => info.kind == OpKind::Send,
             Some(InMsg::Write { .. }) => info.kind == OpKind::RdmaWrite,
             None => pos.is_first(),
         };
-        if self.uc_drop || !kind_ok {
+        if self.resp.uc_drop || !kind_ok {
             self.counters.dropped_pkts += 1;
-            self.epsn = p.next();
-            self.uc_drop = true;
-            self.in_msg = None;
+            self.resp.epsn = p.next();
+            self.resp.uc_drop = true;
+            self.resp.in_msg = None;
             return;
         }
-        let mtu = self.mtu() as usize;
-        let plen = pkt.payload.len();
-        let len_ok = match pos {
-            Position::First | Position::Middle => plen == mtu,
-            Position::Last => (1..=mtu).contains(&plen),
-            Position::Only => plen <= mtu,
-            Position::NotApplicable => false,
-        };
+        let len_ok = self.payload_len_ok(pos, pkt.payload.len());
         if !len_ok
             || (info.kind == OpKind::RdmaWrite
                 && !self
@@ -673,16 +726,16 @@ impl Qp {
                     .qp_access_flags
                     .contains(AccessFlags::REMOTE_WRITE))
         {
-            self.epsn = p.next();
-            return self.uc_abandon_with(WcStatus::Success);
+            self.resp.epsn = p.next();
+            return self.uc_abandon(None);
         }
         match info.kind {
             OpKind::Send => self.rc_send(pkt, mem, &mut srq, true),
             OpKind::RdmaWrite => self.rc_write(pkt, mem, &mut srq, true),
             _ => self.counters.dropped_pkts += 1,
         }
-        if self.uc_drop {
-            self.epsn = p.next();
+        if self.resp.uc_drop {
+            self.resp.epsn = p.next();
         }
     }
 
@@ -713,8 +766,8 @@ impl Qp {
         let grh = meta.grh.area();
         let need = grh.len() + pkt.payload.len();
         let sges = h.wr.sges.as_slice();
-        let status = if (need as u64) > h.wr.sges.total_len() {
-            WcStatus::LocLenErr
+        let placed = if (need as u64) > h.wr.sges.total_len() {
+            Err(TransportError::LocalLength)
         } else {
             let write = |bytes: &[u8], at_msg: u64, mem: &mut M| {
                 for_each_piece(sges, at_msg, bytes.len(), |sge, o, n, at| {
@@ -723,11 +776,12 @@ impl Qp {
                 })
             };
             if write(&grh, 0, mem).is_err() || write(pkt.payload, grh.len() as u64, mem).is_err() {
-                WcStatus::LocProtErr
+                Err(TransportError::LocalProtection)
             } else {
-                WcStatus::Success
+                Ok(())
             }
         };
+        let status = placed.map_or_else(TransportError::wc_status, |()| WcStatus::Success);
         let mut c = self.recv_completion(h.wr.wr_id, status, WcOpcode::Recv);
         c.src_qp = deth.src_qp;
         c.solicited = pkt.bth.solicited;
@@ -754,12 +808,12 @@ impl Qp {
 
     /// Whether the responder's next packet is a READ response (data, paced like requests).
     pub(crate) fn read_response_next(&self) -> bool {
-        self.last_gasp.is_none()
+        self.resp.last_gasp.is_none()
             && matches!(
                 self.attr.qp_state,
                 QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
             )
-            && matches!(self.responses.front(), Some(Response::Read { .. }))
+            && matches!(self.resp.responses.front(), Some(Response::Read { .. }))
     }
 
     /// Next response packet.
@@ -768,10 +822,10 @@ impl Qp {
         mem: &mut M,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        if let Some(r) = self.last_gasp {
+        if let Some(r) = self.resp.last_gasp {
             let t = self.emit_simple(r, buf);
             if t.is_some() {
-                self.last_gasp = None;
+                self.resp.last_gasp = None;
             }
             return t;
         }
@@ -781,7 +835,7 @@ impl Qp {
         ) {
             return None;
         }
-        let r = *self.responses.front()?;
+        let r = *self.resp.responses.front()?;
         let Response::Read {
             psn,
             va,
@@ -791,7 +845,7 @@ impl Qp {
         } = r
         else {
             let t = self.emit_simple(r, buf)?;
-            self.responses.pop_front();
+            self.resp.responses.pop_front();
             return Some(t);
         };
         let mtu = self.mtu();
@@ -818,19 +872,19 @@ impl Qp {
         if op.info().is_some_and(|i| i.headers.has_aeth()) {
             hdr.aeth = Some(AethRepr {
                 syndrome: Syndrome::ack(self.credit_code()),
-                msn: self.msn,
+                msn: self.resp.msn,
             });
         }
         let len = finish_in_place(&hdr, plen, buf)?;
         if last {
-            self.responses.pop_front();
+            self.resp.responses.pop_front();
         } else if let Some(Response::Read {
             psn,
             va,
             remaining,
             first,
             ..
-        }) = self.responses.front_mut()
+        }) = self.resp.responses.front_mut()
         {
             *psn = psn.next();
             *va = va.wrapping_add(plen as u64);
@@ -866,7 +920,7 @@ impl Qp {
             };
             AethRepr {
                 syndrome,
-                msn: this.msn,
+                msn: this.resp.msn,
             }
         };
         let hdr = match r {

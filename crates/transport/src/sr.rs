@@ -331,7 +331,7 @@ impl Qp {
     fn sr_push_nak(&mut self, psn: Psn) {
         self.counters.send_nak += 1;
         self.counters.sr_naks_sent += 1;
-        self.responses.push_back(Response::Ack {
+        self.resp.responses.push_back(Response::Ack {
             psn,
             syndrome: Syndrome::nak(NakCode::PSN_SEQ_ERROR),
         });
@@ -339,16 +339,16 @@ impl Qp {
 
     /// Responder: a request ahead of ePSN.
     pub(crate) fn sr_keep(&mut self, pkt: &RocePacketRepr<'_>) {
-        self.sr_rx.sync(self.epsn);
-        if self.responses.len() < self.responses_cap() {
-            if let Some(p) = self.sr_rx.front_nak() {
+        self.resp.sr_rx.sync(self.resp.epsn);
+        if self.resp.responses.len() < self.responses_cap() {
+            if let Some(p) = self.resp.sr_rx.front_nak() {
                 self.sr_push_nak(p);
             }
         }
-        let room =
-            (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR).saturating_sub(self.responses.len());
+        let room = (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR)
+            .saturating_sub(self.resp.responses.len());
         let mut holes = Vec::new();
-        if self.sr_rx.insert(pkt, &mut holes, room) {
+        if self.resp.sr_rx.insert(pkt, &mut holes, room) {
             self.counters.sr_out_of_order_kept += 1;
         } else {
             self.counters.sr_out_of_order_dropped += 1;
@@ -357,8 +357,8 @@ impl Qp {
             self.counters.sr_hole_naks_sent += 1;
             self.sr_push_nak(h.add(SR_HOLE_OFFSET));
         }
-        if self.responses.len() < self.responses_cap() {
-            if let Some(p) = self.sr_rx.front_nak() {
+        if self.resp.responses.len() < self.responses_cap() {
+            if let Some(p) = self.resp.sr_rx.front_nak() {
                 self.sr_push_nak(p);
             }
         }
@@ -377,33 +377,33 @@ impl Qp {
                 self.attr.qp_state,
                 QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
             ) {
-                self.sr_rx.clear();
+                self.resp.sr_rx.clear();
                 return;
             }
-            self.sr_rx.sync(self.epsn);
-            if self.responses.len() >= self.responses_cap() {
+            self.resp.sr_rx.sync(self.resp.epsn);
+            if self.resp.responses.len() >= self.responses_cap() {
                 break;
             }
-            let Some(buf) = self.sr_rx.take_front() else {
+            let Some(buf) = self.resp.sr_rx.take_front() else {
                 break;
             };
             if let Ok(pkt) = RocePacketRepr::parse(&buf) {
                 if let Some(info) = pkt.bth.opcode.info() {
-                    let before = self.epsn;
+                    let before = self.resp.epsn;
                     self.rc_execute(&pkt, info, mem, srq);
-                    ack = self.epsn != before
+                    ack = self.resp.epsn != before
                         && matches!(info.kind, OpKind::Send | OpKind::RdmaWrite);
                 }
             }
-            self.sr_rx.give_back(buf);
+            self.resp.sr_rx.give_back(buf);
         }
         if ack {
             // The kept requests' AckReq bits were set for other ACK points: acknowledge
             // everything executed so far (coalesced with a queued ACK).
-            self.push_ack(self.epsn.sub(1));
+            self.push_ack(self.resp.epsn.sub(1));
         }
-        self.sr_rx.sync(self.epsn);
-        if let Some(p) = self.sr_rx.front_nak() {
+        self.resp.sr_rx.sync(self.resp.epsn);
+        if let Some(p) = self.resp.sr_rx.front_nak() {
             self.sr_push_nak(p);
         }
     }
@@ -414,12 +414,13 @@ impl Qp {
         self.rec.discard_sample_behind(psn);
         let rtt = self.rec.srtt_ns().unwrap_or(0);
         let recent = self
+            .req
             .sr_tx
             .resent
             .iter()
             .find(|&&(p, t)| p == psn && now.nanos_since(t) < rtt)
             .map(|&(_, t)| t);
-        if let (Some(t), true) = (recent, psn == self.unacked) {
+        if let (Some(t), true) = (recent, psn == self.comp.unacked) {
             // The NAK may predate the resend's arrival, or the resend was lost: if nothing
             // has moved one round trip after the resend, the retransmission timer resends the
             // oldest unacknowledged packet then (instead of a full timeout later).
@@ -439,8 +440,8 @@ impl Qp {
         if self.rnr_until.is_some()
             || recent
             || inside_read
-            || !psn.is_before(self.next_psn)
-            || self.sr_tx.resend.contains(&psn)
+            || !psn.is_before(self.req.next_psn)
+            || self.req.sr_tx.resend.contains(&psn)
         {
             self.counters.sr_naks_ignored += 1;
             return;
@@ -450,41 +451,41 @@ impl Qp {
         // ECN/DCQCN is the congestion response, docs/wire.md §11). Timeouts still cut it.
         let floor = self.window_limit();
         self.rec
-            .on_loss(self.flight(), self.sent_high, false, floor);
-        self.sr_tx.resend.push_back(psn);
+            .on_loss(self.flight(), self.req.sent_high, false, floor);
+        self.req.sr_tx.resend.push_back(psn);
     }
 
     /// Requester: a PSN at or after the oldest unacknowledged one is known missing (NAKed,
     /// waiting for or in its resend).
     pub(crate) fn sr_hole_known(&self) -> bool {
-        self.sr_active() && !(self.sr_tx.resend.is_empty() && self.sr_tx.resent.is_empty())
+        self.sr_active() && !(self.req.sr_tx.resend.is_empty() && self.req.sr_tx.resent.is_empty())
     }
 
     /// Requester: progress; forget resend bookkeeping for acknowledged PSNs.
     pub(crate) fn sr_progress(&mut self) {
-        let una = self.unacked;
-        self.sr_tx.resent.retain(|&(p, _)| !p.is_before(una));
-        self.sr_tx.resend.retain(|p| !p.is_before(una));
-        self.sr_tx.timeouts = 0;
+        let una = self.comp.unacked;
+        self.req.sr_tx.resent.retain(|&(p, _)| !p.is_before(una));
+        self.req.sr_tx.resend.retain(|p| !p.is_before(una));
+        self.req.sr_tx.timeouts = 0;
     }
 
     /// Requester: remember that `psn` was resent alone at `now`.
     pub(crate) fn sr_note_resent(&mut self, psn: Psn, now: Time) {
         self.counters.sr_single_resends += 1;
-        if psn == self.unacked {
+        if psn == self.comp.unacked {
             // The oldest unacknowledged PSN: the ACK that passes it answers this resend one
             // round trip from now (packets behind a hole never time the path, see
             // `sr_hole_known`).
             self.rec.time_resend(psn, now);
         }
-        if let Some(e) = self.sr_tx.resent.iter_mut().find(|(p, _)| *p == psn) {
+        if let Some(e) = self.req.sr_tx.resent.iter_mut().find(|(p, _)| *p == psn) {
             e.1 = now;
             return;
         }
-        if self.sr_tx.resent.len() >= SR_WINDOW as usize {
-            self.sr_tx.resent.pop_front();
+        if self.req.sr_tx.resent.len() >= SR_WINDOW as usize {
+            self.req.sr_tx.resent.pop_front();
         }
-        self.sr_tx.resent.push_back((psn, now));
+        self.req.sr_tx.resent.push_back((psn, now));
     }
 
     /// Index in the send queue of the started WQE whose PSNs include `psn`.
