@@ -12,6 +12,38 @@ use crate::state::QpState;
 use crate::time::{rnr_timer_ns, Time};
 use crate::{MemError, WcStatus, WrOpcode};
 
+/// Completer state (rxe `struct rxe_comp_info`, rxe_comp.c): how far the peer has
+/// acknowledged and what is left of the retry budgets.
+#[derive(Debug)]
+pub(crate) struct Completer {
+    /// Oldest PSN not yet acknowledged (rxe `comp.psn`). The requester reads it for its
+    /// window and resumes from it on a retry.
+    pub(crate) unacked: Psn,
+    /// Transport retries left (rxe `comp.retry_cnt`).
+    pub(crate) retry_left: u8,
+    /// RNR retries left (rxe `comp.rnr_retry`).
+    pub(crate) rnr_left: u8,
+    /// A NAK-triggered (or implied-NAK) retry started and no progress since: further sequence
+    /// NAKs are stale — sent before our resends arrived — and are ignored (rxe
+    /// `comp.started_retry`). If a resend itself is lost, the responder does not NAK the same
+    /// PSN twice, so the ACK timer recovers.
+    pub(crate) retried_since_progress: bool,
+    /// Limit sequence number from AETH credits; `None` = unlimited. Read by the requester.
+    pub(crate) lsn: Option<Msn>,
+}
+
+impl Default for Completer {
+    fn default() -> Completer {
+        Completer {
+            unacked: Psn::new(0),
+            retry_left: 0,
+            rnr_left: 0,
+            retried_since_progress: false,
+            lsn: None,
+        }
+    }
+}
+
 /// What a cumulative acknowledgement did.
 #[derive(PartialEq, Eq)]
 enum AckOutcome {

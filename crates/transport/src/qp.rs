@@ -12,17 +12,45 @@
 //!   [`Qp::poll_event`].
 //!
 //! It never reads a clock, touches a socket or allocates per packet. The order in which a
-//! driver makes these calls, and the rule that decides which role's struct holds a piece
-//! of state, are written on [`Qp`].
+//! driver makes these calls is written on [`Qp`].
+//!
+//! # Which role holds which state
+//!
+//! State is grouped by the role that owns it, as rxe groups it (rxe_verbs.h `struct
+//! rxe_req_info`, `rxe_comp_info`, `rxe_resp_info`): the requester's in `qp.req`
+//! ([`crate::requester::Requester`]), the completer's in `qp.comp`
+//! ([`crate::completer::Completer`]), the responder's in `qp.resp`
+//! ([`crate::responder::Responder`]), each defined at the top of its role's file. The rule,
+//! applied field by field:
+//!
+//! 1. A field with an rxe counterpart sits where rxe keeps it. So the oldest unacknowledged
+//!    PSN (rxe `comp.psn`) and the retry budgets (`comp.retry_cnt`, `comp.rnr_retry`,
+//!    `comp.started_retry`) are the completer's although the requester reads them, and the
+//!    count of outstanding READ/ATOMICs (rxe counts the complement, `req.rd_atomic`) is the
+//!    requester's although the completer lowers it.
+//! 2. A field without one belongs to the role that writes it (the AETH credit limit: the
+//!    completer; the highest PSN sent: the requester). Selective repeat's state follows the
+//!    side it serves: the resend list with the requester, the reassembly store with the
+//!    responder.
+//! 3. What rxe keeps on the QP itself — the send and receive queues, the retransmission and
+//!    RNR timers — and what several roles share with no rxe counterpart — attributes,
+//!    configuration, loss recovery ([`crate::recovery::Recovery`]), completions, events,
+//!    counters, congestion control — stays on [`Qp`].
+//!
+//! Any role may read another's state: the role files are `impl Qp` blocks, and none of
+//! these structs is visible outside the crate.
 
 use std::collections::VecDeque;
 
-use wire::{Msn, Opcode, Psn, Qpn, Rkey, RocePacketRepr, Transport};
+use wire::{Msn, Opcode, Psn, Qpn, RocePacketRepr, Transport};
 
+use crate::completer::Completer;
 use crate::dcqcn::{CnpGate, Dcqcn};
 use crate::error::TransportError;
 use crate::mem::Memory;
 use crate::recovery::Recovery;
+use crate::requester::Requester;
+use crate::responder::Responder;
 use crate::state::{check_modify, AttrMask, Mtu, QpAttr, QpState, QpType};
 use crate::{
     Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode, WcStatus,
@@ -308,165 +336,7 @@ pub(crate) struct HeldRecv {
     pub(crate) from_srq: bool,
 }
 
-/// A multi-packet request message in progress at the responder.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum InMsg {
-    Send {
-        received: u32,
-    },
-    Write {
-        rkey: Rkey,
-        va: u64,
-        len: u32,
-        received: u32,
-    },
-}
-
-/// A saved READ/ATOMIC result for duplicate requests (responder resources).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Resource {
-    Read {
-        first_psn: Psn,
-        last_psn: Psn,
-        va: u64,
-        rkey: Rkey,
-        len: u32,
-    },
-    Atomic {
-        psn: Psn,
-        orig: u64,
-    },
-}
-
-/// A response waiting to be transmitted, in PSN order.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Response {
-    Ack {
-        psn: Psn,
-        syndrome: wire::Syndrome,
-    },
-    Atomic {
-        psn: Psn,
-        orig: u64,
-    },
-    Read {
-        psn: Psn,
-        va: u64,
-        rkey: Rkey,
-        remaining: u32,
-        first: bool,
-    },
-}
-
-/// Requester state (rxe `struct rxe_req_info`, rxe_req.c): where in the send queue and PSN
-/// space the next request packet comes from. Written by the requester only, except where a
-/// completed WQE moves the cursor or an acknowledgement pulls `next_psn` forward.
-#[derive(Debug)]
-pub(crate) struct Requester {
-    /// Index in `sq` of the WQE being transmitted (rxe `req.wqe_index`).
-    pub(crate) cursor: usize,
-    /// PSN of the next request packet to build (rxe `req.psn`).
-    pub(crate) next_psn: Psn,
-    /// One past the highest PSN ever transmitted: responses at or beyond it are ghosts.
-    pub(crate) sent_high: Psn,
-    /// Send sequence number of the next WQE started (for end-to-end credits).
-    pub(crate) next_ssn: Msn,
-    /// READ/ATOMIC WQEs started and not yet completed (against `max_rd_atomic`).
-    pub(crate) rd_atomic_outstanding: u32,
-    /// Packets sent since the last one with AckReq (rxe `req.noack_pkts`).
-    pub(crate) pkts_since_ackreq: u32,
-    /// The next request packet asks for an acknowledgement ([`Qp::request_ack_next`]).
-    pub(crate) ack_req_next: bool,
-    /// Selective repeat: the single resends (sr.rs).
-    pub(crate) sr_tx: crate::sr::SrSend,
-}
-
-impl Default for Requester {
-    fn default() -> Requester {
-        Requester {
-            cursor: 0,
-            next_psn: Psn::new(0),
-            sent_high: Psn::new(0),
-            next_ssn: Msn::new(1),
-            rd_atomic_outstanding: 0,
-            pkts_since_ackreq: 0,
-            ack_req_next: false,
-            sr_tx: crate::sr::SrSend::default(),
-        }
-    }
-}
-
-/// Completer state (rxe `struct rxe_comp_info`, rxe_comp.c): how far the peer has
-/// acknowledged and what is left of the retry budgets.
-#[derive(Debug)]
-pub(crate) struct Completer {
-    /// Oldest PSN not yet acknowledged (rxe `comp.psn`). The requester reads it for its
-    /// window and resumes from it on a retry.
-    pub(crate) unacked: Psn,
-    /// Transport retries left (rxe `comp.retry_cnt`).
-    pub(crate) retry_left: u8,
-    /// RNR retries left (rxe `comp.rnr_retry`).
-    pub(crate) rnr_left: u8,
-    /// A NAK-triggered (or implied-NAK) retry started and no progress since: further sequence
-    /// NAKs are stale — sent before our resends arrived — and are ignored (rxe
-    /// `comp.started_retry`). If a resend itself is lost, the responder does not NAK the same
-    /// PSN twice, so the ACK timer recovers.
-    pub(crate) retried_since_progress: bool,
-    /// Limit sequence number from AETH credits; `None` = unlimited. Read by the requester.
-    pub(crate) lsn: Option<Msn>,
-}
-
-impl Default for Completer {
-    fn default() -> Completer {
-        Completer {
-            unacked: Psn::new(0),
-            retry_left: 0,
-            rnr_left: 0,
-            retried_since_progress: false,
-            lsn: None,
-        }
-    }
-}
-
-/// Responder state (rxe `struct rxe_resp_info`, rxe_resp.c).
-#[derive(Debug, Default)]
-pub(crate) struct Responder {
-    /// Expected PSN of the next new request (ePSN, rxe `resp.psn`).
-    pub(crate) epsn: Psn,
-    /// Message sequence number carried in AETHs (rxe `resp.msn`).
-    pub(crate) msn: Msn,
-    /// A sequence NAK for the current gap went out (rxe `resp.sent_psn_nak`).
-    pub(crate) nak_sent: bool,
-    /// The multi-packet message in progress.
-    pub(crate) in_msg: Option<InMsg>,
-    /// The receive WQE the message in progress consumes (rxe `resp.wqe`).
-    pub(crate) held: Option<HeldRecv>,
-    /// Saved READ/ATOMIC results for duplicate requests (rxe `resp.resources`).
-    pub(crate) resources: VecDeque<Resource>,
-    /// Responses waiting to be transmitted, in PSN order.
-    pub(crate) responses: VecDeque<Response>,
-    /// The NAK a responder error leaves behind, sent even though the QP is in ERR.
-    pub(crate) last_gasp: Option<Response>,
-    /// UC: drop packets until the next FIRST/ONLY (rxe `resp.drop_msg`).
-    pub(crate) uc_drop: bool,
-    /// Selective repeat: requests kept ahead of ePSN (sr.rs).
-    pub(crate) sr_rx: crate::sr::SrStore,
-}
-
 /// A queue pair.
-///
-/// # State
-///
-/// State is grouped by the role that owns it, as rxe groups it (rxe_verbs.h `struct
-/// rxe_req_info`, `rxe_comp_info`, `rxe_resp_info`): `Requester` as `req`, `Completer` as
-/// `comp`, `Responder` as `resp`. The rule: a field with an rxe counterpart sits where
-/// rxe keeps it (so the oldest unacknowledged PSN, rxe `comp.psn`, is the completer's even
-/// though the requester reads it for its window); a field without one belongs to the only
-/// role that writes it; what rxe keeps on the QP itself (the send and receive queues, the
-/// retransmission and RNR timers) and what several roles share with no rxe counterpart
-/// (attributes, configuration, loss recovery, completions, events, counters, congestion
-/// control) stays on `Qp`. Any role may read another's state; the role files are
-/// `impl Qp` blocks, so none of this is visible outside the crate.
 ///
 /// # Call-order contract
 ///

@@ -3,7 +3,8 @@
 //! end-to-end credits, and runs the local ACK timer, RNR waits and go-back-N retries.
 
 use wire::{
-    AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, RethRepr, RocePacketRepr, XrcEthRepr,
+    AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDt, Msn, Psn, RethRepr, RocePacketRepr,
+    XrcEthRepr,
 };
 
 use crate::error::TransportError;
@@ -13,6 +14,45 @@ use crate::qp::{Qp, Transmit};
 use crate::state::{QpState, QpType};
 use crate::time::{local_ack_timeout_ns, Time};
 use crate::{LocalData, SendFlags, WcStatus, WrOpcode};
+
+/// Requester state (rxe `struct rxe_req_info`, rxe_req.c): where in the send queue and PSN
+/// space the next request packet comes from. The completer updates it as WQEs retire: the
+/// cursor follows the retired front, `next_psn` never trails the oldest unacknowledged PSN,
+/// the READ/ATOMIC count drops, and a selective-repeat NAK queues a resend.
+#[derive(Debug)]
+pub(crate) struct Requester {
+    /// Index in `sq` of the WQE being transmitted (rxe `req.wqe_index`).
+    pub(crate) cursor: usize,
+    /// PSN of the next request packet to build (rxe `req.psn`).
+    pub(crate) next_psn: Psn,
+    /// One past the highest PSN ever transmitted: responses at or beyond it are ghosts.
+    pub(crate) sent_high: Psn,
+    /// Send sequence number of the next WQE started (for end-to-end credits).
+    pub(crate) next_ssn: Msn,
+    /// READ/ATOMIC WQEs started and not yet completed (against `max_rd_atomic`).
+    pub(crate) rd_atomic_outstanding: u32,
+    /// Packets sent since the last one with AckReq (rxe `req.noack_pkts`).
+    pub(crate) pkts_since_ackreq: u32,
+    /// The next request packet asks for an acknowledgement ([`Qp::request_ack_next`]).
+    pub(crate) ack_req_next: bool,
+    /// Selective repeat: the single resends (sr.rs).
+    pub(crate) sr_tx: crate::sr::SrSend,
+}
+
+impl Default for Requester {
+    fn default() -> Requester {
+        Requester {
+            cursor: 0,
+            next_psn: Psn::new(0),
+            sent_high: Psn::new(0),
+            next_ssn: Msn::new(1),
+            rd_atomic_outstanding: 0,
+            pkts_since_ackreq: 0,
+            ack_req_next: false,
+            sr_tx: crate::sr::SrSend::default(),
+        }
+    }
+}
 
 /// While the rate is limited, AckReq at least every this many packets.
 const PACED_ACK_EVERY: u32 = 4;
@@ -25,8 +65,27 @@ enum BuildError {
     Buffer,
 }
 
+/// A request packet [`Qp::build_request`] wrote, for [`Qp::update_state`].
+struct Sent {
+    /// Index in the send queue of its WQE.
+    idx: usize,
+    /// The PSNs the WQE occupies.
+    first_psn: Psn,
+    last_psn: Psn,
+    /// This packet's PSN.
+    psn: Psn,
+    op: WrOpcode,
+    ack_req: bool,
+    /// The message's last packet.
+    last: bool,
+}
+
 impl Qp {
-    /// Next request packet, if the requester may send one now.
+    /// Next request packet, if the requester may send one now. In order (rxe_req.c
+    /// `rxe_requester`): the QP state and an RNR wait; the DCQCN pacer; a probe; a
+    /// selective-repeat resend; a local operation at the front; for a WQE not yet started,
+    /// SQD, the fence, the READ/ATOMIC depth and end-to-end credits; the window; then
+    /// [`Qp::build_request`].
     pub(crate) fn requester_transmit<M: Memory + ?Sized>(
         &mut self,
         now: Time,
@@ -157,7 +216,10 @@ impl Qp {
         }
     }
 
-    /// Build the packet at `self.req.next_psn` of the WQE at `self.req.cursor` into `buf`.
+    /// Build the packet at `self.req.next_psn` of the WQE at `self.req.cursor` into `buf`
+    /// (rxe `init_req_packet` and `finish_packet`: segment by path MTU, headers, payload from
+    /// memory), then commit it ([`Qp::update_state`]). The QP changes only if it
+    /// succeeds.
     fn build_request<M: Memory + ?Sized>(
         &mut self,
         now: Time,
@@ -326,7 +388,40 @@ impl Qp {
         let ah = w.ud.map(|u| u.ah);
         let total = finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?;
 
-        // Commit: PSN assignment, cursor, counters, timer.
+        self.update_state(
+            now,
+            Sent {
+                idx,
+                first_psn,
+                last_psn,
+                psn: next_psn,
+                op,
+                ack_req,
+                last,
+            },
+        )?;
+        Ok(Transmit {
+            len: total,
+            ah,
+            dest_qpn,
+        })
+    }
+
+    /// Commit a packet just built (rxe `update_wqe_state` / `update_state`): assign the WQE
+    /// its PSNs and SSN on its first packet, count it, feed the round-trip estimator, advance
+    /// `next_psn` and the cursor, complete an unreliable WR on its last packet, and make sure
+    /// the RC timers run.
+    fn update_state(&mut self, now: Time, sent: Sent) -> Result<(), BuildError> {
+        let Sent {
+            idx,
+            first_psn,
+            last_psn,
+            psn: next_psn,
+            op,
+            ack_req,
+            last,
+        } = sent;
+        let ty = self.cfg.qp_type;
         let is_read = op == WrOpcode::RdmaRead;
         let Some(wqe) = self.sq.get_mut(idx) else {
             return Err(BuildError::Wqe(TransportError::Internal));
@@ -388,11 +483,7 @@ impl Qp {
         if ty == QpType::Rc && self.rec.probe_deadline.is_none() {
             self.arm_probe(now);
         }
-        Ok(Transmit {
-            len: total,
-            ah,
-            dest_qpn,
-        })
+        Ok(())
     }
 
     /// Packets the requester may have outstanding now.

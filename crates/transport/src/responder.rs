@@ -4,19 +4,95 @@
 //! UC and UD variants (docs/wire.md §5.3, §5.4).
 
 use wire::{
-    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, OpKind, Opcode, OpcodeInfo, Position, Psn,
-    RocePacketRepr, Syndrome,
+    AethRepr, AtomicAckEthRepr, BthRepr, Msn, NakCode, OpKind, Opcode, OpcodeInfo, Position, Psn,
+    Rkey, RocePacketRepr, Syndrome,
 };
 
 use crate::error::TransportError;
 use crate::mem::{for_each_piece, AtomicOp, MemError, Memory, RemoteAccess};
 use crate::packet::{finish_in_place, header_len, read_response_opcode};
-use crate::qp::{
-    HeldRecv, InMsg, Qp, RecvQueue, Resource, Response, RxMeta, Transmit, MAX_MSG_LEN,
-};
+use std::collections::VecDeque;
+
+use crate::qp::{HeldRecv, Qp, RecvQueue, RxMeta, Transmit, MAX_MSG_LEN};
 use crate::state::{AccessFlags, QpState, QpType};
 use crate::time::Time;
 use crate::{WcFlags, WcOpcode, WcStatus};
+
+/// A multi-packet request message in progress at the responder.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum InMsg {
+    Send {
+        received: u32,
+    },
+    Write {
+        rkey: Rkey,
+        va: u64,
+        len: u32,
+        received: u32,
+    },
+}
+
+/// A saved READ/ATOMIC result for duplicate requests (responder resources).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    Read {
+        first_psn: Psn,
+        last_psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        len: u32,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
+}
+
+/// A response waiting to be transmitted, in PSN order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Response {
+    Ack {
+        psn: Psn,
+        syndrome: wire::Syndrome,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
+    Read {
+        psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        remaining: u32,
+        first: bool,
+    },
+}
+
+/// Responder state (rxe `struct rxe_resp_info`, rxe_resp.c).
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN of the next new request (ePSN, rxe `resp.psn`).
+    pub(crate) epsn: Psn,
+    /// Message sequence number carried in AETHs (rxe `resp.msn`).
+    pub(crate) msn: Msn,
+    /// A sequence NAK for the current gap went out (rxe `resp.sent_psn_nak`).
+    pub(crate) nak_sent: bool,
+    /// The multi-packet message in progress (rxe tracks it in `resp.opcode`, `resp.va`,
+    /// `resp.resid`).
+    pub(crate) in_msg: Option<InMsg>,
+    /// The receive WQE the message in progress consumes (rxe `resp.wqe`).
+    pub(crate) held: Option<HeldRecv>,
+    /// Saved READ/ATOMIC results for duplicate requests (rxe `resp.resources`).
+    pub(crate) resources: VecDeque<Resource>,
+    /// Responses waiting to be transmitted, in PSN order.
+    pub(crate) responses: VecDeque<Response>,
+    /// The NAK a responder error leaves behind, sent even though the QP is in ERR.
+    pub(crate) last_gasp: Option<Response>,
+    /// UC: drop packets until the next FIRST/ONLY (rxe `resp.drop_msg`).
+    pub(crate) uc_drop: bool,
+    /// Selective repeat: requests kept ahead of ePSN (sr.rs).
+    pub(crate) sr_rx: crate::sr::SrStore,
+}
 
 /// Marker syndrome for a plain ACK in the response queue; the credit count is filled in when
 /// the ACK is transmitted.

@@ -19,7 +19,8 @@ use std::collections::VecDeque;
 use wire::{NakCode, OpKind, Psn, RocePacketRepr, Syndrome};
 
 use crate::mem::Memory;
-use crate::qp::{Qp, RecvQueue, Response};
+use crate::qp::{Qp, RecvQueue};
+use crate::responder::Response;
 use crate::state::{QpState, QpType};
 use crate::time::Time;
 
