@@ -3,8 +3,8 @@
 //!
 //! A role that finds an error names it here; [`TransportError::wc_status`] is the only place
 //! that chooses a [`WcStatus`] for a failure. The table follows IBTA Vol 1 §10.7.3.1
-//! (completion status per error class) and §9.9 (responder error classes and their NAK
-//! codes), read the way Linux rxe reads them: rxe_comp.c for the requester side, rxe_resp.c
+//! (completion status per error class) and §9.9 (error detection and handling: responder
+//! error classes and their NAK codes), read the way Linux rxe reads them: rxe_comp.c for the requester side, rxe_resp.c
 //! for the responder side, rxe_req.c for local WQE errors (docs/wire.md §4.4, §5.2, §5.3,
 //! §6.3).
 //!
@@ -28,7 +28,7 @@
 //! NAKed with the code that describes it, while the receive WQE that message had consumed
 //! completes with `RemoteInvalidRequest` whatever the NAK code — except a receive buffer too
 //! small (`LocalLength`) or a failed write into it (`LocalProtection`), which are this side's
-//! own errors (rxe_resp.c `do_complete`).
+//! own errors (docs/wire.md §5.3).
 
 use wire::NakCode;
 
@@ -67,8 +67,8 @@ pub(crate) enum TransportError {
 }
 
 impl TransportError {
-    /// The error a NAK other than a PSN sequence error reports (IBTA §9.7.5.2.8 codes;
-    /// reserved codes count as Remote Operational Error, as rxe_comp.c does).
+    /// The error a NAK other than a PSN sequence error reports (NAK codes: docs/wire.md
+    /// §4.4; reserved codes count as Remote Operational Error, as rxe_comp.c does).
     pub(crate) fn from_nak(code: NakCode) -> TransportError {
         match code {
             NakCode::INVALID_REQUEST => TransportError::RemoteInvalidRequest,
