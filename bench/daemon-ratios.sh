@@ -42,9 +42,9 @@ loop() { # COL ARGS...
 
 printf '%-34s %12s %12s %8s\n' figure "2 processes" "--loopback" ratio
 for r in $(seq "$rounds"); do
-    a=$(pair 4 write_bw -n 5000); b=$(loop 4 write_bw -n 5000)
+    a=$(pair 4 write_bw -n 40000); b=$(loop 4 write_bw -n 40000)
     printf '%-34s %12s %12s %8.2f\n' "[$r] 64 KiB write_bw MB/s" "$a" "$b" "$(echo "$a / $b" | bc -l)"
-    a=$(pair 5 write_bw -s 8 -l 32 -n 200000); b=$(loop 5 write_bw -s 8 -l 32 -n 200000)
+    a=$(pair 5 write_bw -s 8 -l 32 -n 2000000); b=$(loop 5 write_bw -s 8 -l 32 -n 2000000)
     printf '%-34s %12s %12s %8.2f\n' "[$r] 8 B post_list 32 Mpps" "$a" "$b" "$(echo "$a / $b" | bc -l)"
     a=$(pair 5 write_lat -s 1 -n 5000); b=$(loop 5 write_lat -s 1 -n 5000)
     printf '%-34s %12s %12s %8.2f\n' "[$r] 1 B write_lat t_typical us" "$a" "$b" "$(echo "$a / $b" | bc -l)"
