@@ -5,14 +5,16 @@
 //! Responder: a request ahead of ePSN (within [`SR_WINDOW`] packets and [`SR_STORE_BYTES`]) is
 //! copied into a reassembly store and executed once every PSN before it has been, so
 //! placement, completions, READ/atomic execution and ACKs see requests in PSN order exactly
-//! as without selective repeat. The sequence NAK names ePSN, as IBTA's does (so it still
-//! acknowledges everything before it): once when ePSN is first seen missing behind a kept
-//! request — also right after a resend filled the previous gap — and again if it stays
-//! missing for [`SR_RENAK_AFTER`] more arrivals.
+//! as without selective repeat. A missing PSN is named only once its gap is old enough
+//! (three arrivals, and older than the reordering window learned from needless resends):
+//! ePSN by the plain sequence NAK, as IBTA's (so it still acknowledges everything before
+//! it), named again if it stays missing for [`SR_RENAK_AFTER`] more arrivals; later PSNs by
+//! hole NAKs ([`SR_HOLE_OFFSET`]).
 //!
 //! Requester: a sequence NAK acknowledges what it always did and asks for that one packet;
 //! it is resent alone, at most once per round trip; timeouts resend the oldest
 //! unacknowledged packet, and only a second local ACK timeout without progress goes back N.
+//! Its window is the responder's store ([`SR_WINDOW`] packets).
 
 use std::collections::VecDeque;
 
