@@ -106,6 +106,22 @@ impl SrStore {
         }
     }
 
+    /// A NAKed PSN was executed, its first copy `late` ns after its gap appeared: keep that
+    /// for [`SrStore::duplicate`] (the last 64).
+    fn remember_late(&mut self, psn: Psn, late: u64) {
+        if self.executed_late.len() >= 64 {
+            self.executed_late.pop_front();
+        }
+        self.executed_late.push_back((psn, late));
+    }
+
+    /// Whether a gap that appeared at arrival `seen`, time `seen_at`, is old enough to name
+    /// now (the rule at [`SR_REORDER_MIN_ARRIVALS`]).
+    fn old_enough(&self, seen: u64, seen_at: Time) -> bool {
+        self.arrivals - seen + 1 >= SR_REORDER_MIN_ARRIVALS
+            && self.now.nanos_since(seen_at) >= self.reorder_ns
+    }
+
     /// A named PSN came `late` ns after its gap appeared and a second copy came too.
     fn learn(&mut self, late: u64) {
         let w = late.saturating_add(late / 8).min(SR_REORDER_MAX_NS);
@@ -209,21 +225,17 @@ impl SrStore {
         // `max_holes` allows; index 0 (ePSN) is named by the plain NAK
         // ([`SrStore::front_nak`]).
         // Gaps appear in PSN order, so the first one too young to name ends the walk.
-        let w = self.reorder_ns;
         let mut i = self.named.max(1);
         while i < self.slots.len() && holes.len() < max_holes {
-            if let Some(Slot::Missing {
-                seen,
-                seen_at,
-                naked_at,
-            }) = self.slots.get_mut(i)
-            {
-                if arrivals - *seen + 1 < SR_REORDER_MIN_ARRIVALS || now.nanos_since(*seen_at) < w {
+            if let Some(&Slot::Missing { seen, seen_at, .. }) = self.slots.get(i) {
+                if !self.old_enough(seen, seen_at) {
                     break;
                 }
-                if naked_at.is_none() {
-                    *naked_at = Some(arrivals);
-                    holes.push(self.base.add(i as u32));
+                if let Some(Slot::Missing { naked_at, .. }) = self.slots.get_mut(i) {
+                    if naked_at.is_none() {
+                        *naked_at = Some(arrivals);
+                        holes.push(self.base.add(i as u32));
+                    }
                 }
             }
             i += 1;
@@ -243,10 +255,7 @@ impl SrStore {
         }) = self.slots.front()
         {
             let l = self.now.nanos_since(*seen_at);
-            if self.executed_late.len() >= 64 {
-                self.executed_late.pop_front();
-            }
-            self.executed_late.push_back((epsn, l));
+            self.remember_late(epsn, l);
         }
     }
 
@@ -270,10 +279,7 @@ impl SrStore {
             return None;
         };
         if let Some(l) = late {
-            if self.executed_late.len() >= 64 {
-                self.executed_late.pop_front();
-            }
-            self.executed_late.push_back((self.base, l));
+            self.remember_late(self.base, l);
         }
         self.bytes -= b.len();
         Some(b)
@@ -294,22 +300,23 @@ impl SrStore {
             return None;
         }
         let arrivals = self.arrivals;
-        let (now, w) = (self.now, self.reorder_ns);
-        match self.slots.front_mut() {
-            Some(Slot::Missing {
+        let due = match self.slots.front() {
+            Some(&Slot::Missing {
                 seen,
                 seen_at,
                 naked_at,
-            }) if naked_at.map_or(
-                arrivals - *seen + 1 >= SR_REORDER_MIN_ARRIVALS && now.nanos_since(*seen_at) >= w,
-                |t| arrivals - t >= SR_RENAK_AFTER,
-            ) =>
-            {
-                *naked_at = Some(arrivals);
-                Some(self.base)
-            }
-            _ => None,
+            }) => naked_at.map_or(self.old_enough(seen, seen_at), |t| {
+                arrivals - t >= SR_RENAK_AFTER
+            }),
+            _ => false,
+        };
+        if !due {
+            return None;
         }
+        if let Some(Slot::Missing { naked_at, .. }) = self.slots.front_mut() {
+            *naked_at = Some(arrivals);
+        }
+        Some(self.base)
     }
 }
 
@@ -340,14 +347,19 @@ impl Qp {
         });
     }
 
-    /// Responder: a request ahead of ePSN.
-    pub(crate) fn sr_keep(&mut self, pkt: &RocePacketRepr<'_>) {
-        self.resp.sr_rx.sync(self.resp.epsn);
+    /// Responder: the plain NAK for ePSN if it is due and the response queue has room.
+    fn sr_front_nak_if_room(&mut self) {
         if self.resp.responses.len() < self.responses_cap() {
             if let Some(p) = self.resp.sr_rx.front_nak() {
                 self.sr_push_nak(p);
             }
         }
+    }
+
+    /// Responder: a request ahead of ePSN.
+    pub(crate) fn sr_keep(&mut self, pkt: &RocePacketRepr<'_>) {
+        self.resp.sr_rx.sync(self.resp.epsn);
+        self.sr_front_nak_if_room();
         let room = (self.responses_cap() / HOLE_NAK_QUEUE_DIVISOR)
             .saturating_sub(self.resp.responses.len());
         let mut holes = Vec::new();
@@ -360,11 +372,7 @@ impl Qp {
             self.counters.sr_hole_naks_sent += 1;
             self.sr_push_nak(h.add(SR_HOLE_OFFSET));
         }
-        if self.resp.responses.len() < self.responses_cap() {
-            if let Some(p) = self.resp.sr_rx.front_nak() {
-                self.sr_push_nak(p);
-            }
-        }
+        self.sr_front_nak_if_room();
     }
 
     /// Responder: ePSN advanced; execute the kept requests that are now in order, then
