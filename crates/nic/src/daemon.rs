@@ -706,7 +706,7 @@ impl Daemon {
         let mut buf = vec![0u8; 512];
         while let Some((to, len)) = dev.gsi.next_packet(&mut buf) {
             let dest = crate::state::Dest::roce(to);
-            if crate::engine::seal_datagram(dev.cfg.addr, &dest, &mut buf, len).is_ok() {
+            if crate::datapath::seal_datagram(dev.cfg.addr, &dest, &mut buf, len).is_ok() {
                 let _ = dev.sock.send_to(
                     &buf[..len + transport::wire::icrc::ICRC_LEN],
                     SocketAddr::new(to, ROCE_V2_PORT),
@@ -733,7 +733,7 @@ fn send_blocking_with_fds(s: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) 
 
 /// The destination QP of a RoCEv2 UDP payload (BTH bytes 5–7), if it has a BTH.
 fn dest_qpn(d: &[u8]) -> Option<u32> {
-    (d.len() >= 8).then(|| crate::engine::bth_dest_qpn(d))
+    (d.len() >= 8).then(|| crate::datapath::bth_dest_qpn(d))
 }
 
 /// Where a received datagram goes.

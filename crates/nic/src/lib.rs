@@ -74,6 +74,7 @@ mod counters;
 mod ctrl;
 pub mod daemon;
 mod daemon_client;
+mod datapath;
 mod device;
 mod dma;
 mod engine;

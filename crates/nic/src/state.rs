@@ -28,9 +28,19 @@ use zerocopy::IntoBytes;
 use crate::config::DeviceConfig;
 use crate::counters::EngineCounters;
 use crate::dma::UserRange;
-use crate::engine::EngineShared;
 use crate::slab::Slab;
 use crate::sys;
+
+/// What a device's state needs of the engine that serves it: the engine's clock (the time
+/// base of every transport deadline) and its wake-up eventfd (each context's library gets a
+/// copy to ring when the engine is parked). The engine implements it
+/// (`crate::engine::EngineShared`); the state does not depend on how the engine runs.
+pub(crate) trait EngineLink: Send + Sync + std::fmt::Debug {
+    /// The engine's time now.
+    fn now(&self) -> Time;
+    /// The engine's wake-up eventfd.
+    fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
+}
 
 /// A context (one command connection), numbered device-wide.
 pub(crate) type CtxId = u64;
@@ -327,7 +337,7 @@ pub(crate) struct Resources {
 #[derive(Debug)]
 pub(crate) struct DevState {
     pub(crate) cfg: DeviceConfig,
-    pub(crate) engine: Arc<EngineShared>,
+    pub(crate) engine: Arc<dyn EngineLink>,
     pub(crate) res: Resources,
     pub(crate) qps: Slab<QpObj>,
     /// QPs the engine must look at (each at most once: `QpObj::in_ready`).
@@ -374,7 +384,7 @@ pub(crate) fn in_window(w: (u32, u32), qpn: u32) -> bool {
 }
 
 impl DevState {
-    pub(crate) fn new(cfg: DeviceConfig, engine: Arc<EngineShared>) -> DevState {
+    pub(crate) fn new(cfg: DeviceConfig, engine: Arc<dyn EngineLink>) -> DevState {
         let gsi = crate::gsi::Gsi::new(abi::provider::node_guid(cfg.addr), crate::gsi::id_seed());
         let ud_recv_sl = if cfg.addr.is_ipv4() { 2 } else { 1 };
         let dev_name: Arc<str> = Arc::from(cfg.name.as_str());

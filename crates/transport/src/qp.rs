@@ -341,7 +341,7 @@ pub(crate) struct HeldRecv {
 /// # Call-order contract
 ///
 /// A `Qp` never reads a clock or does I/O; a driver (the device engine in
-/// crates/nic/src/engine.rs, the simulator in crates/sim) feeds it inputs and drains its
+/// crates/nic/src/datapath.rs, the simulator in crates/sim) feeds it inputs and drains its
 /// outputs. Every call takes effect at once and leaves the QP consistent, so any order is
 /// safe; the contract is about what the driver must do after each call so that nothing
 /// the QP produced is left waiting:

@@ -238,7 +238,7 @@ fn queries_report_rxe_like_attributes_and_address_gids() {
 // its send-queue slot — and those of the unsignaled WRs before it — is free again, so an
 // application that keeps at most `max_send_wr` WRs outstanding never sees a full queue
 // (perftest's loop). nic frees the retired WQEs' ring slots before it publishes their
-// CQEs (engine.rs `drain_completions`), so a post right after the poll never finds the
+// CQEs (datapath.rs `drain_completions`), so a post right after the poll never finds the
 // ring full (ENOMEM).
 #[test]
 fn a_polled_completion_frees_its_send_queue_slots() {
