@@ -42,7 +42,7 @@ pub fn serve(mut stream: UnixStream) {
         }
         Err(_) => return,
     };
-    let devs: Vec<_> = crate::device::attachable()
+    let devs: Vec<_> = crate::registry::attachable()
         .into_iter()
         .filter(|d| req.device.as_deref().is_none_or(|n| n == d.cfg.name))
         .collect();
@@ -147,7 +147,7 @@ fn answer(stream: &UnixStream, a: &Answer) -> io::Result<()> {
 /// Records lost by the captures of device `name` in this process (queue full or write
 /// errors), for `uroce stat`.
 pub fn capture_lost(name: &str) -> u64 {
-    crate::device::attachable()
+    crate::registry::attachable()
         .iter()
         .filter(|d| d.cfg.name == name)
         .map(|d| d.tap.lost())

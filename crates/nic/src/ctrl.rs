@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use abi::cmd::{CmdHdr, ExCmdHdr, CMD_FLAG_EXTENDED};
 use zerocopy::FromBytes;
 
-use crate::device::Device;
+use crate::device::{CommandIntake, Device};
 use crate::dma::{self, AddressSpace};
 use crate::state::CtxId;
 use crate::sys::{self, Epoll, EPOLLHUP_ERR, EPOLLIN, EPOLLOUT};
@@ -45,7 +45,7 @@ impl CtrlShared {
     }
 
     /// Give the control-plane thread a new connection (the device's end of a socketpair).
-    pub(crate) fn add(&self, stream: UnixStream) {
+    fn add_stream(&self, stream: UnixStream) {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -55,10 +55,17 @@ impl CtrlShared {
 }
 
 /// Start the control-plane thread of `dev`.
-pub(crate) fn start(dev: Arc<Device>) -> io::Result<()> {
+impl CommandIntake for CtrlShared {
+    fn add(&self, stream: UnixStream) {
+        self.add_stream(stream);
+    }
+}
+
+/// Start `dev`'s control-plane thread, which serves the connections `shared` takes.
+pub(crate) fn start(dev: Arc<Device>, shared: Arc<CtrlShared>) -> io::Result<()> {
     std::thread::Builder::new()
         .name(format!("uroce-ctl-{}", dev.cfg.name))
-        .spawn(move || run(&dev))
+        .spawn(move || run(&dev, &shared))
         .map(|_| ())
 }
 
@@ -124,8 +131,7 @@ enum Step {
     Close,
 }
 
-fn run(dev: &Device) {
-    let shared = &dev.ctrl;
+fn run(dev: &Device, shared: &CtrlShared) {
     let mut conns: HashMap<u64, Conn> = HashMap::new();
     let mut next_token: u64 = 1;
     let mut events = Vec::new();

@@ -184,13 +184,13 @@ impl Core {
     }
 
     /// One pass over every device; returns whether anything happened.
-    fn pass(&mut self, epoch: Instant, poll_sockets: bool, by_app: bool) -> bool {
+    fn pass(&mut self, epoll: &Epoll, epoch: Instant, poll_sockets: bool, by_app: bool) -> bool {
         let mut progress = false;
         for d in self.devs.iter_mut() {
             // A bug must not take every device of the process down with this thread: the
             // state stays usable (the lock ignores poisoning) and the pass is retried.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pass(&d.dev, &mut d.io, epoch, poll_sockets, by_app)
+                pass(&d.dev, &mut d.io, epoll, epoch, poll_sockets, by_app)
             }));
             match r {
                 Ok(p) => progress |= p,
@@ -342,7 +342,7 @@ impl EngineShared {
         }
         let mut any = false;
         for _ in 0..DRIVE_PASSES {
-            if !core.pass(self.epoch, true, true) {
+            if !core.pass(&self.epoll, self.epoch, true, true) {
                 break;
             }
             any = true;
@@ -350,7 +350,7 @@ impl EngineShared {
         // The doorbell protocol on the way out: parked again, then one more look.
         if parked && core.rings_parked(true) {
             core.rings_parked(false);
-            core.pass(self.epoch, true, true);
+            core.pass(&self.epoll, self.epoch, true, true);
             core.rings_parked(true);
         }
         let (left, next) = core.leftover();
@@ -389,6 +389,10 @@ impl EngineLink for EngineShared {
 
     fn wake_fd(&self) -> BorrowedFd<'_> {
         EngineShared::wake_fd(self)
+    }
+
+    fn kick(&self) {
+        EngineShared::kick(self)
     }
 }
 
@@ -566,7 +570,7 @@ fn run(shared: Arc<EngineShared>) {
         if poll_sockets {
             last_socket_poll = t;
         }
-        if core.pass(epoch, poll_sockets, false) {
+        if core.pass(&shared.epoll, epoch, poll_sockets, false) {
             last_progress = t;
             continue;
         }
@@ -718,7 +722,14 @@ fn park(
 }
 
 /// One pass over one device; returns whether anything happened.
-fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app: bool) -> bool {
+fn pass(
+    dev: &Device,
+    io: &mut DevIo,
+    epoll: &Epoll,
+    epoch: Instant,
+    poll_socket: bool,
+    by_app: bool,
+) -> bool {
     let mut st = dev.lock_engine();
     let st = &mut *st;
 
@@ -743,7 +754,7 @@ fn pass(dev: &Device, io: &mut DevIo, epoch: Instant, poll_socket: bool, by_app:
         if dev.daemon.is_some() {
             io.daemon_polled = now;
         }
-        progress |= receive(dev, st, io, now);
+        progress |= receive(dev, st, io, epoll, now);
     }
     progress |= receive_rings(st, &mut io.q, now);
     progress |= fire_timers(st, now);
@@ -860,9 +871,9 @@ fn plan_sends(
 // ---------------------------------------------------------------------------------------
 // Receive side
 
-fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time) -> bool {
+fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, epoll: &Epoll, now: Time) -> bool {
     if let Some(link) = &dev.daemon {
-        return receive_forwarded(dev, link, st, io, now);
+        return receive_forwarded(dev, link, st, io, epoll, now);
     }
     let mut any = false;
     // A coalesced message (UDP GRO) is, on loopback, one GSO send, whose ICRCs a counting
@@ -919,6 +930,7 @@ fn receive_forwarded(
     link: &crate::daemon_client::DaemonLink,
     st: &mut DevState,
     io: &mut DevIo,
+    epoll: &Epoll,
     now: Time,
 ) -> bool {
     use abi::daemon::DataHdr;
@@ -932,14 +944,14 @@ fn receive_forwarded(
         let n = match io.rx.recv(link.data.as_fd(), &mut io.rx_bufs) {
             Ok(n) => n,
             Err(_) => {
-                daemon_gone(dev, link, st);
+                daemon_gone(dev, link, st, epoll);
                 return true;
             }
         };
         for i in 0..n {
             let len = io.rx.received_len(i);
             if len == 0 {
-                daemon_gone(dev, link, st);
+                daemon_gone(dev, link, st, epoll);
                 return true;
             }
             let Some(msg) = io.rx_bufs.get(i).and_then(|b| b.get(..len)) else {
@@ -978,11 +990,16 @@ fn receive_forwarded(
 
 /// The daemon closed our link: the device is dead (docs/daemon.md §7).
 /// Stop reading, give the daemon's port back, flush every QP, and tell every context.
-fn daemon_gone(dev: &Device, link: &crate::daemon_client::DaemonLink, st: &mut DevState) {
+fn daemon_gone(
+    dev: &Device,
+    link: &crate::daemon_client::DaemonLink,
+    st: &mut DevState,
+    epoll: &Epoll,
+) {
     if link.fatal.swap(true, SeqCst) {
         return;
     }
-    let _ = dev.engine.epoll.delete(link.data.as_raw_fd());
+    let _ = epoll.delete(link.data.as_raw_fd());
     let _ = sys::release_udp(dev.sock.as_fd(), dev.cfg.addr.is_ipv6());
     let DevState {
         qps, res, ready, ..

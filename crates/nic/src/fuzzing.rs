@@ -52,8 +52,9 @@ use abi::{AccessFlags, QpAttrMask, Request, SendFlags, WrOpcode};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::ctrl::{need, Need};
-use crate::device::{start_device_in, Device, DeviceHandle};
+use crate::device::{Device, DeviceHandle};
 use crate::dma::AddressSpace;
+use crate::registry::start_device_in;
 use crate::state::CtxId;
 use crate::{sys, DeviceConfig, Limits};
 

@@ -83,6 +83,7 @@ mod gsi;
 mod ident;
 mod keys;
 mod peer_ring;
+mod registry;
 mod slab;
 mod spin;
 mod state;
@@ -93,7 +94,8 @@ pub mod trace;
 pub use cm;
 pub use config::{ecn_setting, DeviceConfig, Limits, DCQCN_ENV, ECN_ENV};
 pub use counters::{CqCounters, EngineCounters, PortCounters};
-pub use device::{device, device_names, start_device, DeviceHandle, DeviceStats, EmbeddedProvider};
+pub use device::{DeviceHandle, DeviceStats};
+pub use registry::{device, device_names, start_device, EmbeddedProvider};
 pub use state::event;
 pub use tap::{
     expand_path as capture_path, DEFAULT_SNAPLEN as CAPTURE_DEFAULT_SNAPLEN,

@@ -31,15 +31,18 @@ use crate::dma::UserRange;
 use crate::slab::Slab;
 use crate::sys;
 
-/// What a device's state needs of the engine that serves it: the engine's clock (the time
-/// base of every transport deadline) and its wake-up eventfd (each context's library gets a
-/// copy to ring when the engine is parked). The engine implements it
-/// (`crate::engine::EngineShared`); the state does not depend on how the engine runs.
-pub(crate) trait EngineLink: Send + Sync + std::fmt::Debug {
+/// What a device needs of the engine that serves it: the engine's clock (the time base of
+/// every transport deadline), its wake-up eventfd (each context's library gets a copy to
+/// ring when the engine is parked), a kick, and a round of its work on the caller's thread
+/// (`abi::doorbell::Progress`). The engine implements it (`crate::engine::EngineShared`);
+/// the device and its state do not depend on how the engine runs.
+pub(crate) trait EngineLink: abi::doorbell::Progress {
     /// The engine's time now.
     fn now(&self) -> Time;
     /// The engine's wake-up eventfd.
     fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
+    /// Wake the engine (a command changed what it must watch).
+    fn kick(&self);
 }
 
 /// A context (one command connection), numbered device-wide.
