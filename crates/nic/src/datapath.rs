@@ -535,7 +535,7 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
             mrs: &res.mrs,
             pd: q.pd,
             qpn: q.qp.qpn().value(),
-            payload: Payload::defer_into(&buf),
+            payload: Payload::defer(),
         };
         let Some(t) = q.qp.poll_transmit(now, &mut mem, &mut buf) else {
             io.put_buf(buf);
@@ -987,7 +987,7 @@ pub(crate) fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferL
             Grh::V6(h)
         }
     };
-    let payload = Payload::resolve_from(bytes, deferred);
+    let payload = Payload::resolve(deferred);
     deliver(st, &pkt, ip, &RxMeta { grh, ce: false }, now, payload);
 }
 

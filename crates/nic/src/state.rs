@@ -941,64 +941,43 @@ fn source(mrs: &crate::keys::MrTable, key: u32) -> Option<&Mr> {
     mrs.by_key(key)
 }
 
-/// What a [`DmaView`] does with packet payload.
+/// What a [`DmaView`] does with packet payload — the bytes the transport moves through
+/// `Memory`'s `*_to_packet` / `*_from_packet` methods, which name their place in the packet.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) enum Payload {
     /// Copy bytes in and out (packets from the socket; packets built for it).
     #[default]
     Copy,
-    /// Building a packet in the buffer at host address `base` (`len` bytes): reads into
-    /// it record where the bytes are instead of copying them.
-    Defer {
-        base: usize,
-        len: usize,
-        list: DeferList,
-    },
-    /// Delivering a packet built that way: writes of its payload copy from the recorded
-    /// sources straight into the destination.
-    Resolve {
-        base: usize,
-        len: usize,
-        list: DeferList,
-    },
+    /// Building a packet that may stay on the device: payload read into it is recorded
+    /// (where it comes from, where in the packet it goes) instead of copied.
+    Defer(DeferList),
+    /// Delivering a packet built that way: its payload is copied from the recorded sources
+    /// straight into the destination.
+    Resolve(DeferList),
 }
 
 impl Payload {
-    /// Record reads into `buf` (a packet about to be built).
-    pub(crate) fn defer_into(buf: &[u8]) -> Payload {
-        Payload::Defer {
-            base: buf.as_ptr() as usize,
-            len: buf.len(),
-            list: DeferList::default(),
-        }
+    /// Record payload reads (a packet about to be built).
+    pub(crate) fn defer() -> Payload {
+        Payload::Defer(DeferList::default())
     }
 
-    /// Resolve writes from `pkt` (a packet built with [`Payload::defer_into`]).
-    pub(crate) fn resolve_from(pkt: &[u8], list: DeferList) -> Payload {
+    /// Resolve payload writes from a packet built with [`Payload::defer`] and `list`.
+    pub(crate) fn resolve(list: DeferList) -> Payload {
         if list.is_empty() {
-            return Payload::Copy;
-        }
-        Payload::Resolve {
-            base: pkt.as_ptr() as usize,
-            len: pkt.len(),
-            list,
+            Payload::Copy
+        } else {
+            Payload::Resolve(list)
         }
     }
 
     /// The ranges recorded while building.
     pub(crate) fn deferred(&self) -> DeferList {
         match self {
-            Payload::Defer { list, .. } => *list,
+            Payload::Defer(list) => *list,
             _ => DeferList::default(),
         }
     }
-}
-
-/// Where `s` lies inside `[base, base + len)`, as offsets.
-fn inside(base: usize, len: usize, s: &[u8]) -> Option<(usize, usize)> {
-    let start = (s.as_ptr() as usize).checked_sub(base)?;
-    let end = start.checked_add(s.len())?;
-    (end <= len).then_some((start, end))
 }
 
 /// Registered memory as one QP sees it: keys resolve in the device's MR table, and the MR
@@ -1029,6 +1008,15 @@ impl<'a> DmaView<'a> {
         let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
         if end > mr.length {
             return Err(MemError::OutOfBounds);
+        }
+        Ok((mr, off))
+    }
+
+    /// [`DmaView::lookup`] for a local write: the MR must grant LOCAL_WRITE.
+    fn local_writable(&self, lkey: Lkey, addr: u64, len: usize) -> Result<(&'a Mr, u64), MemError> {
+        let (mr, off) = self.lookup(lkey.0, addr, len as u64)?;
+        if mr.access & abi::AccessFlags::LOCAL_WRITE.0 == 0 {
+            return Err(MemError::AccessDenied);
         }
         Ok((mr, off))
     }
@@ -1087,53 +1075,42 @@ impl<'a> DmaView<'a> {
         Ok((mr, off))
     }
 
-    /// Fill `dst` (checked: bytes `off..` of `mr`) — or, while building a packet, record
-    /// where its bytes are.
-    fn fetch(&mut self, mr: &Mr, off: u64, dst: &mut [u8]) -> Result<(), MemError> {
-        if let Payload::Defer { base, len, list } = &mut self.payload {
-            if let Some((at, _)) = inside(*base, *len, dst) {
-                let d = Deferred {
-                    at,
-                    len: dst.len(),
-                    key: mr.key,
-                    off,
-                };
-                if list.push(d) {
-                    return Ok(());
-                }
+    /// Fill `dst` (checked: bytes `off..` of `mr`), which is bytes `at..` of the packet
+    /// being built — or, while building one that may stay on the device, record where its
+    /// bytes are (`dst` is then left as it is).
+    fn fetch_to_packet(
+        &mut self,
+        mr: &Mr,
+        off: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        if let Payload::Defer(list) = &mut self.payload {
+            let d = Deferred {
+                at,
+                len: dst.len(),
+                key: mr.key,
+                off,
+            };
+            if list.push(d) {
+                return Ok(());
             }
         }
-        mr.range
-            .read(off, dst)
-            .then_some(())
-            .ok_or(MemError::OutOfBounds)
+        fetch(mr, off, dst)
     }
 
-    /// Store `src` at bytes `off..` of `mr` (checked), taking deferred payload ranges of
-    /// `src` straight from their source MRs.
-    fn place(&self, mr: &Mr, off: u64, src: &[u8]) -> Result<(), MemError> {
-        let Payload::Resolve { base, len, list } = &self.payload else {
-            return mr
-                .range
-                .write(off, src)
-                .then_some(())
-                .ok_or(MemError::OutOfBounds);
+    /// Store `src` — bytes `s0..` of the packet being delivered — at bytes `off..` of `mr`
+    /// (checked), taking the deferred payload ranges straight from their source MRs.
+    fn place_from_packet(&self, mr: &Mr, off: u64, src: &[u8], s0: usize) -> Result<(), MemError> {
+        let Payload::Resolve(list) = &self.payload else {
+            return place(mr, off, src);
         };
-        let Some((s0, s1)) = inside(*base, *len, src) else {
-            return mr
-                .range
-                .write(off, src)
-                .then_some(())
-                .ok_or(MemError::OutOfBounds);
-        };
+        let s1 = s0 + src.len();
         // Bytes s0..s1 of the packet go to `off..`: literal bytes from `src`, deferred
         // ones from their source MR.
         let literal = |from: usize, to: usize| {
             let bytes = src.get(from - s0..to - s0).ok_or(MemError::OutOfBounds)?;
-            mr.range
-                .write(off + (from - s0) as u64, bytes)
-                .then_some(())
-                .ok_or(MemError::OutOfBounds)
+            place(mr, off + (from - s0) as u64, bytes)
         };
         let mut pos = s0;
         for d in list.items() {
@@ -1165,18 +1142,53 @@ impl<'a> DmaView<'a> {
     }
 }
 
+/// Copy bytes `off..` of `mr` (checked) into `dst`.
+fn fetch(mr: &Mr, off: u64, dst: &mut [u8]) -> Result<(), MemError> {
+    mr.range
+        .read(off, dst)
+        .then_some(())
+        .ok_or(MemError::OutOfBounds)
+}
+
+/// Copy `src` to bytes `off..` of `mr` (checked).
+fn place(mr: &Mr, off: u64, src: &[u8]) -> Result<(), MemError> {
+    mr.range
+        .write(off, src)
+        .then_some(())
+        .ok_or(MemError::OutOfBounds)
+}
+
 impl Memory for DmaView<'_> {
     fn read_local(&mut self, lkey: Lkey, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.lookup(lkey.0, addr, dst.len() as u64)?;
-        self.fetch(mr, off, dst)
+        fetch(mr, off, dst)
     }
 
     fn write_local(&mut self, lkey: Lkey, addr: u64, src: &[u8]) -> Result<(), MemError> {
-        let (mr, off) = self.lookup(lkey.0, addr, src.len() as u64)?;
-        if mr.access & abi::AccessFlags::LOCAL_WRITE.0 == 0 {
-            return Err(MemError::AccessDenied);
-        }
-        self.place(mr, off, src)
+        let (mr, off) = self.local_writable(lkey, addr, src.len())?;
+        place(mr, off, src)
+    }
+
+    fn read_local_to_packet(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let (mr, off) = self.lookup(lkey.0, addr, dst.len() as u64)?;
+        self.fetch_to_packet(mr, off, dst, at)
+    }
+
+    fn write_local_from_packet(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        src: &[u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let (mr, off) = self.local_writable(lkey, addr, src.len())?;
+        self.place_from_packet(mr, off, src, at)
     }
 
     fn check_remote(
@@ -1191,12 +1203,34 @@ impl Memory for DmaView<'_> {
 
     fn read_remote(&mut self, rkey: Rkey, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, dst.len() as u64, RemoteAccess::Read)?;
-        self.fetch(mr, off, dst)
+        fetch(mr, off, dst)
     }
 
     fn write_remote(&mut self, rkey: Rkey, va: u64, src: &[u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, src.len() as u64, RemoteAccess::Write)?;
-        self.place(mr, off, src)
+        place(mr, off, src)
+    }
+
+    fn read_remote_to_packet(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let (mr, off) = self.remote(rkey, va, dst.len() as u64, RemoteAccess::Read)?;
+        self.fetch_to_packet(mr, off, dst, at)
+    }
+
+    fn write_remote_from_packet(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        src: &[u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let (mr, off) = self.remote(rkey, va, src.len() as u64, RemoteAccess::Write)?;
+        self.place_from_packet(mr, off, src, at)
     }
 
     fn atomic_remote(&mut self, rkey: Rkey, va: u64, op: AtomicOp) -> Result<u64, MemError> {
@@ -1353,17 +1387,21 @@ mod tests {
             mrs: &mrs,
             pd: 7,
             qpn: 16,
-            payload: Payload::defer_into(&pkt),
+            payload: Payload::defer(),
         };
-        view.read_local(Lkey(ka), 0x1000 + 8, &mut pkt[10..20])
+        view.read_local_to_packet(Lkey(ka), 0x1000 + 8, &mut pkt[10..20], 10)
             .unwrap();
-        view.read_local(Lkey(ka), 0x1000 + 40, &mut pkt[30..40])
+        view.read_local_to_packet(Lkey(ka), 0x1000 + 40, &mut pkt[30..40], 30)
             .unwrap();
         // Checks still happen at build time.
         assert_eq!(
-            view.read_local(Lkey(ka), 0x1000 + 60, &mut pkt[40..50]),
+            view.read_local_to_packet(Lkey(ka), 0x1000 + 60, &mut pkt[40..50], 40),
             Err(MemError::OutOfBounds)
         );
+        // A plain read (not packet payload) is never deferred.
+        let mut plain = [0u8; 4];
+        view.read_local(Lkey(ka), 0x1000 + 2, &mut plain).unwrap();
+        assert_eq!(plain, [2, 3, 4, 5]);
         let list = view.payload.deferred();
         assert_eq!(pkt[10..20], [0x55; 10]);
         assert!(list.sources_valid(&mrs));
@@ -1373,9 +1411,10 @@ mod tests {
             mrs: &mrs,
             pd: 7,
             qpn: 17,
-            payload: Payload::resolve_from(&pkt, list),
+            payload: Payload::resolve(list),
         };
-        rx.write_remote(Rkey(kb), 0x1000, &pkt[5..45]).unwrap();
+        rx.write_remote_from_packet(Rkey(kb), 0x1000, &pkt[5..45], 5)
+            .unwrap();
         let mut want = [0x55u8; 40];
         want[5..15].copy_from_slice(&src[8..18]);
         want[25..35].copy_from_slice(&src[40..50]);

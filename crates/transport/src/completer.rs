@@ -298,7 +298,12 @@ impl Qp {
         if let crate::LocalData::Sges(sges) = &w.wr.local {
             let r = for_each_piece(sges.as_slice(), off, expect, |sge, o, n, at| {
                 let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
-                mem.write_local(sge.lkey, addr, &pkt.payload[at..at + n])
+                mem.write_local_from_packet(
+                    sge.lkey,
+                    addr,
+                    &pkt.payload[at..at + n],
+                    pkt.header_len() + at,
+                )
             });
             if r.is_err() {
                 self.counters.send_err += 1;

@@ -128,6 +128,67 @@ pub trait Memory {
         let _ = (qpn, rkey);
         Err(MemError::InvalidateDenied)
     }
+
+    // Payload between memory and a packet. The transport moves every payload byte through
+    // these four, naming the range of the packet (BTH first: byte 0 is the BTH's first)
+    // that the bytes fill or come from, so that a device which moves payload memory to
+    // memory itself — a packet that never leaves the device, as a NIC's internal loopback
+    // does — may record where a packet's payload is instead of copying it, and resolve
+    // that record when the packet is delivered. Each defaults to the plain operation.
+
+    /// [`Memory::read_local`] into bytes `at..at + dst.len()` of the packet being built
+    /// (`dst` is that range of its buffer). An implementation may leave `dst` unwritten
+    /// and record the source instead; the transport never reads payload it gathered.
+    fn read_local_to_packet(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let _ = at;
+        self.read_local(lkey, addr, dst)
+    }
+
+    /// [`Memory::read_remote`] into bytes `at..` of the packet being built (a READ
+    /// response), with the same freedom as [`Memory::read_local_to_packet`].
+    fn read_remote_to_packet(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let _ = at;
+        self.read_remote(rkey, va, dst)
+    }
+
+    /// [`Memory::write_local`] of `src`, bytes `at..at + src.len()` of the packet being
+    /// handled (a SEND's payload into a receive buffer, a READ response's into the
+    /// requester's).
+    fn write_local_from_packet(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        src: &[u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let _ = at;
+        self.write_local(lkey, addr, src)
+    }
+
+    /// [`Memory::write_remote`] of `src`, bytes `at..` of the packet being handled (an RDMA
+    /// WRITE's payload).
+    fn write_remote_from_packet(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        src: &[u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        let _ = at;
+        self.write_remote(rkey, va, src)
+    }
 }
 
 impl<M: Memory + ?Sized> Memory for &mut M {
@@ -163,6 +224,42 @@ impl<M: Memory + ?Sized> Memory for &mut M {
     }
     fn invalidate_local(&mut self, qpn: Qpn, rkey: Rkey) -> Result<(), MemError> {
         (**self).invalidate_local(qpn, rkey)
+    }
+    fn read_local_to_packet(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        (**self).read_local_to_packet(lkey, addr, dst, at)
+    }
+    fn read_remote_to_packet(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        dst: &mut [u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        (**self).read_remote_to_packet(rkey, va, dst, at)
+    }
+    fn write_local_from_packet(
+        &mut self,
+        lkey: Lkey,
+        addr: u64,
+        src: &[u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        (**self).write_local_from_packet(lkey, addr, src, at)
+    }
+    fn write_remote_from_packet(
+        &mut self,
+        rkey: Rkey,
+        va: u64,
+        src: &[u8],
+        at: usize,
+    ) -> Result<(), MemError> {
+        (**self).write_remote_from_packet(rkey, va, src, at)
     }
 }
 

@@ -288,7 +288,7 @@ impl Qp {
                             .addr
                             .checked_add(off)
                             .ok_or(crate::MemError::OutOfBounds)?;
-                        mem.read_local(sge.lkey, addr, &mut dst[at..at + n])
+                        mem.read_local_to_packet(sge.lkey, addr, &mut dst[at..at + n], hl + at)
                     })
                     .map_err(|_| BuildError::Wqe(TransportError::LocalProtection))?;
                 }

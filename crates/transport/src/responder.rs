@@ -396,7 +396,12 @@ impl Qp {
             plen,
             |sge, o, n, at| {
                 let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
-                mem.write_local(sge.lkey, addr, &pkt.payload[at..at + n])
+                mem.write_local_from_packet(
+                    sge.lkey,
+                    addr,
+                    &pkt.payload[at..at + n],
+                    pkt.header_len() + at,
+                )
             },
         );
         if r.is_err() {
@@ -539,7 +544,7 @@ impl Qp {
         if plen > 0 {
             let ok = va
                 .checked_add(u64::from(received))
-                .map(|at| mem.write_remote(rkey, at, pkt.payload))
+                .map(|at| mem.write_remote_from_packet(rkey, at, pkt.payload, pkt.header_len()))
                 .is_some_and(|r| r.is_ok());
             if !ok {
                 fail!(NakCode::REMOTE_ACCESS_ERROR);
@@ -845,13 +850,21 @@ impl Qp {
         let placed = if (need as u64) > h.wr.sges.total_len() {
             Err(TransportError::LocalLength)
         } else {
-            let write = |bytes: &[u8], at_msg: u64, mem: &mut M| {
+            // `in_pkt`: where `bytes` start in the packet (the payload), or `None` (the GRH).
+            let write = |bytes: &[u8], in_pkt: Option<usize>, at_msg: u64, mem: &mut M| {
                 for_each_piece(sges, at_msg, bytes.len(), |sge, o, n, at| {
                     let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
-                    mem.write_local(sge.lkey, addr, &bytes[at..at + n])
+                    let src = &bytes[at..at + n];
+                    match in_pkt {
+                        Some(p) => mem.write_local_from_packet(sge.lkey, addr, src, p + at),
+                        None => mem.write_local(sge.lkey, addr, src),
+                    }
                 })
             };
-            if write(&grh, 0, mem).is_err() || write(pkt.payload, grh.len() as u64, mem).is_err() {
+            let payload_at = Some(pkt.header_len());
+            if write(&grh, None, 0, mem).is_err()
+                || write(pkt.payload, payload_at, grh.len() as u64, mem).is_err()
+            {
                 Err(TransportError::LocalProtection)
             } else {
                 Ok(())
@@ -933,7 +946,11 @@ impl Qp {
             self.counters.send_err += 1;
             return None;
         }
-        if plen > 0 && mem.read_remote(rkey, va, &mut buf[hl..hl + plen]).is_err() {
+        if plen > 0
+            && mem
+                .read_remote_to_packet(rkey, va, &mut buf[hl..hl + plen], hl)
+                .is_err()
+        {
             // The MR went away between request and response: NAK remote access error.
             self.counters.send_nak += 1;
             self.enter_error(true);
