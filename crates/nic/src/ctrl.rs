@@ -43,21 +43,17 @@ impl CtrlShared {
             epoll,
         })
     }
+}
 
+/// Start the control-plane thread of `dev`.
+impl CommandIntake for CtrlShared {
     /// Give the control-plane thread a new connection (the device's end of a socketpair).
-    fn add_stream(&self, stream: UnixStream) {
+    fn add(&self, stream: UnixStream) {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(stream);
         sys::eventfd_signal(self.notify.as_fd());
-    }
-}
-
-/// Start the control-plane thread of `dev`.
-impl CommandIntake for CtrlShared {
-    fn add(&self, stream: UnixStream) {
-        self.add_stream(stream);
     }
 }
 
