@@ -1,87 +1,65 @@
-//! The engine: the NIC's doorbell, DMA and transport processing, one thread for every
-//! device of the process by default (docs/architecture.md §4).
+//! The engine: the driver of the device datapath (`crate::datapath`, which owns no thread,
+//! socket or clock) — one thread for every device of the process by default
+//! (docs/architecture.md §4).
 //!
-//! The engine drives the device's datapath (`crate::datapath`, which owns no thread, socket
-//! or clock): it reads the clock, runs a pass per device under the device lock — doorbells,
-//! then `recvmmsg` from the UDP socket (only while some QP can talk to another device, or
-//! after epoll reported the socket readable; UDP GRO messages cut into datagrams) and from
-//! the daemon's socket, timers, the CM's MADs, the work on loopback packets and ready QPs —
-//! and sends what the datapath queued with `sendmmsg` (runs to an IPv4 loopback peer as GSO
-//! sends, each datagram's ICRC made for the IPv4 ID the kernel will give it).
+//! Each pass over a device, under the device lock, reads the clock and runs the datapath:
+//! doorbells, what the network port received (`port`: the UDP socket, read only while some
+//! QP can talk to another device or after epoll reported it readable, or the daemon's link),
+//! the peer rings, timers, the CM's MADs, the loopback packets and ready QPs; then the port
+//! sends what the datapath queued.
 //!
 //! # Parking
 //!
 //! While passes make progress the engine loops. Without progress it keeps polling for an
 //! adaptive window (`crate::spin`: from `spin_us`, doubled by parks that a wake-up soon
-//! ended, up to `max_spin_us`), and longer — a second adaptive window, `busy_spin_us` up
-//! to `max_busy_spin_us` — while an application is mid-work (it owes a signaled send WQE
-//! or has completions it has not consumed: it is descheduled, not done) — unless it was
-//! recently preempted in an idle spin (more runnable threads than cores: spinning then
-//! steals the core from whoever would make progress, so it spins a few µs only;
-//! `DeviceConfig::park_when_contended`). Then it parks:
-//! it announces `parked` on every doorbell page (abi::doorbell protocol) and in its own
-//! flag for control-plane kicks, re-checks, then blocks in `epoll_wait` on the wake eventfd
-//! and the UDP sockets with the next transport deadline as the timeout. A doorbell costs
-//! the library a system call only in that state. An idle device costs no CPU.
+//! ended, up to `max_spin_us`), and longer — `busy_spin_us` up to `max_busy_spin_us` —
+//! while an application is mid-work (it owes a signaled send WQE or has completions it has
+//! not consumed: it is descheduled, not done), unless the cores are oversubscribed (it was
+//! preempted in an idle spin, or it is pinned to one CPU beside a polling application):
+//! then it spins a few µs only (`DeviceConfig::park_when_contended`). Then it parks
+//! (`park`): a doorbell costs the library a system call only in that state, and an idle
+//! device costs no CPU.
 //!
 //! # The engine's work on the application's thread
 //!
-//! While the engine sleeps, its per-device I/O state (`Core`) is free: a library thread
-//! that rings a doorbell or finds its CQ empty takes it (`try_lock`, never waiting) and runs
-//! the passes itself (`EngineShared::drive`, `abi::doorbell::Progress`;
-//! `DeviceConfig::app_progress`), as rxe's `post_send` transmits in the caller's context.
-//! The engine stays asleep unless that work left something over or armed a deadline before
-//! the one it sleeps until. On a machine with more runnable threads than cores this removes
-//! the hand-off that otherwise dominates latency: an application busy-polling its CQ on the
-//! core the engine needs. Pinned to one CPU, the engine counts as contended (parks right
-//! after its work) for as long as an application thread keeps calling in, and a caller that
-//! finds a contended engine awake yields its core to it. Measured on the 2-core VM, stock
-//! perftest between two processes pinned to a core each (before → after): ib_send_lat
-//! typical 27–37 → 8–16 µs, average 440–700 → 19–30 µs; ib_read_lat 41 / 341 → 8–9 / 16–18
-//! µs; ib_write_bw 205 → 444–485 MB/s; ib_atomic_bw 0.018 → 0.084–0.093 Mpps. An
-//! application that waits by spinning on memory (ib_write_lat) still needs the engine
-//! thread to be scheduled for each incoming WRITE (typical ~45 µs, one wake-up here).
-//!
 //! The device's work is done where a core is already running: on the caller's thread when
-//! it posts or polls, on the engine only when no caller is there. A caller marks itself
-//! active (`EngineShared::app_active`); the engine then counts as contended for
-//! `APP_HOLD` — it parks after a few µs of idle spin, and a caller that finds it awake in
-//! that state takes the work too (the engine's loop `try_lock`s and waits for it, yielding
-//! its core only if the caller holds on `HOLDER_STALLED`). On a
-//! daemon device the caller also drains the peer rings while it does the passes (it
-//! withdraws the rings' `parked` word meanwhile, so producers do not wake the engine for
-//! what it reads anyway), and holds back an ACK-only batch for the answer it is about to
-//! post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps `RING_BACKLOG_NAP`
-//! while callers have been holding ACKs or a ring is full, so that held ACKs and packets
-//! waiting for room always leave (docs/daemon.md §2.1).
+//! it posts or polls, on the engine only when no caller is there. While the engine sleeps,
+//! its per-device I/O state (`Core`) is free: a library thread that rings a doorbell or
+//! finds its CQ empty takes it (`try_lock`, never waiting) and runs the passes itself
+//! ([`EngineShared::drive`], `abi::doorbell::Progress`; `DeviceConfig::app_progress`), as
+//! rxe's `post_send` transmits in the caller's context. A caller marks itself active
+//! (`EngineShared::app_active`); the engine then counts as contended for `APP_HOLD` — it
+//! parks after a few µs of idle spin, and a caller that finds it awake in that state takes
+//! the work too (the engine's loop waits for it, yielding its core only if the caller holds
+//! on `HOLDER_STALLED`). On a daemon device the caller also drains the peer rings while it
+//! does the passes (it withdraws the rings' `parked` word meanwhile, so producers do not
+//! wake the engine for what it reads anyway) and holds back an ACK-only batch for the
+//! answer it is about to post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps
+//! `RING_BACKLOG_NAP` while callers have been holding ACKs or a ring is full, so that held
+//! ACKs and packets waiting for room always leave (docs/daemon.md §2.1).
+
+mod park;
+mod port;
 
 use std::cmp::Reverse;
-use std::collections::VecDeque;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use transport::wire::ROCE_V2_PORT;
-use transport::{AttrMask, QpState, Time};
+use transport::Time;
 
 use crate::config::DeviceConfig;
 use crate::datapath::*;
 use crate::device::Device;
 use crate::spin::{SpinBounds, SpinPolicy};
 use crate::state::*;
-use crate::sys::{self, Epoll, MsgBatch, Sent, EPOLLIN};
+use crate::sys::{self, Epoll, EPOLLIN};
+use park::park;
+use port::{flush_tx, receive, DevIo, DAEMON_POLL_NS};
 
-/// Messages per `recvmmsg`.
-const BATCH: usize = 32;
-/// A daemon client's engine reads the daemon's socket at least this often while busy.
-const DAEMON_POLL_NS: u64 = 5_000_000;
-/// Datagrams per `sendmmsg` (runs of them go as GSO sends: `sys::MsgBatch::send`).
-const TX_BATCH: usize = 128;
-/// Receive buffer: a message of datagrams the kernel coalesced (UDP GRO) is at most 64 KiB.
-const RX_BUF: usize = (1 << 16) + size_of::<abi::daemon::DataHdr>();
 /// With [`crate::DeviceConfig::yield_when_idle`], idle spinning longer than this yields the
 /// core between polls.
 const YIELD_AFTER: Duration = Duration::from_micros(5);
@@ -406,39 +384,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The engine's per-device I/O state (not behind the device lock): the datapath's queues
-/// and what the driver adds around them — the socket's message batches, GSO, when to read.
-#[derive(Debug)]
-pub(crate) struct DevIo {
-    q: Queues,
-    rx_bufs: Vec<Vec<u8>>,
-    rx: MsgBatch,
-    tx: MsgBatch,
-    /// GSO sends (runs of datagrams in one system call) to IPv4 loopback peers, and how the
-    /// kernel numbers their IDs (`Device::gso`; `None`: off, for good once the kernel
-    /// refused one for want of segmentation offload). Elsewhere each datagram goes
-    /// alone: how a NIC's segmentation offload numbers IPv4 IDs — which the ICRC covers, and
-    /// rxe and RoCE NICs check — is not known here.
-    gso: Option<sys::GsoIds>,
-    force_rx: bool,
-    /// When the daemon's socket was last read.
-    daemon_polled: Time,
-}
-
-impl DevIo {
-    fn new(gso: Option<sys::GsoIds>, tap: Arc<crate::tap::Tap>) -> DevIo {
-        DevIo {
-            q: Queues::new(tap),
-            rx_bufs: (0..BATCH).map(|_| vec![0u8; RX_BUF]).collect(),
-            rx: MsgBatch::new(BATCH),
-            tx: MsgBatch::new(TX_BATCH),
-            gso,
-            force_rx: true,
-            daemon_polled: Time(0),
-        }
-    }
-}
-
 #[derive(Debug)]
 struct EngineDev {
     dev: Arc<Device>,
@@ -608,119 +553,6 @@ fn run(shared: Arc<EngineShared>) {
     }
 }
 
-/// Try to sleep. Returns `None` if the engine did not block, else how long it slept and
-/// whether the application ended the sleep: its doorbell or a control-plane command came
-/// through the wake fd. A datagram or the timeout says nothing about the application, and
-/// spinning would not have served a datagram sooner than the wake-up did (`crate::spin`).
-/// A deadline closer than this is met by spinning rather than sleeping.
-const SPIN_DEADLINE_NS: u64 = 60_000;
-/// A sleep until a deadline ends this much before it (timer slack, wake-up latency).
-const WAKE_EARLY_NS: u64 = 30_000;
-
-fn park(
-    shared: &EngineShared,
-    mut core: std::sync::MutexGuard<'_, Core>,
-    events: &mut Vec<(u64, u32)>,
-) -> Option<(Duration, bool)> {
-    let unpark_all = |devs: &mut [EngineDev]| {
-        for d in devs.iter() {
-            let st = d.dev.lock_engine();
-            for cx in st.res.ctxs.values() {
-                let _ = cx.doorbells.finish_park();
-            }
-            for r in st.peer_rx.iter() {
-                r.set_parked(false);
-            }
-        }
-    };
-    // 1. Announce `parked` on every doorbell page and peer ring, re-checking them.
-    let mut may_sleep = true;
-    let mut backlog = false;
-    let mut next: Option<Time> = None;
-    for d in core.devs.iter() {
-        let mut st = d.dev.lock_engine();
-        for cx in st.res.ctxs.values() {
-            if !cx.doorbells.prepare_park().unwrap_or(false) {
-                may_sleep = false;
-            }
-        }
-        for r in st.peer_rx.iter_mut() {
-            r.set_parked(true);
-            if r.pending() {
-                may_sleep = false;
-            }
-        }
-        if let Some(Reverse((t, _))) = st.timers.peek() {
-            next = Some(next.map_or(*t, |n| n.min(*t)));
-        }
-        if busy(&d.io, &st) {
-            may_sleep = false;
-        }
-        // A full peer ring empties at its consumer's pace: nap, don't spin. And while
-        // application threads hold back ACKs for a moment (`flush_rings`), one may stop
-        // calling in: nap so that they leave regardless.
-        backlog |= !d.io.q.ring_backlog.is_empty()
-            || (d.io.q.ring_seen.0 != 0
-                && now_of(shared.epoch).nanos_since(d.io.q.ring_seen) < RING_ACTIVE_NS);
-        if !may_sleep {
-            break;
-        }
-    }
-    // 2. The same for control-plane kicks.
-    shared.parked.store(true, SeqCst);
-    if !may_sleep || shared.kicked.load(SeqCst) {
-        shared.parked.store(false, SeqCst);
-        unpark_all(&mut core.devs);
-        return None;
-    }
-    // 3. Sleep until a wake-up, a datagram or the next deadline. Deadlines under
-    //    `SPIN_DEADLINE_NS` are met by spinning; later ones are slept for with nanosecond
-    //    resolution (`Epoll::wait_for`), waking `WAKE_EARLY_NS` early to spin the rest —
-    //    so a paced QP (docs/wire.md §11.3) whose next packet is due in a few hundred µs
-    //    does not keep a core busy. While asleep, the core is free for an application
-    //    thread to do the work (`EngineShared::drive`); it wakes the engine if it arms an
-    //    earlier deadline.
-    let timeout = match next {
-        None => None,
-        Some(t) => {
-            let dt = t.nanos_since(now_of(shared.epoch));
-            if dt < SPIN_DEADLINE_NS {
-                shared.parked.store(false, SeqCst);
-                unpark_all(&mut core.devs);
-                return None;
-            }
-            Some(Duration::from_nanos(dt - WAKE_EARLY_NS))
-        }
-    };
-    let timeout = if backlog {
-        Some(timeout.map_or(RING_BACKLOG_NAP, |t| t.min(RING_BACKLOG_NAP)))
-    } else {
-        timeout
-    };
-    // What a caller compares its deadlines with (`EngineShared::drive`): the transport's,
-    // or the nap's if sooner.
-    let nap_end = backlog.then(|| now_of(shared.epoch).0.saturating_add(RING_NAP_NS));
-    let until = match (next.map(|t| t.0), nap_end) {
-        (Some(a), Some(b)) => a.min(b),
-        (a, b) => a.or(b).unwrap_or(u64::MAX),
-    };
-    shared.sleeps_until.store(until, SeqCst);
-    drop(core);
-    let t0 = Instant::now();
-    let _ = shared.epoll.wait_for(events, timeout);
-    let slept = t0.elapsed();
-    let mut core = lock(&shared.core);
-    shared.parked.store(false, SeqCst);
-    sys::eventfd_drain(shared.wake.as_fd());
-    for (token, _) in events.iter() {
-        if let Some(d) = core.devs.iter_mut().find(|d| d.dev.id == *token) {
-            d.io.force_rx = true;
-        }
-    }
-    unpark_all(&mut core.devs);
-    Some((slept, events.iter().any(|&(token, _)| token == WAKE_TOKEN)))
-}
-
 /// One pass over one device; returns whether anything happened.
 fn pass(
     dev: &Device,
@@ -768,350 +600,4 @@ fn pass(
         st.res.counters.app_passes += 1;
     }
     progress
-}
-
-fn flush_tx(dev: &Device, st: &mut DevState, io: &mut DevIo, now: Time, by_app: bool) -> bool {
-    let mut progress = flush_rings(st, &mut io.q, now, by_app);
-    let mut groups = [0usize; TX_BATCH];
-    // After a refused GSO send, the next message goes datagram by datagram.
-    let mut single_first = false;
-    while !io.q.txq.is_empty() {
-        let n = io.q.txq.len().min(TX_BATCH);
-        let planned = plan_sends(&mut io.q.txq, n, io.gso, single_first, &mut groups);
-        single_first = false;
-        let txq = &io.q.txq;
-        let r = io
-            .tx
-            .send(&dev.sock, &groups[..planned], |i| match txq.get(i) {
-                Some(d) => (d.bytes(), d.dst),
-                None => (&[][..], SocketAddr::new(dev.cfg.addr, ROCE_V2_PORT)),
-            });
-        match r {
-            Sent::Took(0) => break, // socket buffer full: retry on the next pass
-            Sent::Took(k) => {
-                for _ in 0..k {
-                    if let Some(d) = io.q.txq.pop_front() {
-                        if let Some(tap) = io.q.tap() {
-                            tap.sent(d.dst, d.ident, d.bytes());
-                        }
-                        io.q.put_buf(d.buf);
-                    }
-                }
-                progress = true;
-            }
-            Sent::Refused(k, e) if k > 1 => {
-                // A GSO send refused: where segmentation offload is missing (EIO, EINVAL,
-                // EOPNOTSUPP) send datagram by datagram from now on; otherwise (EMSGSIZE)
-                // the next try sends the run's first datagram alone — the largest of the
-                // run, so if one is too large it is — and only that one is dropped.
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
-                ) {
-                    io.gso = None;
-                }
-                single_first = true;
-                progress = true;
-            }
-            Sent::Refused(..) => {
-                // The first datagram was refused (e.g. EMSGSIZE with DF): drop it.
-                if let Some(d) = io.q.txq.pop_front() {
-                    io.q.put_buf(d.buf);
-                }
-                st.res.counters.xmit_discards += 1;
-                progress = true;
-            }
-        }
-    }
-    progress
-}
-
-/// Cut the first `n` queued datagrams into messages (`groups`; returns how many): runs to an
-/// IPv4 loopback peer that one GSO send can carry (`sys::gso_run`), every other datagram
-/// alone (and the first alone if `single_first`). Each datagram's ICRC is made the one for
-/// the IPv4 ID the kernel will give it: its place in its run if the kernel counts, else 0.
-fn plan_sends(
-    txq: &mut VecDeque<Datagram>,
-    n: usize,
-    gso: Option<sys::GsoIds>,
-    single_first: bool,
-    groups: &mut [usize],
-) -> usize {
-    let mut i = 0;
-    let mut h = 0;
-    while i < n && h < groups.len() {
-        let loopback_v4 = txq
-            .get(i)
-            .is_some_and(|d| matches!(d.dst.ip(), IpAddr::V4(a) if a.is_loopback()));
-        let g = match gso {
-            Some(_) if !(single_first && i == 0) && loopback_v4 => sys::gso_run(i, n, |k| {
-                txq.get(k)
-                    .map_or((0, SocketAddr::from(([0, 0, 0, 0], 0))), |d| (d.len, d.dst))
-            }),
-            _ => 1,
-        };
-        for (pos, k) in (i..i + g).enumerate() {
-            let ident = match gso {
-                Some(sys::GsoIds::Counting) if g > 1 => u16::try_from(pos).unwrap_or(0),
-                _ => 0,
-            };
-            if let Some(d) = txq.get_mut(k) {
-                d.set_ident(ident);
-            }
-        }
-        if let Some(slot) = groups.get_mut(h) {
-            *slot = g;
-        }
-        h += 1;
-        i += g;
-    }
-    h
-}
-
-// ---------------------------------------------------------------------------------------
-// Receive side
-
-fn receive(dev: &Device, st: &mut DevState, io: &mut DevIo, epoll: &Epoll, now: Time) -> bool {
-    if let Some(link) = &dev.daemon {
-        return receive_forwarded(dev, link, st, io, epoll, now);
-    }
-    let mut any = false;
-    // A coalesced message (UDP GRO) is, on loopback, one GSO send, whose ICRCs a counting
-    // kernel's sender made for IDs 0, 1, 2, … (`plan_sends`): the first guess at each ID.
-    let counting = io.gso == Some(sys::GsoIds::Counting);
-    for _ in 0..4 {
-        let n = io.rx.recv(dev.sock.as_fd(), &mut io.rx_bufs).unwrap_or(0);
-        for i in 0..n {
-            let Some(m) = io.rx.received(i) else {
-                continue;
-            };
-            if m.truncated {
-                st.res.counters.port_rcv_errors += 1;
-                continue;
-            }
-            let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
-                continue;
-            };
-            receive_message(st, io.q.tap(), data, &m, counting, 0, now);
-        }
-        any |= n > 0;
-        if n < BATCH {
-            break;
-        }
-    }
-    any
-}
-
-/// One received message: a datagram, or datagrams of `m.segment` bytes back to back
-/// (UDP GRO; `first` is the first one's place in its GSO send).
-fn receive_message(
-    st: &mut DevState,
-    tap: Option<&crate::tap::Tap>,
-    data: &[u8],
-    m: &sys::Received,
-    counting: bool,
-    first: u16,
-    now: Time,
-) {
-    for (j, d) in data.chunks(m.segment.unwrap_or(m.len).max(1)).enumerate() {
-        let likely = if counting {
-            u16::try_from(j).unwrap_or(0).wrapping_add(first)
-        } else {
-            0
-        };
-        handle_datagram(st, tap, d, m.from, likely, m.ce(), now);
-    }
-}
-
-/// What the daemon forwarded (`crate::daemon_client`): each message an
-/// `abi::daemon::DataHdr` and the datagram(s). End of stream: the daemon is gone.
-fn receive_forwarded(
-    dev: &Device,
-    link: &crate::daemon_client::DaemonLink,
-    st: &mut DevState,
-    io: &mut DevIo,
-    epoll: &Epoll,
-    now: Time,
-) -> bool {
-    use abi::daemon::DataHdr;
-    use zerocopy::FromBytes;
-    if link.fatal.load(SeqCst) {
-        return false;
-    }
-    let counting = io.gso == Some(sys::GsoIds::Counting);
-    let mut any = false;
-    for _ in 0..4 {
-        let n = match io.rx.recv(link.data.as_fd(), &mut io.rx_bufs) {
-            Ok(n) => n,
-            Err(_) => {
-                daemon_gone(dev, link, st, epoll);
-                return true;
-            }
-        };
-        for i in 0..n {
-            let len = io.rx.received_len(i);
-            if len == 0 {
-                daemon_gone(dev, link, st, epoll);
-                return true;
-            }
-            let Some(msg) = io.rx_bufs.get(i).and_then(|b| b.get(..len)) else {
-                continue;
-            };
-            let Ok((h, data)) = DataHdr::read_from_prefix(msg) else {
-                st.res.counters.port_rcv_errors += 1;
-                continue;
-            };
-            if h.flags & DataHdr::RING != 0 {
-                // A packet ring from another process of the device (crate::peer_ring).
-                for fd in io.rx.take_fds(i) {
-                    match crate::peer_ring::RxRing::attach(&fd) {
-                        Ok(r) => st.peer_rx.push(r),
-                        Err(e) => eprintln!("uroce: {}: peer ring: {e}", dev.cfg.name),
-                    }
-                }
-                continue;
-            }
-            let m = sys::Received {
-                len: data.len(),
-                from: SocketAddr::new(abi::daemon::addr_of_gid(h.src), h.src_port),
-                truncated: false,
-                segment: (h.segment > 0).then_some(usize::from(h.segment)),
-                tos: (h.flags & DataHdr::TOS_VALID != 0).then_some(h.tos),
-            };
-            receive_message(st, io.q.tap(), data, &m, counting, h.first_index, now);
-        }
-        any |= n > 0;
-        if n < BATCH {
-            break;
-        }
-    }
-    any
-}
-
-/// The daemon closed our link: the device is dead (docs/daemon.md §7).
-/// Stop reading, give the daemon's port back, flush every QP, and tell every context.
-fn daemon_gone(
-    dev: &Device,
-    link: &crate::daemon_client::DaemonLink,
-    st: &mut DevState,
-    epoll: &Epoll,
-) {
-    if link.fatal.swap(true, SeqCst) {
-        return;
-    }
-    let _ = epoll.delete(link.data.as_raw_fd());
-    let _ = sys::release_udp(dev.sock.as_fd(), dev.cfg.addr.is_ipv6());
-    let DevState {
-        qps, res, ready, ..
-    } = st;
-    for idx in qps.indices_where(|_| true) {
-        if let Some(q) = qps.get_mut(idx) {
-            if !matches!(q.qp.state(), QpState::Err | QpState::Reset) {
-                let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
-            }
-        }
-        make_ready(qps, ready, idx);
-    }
-    let ctxs: Vec<_> = res.ctxs.keys().copied().collect();
-    for c in ctxs {
-        res.post_async(c, 1, crate::state::event::DEVICE_FATAL);
-    }
-    eprintln!(
-        "uroce: {}: the daemon at {} went away; the device is fatal (reopen it once a \
-         daemon serves it again)",
-        dev.cfg.name,
-        link.socket.display()
-    );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::Ipv4Addr;
-    use transport::wire::icrc::{self, ICRC_LEN};
-    use transport::wire::ip::{IpRepr, UdpRepr};
-
-    const SRC: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
-
-    /// A datagram of `len` transport bytes to `dst`:4791 with its ICRC for ID 0, as `route`
-    /// queues it.
-    fn dgram(fill: u8, len: usize, dst: Ipv4Addr) -> Datagram {
-        let mut buf = vec![fill; len];
-        let ip = IpRepr::v4_socket(SRC, dst, 0, 64);
-        let crc = icrc::compute_for(&ip, &UdpRepr::roce(ROCE_V2_PORT), &buf).unwrap();
-        buf.extend_from_slice(&icrc::icrc_wire_bytes(crc));
-        Datagram {
-            buf,
-            len: len + ICRC_LEN,
-            dst: SocketAddr::new(dst.into(), ROCE_V2_PORT),
-            ident: 0,
-        }
-    }
-
-    /// The IPv4 ID each queued datagram's ICRC is right for (exactly, over the bytes).
-    fn idents(q: &VecDeque<Datagram>) -> Vec<u16> {
-        q.iter()
-            .map(|d| {
-                let IpAddr::V4(dst) = d.dst.ip() else {
-                    unreachable!()
-                };
-                let (t, w) = d.bytes().split_at(d.len - ICRC_LEN);
-                (0..=u16::MAX)
-                    .find(|&ident| {
-                        let ip = IpRepr::V4 {
-                            src: SRC,
-                            dst,
-                            dscp_ecn: 0,
-                            ttl: 64,
-                            ident,
-                            dont_frag: true,
-                        };
-                        icrc::compute_for(&ip, &UdpRepr::roce(ROCE_V2_PORT), t)
-                            == Ok(icrc::read_icrc(w))
-                    })
-                    .expect("some ID")
-            })
-            .collect()
-    }
-
-    #[test]
-    fn gso_runs_only_to_ipv4_loopback_and_icrcs_follow_the_kernel_s_numbering() {
-        let lo = Ipv4Addr::new(127, 0, 0, 2);
-        let far = Ipv4Addr::new(10, 0, 0, 2);
-        let queue = || -> VecDeque<Datagram> {
-            let mut q: VecDeque<Datagram> = (0..4).map(|i| dgram(i, 1024, lo)).collect();
-            q.push_back(dgram(4, 100, lo)); // shorter: ends the run
-            q.push_back(dgram(5, 1024, far)); // not loopback: alone
-            q.push_back(dgram(6, 1024, far));
-            q.push_back(dgram(7, 64, lo));
-            q.push_back(dgram(8, 64, lo));
-            q
-        };
-        let mut groups = [0usize; TX_BATCH];
-
-        // A counting kernel: IDs 0, 1, 2, … within each run, 0 for datagrams alone.
-        let mut q = queue();
-        let h = plan_sends(&mut q, 9, Some(sys::GsoIds::Counting), false, &mut groups);
-        assert_eq!(groups[..h], [5, 1, 1, 2]);
-        assert_eq!(idents(&q), [0, 1, 2, 3, 4, 0, 0, 0, 1]);
-        // Planned again differently (after a refusal: the first alone, then GSO off), the
-        // ICRCs follow.
-        let h = plan_sends(&mut q, 9, Some(sys::GsoIds::Counting), true, &mut groups);
-        assert_eq!(groups[..h], [1, 4, 1, 1, 2]);
-        assert_eq!(idents(&q), [0, 0, 1, 2, 3, 0, 0, 0, 1]);
-        let h = plan_sends(&mut q, 9, None, false, &mut groups);
-        assert_eq!(groups[..h], [1; 9]);
-        assert_eq!(idents(&q), [0; 9]);
-
-        // A kernel that keeps the ID: the same runs, every ICRC stays the one for ID 0.
-        let mut q = queue();
-        let h = plan_sends(&mut q, 9, Some(sys::GsoIds::Fixed), false, &mut groups);
-        assert_eq!(groups[..h], [5, 1, 1, 2]);
-        assert_eq!(idents(&q), [0; 9]);
-        // Only the first `n` are planned.
-        let mut q = queue();
-        let h = plan_sends(&mut q, 3, Some(sys::GsoIds::Counting), false, &mut groups);
-        assert_eq!(groups[..h], [3]);
-        assert_eq!(idents(&q), [0, 1, 2, 0, 0, 0, 0, 0, 0]);
-    }
 }

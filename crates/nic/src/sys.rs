@@ -1413,7 +1413,7 @@ fe80000000000000000000000000000z 07 40 20 80   bad
 
     #[test]
     fn the_probe_knows_how_the_kernel_numbers_the_ipv4_ids_of_a_gso_send() {
-        // What the engine's ICRCs assume (engine::flush_tx): an unconnected socket with
+        // What the engine's ICRCs assume (engine::port::flush_tx): an unconnected socket with
         // IP_PMTUDISC_DO sends ID 0 with DF, and the segments of one GSO send get IDs all 0
         // or 0, 1, 2, … as `loopback_gso_ids` found. Every datagram here carries the ICRC for
         // ID 0; the receiver (a plain socket: the kernel cuts the send up on the way in, as

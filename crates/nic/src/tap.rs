@@ -20,10 +20,11 @@
 //!   killed process loses at most what was still queued.
 //! * **Headers**: Ethernet II with locally administered MACs made from the IP address
 //!   (`02:00:` + the last four address bytes), IPv4 with DF, TTL 64, TOS 0 and the
-//!   Identification the ICRC was computed for (what the socket sends: `engine::plan_sends`),
-//!   or IPv6 with hop limit 64; UDP from and to 4791, or from the sender's port for received
-//!   datagrams, with the checksum a Linux UDP socket computes (mandatory over IPv6). Received IPv4 packets show the
-//!   Identification the receive check solved for (0 when the ICRC did not match).
+//!   Identification the ICRC was computed for (what the socket sends:
+//!   `engine::port::plan_sends`), or IPv6 with hop limit 64; UDP from and to 4791, or from
+//!   the sender's port for received datagrams, with the checksum a Linux UDP socket
+//!   computes (mandatory over IPv6). Received IPv4 packets show the Identification the
+//!   receive check solved for (0 when the ICRC did not match).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, Write};

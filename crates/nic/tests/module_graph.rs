@@ -12,12 +12,21 @@ const LAYERS: &[&str] = &[
     "state", "cmds", "ctrl", "device", "datapath", "engine", "registry",
 ];
 
-/// `src/NAME.rs` with comments removed.
+/// `src/NAME.rs` and its child modules' files (`src/NAME/*.rs`), with comments removed.
 fn code(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("src")
-        .join(format!("{name}.rs"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let path = src.join(format!("{name}.rs"));
+    let mut text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    if let Ok(dir) = std::fs::read_dir(src.join(name)) {
+        let mut children: Vec<_> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        children.sort();
+        for c in children
+            .iter()
+            .filter(|c| c.extension().is_some_and(|e| e == "rs"))
+        {
+            text += &std::fs::read_to_string(c).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        }
+    }
     text.lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
