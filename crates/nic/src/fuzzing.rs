@@ -379,35 +379,7 @@ fn create_qp(qp_type: abi::QpType, sq_at: u64, rq: RingDesc, srq: Option<u32>) -
 
 /// RESET → INIT → RTR → RTS of an RC QP toward `dest_qpn` on the fuzz device.
 fn connect_rc(qp: u32, dest_qpn: u32) -> Vec<Vec<u8>> {
-    use QpAttrMask as A;
-    let m = |bits: &[QpAttrMask]| bits.iter().fold(0, |a, b| a | b.0);
-    let steps = [
-        (1u8, m(&[A::STATE, A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS])),
-        (
-            2,
-            m(&[
-                A::STATE,
-                A::AV,
-                A::PATH_MTU,
-                A::DEST_QPN,
-                A::RQ_PSN,
-                A::MAX_DEST_RD_ATOMIC,
-                A::MIN_RNR_TIMER,
-            ]),
-        ),
-        (
-            3,
-            m(&[
-                A::STATE,
-                A::TIMEOUT,
-                A::RETRY_CNT,
-                A::RNR_RETRY,
-                A::SQ_PSN,
-                A::MAX_QP_RD_ATOMIC,
-            ]),
-        ),
-    ];
-    steps
+    crate::simhost::rts_steps(transport::QpType::Rc)
         .iter()
         .map(|&(state, mask)| {
             let mut q = ModifyQp {

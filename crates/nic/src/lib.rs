@@ -84,6 +84,7 @@ mod ident;
 mod keys;
 mod peer_ring;
 mod registry;
+pub mod simhost;
 mod slab;
 mod spin;
 mod state;

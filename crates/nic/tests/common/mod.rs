@@ -17,7 +17,7 @@ use abi::fastpath::{recv_wqe_size, send_wqe_size, Cqe, RecvWqe, SendWqe, CQE_BYT
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::*;
-use abi::{Errno, QpAttrMask, Request};
+use abi::{Errno, Request};
 use nic::{DeviceConfig, DeviceHandle};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -489,49 +489,11 @@ impl Drop for Client {
 }
 
 pub fn init_rtr_rts(ty: abi::QpType) -> Vec<(u32, u32)> {
-    let m = |bits: &[QpAttrMask]| bits.iter().fold(0, |a, b| a | b.0);
-    use QpAttrMask as A;
-    match ty {
-        abi::QpType::UD => vec![
-            (1, m(&[A::STATE, A::PKEY_INDEX, A::PORT, A::QKEY])),
-            (2, m(&[A::STATE])),
-            (3, m(&[A::STATE, A::SQ_PSN])),
-        ],
-        abi::QpType::UC => vec![
-            (1, m(&[A::STATE, A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS])),
-            (
-                2,
-                m(&[A::STATE, A::AV, A::PATH_MTU, A::DEST_QPN, A::RQ_PSN]),
-            ),
-            (3, m(&[A::STATE, A::SQ_PSN])),
-        ],
-        _ => vec![
-            (1, m(&[A::STATE, A::PKEY_INDEX, A::PORT, A::ACCESS_FLAGS])),
-            (
-                2,
-                m(&[
-                    A::STATE,
-                    A::AV,
-                    A::PATH_MTU,
-                    A::DEST_QPN,
-                    A::RQ_PSN,
-                    A::MAX_DEST_RD_ATOMIC,
-                    A::MIN_RNR_TIMER,
-                ]),
-            ),
-            (
-                3,
-                m(&[
-                    A::STATE,
-                    A::TIMEOUT,
-                    A::RETRY_CNT,
-                    A::RNR_RETRY,
-                    A::SQ_PSN,
-                    A::MAX_QP_RD_ATOMIC,
-                ]),
-            ),
-        ],
-    }
+    let ty = transport::QpType::from_u8(ty.0 as u8).expect("an RC, UC or UD QP");
+    nic::simhost::rts_steps(ty)
+        .iter()
+        .map(|&(state, mask)| (u32::from(state), mask))
+        .collect()
 }
 
 pub fn raw_on(s: &mut UnixStream, bytes: &[u8]) -> std::io::Result<Vec<u8>> {

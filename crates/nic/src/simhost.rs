@@ -1,0 +1,703 @@
+//! A host for real device datapaths with no thread, socket or clock of its own: the
+//! device's third driver, beside the engine thread and a daemon's clients
+//! (docs/architecture.md §4, "Datapath and driver").
+//!
+//! A [`Host`] holds devices — each a real [`DevState`] with its command handlers, MR table
+//! and DMA checks, rings, CQs and timers — and drives them the way the engine does, minus
+//! the I/O: commands go through the same dispatch the control plane uses
+//! (`DevState::execute`, uverbs bytes in, reply bytes out), each pass runs the datapath
+//! (`crate::datapath`: doorbells, timers, the CM's MADs, ready QPs, the internal loopback)
+//! at the host's virtual time, and what a device queues for its socket is carried by a
+//! seeded network — a fixed delay, a loss rate — to the device bound to the destination
+//! address, whose datapath takes it through `handle_datagram` as if a socket had read it
+//! (ICRC check included). Time moves only when nothing is left to do now: to the next
+//! transport deadline or the next arrival. So a run is reproducible from its seed, and a
+//! test of retransmission after loss takes no wall time.
+//!
+//! Each device names memory as offsets into a window of its own ([`WINDOW`] bytes,
+//! `dma::AddressSpace::Window`): MRs, CQ rings and QP rings are carved from it by
+//! [`Host::alloc`], and a test reads and writes application memory with
+//! [`Host::read`] / [`Host::write`]. Completions are polled from the CQ rings in that
+//! memory, as the library polls them.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use abi::cmd::Reply;
+use abi::doorbell::DoorbellLayout;
+use abi::fastpath::{recv_wqe_size, send_wqe_size, Cqe, CQE_BYTES};
+use abi::ring::{Consumer, RingLayout};
+use abi::shm::SharedMem;
+use abi::uverbs::*;
+use abi::{Errno, Request};
+use transport::wire::ROCE_V2_PORT;
+use transport::Time;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::datapath::{
+    check_err_rqs, drain_doorbells, fire_timers, handle_datagram, send_gsi, work, Queues,
+};
+use crate::state::{CtxId, DevState, EngineLink};
+use crate::{DeviceConfig, Limits};
+
+/// Bytes of each device's memory window.
+pub const WINDOW: usize = 4 << 20;
+/// Where the window's allocations start (offset 0 stays unused, as address 0 would).
+const FIRST_ALLOC: u64 = 0x1000;
+const DOORBELL_SLOTS: u32 = 64;
+
+/// The virtual clock every device of a host reads (ns).
+#[derive(Debug)]
+struct SimLink {
+    now: Arc<AtomicU64>,
+    /// A real eventfd: a context hands the library a copy of the engine's wake fd.
+    wake: OwnedFd,
+}
+
+impl abi::doorbell::Progress for SimLink {
+    /// The host runs every pass itself: a caller never does the device's work.
+    fn drive(&self) -> bool {
+        false
+    }
+}
+
+impl EngineLink for SimLink {
+    fn now(&self) -> Time {
+        Time(self.now.load(Ordering::Relaxed))
+    }
+    fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+    /// Nothing to wake: the host's next pass sees what the command changed.
+    fn kick(&self) {}
+}
+
+/// A device of a [`Host`].
+#[derive(Debug)]
+struct Dev {
+    st: DevState,
+    q: Queues,
+    mem: Arc<SharedMem>,
+    ctx: CtxId,
+    addr: Ipv4Addr,
+    /// The window's bump allocator (next free offset).
+    next: u64,
+    pd: u32,
+    /// The library's ends of the context's descriptors (async events, wake fd).
+    lib_fds: Vec<i32>,
+}
+
+impl Drop for Dev {
+    /// The context closes (as a closed connection does), then the library's descriptors.
+    fn drop(&mut self) {
+        self.st.destroy_context(self.ctx);
+        for fd in self.lib_fds.drain(..) {
+            crate::sys::close_handed_fd(fd);
+        }
+    }
+}
+
+/// A datagram on the virtual wire.
+#[derive(Debug)]
+struct InFlight {
+    at: u64,
+    to: IpAddr,
+    from: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+/// An index into a host's devices.
+pub type DevId = usize;
+
+/// A memory region: `addr` is its iova (= its window offset).
+#[derive(Clone, Copy, Debug)]
+pub struct Mr {
+    /// Handle.
+    pub handle: u32,
+    /// Start (iova and window offset).
+    pub addr: u64,
+    /// Length.
+    pub len: u64,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// A CQ and where its ring is.
+#[derive(Debug)]
+pub struct Cq {
+    /// Handle.
+    pub handle: u32,
+    ring: Consumer,
+    slots: u32,
+}
+
+impl Cq {
+    /// CQEs the ring holds (the requested depth rounded up to a power of two).
+    pub fn capacity(&self) -> u32 {
+        self.slots
+    }
+}
+
+/// A QP.
+#[derive(Clone, Copy, Debug)]
+pub struct Qp {
+    /// Handle.
+    pub handle: u32,
+    /// QP number.
+    pub qpn: u32,
+}
+
+/// Devices, a virtual clock and a seeded lossy network (module docs).
+#[derive(Debug)]
+pub struct Host {
+    clock: Arc<AtomicU64>,
+    devs: Vec<Dev>,
+    wire: VecDeque<InFlight>,
+    rng: u64,
+    /// One-way delay of every datagram (ns).
+    pub delay_ns: u64,
+    /// Probability that a datagram is lost.
+    pub loss: f64,
+    /// Datagrams lost so far.
+    pub lost: u64,
+    /// Datagrams delivered so far.
+    pub delivered: u64,
+}
+
+/// A command the device refused, with its errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused(pub Errno);
+
+impl Host {
+    /// An empty host whose network draws its losses from `seed`.
+    pub fn new(seed: u64) -> Host {
+        Host {
+            clock: Arc::new(AtomicU64::new(1)),
+            devs: Vec::new(),
+            wire: VecDeque::new(),
+            rng: seed | 1,
+            delay_ns: 5_000,
+            loss: 0.0,
+            lost: 0,
+            delivered: 0,
+        }
+    }
+
+    /// The host's time (ns).
+    pub fn now(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+
+    /// A device bound to `addr` with `limits`, with a context open and a PD allocated.
+    pub fn add_device(&mut self, addr: Ipv4Addr, limits: Limits) -> Result<DevId, Refused> {
+        let mem = Arc::new(SharedMem::new_zeroed(WINDOW).map_err(|_| Refused(Errno::ENOMEM))?);
+        let mut cfg = DeviceConfig::new(format!("sim{}", self.devs.len()), IpAddr::V4(addr));
+        cfg.limits = limits;
+        let wake = crate::sys::eventfd().map_err(|_| Refused(Errno::ENOMEM))?;
+        let link = Arc::new(SimLink {
+            now: self.clock.clone(),
+            wake,
+        });
+        let mut st = DevState::new(cfg, link);
+        st.space = crate::dma::AddressSpace::Window {
+            base: mem.addr() as usize,
+            len: WINDOW,
+        };
+        let tap = crate::tap::for_device(&st.cfg.name, st.cfg.addr, false);
+        self.devs.push(Dev {
+            st,
+            q: Queues::new(tap),
+            mem,
+            ctx: 1,
+            addr,
+            next: FIRST_ALLOC,
+            pd: 0,
+            lib_fds: Vec::new(),
+        });
+        let id = self.devs.len() - 1;
+        let db = DoorbellLayout::new(DOORBELL_SLOTS).map_err(|_| Refused(Errno::EINVAL))?;
+        let db_at = self.alloc(id, db.bytes() as u64);
+        let resp = self.command(
+            id,
+            &Request::GetContext(
+                GetContext::default(),
+                UroceGetContext {
+                    abi_version: UROCE_ABI_VERSION,
+                    doorbell_slots: db.slots(),
+                    doorbell_addr: db_at,
+                    doorbell_len: db.bytes() as u64,
+                },
+            ),
+        )?;
+        // The library's ends of the context's descriptors, closed with the host.
+        if let (Ok((g, rest)), Some(d)) = (
+            GetContextResp::read_from_prefix(&resp),
+            self.devs.get_mut(id),
+        ) {
+            let u = UroceGetContextResp::read_from_prefix(rest).map(|(u, _)| u.wake_fd);
+            d.lib_fds.push(g.async_fd as i32);
+            d.lib_fds.extend(u.ok());
+        }
+        let pd = self.command(id, &Request::AllocPd(AllocPd::default()))?;
+        let pd = AllocPdResp::read_from_prefix(&pd)
+            .map_err(|_| Refused(Errno::EIO))?
+            .0
+            .pd_handle;
+        if let Some(d) = self.devs.get_mut(id) {
+            d.pd = pd;
+        }
+        Ok(id)
+    }
+
+    fn dev(&mut self, id: DevId) -> &mut Dev {
+        self.devs
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("no device {id}"))
+    }
+
+    /// Execute one command on device `id` as the control plane does; its response bytes.
+    pub fn command(&mut self, id: DevId, req: &Request<'_>) -> Result<Vec<u8>, Refused> {
+        let mut msg = Vec::new();
+        req.encode(&mut msg).map_err(|e| Refused(e.errno()))?;
+        let d = self.dev(id);
+        let mut out = Vec::new();
+        d.st.execute(d.ctx, &msg, &mut out);
+        let r = Reply::parse(&out).map_err(|_| Refused(Errno::EIO))?;
+        r.result.map(<[u8]>::to_vec).map_err(Refused)
+    }
+
+    /// `len` bytes of device `id`'s window (4 KiB aligned), zeroed; their offset.
+    pub fn alloc(&mut self, id: DevId, len: u64) -> u64 {
+        let d = self.dev(id);
+        let at = d.next;
+        d.next = (at + len).next_multiple_of(0x1000);
+        assert!(d.next <= WINDOW as u64, "device {id}'s window is full");
+        at
+    }
+
+    /// Write `bytes` at window offset `at` of device `id`.
+    pub fn write(&mut self, id: DevId, at: u64, bytes: &[u8]) {
+        let d = self.dev(id);
+        d.mem.write(at as usize, bytes).expect("inside the window");
+    }
+
+    /// Read `len` bytes at window offset `at` of device `id`.
+    pub fn read(&mut self, id: DevId, at: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.dev(id)
+            .mem
+            .read(at as usize, &mut v)
+            .expect("inside the window");
+        v
+    }
+
+    /// Register `len` fresh bytes of device `id`'s window with `access` (`ibv_access_flags`).
+    pub fn reg_mr(&mut self, id: DevId, len: u64, access: u32) -> Result<Mr, Refused> {
+        let at = self.alloc(id, len);
+        self.reg_mr_at(id, at, len, access)
+    }
+
+    /// Register window bytes `at..at + len` of device `id`.
+    pub fn reg_mr_at(&mut self, id: DevId, at: u64, len: u64, access: u32) -> Result<Mr, Refused> {
+        let pd = self.dev(id).pd;
+        let r = self.command(
+            id,
+            &Request::RegMr(RegMr {
+                start: at,
+                length: len,
+                hca_va: at,
+                pd_handle: pd,
+                access_flags: access,
+                ..RegMr::default()
+            }),
+        )?;
+        let (m, _) = RegMrResp::read_from_prefix(&r).map_err(|_| Refused(Errno::EIO))?;
+        Ok(Mr {
+            handle: m.mr_handle,
+            addr: at,
+            len,
+            lkey: m.lkey,
+            rkey: m.rkey,
+        })
+    }
+
+    /// Deregister an MR.
+    pub fn dereg_mr(&mut self, id: DevId, mr: &Mr) -> Result<(), Refused> {
+        self.command(
+            id,
+            &Request::DeregMr(DeregMr {
+                mr_handle: mr.handle,
+            }),
+        )
+        .map(|_| ())
+    }
+
+    /// A CQ of at least `depth` entries.
+    pub fn create_cq(&mut self, id: DevId, depth: u32) -> Result<Cq, Refused> {
+        let layout = RingLayout::for_depth(depth, CQE_BYTES).map_err(|e| Refused(e.errno()))?;
+        let at = self.alloc(id, layout.bytes() as u64);
+        let r = self.command(
+            id,
+            &Request::CreateCq(
+                CreateCq {
+                    user_handle: 0xc0,
+                    cqe: depth,
+                    comp_channel: -1,
+                    ..CreateCq::default()
+                },
+                UroceCreateCq {
+                    ring: layout.desc(at),
+                    ..Default::default()
+                },
+            ),
+        )?;
+        let (c, _) = CreateCqResp::read_from_prefix(&r).map_err(|_| Refused(Errno::EIO))?;
+        let mem = self.dev(id).mem.clone();
+        let ring = Consumer::attach(mem, at as usize, layout).map_err(|e| Refused(e.errno()))?;
+        Ok(Cq {
+            handle: c.cq_handle,
+            ring,
+            slots: layout.slots(),
+        })
+    }
+
+    /// Take up to `max` completions from `cq`, as `ibv_poll_cq` does.
+    pub fn poll_cq(&mut self, cq: &mut Cq, max: usize) -> Vec<Wc> {
+        let n = cq.ring.available().map_or(0, |n| n as usize).min(max);
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n {
+            if let Ok(c) = cq.ring.read_struct::<Cqe>(i as u32) {
+                v.push(c.wc);
+            }
+        }
+        let _ = cq.ring.release(n as u32);
+        v
+    }
+
+    /// An RC QP on device `id` with `depth` send and receive WRs (4 SGEs, 64 inline bytes).
+    pub fn create_rc_qp(
+        &mut self,
+        id: DevId,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        depth: u32,
+    ) -> Result<Qp, Refused> {
+        let sq = RingLayout::for_depth(depth, send_wqe_size(4, 64).unwrap_or(512))
+            .map_err(|e| Refused(e.errno()))?;
+        let rq = RingLayout::for_depth(depth, recv_wqe_size(4).unwrap_or(128))
+            .map_err(|e| Refused(e.errno()))?;
+        let sq_at = self.alloc(id, sq.bytes() as u64);
+        let rq_at = self.alloc(id, rq.bytes() as u64);
+        let pd = self.dev(id).pd;
+        let r = self.command(
+            id,
+            &Request::CreateQp(
+                CreateQp {
+                    user_handle: 0x9000,
+                    pd_handle: pd,
+                    send_cq_handle: send_cq.handle,
+                    recv_cq_handle: recv_cq.handle,
+                    max_send_wr: depth,
+                    max_recv_wr: depth,
+                    max_send_sge: 4,
+                    max_recv_sge: 4,
+                    max_inline_data: 64,
+                    qp_type: abi::QpType::RC.0 as u8,
+                    ..CreateQp::default()
+                },
+                UroceCreateQp {
+                    sq: sq.desc(sq_at),
+                    rq: rq.desc(rq_at),
+                    ..UroceCreateQp::default()
+                },
+            ),
+        )?;
+        let (q, _) = CreateQpResp::read_from_prefix(&r).map_err(|_| Refused(Errno::EIO))?;
+        Ok(Qp {
+            handle: q.qp_handle,
+            qpn: q.qpn,
+        })
+    }
+
+    /// Destroy a QP (whatever it has outstanding).
+    pub fn destroy_qp(&mut self, id: DevId, qp: Qp) -> Result<(), Refused> {
+        self.command(
+            id,
+            &Request::DestroyQp(DestroyQp {
+                qp_handle: qp.handle,
+                ..DestroyQp::default()
+            }),
+        )
+        .map(|_| ())
+    }
+
+    /// Move RC QP `qp` of device `id` through INIT and RTR to RTS toward `dest_qpn` on
+    /// device `dest` (path MTU 1024, perftest's default; ACK timeout 4.096 µs × 2^`timeout`;
+    /// `retry_cnt` and `rnr_retry` as given).
+    pub fn connect_rc(
+        &mut self,
+        id: DevId,
+        qp: Qp,
+        dest: DevId,
+        dest_qpn: u32,
+        timeout: u8,
+        retry_cnt: u8,
+    ) -> Result<(), Refused> {
+        let gid = self.dev(dest).addr.to_ipv6_mapped().octets();
+        for (state, mask) in rts_steps(transport::QpType::Rc) {
+            let mut q = ModifyQp {
+                qp_handle: qp.handle,
+                attr_mask: mask,
+                qp_state: state,
+                qp_access_flags: all_access(),
+                port_num: 1,
+                path_mtu: 3, // IBV_MTU_1024
+                dest_qp_num: dest_qpn,
+                rq_psn: 0x100,
+                sq_psn: 0x100,
+                max_dest_rd_atomic: 4,
+                max_rd_atomic: 4,
+                min_rnr_timer: 1,
+                timeout,
+                retry_cnt,
+                rnr_retry: 7,
+                ..ModifyQp::default()
+            };
+            q.dest.dgid = gid;
+            q.dest.is_global = 1;
+            q.dest.hop_limit = 64;
+            q.dest.port_num = 1;
+            self.command(id, &Request::ModifyQp(q))?;
+        }
+        Ok(())
+    }
+
+    /// Post send WRs (each with its SGEs, in order) through POST_SEND.
+    pub fn post_send(
+        &mut self,
+        id: DevId,
+        qp: Qp,
+        wrs: &[(SendWr, Vec<Sge>)],
+    ) -> Result<(), Refused> {
+        let mut w = Vec::new();
+        let mut s = Vec::new();
+        for (wr, sges) in wrs {
+            let mut wr = *wr;
+            wr.num_sge = sges.len() as u32;
+            w.extend_from_slice(wr.as_bytes());
+            for sg in sges {
+                s.extend_from_slice(sg.as_bytes());
+            }
+        }
+        let sge_count = wrs.iter().map(|(_, s)| s.len() as u32).sum();
+        self.command(
+            id,
+            &Request::PostSend(
+                PostSend {
+                    qp_handle: qp.handle,
+                    wr_count: wrs.len() as u32,
+                    sge_count,
+                    wqe_size: SendWr::SIZE as u32,
+                    ..PostSend::default()
+                },
+                WrList {
+                    wrs: &w,
+                    sges: &s,
+                    wqe_size: SendWr::SIZE,
+                },
+            ),
+        )
+        .map(|_| ())
+    }
+
+    /// Post receive WRs (`wr_id`, one SGE each) through POST_RECV.
+    pub fn post_recv(&mut self, id: DevId, qp: Qp, wrs: &[(u64, Sge)]) -> Result<(), Refused> {
+        let mut w = Vec::new();
+        let mut s = Vec::new();
+        for (wr_id, sg) in wrs {
+            let wr = RecvWr {
+                wr_id: *wr_id,
+                num_sge: 1,
+                reserved: 0,
+            };
+            w.extend_from_slice(wr.as_bytes());
+            s.extend_from_slice(sg.as_bytes());
+        }
+        self.command(
+            id,
+            &Request::PostRecv(
+                PostRecv {
+                    qp_handle: qp.handle,
+                    wr_count: wrs.len() as u32,
+                    sge_count: wrs.len() as u32,
+                    wqe_size: RecvWr::SIZE as u32,
+                    ..PostRecv::default()
+                },
+                WrList {
+                    wrs: &w,
+                    sges: &s,
+                    wqe_size: RecvWr::SIZE,
+                },
+            ),
+        )
+        .map(|_| ())
+    }
+
+    /// The port counters of device `id`: the engine's, and the transport's summed over
+    /// its live and destroyed QPs.
+    pub fn port_counters(&mut self, id: DevId) -> crate::PortCounters {
+        let st = &self.dev(id).st;
+        let mut t = st.retired;
+        for (_, q) in st.qps.iter() {
+            t.accumulate(q.qp.counters());
+        }
+        crate::PortCounters {
+            transport: t,
+            engine: st.res.counters,
+        }
+    }
+
+    /// What device `id` holds, as counts ("2 qps"); only kinds with some are listed.
+    pub fn objects(&mut self, id: DevId) -> Vec<String> {
+        self.dev(id).st.leftovers()
+    }
+
+    /// IBV_EVENT_CQ_ERR events device `id` raised on CQ `cq` so far.
+    pub fn cq_errors(&mut self, id: DevId, cq: &Cq) -> u32 {
+        let st = &self.dev(id).st;
+        st.res.cqs.get(cq.handle).map_or(0, |c| c.async_events)
+    }
+
+    /// One pass over every device at the current time, then the wire's due arrivals;
+    /// whether anything happened.
+    pub fn pass(&mut self) -> bool {
+        let now = Time(self.now());
+        let mut progress = false;
+        for d in self.devs.iter_mut() {
+            let st = &mut d.st;
+            progress |= drain_doorbells(st);
+            progress |= fire_timers(st, now);
+            progress |= send_gsi(st, &mut d.q);
+            check_err_rqs(st);
+            progress |= work(st, &mut d.q, || now);
+            progress |= send_gsi(st, &mut d.q);
+            let from = SocketAddr::new(IpAddr::V4(d.addr), ROCE_V2_PORT);
+            while let Some(dg) = d.q.txq.pop_front() {
+                progress = true;
+                self.rng ^= self.rng << 13;
+                self.rng ^= self.rng >> 7;
+                self.rng ^= self.rng << 17;
+                let lost = ((self.rng >> 11) as f64 / (1u64 << 53) as f64) < self.loss;
+                if lost {
+                    self.lost += 1;
+                } else {
+                    self.wire.push_back(InFlight {
+                        at: now.0 + self.delay_ns,
+                        to: dg.dst.ip(),
+                        from,
+                        bytes: dg.bytes().to_vec(),
+                    });
+                }
+                d.q.put_buf(dg.buf);
+            }
+        }
+        while self.wire.front().is_some_and(|f| f.at <= now.0) {
+            let Some(f) = self.wire.pop_front() else {
+                break;
+            };
+            progress = true;
+            if let Some(d) = self.devs.iter_mut().find(|d| IpAddr::V4(d.addr) == f.to) {
+                self.delivered += 1;
+                handle_datagram(&mut d.st, None, &f.bytes, f.from, 0, false, now);
+            } else {
+                self.lost += 1;
+            }
+        }
+        progress
+    }
+
+    /// When something is next due: a transport deadline or an arrival.
+    fn next_event(&self) -> Option<u64> {
+        let timers = self
+            .devs
+            .iter()
+            .filter_map(|d| d.st.timers.peek().map(|r| (r.0).0 .0));
+        let arrivals = self.wire.front().map(|f| f.at);
+        timers.chain(arrivals).min()
+    }
+
+    /// Run passes until `done` holds, moving the clock to the next event whenever a pass
+    /// finds nothing to do now; `false` if `limit_ns` of virtual time passed first or
+    /// nothing is left to happen.
+    pub fn run_until(&mut self, limit_ns: u64, mut done: impl FnMut(&mut Host) -> bool) -> bool {
+        let end = self.now().saturating_add(limit_ns);
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.pass() {
+                continue;
+            }
+            let Some(t) = self.next_event() else {
+                return done(self);
+            };
+            if t > end {
+                return false;
+            }
+            let t = t.max(self.now() + 1);
+            self.clock.store(t, Ordering::Relaxed);
+        }
+    }
+}
+
+/// RESET → INIT → RTR → RTS of a QP of type `ty`: each step's `ibv_qp_state` and the
+/// attributes it must set (the transport's transition table,
+/// `transport::state::transition_masks`).
+pub fn rts_steps(ty: transport::QpType) -> [(u8, u32); 3] {
+    use transport::{AttrMask, QpState as S};
+    [(S::Reset, S::Init), (S::Init, S::Rtr), (S::Rtr, S::Rts)].map(|(from, to)| {
+        let required = transport::state::transition_masks(from, to, ty).map_or(0, |t| t.required.0);
+        (to as u8, required | AttrMask::STATE.0)
+    })
+}
+
+/// Every `ibv_access_flags` right a test MR or QP may need.
+pub fn all_access() -> u32 {
+    use abi::AccessFlags as A;
+    A::LOCAL_WRITE.0 | A::REMOTE_WRITE.0 | A::REMOTE_READ.0 | A::REMOTE_ATOMIC.0
+}
+
+/// A send WR of `op` (an `ibv_wr_opcode`) with `flags` (`ibv_send_flags`).
+pub fn send_wr(wr_id: u64, op: abi::WrOpcode, flags: u32) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode: op.0,
+        send_flags: flags,
+        ..SendWr::default()
+    }
+}
+
+/// [`send_wr`] for an RDMA WRITE or READ at `remote_addr` with `rkey`.
+pub fn rdma_wr(wr_id: u64, op: abi::WrOpcode, flags: u32, remote_addr: u64, rkey: u32) -> SendWr {
+    let mut w = send_wr(wr_id, op, flags);
+    w.set_rdma(RdmaWr {
+        remote_addr,
+        rkey,
+        reserved: 0,
+    });
+    w
+}
+
+/// One SGE: `len` bytes at `off` into `mr`.
+pub fn sge(mr: &Mr, off: u64, len: u32) -> Sge {
+    Sge {
+        addr: mr.addr + off,
+        length: len,
+        lkey: mr.lkey,
+    }
+}

@@ -1,0 +1,391 @@
+//! Device-level cases on real device datapaths driven by `nic::simhost` (virtual time, a
+//! seeded lossy wire, no thread or socket): the rings, doorbells, MR table and DMA checks,
+//! CQs and timers of `crates/nic`, under conditions a loopback run rarely produces.
+
+use std::net::Ipv4Addr;
+
+use abi::uverbs::Wc;
+use abi::{SendFlags, WcStatus, WrOpcode};
+use nic::simhost::{all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp};
+use nic::Limits;
+
+const A: Ipv4Addr = Ipv4Addr::new(127, 99, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(127, 99, 0, 2);
+/// One second of virtual time.
+const SECOND: u64 = 1_000_000_000;
+const SIGNALED: u32 = SendFlags::SIGNALED.0;
+
+/// Two devices with an RC QP each, connected to each other, every QP on its own CQ of
+/// `cq_depth`, and an MR of `mr_len` bytes on each side.
+struct Pair {
+    h: Host,
+    a: DevId,
+    b: DevId,
+    qa: Qp,
+    qb: Qp,
+    cqa: Cq,
+    cqb: Cq,
+    ma: Mr,
+    mb: Mr,
+}
+
+fn pair(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64) -> Pair {
+    let mut h = Host::new(seed);
+    h.loss = loss;
+    let a = h.add_device(A, Limits::default()).unwrap();
+    let b = h.add_device(B, Limits::default()).unwrap();
+    let cqa = h.create_cq(a, cq_depth).unwrap();
+    let cqb = h.create_cq(b, cq_depth).unwrap();
+    let qa = h.create_rc_qp(a, &cqa, &cqa, depth).unwrap();
+    let qb = h.create_rc_qp(b, &cqb, &cqb, depth).unwrap();
+    // ACK timeout 4.096 µs × 2^8 ≈ 1 ms, 7 retries: loss is recovered, not fatal.
+    h.connect_rc(a, qa, b, qb.qpn, 8, 7).unwrap();
+    h.connect_rc(b, qb, a, qa.qpn, 8, 7).unwrap();
+    let ma = h.reg_mr(a, mr_len, all_access()).unwrap();
+    let mb = h.reg_mr(b, mr_len, all_access()).unwrap();
+    Pair {
+        h,
+        a,
+        b,
+        qa,
+        qb,
+        cqa,
+        cqb,
+        ma,
+        mb,
+    }
+}
+
+/// A byte pattern that differs per message and per offset.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+/// Poll `cq` until `n` completions have come (or `limit` virtual ns pass).
+fn wait_for(h: &mut Host, cq: &mut Cq, n: usize, limit: u64) -> Vec<Wc> {
+    let mut got = Vec::new();
+    h.run_until(limit, |h| {
+        got.extend(h.poll_cq(cq, 64));
+        got.len() >= n
+    });
+    got
+}
+
+#[test]
+fn rc_writes_and_sends_arrive_intact_across_a_lossy_wire() {
+    let mut p = pair(7, 0.1, 64, 256, 1 << 20);
+    const LEN: usize = 4096;
+    const N: u64 = 100;
+    // B receives the N / 2 sends into the second half of its MR.
+    let recvs: Vec<_> = (0..N / 2)
+        .map(|i| (1000 + i, sge(&p.mb, (1 << 19) + i * LEN as u64, LEN as u32)))
+        .collect();
+    for chunk in recvs.chunks(32) {
+        p.h.post_recv(p.b, p.qb, chunk).unwrap();
+    }
+    let mut done_a = Vec::new();
+    let mut done_b = Vec::new();
+    for i in 0..N {
+        let data = pattern(i, LEN);
+        let src = (i % 64) * LEN as u64;
+        p.h.write(p.a, p.ma.addr + src, &data);
+        let (op, wr) = if i % 2 == 0 {
+            let dst = p.mb.addr + i * LEN as u64;
+            (
+                "write",
+                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, dst, p.mb.rkey),
+            )
+        } else {
+            ("send", send_wr(i, WrOpcode::SEND, SIGNALED))
+        };
+        p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, src, LEN as u32)])])
+            .unwrap_or_else(|e| panic!("{op} {i}: {e:?}"));
+        // Keep at most 32 outstanding (the source buffers are reused after 64).
+        let want = (i + 1).saturating_sub(32) as usize;
+        while done_a.len() < want {
+            let more = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+            assert!(!more.is_empty(), "no completion for WR {}", done_a.len());
+            done_a.extend(more);
+        }
+        done_b.extend(p.h.poll_cq(&mut p.cqb, 64));
+    }
+    while done_a.len() < N as usize {
+        let more = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+        assert!(!more.is_empty(), "no completion for WR {}", done_a.len());
+        done_a.extend(more);
+    }
+    while done_b.len() < (N / 2) as usize {
+        let more = wait_for(&mut p.h, &mut p.cqb, 1, SECOND);
+        assert!(!more.is_empty(), "B: {} receives completed", done_b.len());
+        done_b.extend(more);
+    }
+    // Completions in order, all successful.
+    let ids: Vec<u64> = done_a.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>());
+    assert!(done_a.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done_b.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    let recv_ids: Vec<u64> = done_b.iter().map(|w| w.wr_id).collect();
+    assert_eq!(recv_ids, (1000..1000 + N / 2).collect::<Vec<_>>());
+    // The bytes: each WRITE at its place, each SEND in the receive it consumed.
+    for i in (0..N).step_by(2) {
+        let dst = i * LEN as u64;
+        assert_eq!(
+            p.h.read(p.b, p.mb.addr + dst, LEN),
+            pattern(i, LEN),
+            "WRITE {i}"
+        );
+    }
+    for (k, i) in (1..N).step_by(2).enumerate() {
+        let at = (1 << 19) + k as u64 * LEN as u64;
+        assert_eq!(
+            p.h.read(p.b, p.mb.addr + at, LEN),
+            pattern(i, LEN),
+            "SEND {i}"
+        );
+        assert_eq!(done_b[k].byte_len, LEN as u32);
+    }
+    // The wire really lost packets, and the transport really recovered them.
+    assert!(p.h.lost > 10, "lost {}", p.h.lost);
+    let t = p.h.port_counters(p.a).transport;
+    assert!(t.retransmissions > 0, "{t:?}");
+    assert_eq!(p.h.port_counters(p.a).engine.engine_panics, 0);
+}
+
+#[test]
+fn the_send_queue_wraps_around_many_times() {
+    // A 16-deep SQ and 1,000 WRITEs: every slot is reused ~60 times.
+    let mut p = pair(1, 0.0, 16, 64, 1 << 16);
+    let mut done = Vec::new();
+    let mut posted = 0u64;
+    while posted < 1000 {
+        let room = 16 - (posted - done.len() as u64);
+        let batch: Vec<_> = (posted..(posted + room).min(1000))
+            .map(|i| {
+                let wr = rdma_wr(
+                    i,
+                    WrOpcode::RDMA_WRITE,
+                    SIGNALED,
+                    p.mb.addr + (i % 16) * 8,
+                    p.mb.rkey,
+                );
+                p.h.write(p.a, p.ma.addr + (i % 16) * 8, &i.to_le_bytes());
+                (wr, vec![sge(&p.ma, (i % 16) * 8, 8)])
+            })
+            .collect();
+        posted += batch.len() as u64;
+        if !batch.is_empty() {
+            p.h.post_send(p.a, p.qa, &batch).unwrap();
+        }
+        let more = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+        assert!(!more.is_empty(), "stuck after {} completions", done.len());
+        done.extend(more);
+    }
+    while done.len() < 1000 {
+        let more = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+        assert!(!more.is_empty(), "stuck after {} completions", done.len());
+        done.extend(more);
+    }
+    let ids: Vec<u64> = done.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..1000).collect::<Vec<_>>());
+    assert!(done.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    for k in 0..16u64 {
+        let last = 1000 - 16 + k;
+        let slot = last % 16;
+        assert_eq!(p.h.read(p.b, p.mb.addr + slot * 8, 8), last.to_le_bytes());
+    }
+    // Posting beyond the SQ's depth is refused, not queued or overwritten.
+    let over: Vec<_> = (0..17)
+        .map(|i| {
+            (
+                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+                vec![sge(&p.ma, 0, 8)],
+            )
+        })
+        .collect();
+    assert!(p.h.post_send(p.a, p.qa, &over).is_err());
+}
+
+#[test]
+fn a_cq_that_overflows_reports_cq_err_once_and_drops_no_earlier_completion() {
+    // A CQ of 4 CQEs never polled while 8 signaled WRITEs complete.
+    let mut p = pair(2, 0.0, 16, 4, 1 << 16);
+    let cap = p.cqa.capacity();
+    let wrs: Vec<_> = (0..8u64)
+        .map(|i| {
+            (
+                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+                vec![sge(&p.ma, 0, 64)],
+            )
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    p.h.run_until(SECOND, |h| h.port_counters(0).engine.cq_overflow > 0);
+    p.h.run_until(10_000_000, |_| false);
+    let c = p.h.port_counters(p.a).engine;
+    assert!(c.cq_overflow > 0, "{c:?}");
+    assert_eq!(
+        p.h.cq_errors(p.a, &p.cqa),
+        1,
+        "one CQ_ERR per overflow episode"
+    );
+    // What the ring holds are the first completions, intact and in order.
+    let got = p.h.poll_cq(&mut p.cqa, 64);
+    assert_eq!(got.len(), cap as usize);
+    let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..u64::from(cap)).collect::<Vec<_>>());
+    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert_eq!(p.h.port_counters(p.a).engine.engine_panics, 0);
+}
+
+#[test]
+fn a_write_to_a_deregistered_mr_completes_with_remote_access_error() {
+    let mut p = pair(3, 0.0, 16, 64, 1 << 16);
+    let mb = p.mb;
+    p.h.dereg_mr(p.b, &mb).unwrap();
+    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, mb.addr, mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 1024)])])
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR.0, "{:?}", got[0]);
+    assert!(p.h.port_counters(p.a).transport.rcvd_nak_remote_access > 0);
+    // B's memory was not written.
+    assert_eq!(p.h.read(p.b, mb.addr, 1024), vec![0; 1024]);
+}
+
+#[test]
+fn a_qp_destroyed_with_work_outstanding_leaves_nothing_behind() {
+    let mut p = pair(4, 0.2, 64, 256, 1 << 20);
+    let wrs: Vec<_> = (0..32u64)
+        .map(|i| {
+            (
+                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+                vec![sge(&p.ma, 0, 16384)],
+            )
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    // Some of it on the wire, none of it finished.
+    p.h.run_until(SECOND, |h| h.port_counters(0).transport.sent_pkts > 20);
+    let qa = p.qa;
+    p.h.destroy_qp(p.a, qa).unwrap();
+    // The wire drains; late ACKs find no QP; the device stays sound.
+    p.h.run_until(SECOND, |_| false);
+    assert!(
+        p.h.objects(p.a).iter().all(|o| !o.ends_with(" qps")),
+        "{:?}",
+        p.h.objects(p.a)
+    );
+    assert_eq!(p.h.port_counters(p.a).engine.engine_panics, 0);
+    assert_eq!(p.h.port_counters(p.b).engine.engine_panics, 0);
+    // A new QP on the same device works.
+    let q2 = p.h.create_rc_qp(p.a, &p.cqa, &p.cqa, 16).unwrap();
+    let qb = p.qb;
+    let _ = p.h.poll_cq(&mut p.cqa, 256);
+    p.h.command(
+        p.b,
+        &abi::Request::DestroyQp(abi::uverbs::DestroyQp {
+            qp_handle: qb.handle,
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    let qb2 = p.h.create_rc_qp(p.b, &p.cqb, &p.cqb, 16).unwrap();
+    p.h.connect_rc(p.a, q2, p.b, qb2.qpn, 8, 7).unwrap();
+    p.h.connect_rc(p.b, qb2, p.a, q2.qpn, 8, 7).unwrap();
+    p.h.loss = 0.0;
+    p.h.write(p.a, p.ma.addr, b"after");
+    let wr = rdma_wr(99, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, q2, &[(wr, vec![sge(&p.ma, 0, 5)])])
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(99, 0)]
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr, 5), b"after");
+}
+
+#[test]
+fn a_slow_poller_loses_nothing() {
+    // 16 WRITEs complete while the application does not poll for a whole (virtual) second.
+    let mut p = pair(5, 0.05, 16, 16, 1 << 16);
+    let wrs: Vec<_> = (0..16u64)
+        .map(|i| {
+            p.h.write(p.a, p.ma.addr + i * 256, &pattern(i, 256));
+            (
+                rdma_wr(
+                    i,
+                    WrOpcode::RDMA_WRITE,
+                    SIGNALED,
+                    p.mb.addr + i * 256,
+                    p.mb.rkey,
+                ),
+                vec![sge(&p.ma, i * 256, 256)],
+            )
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    p.h.run_until(SECOND, |_| false);
+    let got = p.h.poll_cq(&mut p.cqa, 64);
+    assert_eq!(
+        got.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (0..16).collect::<Vec<_>>()
+    );
+    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    for i in 0..16u64 {
+        assert_eq!(p.h.read(p.b, p.mb.addr + i * 256, 256), pattern(i, 256));
+    }
+}
+
+#[test]
+fn many_qps_on_one_device_all_complete() {
+    // 64 RC QP pairs between two devices, each moving 8 KiB at once, on a lossy wire.
+    let mut h = Host::new(6);
+    h.loss = 0.02;
+    let a = h.add_device(A, Limits::default()).unwrap();
+    let b = h.add_device(B, Limits::default()).unwrap();
+    let mut cqa = h.create_cq(a, 256).unwrap();
+    let cqb = h.create_cq(b, 256).unwrap();
+    let ma = h.reg_mr(a, 64 * 8192, all_access()).unwrap();
+    let mb = h.reg_mr(b, 64 * 8192, all_access()).unwrap();
+    let mut qps = Vec::new();
+    for _ in 0..64 {
+        let qa = h.create_rc_qp(a, &cqa, &cqa, 4).unwrap();
+        let qb = h.create_rc_qp(b, &cqb, &cqb, 4).unwrap();
+        h.connect_rc(a, qa, b, qb.qpn, 8, 7).unwrap();
+        h.connect_rc(b, qb, a, qa.qpn, 8, 7).unwrap();
+        qps.push(qa);
+    }
+    for (i, qa) in qps.iter().enumerate() {
+        let off = i as u64 * 8192;
+        h.write(a, ma.addr + off, &pattern(i as u64, 8192));
+        let wr = rdma_wr(
+            i as u64,
+            WrOpcode::RDMA_WRITE,
+            SIGNALED,
+            mb.addr + off,
+            mb.rkey,
+        );
+        h.post_send(a, *qa, &[(wr, vec![sge(&ma, off, 8192)])])
+            .unwrap();
+    }
+    let got = wait_for(&mut h, &mut cqa, 64, 10 * SECOND);
+    assert_eq!(got.len(), 64);
+    assert!(
+        got.iter().all(|w| w.status == WcStatus::SUCCESS.0),
+        "{got:?}"
+    );
+    let mut ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..64).collect::<Vec<_>>());
+    for i in 0..64u64 {
+        assert_eq!(
+            h.read(b, mb.addr + i * 8192, 8192),
+            pattern(i, 8192),
+            "QP {i}"
+        );
+    }
+}
