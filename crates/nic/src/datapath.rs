@@ -1073,9 +1073,21 @@ fn handle_on_srq(
         corrupt: false,
     };
     q.qp.handle_packet(now, pkt, meta, mem, Some(&mut rq));
-    let corrupt = rq.corrupt;
+    let mut corrupt = rq.corrupt;
     let mut limit_event = None;
-    if srq.limit > 0 && srq.rq.ring.cached_available() < srq.limit {
+    // The cached count knows only what the last refresh saw (a packet that took no WQE —
+    // out of sequence, a WRITE, a READ — never refreshed it): look at the ring before
+    // judging, or an armed SRQ with plenty of WQEs reports its limit reached.
+    let below = srq.limit > 0
+        && srq.rq.ring.cached_available() < srq.limit
+        && match srq.rq.refresh() {
+            Ok(n) => n < srq.limit,
+            Err(_) => {
+                corrupt = true;
+                false
+            }
+        };
+    if below {
         srq.limit = 0;
         srq.events = srq.events.wrapping_add(1);
         limit_event = Some((srq.ctx, srq.user_handle));

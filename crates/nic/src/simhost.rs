@@ -86,17 +86,16 @@ struct Dev {
     /// The window's bump allocator (next free offset).
     next: u64,
     pd: u32,
-    /// The library's ends of the context's descriptors (async events, wake fd).
-    lib_fds: Vec<i32>,
+    /// The library's end of the context's async event socket.
+    async_fd: Option<OwnedFd>,
+    /// The library's copy of the wake fd (unused: the host runs every pass itself).
+    _wake_fd: Option<OwnedFd>,
 }
 
 impl Drop for Dev {
-    /// The context closes (as a closed connection does), then the library's descriptors.
+    /// The context closes, as a closed connection does.
     fn drop(&mut self) {
         self.st.destroy_context(self.ctx);
-        for fd in self.lib_fds.drain(..) {
-            crate::sys::close_handed_fd(fd);
-        }
     }
 }
 
@@ -143,6 +142,15 @@ impl Cq {
     }
 }
 
+/// A shared receive queue.
+#[derive(Clone, Copy, Debug)]
+pub struct Srq {
+    /// Handle.
+    pub handle: u32,
+    /// SRQ number.
+    pub srqn: u32,
+}
+
 /// A QP.
 #[derive(Clone, Copy, Debug)]
 pub struct Qp {
@@ -163,6 +171,15 @@ pub struct Host {
     pub delay_ns: u64,
     /// Probability that a datagram is lost.
     pub loss: f64,
+    /// Probability that a datagram arrives twice.
+    pub dup: f64,
+    /// Probability that a datagram is held back by up to `reorder_ns` (others overtake it).
+    pub reorder: f64,
+    /// The longest extra delay of a held-back datagram (ns).
+    pub reorder_ns: u64,
+    /// Probability that one byte of a datagram is flipped on the way (the receiver's ICRC
+    /// check must drop it).
+    pub corrupt: f64,
     /// Datagrams lost so far.
     pub lost: u64,
     /// Datagrams delivered so far.
@@ -183,6 +200,10 @@ impl Host {
             rng: seed | 1,
             delay_ns: 5_000,
             loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            reorder_ns: 50_000,
+            corrupt: 0.0,
             lost: 0,
             delivered: 0,
         }
@@ -217,7 +238,8 @@ impl Host {
             addr,
             next: FIRST_ALLOC,
             pd: 0,
-            lib_fds: Vec::new(),
+            async_fd: None,
+            _wake_fd: None,
         });
         let id = self.devs.len() - 1;
         let db = DoorbellLayout::new(DOORBELL_SLOTS).map_err(|_| Refused(Errno::EINVAL))?;
@@ -240,8 +262,8 @@ impl Host {
             self.devs.get_mut(id),
         ) {
             let u = UroceGetContextResp::read_from_prefix(rest).map(|(u, _)| u.wake_fd);
-            d.lib_fds.push(g.async_fd as i32);
-            d.lib_fds.extend(u.ok());
+            d.async_fd = crate::sys::adopt_handed_fd(g.async_fd as i32);
+            d._wake_fd = u.ok().and_then(crate::sys::adopt_handed_fd);
         }
         let pd = self.command(id, &Request::AllocPd(AllocPd::default()))?;
         let pd = AllocPdResp::read_from_prefix(&pd)
@@ -387,6 +409,18 @@ impl Host {
         recv_cq: &Cq,
         depth: u32,
     ) -> Result<Qp, Refused> {
+        self.create_rc_qp_on(id, send_cq, recv_cq, depth, None)
+    }
+
+    /// [`Host::create_rc_qp`], its receives taken from `srq` if given.
+    pub fn create_rc_qp_on(
+        &mut self,
+        id: DevId,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        depth: u32,
+        srq: Option<Srq>,
+    ) -> Result<Qp, Refused> {
         let sq = RingLayout::for_depth(depth, send_wqe_size(4, 64).unwrap_or(512))
             .map_err(|e| Refused(e.errno()))?;
         let rq = RingLayout::for_depth(depth, recv_wqe_size(4).unwrap_or(128))
@@ -402,17 +436,23 @@ impl Host {
                     pd_handle: pd,
                     send_cq_handle: send_cq.handle,
                     recv_cq_handle: recv_cq.handle,
+                    srq_handle: srq.map_or(0, |q| q.handle),
                     max_send_wr: depth,
-                    max_recv_wr: depth,
+                    max_recv_wr: if srq.is_some() { 0 } else { depth },
                     max_send_sge: 4,
-                    max_recv_sge: 4,
+                    max_recv_sge: if srq.is_some() { 0 } else { 4 },
                     max_inline_data: 64,
                     qp_type: abi::QpType::RC.0 as u8,
+                    is_srq: u8::from(srq.is_some()),
                     ..CreateQp::default()
                 },
                 UroceCreateQp {
                     sq: sq.desc(sq_at),
-                    rq: rq.desc(rq_at),
+                    rq: if srq.is_some() {
+                        RingDesc::default()
+                    } else {
+                        rq.desc(rq_at)
+                    },
                     ..UroceCreateQp::default()
                 },
             ),
@@ -517,17 +557,7 @@ impl Host {
 
     /// Post receive WRs (`wr_id`, one SGE each) through POST_RECV.
     pub fn post_recv(&mut self, id: DevId, qp: Qp, wrs: &[(u64, Sge)]) -> Result<(), Refused> {
-        let mut w = Vec::new();
-        let mut s = Vec::new();
-        for (wr_id, sg) in wrs {
-            let wr = RecvWr {
-                wr_id: *wr_id,
-                num_sge: 1,
-                reserved: 0,
-            };
-            w.extend_from_slice(wr.as_bytes());
-            s.extend_from_slice(sg.as_bytes());
-        }
+        let (w, s) = recv_lists(wrs);
         self.command(
             id,
             &Request::PostRecv(
@@ -567,6 +597,102 @@ impl Host {
         self.dev(id).st.leftovers()
     }
 
+    /// The async events device `id` sent its context since the last call, as the library
+    /// reads them from `async_fd`: (`ib_event_type`, element — a CQ's, QP's or SRQ's
+    /// user handle or QPN).
+    pub fn async_events(&mut self, id: DevId) -> Vec<(u32, u64)> {
+        let mut v = Vec::new();
+        let Some(fd) = self.dev(id).async_fd.as_ref() else {
+            return v;
+        };
+        let mut buf = [0u8; AsyncEventDesc::SIZE];
+        while let Ok(n) = crate::sys::recv_message_nowait(fd.as_fd(), &mut buf) {
+            match AsyncEventDesc::read_from_bytes(buf.get(..n).unwrap_or(&[])) {
+                Ok(e) => v.push((e.event_type, e.element)),
+                Err(_) => break,
+            }
+        }
+        v
+    }
+
+    /// An SRQ of `depth` receive WQEs (4 SGEs each) with limit `limit` (0: not armed);
+    /// `user_handle` is what its async events name.
+    pub fn create_srq(
+        &mut self,
+        id: DevId,
+        depth: u32,
+        limit: u32,
+        user_handle: u64,
+    ) -> Result<Srq, Refused> {
+        let layout = RingLayout::for_depth(depth, recv_wqe_size(4).unwrap_or(128))
+            .map_err(|e| Refused(e.errno()))?;
+        let at = self.alloc(id, layout.bytes() as u64);
+        let pd = self.dev(id).pd;
+        let r = self.command(
+            id,
+            &Request::CreateSrq(
+                CreateSrq {
+                    user_handle,
+                    pd_handle: pd,
+                    max_wr: depth,
+                    max_sge: 4,
+                    srq_limit: limit,
+                    ..CreateSrq::default()
+                },
+                UroceCreateSrq {
+                    ring: layout.desc(at),
+                },
+            ),
+        )?;
+        let (c, _) = CreateSrqResp::read_from_prefix(&r).map_err(|_| Refused(Errno::EIO))?;
+        Ok(Srq {
+            handle: c.srq_handle,
+            srqn: c.srqn,
+        })
+    }
+
+    /// Arm an SRQ's limit event at `limit` WQEs (MODIFY_SRQ with IBV_SRQ_LIMIT).
+    pub fn arm_srq(&mut self, id: DevId, srq: Srq, limit: u32) -> Result<(), Refused> {
+        self.command(
+            id,
+            &Request::ModifySrq(ModifySrq {
+                srq_handle: srq.handle,
+                attr_mask: abi::SrqAttrMask::LIMIT.0,
+                srq_limit: limit,
+                ..ModifySrq::default()
+            }),
+        )
+        .map(|_| ())
+    }
+
+    /// Post receive WRs to an SRQ (POST_SRQ_RECV).
+    pub fn post_srq_recv(
+        &mut self,
+        id: DevId,
+        srq: Srq,
+        wrs: &[(u64, Sge)],
+    ) -> Result<(), Refused> {
+        let (w, s) = recv_lists(wrs);
+        self.command(
+            id,
+            &Request::PostSrqRecv(
+                PostSrqRecv {
+                    srq_handle: srq.handle,
+                    wr_count: wrs.len() as u32,
+                    sge_count: wrs.len() as u32,
+                    wqe_size: RecvWr::SIZE as u32,
+                    ..PostSrqRecv::default()
+                },
+                WrList {
+                    wrs: &w,
+                    sges: &s,
+                    wqe_size: RecvWr::SIZE,
+                },
+            ),
+        )
+        .map(|_| ())
+    }
+
     /// IBV_EVENT_CQ_ERR events device `id` raised on CQ `cq` so far.
     pub fn cq_errors(&mut self, id: DevId, cq: &Cq) -> u32 {
         let st = &self.dev(id).st;
@@ -578,6 +704,7 @@ impl Host {
     pub fn pass(&mut self) -> bool {
         let now = Time(self.now());
         let mut progress = false;
+        let mut sent = Vec::new();
         for d in self.devs.iter_mut() {
             let st = &mut d.st;
             progress |= drain_doorbells(st);
@@ -589,22 +716,13 @@ impl Host {
             let from = SocketAddr::new(IpAddr::V4(d.addr), ROCE_V2_PORT);
             while let Some(dg) = d.q.txq.pop_front() {
                 progress = true;
-                self.rng ^= self.rng << 13;
-                self.rng ^= self.rng >> 7;
-                self.rng ^= self.rng << 17;
-                let lost = ((self.rng >> 11) as f64 / (1u64 << 53) as f64) < self.loss;
-                if lost {
-                    self.lost += 1;
-                } else {
-                    self.wire.push_back(InFlight {
-                        at: now.0 + self.delay_ns,
-                        to: dg.dst.ip(),
-                        from,
-                        bytes: dg.bytes().to_vec(),
-                    });
-                }
+                let bytes = dg.bytes().to_vec();
                 d.q.put_buf(dg.buf);
+                sent.push((dg.dst.ip(), from, bytes));
             }
+        }
+        for (to, from, bytes) in sent {
+            self.transmit(now.0, to, from, bytes);
         }
         while self.wire.front().is_some_and(|f| f.at <= now.0) {
             let Some(f) = self.wire.pop_front() else {
@@ -619,6 +737,48 @@ impl Host {
             }
         }
         progress
+    }
+
+    /// A uniform draw from [0, 1) (xorshift64).
+    fn draw(&mut self) -> f64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Put a datagram on the wire at `now`: lost, corrupted, duplicated or held back as the
+    /// wire's rates say; the wire stays ordered by arrival time.
+    fn transmit(&mut self, now: u64, to: IpAddr, from: SocketAddr, mut bytes: Vec<u8>) {
+        if self.draw() < self.loss {
+            self.lost += 1;
+            return;
+        }
+        if self.draw() < self.corrupt && !bytes.is_empty() {
+            let i = (self.draw() * bytes.len() as f64) as usize;
+            if let Some(b) = bytes.get_mut(i) {
+                *b ^= 1 << (self.draw() * 8.0) as u32;
+            }
+        }
+        let copies = if self.draw() < self.dup { 2 } else { 1 };
+        for _ in 0..copies {
+            let late = if self.draw() < self.reorder {
+                (self.draw() * self.reorder_ns as f64) as u64
+            } else {
+                0
+            };
+            let at = now + self.delay_ns + late;
+            let pos = self.wire.partition_point(|f| f.at <= at);
+            self.wire.insert(
+                pos,
+                InFlight {
+                    at,
+                    to,
+                    from,
+                    bytes: bytes.clone(),
+                },
+            );
+        }
     }
 
     /// When something is next due: a transport deadline or an arrival.
@@ -664,6 +824,22 @@ pub fn rts_steps(ty: transport::QpType) -> [(u8, u32); 3] {
         let required = transport::state::transition_masks(from, to, ty).map_or(0, |t| t.required.0);
         (to as u8, required | AttrMask::STATE.0)
     })
+}
+
+/// The WR and SGE arrays of a receive post: one SGE per WR.
+fn recv_lists(wrs: &[(u64, Sge)]) -> (Vec<u8>, Vec<u8>) {
+    let mut w = Vec::new();
+    let mut s = Vec::new();
+    for (wr_id, sg) in wrs {
+        let wr = RecvWr {
+            wr_id: *wr_id,
+            num_sge: 1,
+            reserved: 0,
+        };
+        w.extend_from_slice(wr.as_bytes());
+        s.extend_from_slice(sg.as_bytes());
+    }
+    (w, s)
 }
 
 /// Every `ibv_access_flags` right a test MR or QP may need.

@@ -95,6 +95,33 @@ pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Send one message without blocking and without SIGPIPE (the reader may be gone).
+/// One message from a datagram or seqpacket socket if one waits (`MSG_DONTWAIT`).
+pub(crate) fn recv_message_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+    let r = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast::<c_void>(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Take ownership of a descriptor a command reply handed to the library (GET_CONTEXT's
+/// `async_fd` and `wake_fd`, a completion channel's fd), for a caller inside this crate
+/// that plays the library.
+pub(crate) fn adopt_handed_fd(fd: i32) -> Option<OwnedFd> {
+    // SAFETY: the reply made the caller the descriptor's only owner (crate docs: those
+    // descriptors belong to the library from then on); nothing else closes it.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 pub(crate) fn send_message(fd: BorrowedFd<'_>, msg: &[u8]) -> io::Result<usize> {
     // SAFETY: `msg` is a live slice of `msg.len()` bytes.
     let r = unsafe {

@@ -389,3 +389,183 @@ fn many_qps_on_one_device_all_complete() {
         );
     }
 }
+
+#[test]
+fn an_srq_below_its_limit_raises_the_limit_event_once() {
+    // Two QPs of B share one SRQ of 32 WQEs armed at 8; A sends 30 messages over both QPs.
+    let mut h = Host::new(8);
+    h.loss = 0.05;
+    let a = h.add_device(A, Limits::default()).unwrap();
+    let b = h.add_device(B, Limits::default()).unwrap();
+    let mut cqa = h.create_cq(a, 64).unwrap();
+    let mut cqb = h.create_cq(b, 64).unwrap();
+    let srq = h.create_srq(b, 32, 0, 0x5151).unwrap();
+    let ma = h.reg_mr(a, 1 << 16, all_access()).unwrap();
+    let mb = h.reg_mr(b, 1 << 16, all_access()).unwrap();
+    let mut qas = Vec::new();
+    for _ in 0..2 {
+        let qa = h.create_rc_qp(a, &cqa, &cqa, 32).unwrap();
+        let qb = h.create_rc_qp_on(b, &cqb, &cqb, 32, Some(srq)).unwrap();
+        h.connect_rc(a, qa, b, qb.qpn, 8, 7).unwrap();
+        h.connect_rc(b, qb, a, qa.qpn, 8, 7).unwrap();
+        qas.push(qa);
+    }
+    let recvs: Vec<_> = (0..32u64).map(|i| (i, sge(&mb, i * 512, 512))).collect();
+    h.post_srq_recv(b, srq, &recvs).unwrap();
+    h.arm_srq(b, srq, 8).unwrap();
+    for i in 0..20u64 {
+        h.write(a, ma.addr + i * 512, &pattern(i, 512));
+        let wr = send_wr(100 + i, WrOpcode::SEND, SIGNALED);
+        h.post_send(
+            a,
+            qas[(i % 2) as usize],
+            &[(wr, vec![sge(&ma, i * 512, 512)])],
+        )
+        .unwrap();
+    }
+    // 20 of 32 taken: 12 left, above the limit — no event yet.
+    let done = wait_for(&mut h, &mut cqa, 20, SECOND);
+    assert_eq!(done.len(), 20);
+    assert!(done.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    let got = wait_for(&mut h, &mut cqb, 20, SECOND);
+    assert_eq!(got.len(), 20);
+    assert_eq!(h.async_events(b), []);
+    for i in 20..30u64 {
+        h.write(a, ma.addr + i * 512, &pattern(i, 512));
+        let wr = send_wr(100 + i, WrOpcode::SEND, SIGNALED);
+        h.post_send(
+            a,
+            qas[(i % 2) as usize],
+            &[(wr, vec![sge(&ma, i * 512, 512)])],
+        )
+        .unwrap();
+    }
+    let done = wait_for(&mut h, &mut cqa, 10, SECOND);
+    assert_eq!(done.len(), 10);
+    let mut got = got;
+    got.extend(wait_for(&mut h, &mut cqb, 10, SECOND));
+    assert_eq!(got.len(), 30);
+    // 2 left < 8: one IBV_EVENT_SRQ_LIMIT_REACHED, naming the SRQ; the limit disarms.
+    assert_eq!(h.async_events(b), [(nic::event::SRQ_LIMIT_REACHED, 0x5151)]);
+    // Every SEND landed in the receive buffer its completion names, in posting order per QP.
+    for w in &got {
+        assert_eq!(w.status, WcStatus::SUCCESS.0);
+        assert_eq!(w.byte_len, 512);
+    }
+    let mut per_slot: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    per_slot.sort_unstable();
+    assert_eq!(
+        per_slot,
+        (0..30).collect::<Vec<_>>(),
+        "each receive WQE used once"
+    );
+    let mut contents: Vec<Vec<u8>> = got
+        .iter()
+        .map(|w| h.read(b, mb.addr + w.wr_id * 512, 512))
+        .collect();
+    let mut want: Vec<Vec<u8>> = (0..30).map(|i| pattern(i, 512)).collect();
+    contents.sort();
+    want.sort();
+    assert_eq!(contents, want);
+}
+
+#[test]
+fn an_mr_deregistered_in_the_middle_of_a_write_stops_it_with_remote_access_error() {
+    // A 256 KiB WRITE (256 packets); B deregisters the target after part of it landed.
+    let mut p = pair(9, 0.0, 16, 64, 1 << 20);
+    let data = pattern(77, 256 << 10);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 256 << 10)])])
+        .unwrap();
+    assert!(p
+        .h
+        .run_until(SECOND, |h| h.port_counters(1).transport.rcvd_pkts >= 40));
+    let mb = p.mb;
+    p.h.dereg_mr(p.b, &mb).unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR.0, "{:?}", got[0]);
+    // What landed before the deregistration is the WRITE's prefix; nothing after the
+    // point where the responder refused was written.
+    let landed = p.h.read(p.b, mb.addr, 256 << 10);
+    let n = landed.iter().zip(&data).take_while(|(a, b)| a == b).count();
+    assert!(n >= 40 * 1024, "{n} bytes landed");
+    assert!(n < 256 << 10, "the whole WRITE landed");
+    assert!(landed[n.next_multiple_of(1024)..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn rc_traffic_survives_duplication_reordering_and_corruption() {
+    let mut p = pair(10, 0.05, 64, 256, 1 << 20);
+    p.h.dup = 0.05;
+    p.h.reorder = 0.1;
+    p.h.corrupt = 0.02;
+    const LEN: usize = 8192;
+    let mut done = Vec::new();
+    for i in 0..60u64 {
+        let src = (i % 32) * LEN as u64;
+        p.h.write(p.a, p.ma.addr + src, &pattern(i, LEN));
+        let op = if i % 3 == 2 {
+            WrOpcode::RDMA_READ
+        } else {
+            WrOpcode::RDMA_WRITE
+        };
+        let wr = rdma_wr(i, op, SIGNALED, p.mb.addr + i * LEN as u64, p.mb.rkey);
+        if op == WrOpcode::RDMA_READ {
+            // What the READ fetches: B's bytes at that place.
+            p.h.write(p.b, p.mb.addr + i * LEN as u64, &pattern(1000 + i, LEN));
+        }
+        p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, src, LEN as u32)])])
+            .unwrap();
+        let want = (i + 1).saturating_sub(16) as usize;
+        while done.len() < want {
+            let more = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+            assert!(!more.is_empty(), "stuck at {}", done.len());
+            for w in &more {
+                check_landed(&mut p, w);
+            }
+            done.extend(more);
+        }
+    }
+    while done.len() < 60 {
+        let more = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+        assert!(!more.is_empty(), "stuck at {}", done.len());
+        for w in &more {
+            check_landed(&mut p, w);
+        }
+        done.extend(more);
+    }
+    assert_eq!(
+        done.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        (0..60).collect::<Vec<_>>()
+    );
+    let c = p.h.port_counters(p.b);
+    assert!(
+        c.engine.rcvd_icrc_err > 0,
+        "corrupted packets were dropped by the ICRC check: {:?}",
+        c.engine
+    );
+    assert!(c.transport.duplicate_request > 0, "{:?}", c.transport);
+}
+
+/// A completed WRITE's bytes are at B; a completed READ's bytes are in A's source slot.
+fn check_landed(p: &mut Pair, w: &Wc) {
+    const LEN: usize = 8192;
+    assert_eq!(w.status, WcStatus::SUCCESS.0, "{w:?}");
+    let i = w.wr_id;
+    if i % 3 == 2 {
+        let src = (i % 32) * LEN as u64;
+        assert_eq!(
+            p.h.read(p.a, p.ma.addr + src, LEN),
+            pattern(1000 + i, LEN),
+            "READ {i}"
+        );
+    } else {
+        assert_eq!(
+            p.h.read(p.b, p.mb.addr + i * LEN as u64, LEN),
+            pattern(i, LEN),
+            "WRITE {i}"
+        );
+    }
+}
