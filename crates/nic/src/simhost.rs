@@ -136,6 +136,11 @@ pub struct Cq {
 }
 
 impl Cq {
+    /// Whether completions wait to be polled.
+    pub fn pending(&mut self) -> bool {
+        self.ring.available().is_ok_and(|n| n > 0)
+    }
+
     /// CQEs the ring holds (the requested depth rounded up to a power of two).
     pub fn capacity(&self) -> u32 {
         self.slots
