@@ -413,15 +413,15 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     let recvs: Vec<_> = (0..32u64).map(|i| (i, sge(&mb, i * 512, 512))).collect();
     h.post_srq_recv(b, srq, &recvs).unwrap();
     h.arm_srq(b, srq, 8).unwrap();
-    for i in 0..20u64 {
+    // SEND `i` of 512 bytes from slot `i`, on the QPs in turn.
+    let send = |h: &mut Host, i: u64| {
         h.write(a, ma.addr + i * 512, &pattern(i, 512));
         let wr = send_wr(100 + i, WrOpcode::SEND, SIGNALED);
-        h.post_send(
-            a,
-            qas[(i % 2) as usize],
-            &[(wr, vec![sge(&ma, i * 512, 512)])],
-        )
-        .unwrap();
+        let sg = vec![sge(&ma, i * 512, 512)];
+        h.post_send(a, qas[(i % 2) as usize], &[(wr, sg)]).unwrap();
+    };
+    for i in 0..20u64 {
+        send(&mut h, i);
     }
     // 20 of 32 taken: 12 left, above the limit — no event yet.
     let done = wait_for(&mut h, &mut cqa, 20, SECOND);
@@ -431,14 +431,7 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     assert_eq!(got.len(), 20);
     assert_eq!(h.async_events(b), []);
     for i in 20..30u64 {
-        h.write(a, ma.addr + i * 512, &pattern(i, 512));
-        let wr = send_wr(100 + i, WrOpcode::SEND, SIGNALED);
-        h.post_send(
-            a,
-            qas[(i % 2) as usize],
-            &[(wr, vec![sge(&ma, i * 512, 512)])],
-        )
-        .unwrap();
+        send(&mut h, i);
     }
     let done = wait_for(&mut h, &mut cqa, 10, SECOND);
     assert_eq!(done.len(), 10);
