@@ -147,6 +147,30 @@ impl Cq {
     }
 }
 
+/// The timers and retry counts of an RC connection ([`Host::connect_rc_with`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RcOpts {
+    /// Local ACK timeout exponent: 4.096 µs × 2^`timeout`.
+    pub timeout: u8,
+    /// Transport retries (7: the most).
+    pub retry_cnt: u8,
+    /// RNR retries (7: forever).
+    pub rnr_retry: u8,
+    /// The RNR NAK timer code this side's responder sends (IBTA Table 45).
+    pub min_rnr_timer: u8,
+}
+
+impl Default for RcOpts {
+    fn default() -> RcOpts {
+        RcOpts {
+            timeout: 8,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+        }
+    }
+}
+
 /// A shared receive queue.
 #[derive(Clone, Copy, Debug)]
 pub struct Srq {
@@ -426,6 +450,18 @@ impl Host {
         depth: u32,
         srq: Option<Srq>,
     ) -> Result<Qp, Refused> {
+        self.create_qp_of(id, send_cq, recv_cq, depth, srq, abi::QpType::RC)
+    }
+
+    fn create_qp_of(
+        &mut self,
+        id: DevId,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        depth: u32,
+        srq: Option<Srq>,
+        ty: abi::QpType,
+    ) -> Result<Qp, Refused> {
         let sq = RingLayout::for_depth(depth, send_wqe_size(4, 64).unwrap_or(512))
             .map_err(|e| Refused(e.errno()))?;
         let rq = RingLayout::for_depth(depth, recv_wqe_size(4).unwrap_or(128))
@@ -447,7 +483,7 @@ impl Host {
                     max_send_sge: 4,
                     max_recv_sge: if srq.is_some() { 0 } else { 4 },
                     max_inline_data: 64,
-                    qp_type: abi::QpType::RC.0 as u8,
+                    qp_type: ty.0 as u8,
                     is_srq: u8::from(srq.is_some()),
                     ..CreateQp::default()
                 },
@@ -469,6 +505,58 @@ impl Host {
         })
     }
 
+    /// A UD QP on device `id` with `depth` send and receive WRs, brought to RTS with `qkey`.
+    pub fn create_ud_qp(
+        &mut self,
+        id: DevId,
+        cq: &Cq,
+        depth: u32,
+        qkey: u32,
+    ) -> Result<Qp, Refused> {
+        let qp = self.create_qp_of(id, cq, cq, depth, None, abi::QpType::UD)?;
+        for (state, mask) in rts_steps(transport::QpType::Ud) {
+            self.command(
+                id,
+                &Request::ModifyQp(ModifyQp {
+                    qp_handle: qp.handle,
+                    attr_mask: mask,
+                    qp_state: state,
+                    qkey,
+                    port_num: 1,
+                    sq_psn: 0x100,
+                    ..ModifyQp::default()
+                }),
+            )?;
+        }
+        Ok(qp)
+    }
+
+    /// An address handle on device `id` for device `dest` (its GID; hop limit 64).
+    pub fn create_ah(&mut self, id: DevId, dest: DevId) -> Result<u32, Refused> {
+        let dgid = self.dev(dest).addr.to_ipv6_mapped().octets();
+        let pd = self.dev(id).pd;
+        let r = self.command(
+            id,
+            &Request::CreateAh(CreateAh {
+                user_handle: 0xa4,
+                pd_handle: pd,
+                attr: AhAttr {
+                    grh: GlobalRoute {
+                        dgid,
+                        hop_limit: 64,
+                        ..GlobalRoute::default()
+                    },
+                    is_global: 1,
+                    port_num: 1,
+                    ..AhAttr::default()
+                },
+                ..CreateAh::default()
+            }),
+        )?;
+        let (a, _) = CreateAhResp::read_from_prefix(&r).map_err(|_| Refused(Errno::EIO))?;
+        Ok(a.ah_handle)
+    }
+
     /// Destroy a QP (whatever it has outstanding).
     pub fn destroy_qp(&mut self, id: DevId, qp: Qp) -> Result<(), Refused> {
         self.command(
@@ -483,7 +571,7 @@ impl Host {
 
     /// Move RC QP `qp` of device `id` through INIT and RTR to RTS toward `dest_qpn` on
     /// device `dest` (path MTU 1024, perftest's default; ACK timeout 4.096 µs × 2^`timeout`;
-    /// `retry_cnt` and `rnr_retry` as given).
+    /// `retry_cnt` as given, RNR retries forever).
     pub fn connect_rc(
         &mut self,
         id: DevId,
@@ -492,6 +580,23 @@ impl Host {
         dest_qpn: u32,
         timeout: u8,
         retry_cnt: u8,
+    ) -> Result<(), Refused> {
+        let opts = RcOpts {
+            timeout,
+            retry_cnt,
+            ..RcOpts::default()
+        };
+        self.connect_rc_with(id, qp, dest, dest_qpn, opts)
+    }
+
+    /// [`Host::connect_rc`] with every timer and retry count given.
+    pub fn connect_rc_with(
+        &mut self,
+        id: DevId,
+        qp: Qp,
+        dest: DevId,
+        dest_qpn: u32,
+        o: RcOpts,
     ) -> Result<(), Refused> {
         let gid = self.dev(dest).addr.to_ipv6_mapped().octets();
         for (state, mask) in rts_steps(transport::QpType::Rc) {
@@ -507,10 +612,10 @@ impl Host {
                 sq_psn: 0x100,
                 max_dest_rd_atomic: 4,
                 max_rd_atomic: 4,
-                min_rnr_timer: 1,
-                timeout,
-                retry_cnt,
-                rnr_retry: 7,
+                min_rnr_timer: o.min_rnr_timer,
+                timeout: o.timeout,
+                retry_cnt: o.retry_cnt,
+                rnr_retry: o.rnr_retry,
                 ..ModifyQp::default()
             };
             q.dest.dgid = gid;
@@ -520,6 +625,20 @@ impl Host {
             self.command(id, &Request::ModifyQp(q))?;
         }
         Ok(())
+    }
+
+    /// Move a QP to `state` (an `ibv_qp_state`, e.g. 6 = ERR) with nothing else changed.
+    pub fn modify_state(&mut self, id: DevId, qp: Qp, state: u8) -> Result<(), Refused> {
+        self.command(
+            id,
+            &Request::ModifyQp(ModifyQp {
+                qp_handle: qp.handle,
+                attr_mask: abi::QpAttrMask::STATE.0,
+                qp_state: state,
+                ..ModifyQp::default()
+            }),
+        )
+        .map(|_| ())
     }
 
     /// Post send WRs (each with its SGEs, in order) through POST_SEND.
@@ -869,6 +988,18 @@ pub fn rdma_wr(wr_id: u64, op: abi::WrOpcode, flags: u32, remote_addr: u64, rkey
     w.set_rdma(RdmaWr {
         remote_addr,
         rkey,
+        reserved: 0,
+    });
+    w
+}
+
+/// A UD send WR to `remote_qpn` through address handle `ah`.
+pub fn ud_wr(wr_id: u64, flags: u32, ah: u32, remote_qpn: u32, qkey: u32) -> SendWr {
+    let mut w = send_wr(wr_id, abi::WrOpcode::SEND, flags);
+    w.set_ud(UdWr {
+        ah,
+        remote_qpn,
+        remote_qkey: qkey,
         reserved: 0,
     });
     w

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use abi::uverbs::Wc;
 use abi::{SendFlags, WcStatus, WrOpcode};
-use nic::simhost::{all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp};
+use nic::simhost::{all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp, RcOpts};
 use nic::Limits;
 
 const A: Ipv4Addr = Ipv4Addr::new(127, 99, 0, 1);
@@ -30,6 +30,11 @@ struct Pair {
 }
 
 fn pair(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64) -> Pair {
+    pair_with(seed, loss, depth, cq_depth, mr_len, RcOpts::default())
+}
+
+/// [`pair`] with A's QP connected with `opts` (B's with the defaults).
+fn pair_with(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64, opts: RcOpts) -> Pair {
     let mut h = Host::new(seed);
     h.loss = loss;
     let a = h.add_device(A, Limits::default()).unwrap();
@@ -38,8 +43,8 @@ fn pair(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64) -> Pair {
     let cqb = h.create_cq(b, cq_depth).unwrap();
     let qa = h.create_rc_qp(a, &cqa, &cqa, depth).unwrap();
     let qb = h.create_rc_qp(b, &cqb, &cqb, depth).unwrap();
-    // ACK timeout 4.096 µs × 2^8 ≈ 1 ms, 7 retries: loss is recovered, not fatal.
-    h.connect_rc(a, qa, b, qb.qpn, 8, 7).unwrap();
+    // By default ACK timeout 4.096 µs × 2^8 ≈ 1 ms, 7 retries: loss is recovered, not fatal.
+    h.connect_rc_with(a, qa, b, qb.qpn, opts).unwrap();
     h.connect_rc(b, qb, a, qa.qpn, 8, 7).unwrap();
     let ma = h.reg_mr(a, mr_len, all_access()).unwrap();
     let mb = h.reg_mr(b, mr_len, all_access()).unwrap();
@@ -833,4 +838,204 @@ fn a_random_mix_over_a_hostile_wire_arrives_exactly_once_and_intact() {
     }
     // The wire did its worst and the transport repaired it.
     assert!(lost > 100 && resent > 100, "lost {lost}, resent {resent}");
+}
+
+/// Statuses of `got`, by wr_id order.
+fn statuses(got: &[Wc]) -> Vec<(u64, u32)> {
+    got.iter().map(|w| (w.wr_id, w.status)).collect()
+}
+
+#[test]
+fn a_cut_wire_ends_in_retry_exceeded_and_flushes_the_rest() {
+    // retry_cnt 3: the first WR fails after four sends of its packets; the three behind it,
+    // and one posted after the QP reached ERR, complete flushed (IBTA o11-5.2.x, rdma-core).
+    let opts = RcOpts {
+        retry_cnt: 3,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(11, 0.0, 16, 64, 1 << 16, opts);
+    let (a, qa) = (p.a, p.qa);
+    p.h.loss = 1.0;
+    let wrs: Vec<_> = (0..4u64)
+        .map(|i| {
+            let wr = rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+            (wr, vec![sge(&p.ma, 0, 2048)])
+        })
+        .collect();
+    p.h.post_send(a, qa, &wrs).unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 4, 10 * SECOND);
+    let flush = WcStatus::WR_FLUSH_ERR.0;
+    assert_eq!(
+        statuses(&got),
+        [
+            (0, WcStatus::RETRY_EXC_ERR.0),
+            (1, flush),
+            (2, flush),
+            (3, flush)
+        ]
+    );
+    assert_eq!(p.h.port_counters(a).transport.retry_exceeded_err, 1);
+    // Retries took 4 × ~1 ms of virtual time, not of the test's.
+    assert!(p.h.now() > 3_000_000, "{}", p.h.now());
+    let wr = send_wr(9, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(a, qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&wait_for(&mut p.h, &mut p.cqa, 1, SECOND)),
+        [(9, flush)]
+    );
+}
+
+#[test]
+fn a_send_without_a_receive_waits_out_rnr_naks_then_lands() {
+    let mut p = pair(12, 0.0, 16, 64, 1 << 16);
+    p.h.write(p.a, p.ma.addr, b"late receive");
+    let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 12)])])
+        .unwrap();
+    // Nothing posted at B: RNR NAKs, and the SEND stays outstanding.
+    p.h.run_until(5_000_000, |_| false);
+    assert!(p.h.poll_cq(&mut p.cqa, 8).is_empty());
+    assert!(p.h.port_counters(p.a).transport.rcvd_rnr_err > 0);
+    p.h.post_recv(p.b, p.qb, &[(7, sge(&p.mb, 0, 64))]).unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    let got = wait_for(&mut p.h, &mut p.cqb, 1, SECOND);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (7, 12));
+    assert_eq!(p.h.read(p.b, p.mb.addr, 12), b"late receive");
+}
+
+#[test]
+fn rnr_retry_zero_fails_the_send_with_rnr_retry_exceeded() {
+    let opts = RcOpts {
+        rnr_retry: 0,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(13, 0.0, 16, 64, 1 << 16, opts);
+    let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(statuses(&got), [(1, WcStatus::RNR_RETRY_EXC_ERR.0)]);
+}
+
+#[test]
+fn receives_posted_to_a_qp_moved_to_error_complete_flushed() {
+    let mut p = pair(14, 0.0, 16, 64, 1 << 16);
+    let recvs: Vec<_> = (0..5u64).map(|i| (i, sge(&p.mb, i * 64, 64))).collect();
+    p.h.post_recv(p.b, p.qb, &recvs).unwrap();
+    p.h.modify_state(p.b, p.qb, abi::QpState::ERR.0 as u8)
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqb, 5, SECOND);
+    let flush = WcStatus::WR_FLUSH_ERR.0;
+    assert_eq!(
+        statuses(&got),
+        (0..5).map(|i| (i, flush)).collect::<Vec<_>>()
+    );
+    // And one posted afterwards.
+    p.h.post_recv(p.b, p.qb, &[(5, sge(&p.mb, 0, 64))]).unwrap();
+    assert_eq!(
+        statuses(&wait_for(&mut p.h, &mut p.cqb, 1, SECOND)),
+        [(5, flush)]
+    );
+}
+
+#[test]
+fn a_read_into_memory_without_local_write_is_a_local_protection_error() {
+    let mut p = pair(15, 0.0, 16, 64, 1 << 16);
+    // A's second MR: readable only (no IBV_ACCESS_LOCAL_WRITE).
+    let ro = p.h.reg_mr(p.a, 4096, 0).unwrap();
+    p.h.write(p.b, p.mb.addr, &[7; 64]);
+    let wr = rdma_wr(1, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&ro, 0, 64)])])
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(statuses(&got), [(1, WcStatus::LOC_PROT_ERR.0)]);
+    assert_eq!(p.h.read(p.a, ro.addr, 64), vec![0; 64]);
+}
+
+#[test]
+fn an_atomic_on_a_misaligned_address_is_refused_by_the_responder() {
+    let mut p = pair(16, 0.0, 16, 64, 1 << 16);
+    let mut wr = send_wr(1, WrOpcode::ATOMIC_FETCH_AND_ADD, SIGNALED);
+    wr.set_atomic(abi::uverbs::AtomicWr {
+        remote_addr: p.mb.addr + 4,
+        compare_add: 1,
+        swap: 0,
+        rkey: p.mb.rkey,
+        reserved: 0,
+    });
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(got.len(), 1);
+    // IBTA o9-21: a misaligned atomic is an invalid request (NAK) — or refused locally.
+    assert!(
+        [WcStatus::REM_INV_REQ_ERR.0, WcStatus::LOC_QP_OP_ERR.0].contains(&got[0].status),
+        "{:?}",
+        got[0]
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr, 16), vec![0; 16]);
+}
+
+#[test]
+fn ud_datagrams_arrive_with_their_grh_and_source_or_not_at_all() {
+    // UD over a 20 % lossy wire: no retransmission, so some datagrams are simply gone; each
+    // one that arrives carries the sender's IPv4 header in its 40-byte GRH area, the source
+    // QPN, and its bytes intact. A wrong Q_Key is dropped by the receiver.
+    const QKEY: u32 = 0x1111_0000;
+    let mut h = Host::new(17);
+    h.loss = 0.2;
+    let a = h.add_device(A, Limits::default()).unwrap();
+    let b = h.add_device(B, Limits::default()).unwrap();
+    let mut cqa = h.create_cq(a, 256).unwrap();
+    let mut cqb = h.create_cq(b, 256).unwrap();
+    let qa = h.create_ud_qp(a, &cqa, 64, QKEY).unwrap();
+    let qb = h.create_ud_qp(b, &cqb, 64, QKEY).unwrap();
+    let ma = h.reg_mr(a, 1 << 16, all_access()).unwrap();
+    let mb = h.reg_mr(b, 1 << 20, all_access()).unwrap();
+    let ah = h.create_ah(a, b).unwrap();
+    let recvs: Vec<_> = (0..64u64).map(|i| (i, sge(&mb, i * 2048, 2048))).collect();
+    h.post_recv(b, qb, &recvs).unwrap();
+    for i in 0..50u64 {
+        let len = 100 + i as usize * 10;
+        h.write(a, ma.addr + i * 1024, &pattern(i, len));
+        // Every tenth with a wrong Q_Key.
+        let qkey = if i % 10 == 9 { QKEY + 1 } else { QKEY };
+        let wr = nic::simhost::ud_wr(i, SIGNALED, ah, qb.qpn, qkey);
+        h.post_send(a, qa, &[(wr, vec![sge(&ma, i * 1024, len as u32)])])
+            .unwrap();
+    }
+    // The sender completes every datagram (UD: once it left).
+    let sent = wait_for(&mut h, &mut cqa, 50, SECOND);
+    assert_eq!(sent.len(), 50);
+    assert!(sent.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    h.run_until(10_000_000, |_| false);
+    let got = h.poll_cq(&mut cqb, 64);
+    assert!(!got.is_empty() && got.len() < 45, "{} arrived", got.len());
+    assert!(h.port_counters(b).transport.qkey_violation > 0);
+    let mut seen = std::collections::BTreeSet::new();
+    for w in &got {
+        assert_eq!(w.status, WcStatus::SUCCESS.0);
+        assert_eq!(w.src_qp, qa.qpn);
+        assert_ne!(w.wc_flags & abi::WcFlags::GRH.0, 0);
+        let len = w.byte_len as usize - 40;
+        let i = (len as u64 - 100) / 10;
+        assert_ne!(i % 10, 9, "a datagram with a wrong Q_Key was delivered");
+        assert!(seen.insert(i), "datagram {i} delivered twice");
+        let buf = h.read(b, mb.addr + w.wr_id * 2048, 40 + len);
+        // The GRH area of a RoCEv2 IPv4 datagram: 20 zero bytes, then the IPv4 header.
+        assert_eq!(
+            buf[20] >> 4,
+            4,
+            "IPv4 header in the GRH area: {:02x?}",
+            &buf[..40]
+        );
+        assert_eq!(&buf[32..36], &A.octets(), "source address");
+        assert_eq!(&buf[36..40], &B.octets(), "destination address");
+        assert_eq!(&buf[40..], pattern(i, len), "datagram {i}");
+    }
+    // Receives are consumed in order.
+    let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..got.len() as u64).collect::<Vec<_>>());
 }
