@@ -48,6 +48,10 @@ pub const WINDOW: usize = 4 << 20;
 /// Where the window's allocations start (offset 0 stays unused, as address 0 would).
 const FIRST_ALLOC: u64 = 0x1000;
 const DOORBELL_SLOTS: u32 = 64;
+/// The user handle every CQ is created with (what its async events name).
+pub const CQ_USER_HANDLE: u64 = 0xc0;
+/// The user handle every QP is created with (what its async events name).
+pub const QP_USER_HANDLE: u64 = 0x9000;
 
 /// The virtual clock every device of a host reads (ns).
 #[derive(Debug)]
@@ -396,7 +400,7 @@ impl Host {
             id,
             &Request::CreateCq(
                 CreateCq {
-                    user_handle: 0xc0,
+                    user_handle: CQ_USER_HANDLE,
                     cqe: depth,
                     comp_channel: -1,
                     ..CreateCq::default()
@@ -473,7 +477,7 @@ impl Host {
             id,
             &Request::CreateQp(
                 CreateQp {
-                    user_handle: 0x9000,
+                    user_handle: QP_USER_HANDLE,
                     pd_handle: pd,
                     send_cq_handle: send_cq.handle,
                     recv_cq_handle: recv_cq.handle,

@@ -6,7 +6,10 @@ use std::net::Ipv4Addr;
 
 use abi::uverbs::Wc;
 use abi::{SendFlags, WcStatus, WrOpcode};
-use nic::simhost::{all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp, RcOpts};
+use nic::simhost::{
+    all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp, RcOpts, CQ_USER_HANDLE,
+    QP_USER_HANDLE,
+};
 use nic::Limits;
 
 const A: Ipv4Addr = Ipv4Addr::new(127, 99, 0, 1);
@@ -213,7 +216,7 @@ fn the_send_queue_wraps_around_many_times() {
 }
 
 #[test]
-fn a_cq_that_overflows_reports_cq_err_once_and_drops_no_earlier_completion() {
+fn a_cq_that_overflows_reports_cq_err_and_qp_fatal_and_keeps_its_earlier_completions() {
     // A CQ of 4 CQEs never polled while 8 signaled WRITEs complete.
     let mut p = pair(2, 0.0, 16, 4, 1 << 16);
     let cap = p.cqa.capacity();
@@ -242,6 +245,20 @@ fn a_cq_that_overflows_reports_cq_err_once_and_drops_no_earlier_completion() {
     assert_eq!(ids, (0..u64::from(cap)).collect::<Vec<_>>());
     assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
     assert_eq!(p.h.port_counters(p.a).engine.engine_panics, 0);
+    // The library hears IBV_EVENT_CQ_ERR for the CQ and IBV_EVENT_QP_FATAL for the QP whose
+    // completion was lost (its user handles), and the QP is in ERR: new work flushes.
+    assert_eq!(
+        p.h.async_events(p.a),
+        [
+            (nic::event::CQ_ERR, CQ_USER_HANDLE),
+            (nic::event::QP_FATAL, QP_USER_HANDLE)
+        ]
+    );
+    let wr = rdma_wr(50, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 64)])])
+        .unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
+    assert_eq!(statuses(&got), [(50, WcStatus::WR_FLUSH_ERR.0)]);
 }
 
 #[test]
