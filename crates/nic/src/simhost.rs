@@ -335,20 +335,27 @@ impl Host {
         at
     }
 
-    /// Write `bytes` at window offset `at` of device `id`.
+    /// Write `bytes` at window offset `at` of device `id` (any alignment).
     pub fn write(&mut self, id: DevId, at: u64, bytes: &[u8]) {
-        let d = self.dev(id);
-        d.mem.write(at as usize, bytes).expect("inside the window");
-    }
-
-    /// Read `len` bytes at window offset `at` of device `id`.
-    pub fn read(&mut self, id: DevId, at: u64, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
+        let start = at & !7;
+        let mut span = self.read(id, start, (at - start) as usize + bytes.len());
+        span[(at - start) as usize..].copy_from_slice(bytes);
         self.dev(id)
             .mem
-            .read(at as usize, &mut v)
+            .write(start as usize, &span)
             .expect("inside the window");
-        v
+    }
+
+    /// Read `len` bytes at window offset `at` of device `id` (any alignment).
+    pub fn read(&mut self, id: DevId, at: u64, len: usize) -> Vec<u8> {
+        let start = at & !7;
+        let skip = (at - start) as usize;
+        let mut v = vec![0; skip + len];
+        self.dev(id)
+            .mem
+            .read(start as usize, &mut v)
+            .expect("inside the window");
+        v.split_off(skip)
     }
 
     /// Register `len` fresh bytes of device `id`'s window with `access` (`ibv_access_flags`).
@@ -685,14 +692,26 @@ impl Host {
 
     /// Post receive WRs (`wr_id`, one SGE each) through POST_RECV.
     pub fn post_recv(&mut self, id: DevId, qp: Qp, wrs: &[(u64, Sge)]) -> Result<(), Refused> {
+        let wrs: Vec<(u64, Vec<Sge>)> = wrs.iter().map(|(i, s)| (*i, vec![*s])).collect();
+        self.post_recv_sges(id, qp, &wrs)
+    }
+
+    /// Post receive WRs, each with its list of SGEs (a scatter), through POST_RECV.
+    pub fn post_recv_sges(
+        &mut self,
+        id: DevId,
+        qp: Qp,
+        wrs: &[(u64, Vec<Sge>)],
+    ) -> Result<(), Refused> {
         let (w, s) = recv_lists(wrs);
+        let sge_count = wrs.iter().map(|(_, s)| s.len() as u32).sum();
         self.command(
             id,
             &Request::PostRecv(
                 PostRecv {
                     qp_handle: qp.handle,
                     wr_count: wrs.len() as u32,
-                    sge_count: wrs.len() as u32,
+                    sge_count,
                     wqe_size: RecvWr::SIZE as u32,
                     ..PostRecv::default()
                 },
@@ -800,7 +819,8 @@ impl Host {
         srq: Srq,
         wrs: &[(u64, Sge)],
     ) -> Result<(), Refused> {
-        let (w, s) = recv_lists(wrs);
+        let wrs: Vec<(u64, Vec<Sge>)> = wrs.iter().map(|(i, s)| (*i, vec![*s])).collect();
+        let (w, s) = recv_lists(&wrs);
         self.command(
             id,
             &Request::PostSrqRecv(
@@ -954,18 +974,20 @@ pub fn rts_steps(ty: transport::QpType) -> [(u8, u32); 3] {
     })
 }
 
-/// The WR and SGE arrays of a receive post: one SGE per WR.
-fn recv_lists(wrs: &[(u64, Sge)]) -> (Vec<u8>, Vec<u8>) {
+/// The WR and SGE arrays of a receive post.
+fn recv_lists(wrs: &[(u64, Vec<Sge>)]) -> (Vec<u8>, Vec<u8>) {
     let mut w = Vec::new();
     let mut s = Vec::new();
-    for (wr_id, sg) in wrs {
+    for (wr_id, sges) in wrs {
         let wr = RecvWr {
             wr_id: *wr_id,
-            num_sge: 1,
+            num_sge: sges.len() as u32,
             reserved: 0,
         };
         w.extend_from_slice(wr.as_bytes());
-        s.extend_from_slice(sg.as_bytes());
+        for sg in sges {
+            s.extend_from_slice(sg.as_bytes());
+        }
     }
     (w, s)
 }
