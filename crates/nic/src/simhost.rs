@@ -162,6 +162,8 @@ pub struct RcOpts {
     pub rnr_retry: u8,
     /// The RNR NAK timer code this side's responder sends (IBTA Table 45).
     pub min_rnr_timer: u8,
+    /// The first PSN of both directions (both ends of a connection must agree).
+    pub psn: u32,
 }
 
 impl Default for RcOpts {
@@ -171,6 +173,7 @@ impl Default for RcOpts {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 1,
+            psn: 0x100,
         }
     }
 }
@@ -619,8 +622,8 @@ impl Host {
                 port_num: 1,
                 path_mtu: 3, // IBV_MTU_1024
                 dest_qp_num: dest_qpn,
-                rq_psn: 0x100,
-                sq_psn: 0x100,
+                rq_psn: o.psn,
+                sq_psn: o.psn,
                 max_dest_rd_atomic: 4,
                 max_rd_atomic: 4,
                 min_rnr_timer: o.min_rnr_timer,

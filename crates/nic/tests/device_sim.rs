@@ -36,7 +36,7 @@ fn pair(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64) -> Pair {
     pair_with(seed, loss, depth, cq_depth, mr_len, RcOpts::default())
 }
 
-/// [`pair`] with A's QP connected with `opts` (B's with the defaults).
+/// [`pair`] with A's QP connected with `opts`, B's with the defaults and `opts.psn`.
 fn pair_with(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64, opts: RcOpts) -> Pair {
     let mut h = Host::new(seed);
     h.loss = loss;
@@ -48,7 +48,11 @@ fn pair_with(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64, opts:
     let qb = h.create_rc_qp(b, &cqb, &cqb, depth).unwrap();
     // By default ACK timeout 4.096 µs × 2^8 ≈ 1 ms, 7 retries: loss is recovered, not fatal.
     h.connect_rc_with(a, qa, b, qb.qpn, opts).unwrap();
-    h.connect_rc(b, qb, a, qa.qpn, 8, 7).unwrap();
+    let b_opts = RcOpts {
+        psn: opts.psn,
+        ..RcOpts::default()
+    };
+    h.connect_rc_with(b, qb, a, qa.qpn, b_opts).unwrap();
     let ma = h.reg_mr(a, mr_len, all_access()).unwrap();
     let mb = h.reg_mr(b, mr_len, all_access()).unwrap();
     Pair {
@@ -1136,4 +1140,85 @@ fn gathers_and_scatters_of_many_pieces_on_one_device_and_between_two() {
         // The same-device run really took the internal loopback.
         assert_eq!(h.port_counters(a).engine.loopback_pkts > 0, same_device);
     }
+}
+
+#[test]
+fn messages_cross_the_psn_wraparound_on_a_lossy_wire() {
+    // Both directions start 20 PSNs before 2^24: 64-packet WRITEs and READs cross the wrap,
+    // with loss forcing retransmissions across it.
+    let opts = RcOpts {
+        psn: (1 << 24) - 20,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(19, 0.1, 16, 64, 1 << 20, opts);
+    for i in 0..4u64 {
+        let data = pattern(i, 64 << 10);
+        p.h.write(p.a, p.ma.addr, &data);
+        let at = p.mb.addr + (i % 2) * (64 << 10);
+        let wr = rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, at, p.mb.rkey);
+        p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 64 << 10)])])
+            .unwrap();
+        assert_eq!(
+            statuses(&wait_for(&mut p.h, &mut p.cqa, 1, SECOND)),
+            [(i, 0)]
+        );
+        assert_eq!(p.h.read(p.b, at, 64 << 10), data, "WRITE {i}");
+        let rd = rdma_wr(10 + i, WrOpcode::RDMA_READ, SIGNALED, at, p.mb.rkey);
+        p.h.post_send(p.a, p.qa, &[(rd, vec![sge(&p.ma, 1 << 19, 64 << 10)])])
+            .unwrap();
+        assert_eq!(
+            statuses(&wait_for(&mut p.h, &mut p.cqa, 1, SECOND)),
+            [(10 + i, 0)]
+        );
+        assert_eq!(
+            p.h.read(p.a, p.ma.addr + (1 << 19), 64 << 10),
+            data,
+            "READ {i}"
+        );
+    }
+    assert!(p.h.port_counters(p.a).transport.retransmissions > 0);
+}
+
+#[test]
+fn zero_length_messages_complete_and_touch_nothing() {
+    // SEND, WRITE, WRITE WITH IMM and READ of 0 bytes, with no SGE at all.
+    let mut p = pair(20, 0.0, 16, 64, 1 << 16);
+    p.h.post_recv(
+        p.b,
+        p.qb,
+        &[(1, sge(&p.mb, 0, 64)), (2, sge(&p.mb, 64, 64))],
+    )
+    .unwrap();
+    let mut imm = rdma_wr(
+        3,
+        WrOpcode::RDMA_WRITE_WITH_IMM,
+        SIGNALED,
+        p.mb.addr,
+        p.mb.rkey,
+    );
+    imm.set_imm_data(0xfeed);
+    let wrs = vec![
+        (send_wr(1, WrOpcode::SEND, SIGNALED), vec![]),
+        (
+            rdma_wr(2, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+            vec![],
+        ),
+        (imm, vec![]),
+        (
+            rdma_wr(4, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey),
+            vec![],
+        ),
+    ];
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    let got = wait_for(&mut p.h, &mut p.cqa, 4, SECOND);
+    assert_eq!(statuses(&got), [(1, 0), (2, 0), (3, 0), (4, 0)]);
+    let got = wait_for(&mut p.h, &mut p.cqb, 2, SECOND);
+    assert_eq!(
+        got.iter()
+            .map(|w| (w.wr_id, w.status, w.byte_len))
+            .collect::<Vec<_>>(),
+        [(1, 0, 0), (2, 0, 0)]
+    );
+    assert_eq!(got[1].imm_data(), 0xfeed);
+    assert_eq!(p.h.read(p.b, p.mb.addr, 128), vec![0; 128]);
 }
