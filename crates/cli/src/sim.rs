@@ -12,6 +12,7 @@
 //! (integer), `violation_details` (array of strings), `virtual_time_ms`, `last_completion_ms`,
 //! `final_qp_states`, `network` (object of frame counters), `passed`.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -93,6 +94,14 @@ pub struct Args {
     /// it run (default: IBTA go-back-N).
     #[arg(long)]
     selective_repeat: bool,
+    /// Run the workload on two real device datapaths (the NIC's rings, MR table and DMA
+    /// checks, CQs and timers, driven on the virtual clock: `nic::simhost`) instead of two
+    /// bare transport QPs. Traffic goes one way (A to B) at MTU 1024 on a wire with
+    /// --loss/--dup/--reorder/--reorder-us/--corrupt/--delay-us and --partition-at; the
+    /// transport-only options (--mtu, --rate-gbps, --recv-depth, --recv-delay-us,
+    /// --max-unacked-psns, --rnr-retry, --selective-repeat, two-way traffic) do not apply.
+    #[arg(long)]
+    device: bool,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
@@ -305,6 +314,140 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
     }
 }
 
+/// `--device`: the workload on two real device datapaths (`nic::simhost::workload`).
+fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
+    use nic::simhost::workload::{self as dw, RunConfig};
+    let (size_min, size_max) = parse_size(&args.size)?;
+    let mut ops = [false; 4];
+    for o in args.ops.split(',').filter(|s| !s.trim().is_empty()) {
+        let op = Op::parse(o).with_context(|| format!("--ops: unknown operation {o:?}"))?;
+        ops[op as usize] = true;
+    }
+    if !ops.contains(&true) {
+        bail!("--ops: need at least one of send, write, read, atomic");
+    }
+    if args.mtu != 1024 || args.selective_repeat || args.recv_delay_us != 0 {
+        bail!("--device runs at MTU 1024 with go-back-N and receives re-posted at once (--mtu, --selective-repeat and --recv-delay-us are transport-simulator options)");
+    }
+    if args.retry_cnt.is_some_and(|r| r > 7) || args.timeout == 0 || args.timeout > 31 {
+        bail!("--retry-cnt is 0-7 and --timeout 1-31");
+    }
+    if !(0.0..=1e6).contains(&args.delay_us) {
+        bail!("--delay-us out of range");
+    }
+    let delay_ns = (args.delay_us * 1e3) as u64;
+    let cfg = RunConfig {
+        seed,
+        messages: args.messages,
+        size_min,
+        size_max,
+        ops,
+        loss: probability("loss", args.loss)?,
+        dup: probability("dup", args.dup)?,
+        reorder: probability("reorder", args.reorder)?,
+        reorder_ns: match args.reorder_us {
+            Some(us) if (0.0..=1e7).contains(&us) => (us * 1e3) as u64 + 1,
+            Some(_) => bail!("--reorder-us must be 0..10000000"),
+            None => delay_ns * 10 + 1_000,
+        },
+        corrupt: probability("corrupt", args.corrupt)?,
+        delay_ns,
+        window: args.window.clamp(1, 64),
+        partition_at_ns: match args.partition_at {
+            Some(ms) if !(0.0..=1e9).contains(&ms) => bail!("--partition-at out of range"),
+            Some(ms) => Some((ms * 1e6) as u64),
+            None => None,
+        },
+        retry_cnt: args
+            .retry_cnt
+            .unwrap_or(if args.partition_at.is_some() { 3 } else { 7 }),
+        timeout: args.timeout,
+        ..RunConfig::default()
+    };
+    let started = Instant::now();
+    let r = dw::run(&cfg);
+    let wall_s = started.elapsed().as_secs_f64();
+    let statuses: BTreeMap<String, u64> = r
+        .statuses
+        .iter()
+        .map(|(k, v)| (wc_status_text(*k).to_string(), *v))
+        .collect();
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "seed": r.seed,
+                "passed": r.passed(),
+                "device": true,
+                "messages_posted": r.posted,
+                "messages_completed": r.completed,
+                "bytes_verified": r.bytes_verified,
+                "retransmissions": r.retransmissions,
+                "timeouts": r.timeouts,
+                "status_counts": statuses,
+                "violations": r.violations,
+                "violation_details": r.details,
+                "virtual_time_ms": r.virtual_time_ns as f64 / 1e6,
+                "network": {
+                    "frames_delivered": r.delivered,
+                    "dropped": r.lost,
+                    "icrc_errors": r.icrc_errors,
+                },
+            })
+        );
+    } else {
+        println!(
+            "uroce sim --device: seed {} — {} messages A→B, sizes {}, ops {}, mtu 1024",
+            r.seed, args.messages, args.size, args.ops
+        );
+        println!(
+            "  wire: loss {} dup {} reorder {} corrupt {}{}",
+            args.loss,
+            args.dup,
+            args.reorder,
+            args.corrupt,
+            args.partition_at
+                .map(|p| format!(", cut at {p} ms"))
+                .unwrap_or_default()
+        );
+        println!(
+            "  completed {} of {} work requests, {} bytes verified, {:.3} virtual ms ({:.2} s wall)",
+            r.completed,
+            r.posted,
+            r.bytes_verified,
+            r.virtual_time_ns as f64 / 1e6,
+            wall_s
+        );
+        println!(
+            "  datagrams: {} delivered, {} lost, {} dropped by the ICRC check; {} retransmissions, {} ACK timeouts",
+            r.delivered, r.lost, r.icrc_errors, r.retransmissions, r.timeouts
+        );
+        let list: Vec<String> = statuses.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        println!("  completions: {}", list.join(", "));
+        for v in &r.details {
+            println!("  VIOLATION {v}");
+        }
+        if r.passed() {
+            println!("verdict: PASS — 0 violations (seed {})", r.seed);
+        } else {
+            println!(
+                "verdict: FAIL — {} violation(s); replay with: uroce sim --device --seed {} (same flags)",
+                r.violations, r.seed
+            );
+        }
+    }
+    if !r.passed() {
+        eprintln!("uroce sim: FAILED with seed {}", r.seed);
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// rdma-core's `ibv_wc_status_str` text of a status value.
+fn wc_status_text(status: u32) -> &'static str {
+    sim::transport::WcStatus::from_u32(status).map_or("unknown", sim::transport::WcStatus::as_str)
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let seed = args.seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -314,6 +457,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut s = t;
         sim::rng::splitmix64(&mut s)
     });
+    if args.device {
+        return run_device(&args, seed);
+    }
     let cfg = config(&args, seed)?;
     let started = Instant::now();
     let report = workload::run(cfg);

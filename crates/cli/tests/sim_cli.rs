@@ -118,3 +118,51 @@ fn human_output_ends_with_a_verdict_and_bad_flags_are_refused() {
         assert_eq!(out.status.code(), Some(2), "{bad:?} must be refused");
     }
 }
+
+#[test]
+fn device_runs_pass_over_a_hostile_wire_and_a_cut_one() {
+    // `--device`: the same kind of workload on two real device datapaths.
+    let (code, v, err) = sim(&[
+        "--device",
+        "--seed",
+        "42",
+        "--messages",
+        "600",
+        "--loss",
+        "0.1",
+        "--dup",
+        "0.05",
+        "--reorder",
+        "0.1",
+        "--corrupt",
+        "0.01",
+    ]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert_eq!(v["device"], true);
+    assert_eq!(v["violations"], 0);
+    assert_eq!(v["messages_completed"], 600);
+    assert!(v["retransmissions"].as_u64().unwrap() > 0);
+    assert!(v["network"]["dropped"].as_u64().unwrap() > 0);
+    let (code, v, err) = sim(&[
+        "--device",
+        "--seed",
+        "7",
+        "--messages",
+        "20000",
+        "--partition-at",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    let sc = &v["status_counts"];
+    assert_eq!(sc["transport retry counter exceeded"], 1, "{sc}");
+    assert!(
+        sc["Work Request Flushed Error"].as_u64().unwrap() > 0,
+        "{sc}"
+    );
+    // Options of the transport-only simulator are refused, not ignored.
+    let out = Command::new(env!("CARGO_BIN_EXE_uroce"))
+        .args(["sim", "--device", "--mtu", "4096"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

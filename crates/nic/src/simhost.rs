@@ -14,7 +14,7 @@
 //! transport deadline or the next arrival. So a run is reproducible from its seed, and a
 //! test of retransmission after loss takes no wall time.
 //!
-//! Each device names memory as offsets into a window of its own ([`WINDOW`] bytes,
+//! Each device names memory as offsets into a window of its own ([`Host::window`] bytes,
 //! `dma::AddressSpace::Window`): MRs, CQ rings and QP rings are carved from it by
 //! [`Host::alloc`], and a test reads and writes application memory with
 //! [`Host::read`] / [`Host::write`]. Completions are polled from the CQ rings in that
@@ -43,7 +43,9 @@ use crate::datapath::{
 use crate::state::{CtxId, DevState, EngineLink};
 use crate::{DeviceConfig, Limits};
 
-/// Bytes of each device's memory window.
+pub mod workload;
+
+/// Bytes of each device's memory window unless [`Host::window`] says otherwise.
 pub const WINDOW: usize = 4 << 20;
 /// Where the window's allocations start (offset 0 stays unused, as address 0 would).
 const FIRST_ALLOC: u64 = 0x1000;
@@ -220,6 +222,8 @@ pub struct Host {
     pub lost: u64,
     /// Datagrams delivered so far.
     pub delivered: u64,
+    /// Bytes of memory window each device added from now on gets.
+    pub window: usize,
 }
 
 /// A command the device refused, with its errno.
@@ -242,6 +246,7 @@ impl Host {
             corrupt: 0.0,
             lost: 0,
             delivered: 0,
+            window: WINDOW,
         }
     }
 
@@ -252,7 +257,8 @@ impl Host {
 
     /// A device bound to `addr` with `limits`, with a context open and a PD allocated.
     pub fn add_device(&mut self, addr: Ipv4Addr, limits: Limits) -> Result<DevId, Refused> {
-        let mem = Arc::new(SharedMem::new_zeroed(WINDOW).map_err(|_| Refused(Errno::ENOMEM))?);
+        let len = self.window;
+        let mem = Arc::new(SharedMem::new_zeroed(len).map_err(|_| Refused(Errno::ENOMEM))?);
         let mut cfg = DeviceConfig::new(format!("sim{}", self.devs.len()), IpAddr::V4(addr));
         cfg.limits = limits;
         let wake = crate::sys::eventfd().map_err(|_| Refused(Errno::ENOMEM))?;
@@ -263,7 +269,7 @@ impl Host {
         let mut st = DevState::new(cfg, link);
         st.space = crate::dma::AddressSpace::Window {
             base: mem.addr() as usize,
-            len: WINDOW,
+            len,
         };
         let tap = crate::tap::for_device(&st.cfg.name, st.cfg.addr, false);
         self.devs.push(Dev {
@@ -334,7 +340,7 @@ impl Host {
         let d = self.dev(id);
         let at = d.next;
         d.next = (at + len).next_multiple_of(0x1000);
-        assert!(d.next <= WINDOW as u64, "device {id}'s window is full");
+        assert!(d.next <= d.mem.len() as u64, "device {id}'s window is full");
         at
     }
 

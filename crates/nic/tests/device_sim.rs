@@ -6,6 +6,7 @@ use std::net::Ipv4Addr;
 
 use abi::uverbs::Wc;
 use abi::{SendFlags, WcStatus, WrOpcode};
+use nic::simhost::workload::{self, pattern, RunConfig};
 use nic::simhost::{
     all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp, RcOpts, CQ_USER_HANDLE,
     QP_USER_HANDLE,
@@ -66,13 +67,6 @@ fn pair_with(seed: u64, loss: f64, depth: u32, cq_depth: u32, mr_len: u64, opts:
         ma,
         mb,
     }
-}
-
-/// A byte pattern that differs per message and per offset.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
-        .collect()
 }
 
 /// Poll `cq` until `n` completions have come (or `limit` virtual ns pass).
@@ -589,276 +583,82 @@ fn check_landed(p: &mut Pair, w: &Wc) {
     }
 }
 
-/// A seeded source of choices for the mixed workload (xorshift64*).
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+fn hostile(seed: u64) -> RunConfig {
+    RunConfig {
+        seed,
+        messages: 300,
+        size_max: 16384,
+        window: 16,
+        loss: 0.1,
+        dup: 0.05,
+        reorder: 0.1,
+        corrupt: 0.01,
+        ..RunConfig::default()
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// What A's completion of a posted WR must show, and what to check then.
-#[derive(Debug)]
-enum Check {
-    /// The bytes at B's WRITE target slot.
-    Written { at: u64, key: u64, len: usize },
-    /// The bytes READ into A's slot: B's static source at `from`.
-    Read { slot: u64, from: u64, len: usize },
-    /// The original value an atomic returned into A's slot.
-    Atomic { slot: u64, orig: u64 },
-    /// Nothing at A (a SEND: checked at B's receive completion).
-    Nothing,
-}
-
-/// A receive completion B must produce, in order.
-#[derive(Debug)]
-struct Arrival {
-    key: u64,
-    len: u32,
-    imm: Option<u32>,
-    write_at: Option<u64>,
-}
-
-/// One run of a random mix — SEND (± immediate), WRITE (± immediate), READ, fetch-and-add
-/// and compare-and-swap, 1 B to 16 KiB, 16 outstanding — from A to B over a wire that loses,
-/// duplicates, reorders and corrupts. Every completion must come once, in order and
-/// successful, and every byte and atomic result must be the expected one.
-fn mixed_workload(seed: u64, messages: u64) -> (u64, u64) {
-    const W: u64 = 16;
-    const SLOT: u64 = 16 << 10;
-    const RECVS: u64 = 32;
-    const WTARGET: u64 = RECVS * SLOT;
-    const RSRC: u64 = WTARGET + W * SLOT;
-    const ATOM: u64 = RSRC + 4 * SLOT;
-    let mut p = pair(seed, 0.1, 64, 256, 1 << 20);
-    p.h.dup = 0.05;
-    p.h.reorder = 0.1;
-    p.h.corrupt = 0.01;
-    let mut dice = Dice(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let rsrc = pattern(seed ^ 0xabc, (4 * SLOT) as usize);
-    p.h.write(p.b, p.mb.addr + RSRC, &rsrc);
-    let mut model: Vec<u64> = (0..16).map(|_| dice.next()).collect();
-    for (k, v) in model.iter().enumerate() {
-        p.h.write(p.b, p.mb.addr + ATOM + k as u64 * 8, &v.to_le_bytes());
-    }
-    let recvs: Vec<_> = (0..RECVS)
-        .map(|i| (i, sge(&p.mb, i * SLOT, SLOT as u32)))
-        .collect();
-    p.h.post_recv(p.b, p.qb, &recvs).unwrap();
-    let mut next_recv = RECVS;
-    let mut checks: std::collections::VecDeque<(u64, Check)> = Default::default();
-    let mut arrivals: std::collections::VecDeque<Arrival> = Default::default();
-    let (mut posted, mut done_a) = (0u64, 0u64);
-    while done_a < messages || !arrivals.is_empty() {
-        while posted < messages && posted - done_a < W {
-            let idx = posted;
-            let slot = (idx % W) * SLOT;
-            let key = seed << 32 | idx;
-            let len = 1 + dice.below(SLOT) as usize;
-            let kind = dice.below(6);
-            let (wr, sg, check, arrival) = match kind {
-                0 | 1 => {
-                    p.h.write(p.a, p.ma.addr + slot, &pattern(key, len));
-                    let mut wr = send_wr(
-                        idx,
-                        if kind == 0 {
-                            WrOpcode::SEND
-                        } else {
-                            WrOpcode::SEND_WITH_IMM
-                        },
-                        SIGNALED,
-                    );
-                    let imm = (kind == 1).then_some(idx as u32 ^ 0x5a5a);
-                    if let Some(i) = imm {
-                        wr.set_imm_data(i);
-                    }
-                    let a = Arrival {
-                        key,
-                        len: len as u32,
-                        imm,
-                        write_at: None,
-                    };
-                    (wr, sge(&p.ma, slot, len as u32), Check::Nothing, Some(a))
-                }
-                2 | 3 => {
-                    p.h.write(p.a, p.ma.addr + slot, &pattern(key, len));
-                    let at = WTARGET + slot;
-                    let op = if kind == 2 {
-                        WrOpcode::RDMA_WRITE
-                    } else {
-                        WrOpcode::RDMA_WRITE_WITH_IMM
-                    };
-                    let mut wr = rdma_wr(idx, op, SIGNALED, p.mb.addr + at, p.mb.rkey);
-                    let arrival = (kind == 3).then(|| {
-                        wr.set_imm_data(idx as u32);
-                        Arrival {
-                            key,
-                            len: len as u32,
-                            imm: Some(idx as u32),
-                            write_at: Some(at),
-                        }
-                    });
-                    (
-                        wr,
-                        sge(&p.ma, slot, len as u32),
-                        Check::Written { at, key, len },
-                        arrival,
-                    )
-                }
-                4 => {
-                    let from = dice.below(4 * SLOT - len as u64);
-                    let wr = rdma_wr(
-                        idx,
-                        WrOpcode::RDMA_READ,
-                        SIGNALED,
-                        p.mb.addr + RSRC + from,
-                        p.mb.rkey,
-                    );
-                    (
-                        wr,
-                        sge(&p.ma, slot, len as u32),
-                        Check::Read { slot, from, len },
-                        None,
-                    )
-                }
-                _ => {
-                    let k = dice.below(16) as usize;
-                    let orig = model[k];
-                    let cas = dice.below(2) == 0;
-                    let mut wr = send_wr(
-                        idx,
-                        if cas {
-                            WrOpcode::ATOMIC_CMP_AND_SWP
-                        } else {
-                            WrOpcode::ATOMIC_FETCH_AND_ADD
-                        },
-                        SIGNALED,
-                    );
-                    let (compare_add, swap) = if cas {
-                        // Half of the compares succeed.
-                        let compare = if dice.below(2) == 0 { orig } else { orig ^ 1 };
-                        (compare, dice.next())
-                    } else {
-                        (dice.next(), 0)
-                    };
-                    model[k] = if cas {
-                        if compare_add == orig {
-                            swap
-                        } else {
-                            orig
-                        }
-                    } else {
-                        orig.wrapping_add(compare_add)
-                    };
-                    wr.set_atomic(abi::uverbs::AtomicWr {
-                        remote_addr: p.mb.addr + ATOM + k as u64 * 8,
-                        compare_add,
-                        swap,
-                        rkey: p.mb.rkey,
-                        reserved: 0,
-                    });
-                    (wr, sge(&p.ma, slot, 8), Check::Atomic { slot, orig }, None)
-                }
-            };
-            p.h.post_send(p.a, p.qa, &[(wr, vec![sg])]).unwrap();
-            checks.push_back((idx, check));
-            arrivals.extend(arrival);
-            posted += 1;
-        }
-        let (cqa, cqb) = (&mut p.cqa, &mut p.cqb);
-        let ran = p.h.run_until(SECOND, |_| cqa.pending() || cqb.pending());
-        assert!(
-            ran,
-            "seed {seed}: stalled with {} of {messages} done",
-            done_a
-        );
-        for w in p.h.poll_cq(&mut p.cqa, 64) {
-            let (idx, check) = checks.pop_front().expect("a completion for a posted WR");
-            assert_eq!(
-                (w.wr_id, w.status),
-                (idx, WcStatus::SUCCESS.0),
-                "seed {seed}: {w:?}"
-            );
-            match check {
-                Check::Written { at, key, len } => {
-                    assert_eq!(
-                        p.h.read(p.b, p.mb.addr + at, len),
-                        pattern(key, len),
-                        "seed {seed} WRITE {idx}"
-                    );
-                }
-                Check::Read { slot, from, len } => {
-                    let want = &rsrc[from as usize..from as usize + len];
-                    assert_eq!(
-                        p.h.read(p.a, p.ma.addr + slot, len),
-                        want,
-                        "seed {seed} READ {idx}"
-                    );
-                }
-                Check::Atomic { slot, orig } => {
-                    assert_eq!(
-                        p.h.read(p.a, p.ma.addr + slot, 8),
-                        orig.to_le_bytes(),
-                        "seed {seed} atomic {idx}"
-                    );
-                }
-                Check::Nothing => {}
-            }
-            done_a += 1;
-        }
-        for w in p.h.poll_cq(&mut p.cqb, 64) {
-            let a = arrivals.pop_front().expect("a receive completion B owes");
-            assert_eq!(
-                (w.status, w.byte_len),
-                (WcStatus::SUCCESS.0, a.len),
-                "seed {seed}: {w:?}"
-            );
-            let has_imm = w.wc_flags & abi::WcFlags::WITH_IMM.0 != 0;
-            assert_eq!(has_imm.then(|| w.imm_data()), a.imm, "seed {seed}: {w:?}");
-            if a.write_at.is_none() {
-                let at = w.wr_id % RECVS * SLOT;
-                assert_eq!(
-                    p.h.read(p.b, p.mb.addr + at, a.len as usize),
-                    pattern(a.key, a.len as usize),
-                    "seed {seed} SEND"
-                );
-            }
-            p.h.post_recv(
-                p.b,
-                p.qb,
-                &[(next_recv, sge(&p.mb, w.wr_id % RECVS * SLOT, SLOT as u32))],
-            )
-            .unwrap();
-            next_recv += 1;
-        }
-    }
-    for (k, v) in model.iter().enumerate() {
-        assert_eq!(
-            p.h.read(p.b, p.mb.addr + ATOM + k as u64 * 8, 8),
-            v.to_le_bytes(),
-            "seed {seed}: atomic word {k}"
-        );
-    }
-    (p.h.lost, p.h.port_counters(p.a).transport.retransmissions)
 }
 
 #[test]
 fn a_random_mix_over_a_hostile_wire_arrives_exactly_once_and_intact() {
-    let (mut lost, mut resent) = (0, 0);
+    // SEND and WRITE ± immediate, READ, fetch-and-add, compare-and-swap, 1 B–16 KiB, from
+    // device to device over a wire that loses, duplicates, reorders and corrupts
+    // (`nic::simhost::workload`: every completion once, in order, every byte checked).
+    let (mut lost, mut resent, mut icrc) = (0, 0, 0);
     for seed in 1..=12 {
-        let (l, r) = mixed_workload(seed, 300);
-        lost += l;
-        resent += r;
+        let r = workload::run(&hostile(seed));
+        assert!(r.passed(), "seed {seed}: {:?}", r.details);
+        assert_eq!(r.completed, 300);
+        lost += r.lost;
+        resent += r.retransmissions;
+        icrc += r.icrc_errors;
     }
     // The wire did its worst and the transport repaired it.
-    assert!(lost > 100 && resent > 100, "lost {lost}, resent {resent}");
+    assert!(
+        lost > 100 && resent > 100 && icrc > 0,
+        "lost {lost}, resent {resent}, icrc {icrc}"
+    );
+}
+
+#[test]
+fn the_workload_checker_catches_corrupted_delivery() {
+    let cfg = RunConfig {
+        ops: [true, false, false, false],
+        sabotage_every: 7,
+        ..hostile(3)
+    };
+    let r = workload::run(&cfg);
+    assert!(!r.passed());
+    assert!(
+        r.details.iter().all(|d| d.contains("wrong bytes")),
+        "{:?}",
+        r.details
+    );
+}
+
+#[test]
+fn a_workload_cut_mid_run_ends_in_retry_exceeded_then_flushes() {
+    for seed in 1..=4 {
+        let cfg = RunConfig {
+            messages: 100_000,
+            partition_at_ns: Some(2_000_000),
+            retry_cnt: 3,
+            ..hostile(seed)
+        };
+        let r = workload::run(&cfg);
+        assert!(r.passed(), "seed {seed}: {:?}", r.details);
+        assert_eq!(
+            r.statuses.get(&WcStatus::RETRY_EXC_ERR.0),
+            Some(&1),
+            "{:?}",
+            r.statuses
+        );
+        let flushed = r
+            .statuses
+            .get(&WcStatus::WR_FLUSH_ERR.0)
+            .copied()
+            .unwrap_or(0);
+        assert!(flushed >= 4, "{:?}", r.statuses);
+        assert!(r.completed > 0 && r.completed < 100_000);
+    }
 }
 
 /// Statuses of `got`, by wr_id order.
