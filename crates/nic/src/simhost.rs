@@ -8,9 +8,9 @@
 //! (`DevState::execute`, uverbs bytes in, reply bytes out), each pass runs the datapath
 //! (`crate::datapath`: doorbells, timers, the CM's MADs, ready QPs, the internal loopback)
 //! at the host's virtual time, and what a device queues for its socket is carried by a
-//! seeded network — a fixed delay, a loss rate — to the device bound to the destination
-//! address, whose datapath takes it through `handle_datagram` as if a socket had read it
-//! (ICRC check included). Time moves only when nothing is left to do now: to the next
+//! seeded wire — a fixed delay; loss, duplication, reordering and corruption at the rates
+//! set — to the device bound to the destination address, whose datapath takes it through
+//! `handle_datagram` as if a socket had read it (ICRC check included). Time moves only when nothing is left to do now: to the next
 //! transport deadline or the next arrival. So a run is reproducible from its seed, and a
 //! test of retransmission after loss takes no wall time.
 //!
