@@ -317,51 +317,35 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
 /// `--device`: the workload on two real device datapaths (`nic::simhost::workload`).
 fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
     use nic::simhost::workload::{self as dw, RunConfig};
-    let (size_min, size_max) = parse_size(&args.size)?;
-    let mut ops = [false; 4];
-    for o in args.ops.split(',').filter(|s| !s.trim().is_empty()) {
-        let op = Op::parse(o).with_context(|| format!("--ops: unknown operation {o:?}"))?;
-        ops[op as usize] = true;
-    }
-    if !ops.contains(&true) {
-        bail!("--ops: need at least one of send, write, read, atomic");
-    }
     if args.mtu != 1024 || args.selective_repeat || args.recv_delay_us != 0 {
         bail!("--device runs at MTU 1024 with go-back-N and receives re-posted at once (--mtu, --selective-repeat and --recv-delay-us are transport-simulator options)");
     }
-    if args.retry_cnt.is_some_and(|r| r > 7) || args.timeout == 0 || args.timeout > 31 {
-        bail!("--retry-cnt is 0-7 and --timeout 1-31");
+    // The same flags, checked and converted the same way as for the transport simulator.
+    let w = config(args, seed)?;
+    let mut ops = [false; 4];
+    for op in &w.ops {
+        ops[*op as usize] = true;
     }
-    if !(0.0..=1e6).contains(&args.delay_us) {
-        bail!("--delay-us out of range");
-    }
-    let delay_ns = (args.delay_us * 1e3) as u64;
+    let link = &w.link;
     let cfg = RunConfig {
         seed,
-        messages: args.messages,
-        size_min,
-        size_max,
+        messages: w.messages,
+        size_min: w.size_min,
+        size_max: w.size_max,
         ops,
-        loss: probability("loss", args.loss)?,
-        dup: probability("dup", args.dup)?,
-        reorder: probability("reorder", args.reorder)?,
-        reorder_ns: match args.reorder_us {
-            Some(us) if (0.0..=1e7).contains(&us) => (us * 1e3) as u64 + 1,
-            Some(_) => bail!("--reorder-us must be 0..10000000"),
-            None => delay_ns * 10 + 1_000,
-        },
-        corrupt: probability("corrupt", args.corrupt)?,
-        delay_ns,
-        window: args.window.clamp(1, 64),
-        partition_at_ns: match args.partition_at {
-            Some(ms) if !(0.0..=1e9).contains(&ms) => bail!("--partition-at out of range"),
-            Some(ms) => Some((ms * 1e6) as u64),
-            None => None,
-        },
-        retry_cnt: args
+        loss: link.loss,
+        dup: link.dup,
+        reorder: link.reorder,
+        // The transport simulator's bounds are whole delays; the device wire's is the extra.
+        reorder_ns: link.reorder_delay_ns.1.saturating_sub(link.delay_ns).max(1),
+        corrupt: link.corrupt,
+        delay_ns: link.delay_ns,
+        window: w.window.clamp(1, 64),
+        partition_at_ns: link.partition_at.map(|t| t.as_nanos()),
+        retry_cnt: w
             .retry_cnt
-            .unwrap_or(if args.partition_at.is_some() { 3 } else { 7 }),
-        timeout: args.timeout,
+            .unwrap_or(if link.partition_at.is_some() { 3 } else { 7 }),
+        timeout: w.timeout,
         ..RunConfig::default()
     };
     let started = Instant::now();

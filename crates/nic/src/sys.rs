@@ -94,7 +94,6 @@ pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Send one message without blocking and without SIGPIPE (the reader may be gone).
 /// One message from a datagram or seqpacket socket if one waits (`MSG_DONTWAIT`).
 pub(crate) fn recv_message_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
@@ -122,6 +121,7 @@ pub(crate) fn adopt_handed_fd(fd: i32) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Send one message without blocking and without SIGPIPE (the reader may be gone).
 pub(crate) fn send_message(fd: BorrowedFd<'_>, msg: &[u8]) -> io::Result<usize> {
     // SAFETY: `msg` is a live slice of `msg.len()` bytes.
     let r = unsafe {

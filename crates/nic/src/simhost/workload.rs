@@ -255,13 +255,6 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     let mut error_seen = false;
     let mut after_error = 0u32;
     let mut done = 0u64;
-    let total = |error_seen: bool, posted: u64| {
-        if error_seen {
-            posted
-        } else {
-            cfg.messages
-        }
-    };
     loop {
         if cfg
             .partition_at_ns
@@ -391,7 +384,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             arrivals.extend(arrival);
             r.posted += 1;
         }
-        if done >= total(error_seen, r.posted) && checks.is_empty() {
+        // Everything posted is answered, and nothing more is to be posted.
+        if checks.is_empty() && (error_seen || done >= cfg.messages) {
             break;
         }
         let (ca, cb) = (&mut cqa, &mut cqb);
