@@ -16,39 +16,52 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each section's wall time, printed as the next one starts and at the end.
+section_start=$SECONDS
+section_name=""
+section() {
+    if [ -n "$section_name" ]; then
+        echo "   ($((SECONDS - section_start)) s: $section_name)"
+    fi
+    section_start=$SECONDS
+    section_name=$1
+    echo "== $1"
+}
+trap 'section_end=$?; [ -n "$section_name" ] && echo "   ($((SECONDS - section_start)) s: $section_name)"; echo "== all sections: $SECONDS s"; exit $section_end' EXIT
+
 # The drop-in libraries first: Rust tests run stock C programs on them
 # (crates/cli/tests/capture_trace.rs: uroce trace around ibv_rc_pingpong).
-echo "== drop-in C libraries: build (scripts/build-compat.sh)"
+section "drop-in C libraries: build (scripts/build-compat.sh)"
 scripts/build-compat.sh
 
-echo "== cargo test --workspace"
+section "cargo test --workspace"
 cargo test --workspace
 
-echo "== drop-in C libraries: loader and symbol versions (tests/compat/load.sh)"
+section "drop-in C libraries: loader and symbol versions (tests/compat/load.sh)"
 bash tests/compat/load.sh
 
-echo "== drop-in C libraries: every ELF object of the rdma-core users in Debian loads (tests/compat/loadall.sh)"
+section "drop-in C libraries: every ELF object of the rdma-core users in Debian loads (tests/compat/loadall.sh)"
 bash tests/compat/loadall.sh --no-build
 
-echo "== drop-in C libraries: stock tools end to end (tests/compat/tools.sh)"
+section "drop-in C libraries: stock tools end to end (tests/compat/tools.sh)"
 bash tests/compat/tools.sh
 
-echo "== drop-in librdmacm: rdmacm-utils and perftest -R connecting through the CM (tests/compat/rdmacm.sh --perftest)"
+section "drop-in librdmacm: rdmacm-utils and perftest -R connecting through the CM (tests/compat/rdmacm.sh --perftest)"
 bash tests/compat/rdmacm.sh --no-build --perftest
 
-echo "== uroced: one device shared by many processes; client and daemon killed mid-transfer; permissions (tests/compat/daemon.sh)"
+section "uroced: one device shared by many processes; client and daemon killed mid-transfer; permissions (tests/compat/daemon.sh)"
 bash tests/compat/daemon.sh
 
-echo "== drop-in libraries under libfabric: fi_info -p verbs, fi_pingpong -e msg and -e rdm (verbs;ofi_rxm) on a uroced device (tests/compat/libfabric.sh)"
+section "drop-in libraries under libfabric: fi_info -p verbs, fi_pingpong -e msg and -e rdm (verbs;ofi_rxm) on a uroced device (tests/compat/libfabric.sh)"
 bash tests/compat/libfabric.sh --no-build
 
-echo "== rdma-core's own test suite (pyverbs, rdma-core 44) on the drop-in libraries, five runs (tests/compat/pyverbs.sh)"
+section "rdma-core's own test suite (pyverbs, rdma-core 44) on the drop-in libraries, five runs (tests/compat/pyverbs.sh)"
 PYVERBS_RUNS=5 bash tests/compat/pyverbs.sh --no-build
 
-echo "== UCX 1.13 on the drop-in libraries: ucx_info -d, ucx_perftest over rc_verbs/ud_verbs (tests/compat/ucx.sh)"
+section "UCX 1.13 on the drop-in libraries: ucx_info -d, ucx_perftest over rc_verbs/ud_verbs (tests/compat/ucx.sh)"
 bash tests/compat/ucx.sh --no-build
 
-echo "== interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh)"
+section "interop with Linux Soft-RoCE in the rxe lab (tests/interop/run.sh)"
 if [ "${UROCE_SKIP_INTEROP:-0}" = 1 ]; then
     echo "SKIPPED: UROCE_SKIP_INTEROP=1"
 else

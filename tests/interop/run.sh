@@ -70,7 +70,13 @@
 # report"), and a cell whose only failure is that rxe resent after a full QP timeout
 # because uroce answered late — on an oversubscribed host (two emulated vCPUs plus two
 # spinning uroce threads on two cores, or other load) a thread can miss 100 ms; the
-# final lines count these retries.
+# final lines count these retries. Retried up to four times: a perftest -R cell whose
+# client connected before its server listened (REJ reason 8 / SIDR status 1, perftest's
+# own race: its server listens for the test connection only after the parameter swap,
+# milliseconds later, on an emulated guest or a loaded host more; a loaded host once made
+# the retries lose it five times in a row). So the client's connections after the first,
+# on either side, are held back 300 ms by a preloaded shim (tests/interop/connect_delay.c),
+# and the cell's notes say when it acted.
 #
 # Artifacts: target/interop/ (per cell: pcap, both outputs, decode, analysis, counters).
 # Needs root, qemu, tcpdump, tshark, python3, ibverbs-utils and perftest on the host and
@@ -260,6 +266,13 @@ if [ ! -x "$UROCE" ] || [ ! -e "$COMPAT/libibverbs.so.1" ]; then
     fail=1
     finish
 fi
+# The head start a perftest -R server in the guest needs (tests/interop/connect_delay.c).
+CONNECT_DELAY=$OUT/connect_delay.so
+if ! gcc -O1 -Wall -Wextra -Werror -shared -fPIC -o "$CONNECT_DELAY" \
+    "$ROOT/tests/interop/connect_delay.c" >"$OUT/connect_delay.log" 2>&1; then
+    echo "interop: tests/interop/connect_delay.c did not build (see $OUT/connect_delay.log); perftest -R cells with rxe as server rely on retries alone"
+    CONNECT_DELAY=""
+fi
 
 # ------------------------------------------------------------------ lab up/down
 LAB_UP=0
@@ -286,6 +299,14 @@ fi
 nsx() { ip netns exec "$NS" "$@"; }
 gx() { "$LAB/exec" 1 "$@"; }
 nsx ip -6 addr add "$U6/64" dev rxebr0 nodad
+# The same shim for the guest's perftest -R client (host and guest are both Debian 12).
+GUEST_CONNECT_DELAY=""
+if [ -n "$CONNECT_DELAY" ] && "$LAB/exec" -i 1 'cat >/tmp/connect_delay.so' <"$CONNECT_DELAY" &&
+    [ -z "$(gx 'LD_PRELOAD=/tmp/connect_delay.so true 2>&1')" ]; then
+    GUEST_CONNECT_DELAY=/tmp/connect_delay.so
+else
+    echo "interop: the connect_delay shim does not load in the guest; perftest -R cells with uroce as server rely on retries alone"
+fi
 # The guest's link-local address (its rxe GID 0) must have finished DAD.
 for _ in $(seq 100); do
     gx 'ip -6 addr show dev eth0 | grep "scope link" | grep -qv tentative' && break
@@ -441,8 +462,19 @@ run_cell() {
     if [ "${uside[0]}" = uroce ]; then
         uside[0]=$UROCE
     fi
+    # perftest -R: its server listens for the test connection only after the parameter
+    # swap, which its client may beat; the client's later connections wait a moment
+    # (tests/interop/connect_delay.c), on whichever side the client runs.
+    local preload=()
+    if [ "$cm" = 1 ] && [ "$cm_only" = 0 ]; then
+        if [ "$srv" = rxe ] && [ -n "$CONNECT_DELAY" ]; then
+            preload=("LD_PRELOAD=$CONNECT_DELAY")
+        elif [ "$srv" = uroce ] && [ -n "$GUEST_CONNECT_DELAY" ]; then
+            gcmd="env LD_PRELOAD=$GUEST_CONNECT_DELAY $gcmd"
+        fi
+    fi
     uside=(env "UROCE_DEVICES=$udev" "LD_LIBRARY_PATH=$COMPAT" "UROCE_STATS_DIR=$STATS_DIR"
-        UROCE_STATS_KEEP=1 timeout "$TOOL_TIMEOUT" "${uside[@]}" $popt)
+        UROCE_STATS_KEEP=1 "${preload[@]}" timeout "$TOOL_TIMEOUT" "${uside[@]}" $popt)
     rm -f "$STATS_DIR"/*.exit.json
 
     # Background jobs are started without the nsx function, so that $! is the process itself
@@ -566,6 +598,9 @@ run_cell() {
         [ -n "$cm_mads" ] || problems+=("tshark found no CM MAD in the capture")
         [ "$cm_dups" = 0 ] || problems+=("$cm_dups CM MAD(s) sent more than once: $(sort <<<"$cm_mads" | uniq -d | head -2 | tr '\n\t' '; ')")
         info+=("CM MADs: $(awk '{print $2}' <<<"$cm_mads" | sort | uniq -c | awk '{printf "%s%s x%s", (NR>1?", ":""), $2, $1}')")
+        local delayed
+        delayed=$(cat "$ures" "$gres" | grep -c '^connect_delay:' || true)
+        [ "$delayed" = 0 ] || info+=("the server had a head start: $delayed rdma_connect(s) of the client held back (tests/interop/connect_delay.c)")
     fi
     local client_out=$gres
     [ "$srv" = rxe ] && client_out=$ures
@@ -711,7 +746,8 @@ run_cell() {
     fi
     # perftest -R's client connects as soon as its TCP handshake is done, which may be
     # before its server listens on rdma_cm (for UD: before its second listener exists):
-    # REJ reason 8 or SIDR status 1, as with the kernel's CM on both ends.
+    # REJ reason 8 or SIDR status 1, as with the kernel's CM on both ends. (With rxe as
+    # the server the uroce client's later connections are held back, connect_delay.c.)
     # (perftest 4.5's retry after the REJ then reuses freed IDs and may crash.)
     if [ "$cm" = 1 ] && [ "$cm_only" = 0 ] &&
         { grep -qE 'RDMA_CM_EVENT_(UNREACHABLE; error: 1|REJECTED)|Unexpected CM event .* 8$' "$client_out" ||
