@@ -96,10 +96,11 @@ pub struct Args {
     selective_repeat: bool,
     /// Run the workload on two real device datapaths (the NIC's rings, MR table and DMA
     /// checks, CQs and timers, driven on the virtual clock: `nic::simhost`) instead of two
-    /// bare transport QPs. Traffic goes one way (A to B) at MTU 1024 on a wire with
-    /// --loss/--dup/--reorder/--reorder-us/--corrupt/--delay-us and --partition-at; the
-    /// transport-only options (--mtu, --rate-gbps, --recv-depth, --recv-delay-us,
-    /// --max-unacked-psns, --rnr-retry, --selective-repeat, two-way traffic) do not apply.
+    /// bare transport QPs. Traffic goes one way (A to B) on a wire with
+    /// --loss/--dup/--reorder/--reorder-us/--corrupt/--delay-us and --partition-at, with
+    /// --mtu, --selective-repeat, --recv-depth, --recv-delay-us, --rnr-retry, --retry-cnt,
+    /// --timeout and --window; the transport-only options (--rate-gbps,
+    /// --max-unacked-psns, two-way traffic) do not apply.
     #[arg(long)]
     device: bool,
     /// Print one JSON object instead of the human summary.
@@ -317,8 +318,9 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
 /// `--device`: the workload on two real device datapaths (`nic::simhost::workload`).
 fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
     use nic::simhost::workload::{self as dw, RunConfig};
-    if args.mtu != 1024 || args.selective_repeat || args.recv_delay_us != 0 {
-        bail!("--device runs at MTU 1024 with go-back-N and receives re-posted at once (--mtu, --selective-repeat and --recv-delay-us are transport-simulator options)");
+    // Options of the transport-only simulator are refused, not ignored.
+    if args.rate_gbps != 10 || args.max_unacked_psns != 16 || args.one_way {
+        bail!("--rate-gbps and --max-unacked-psns are transport-simulator options, and --device traffic is one way already");
     }
     // The same flags, checked and converted the same way as for the transport simulator.
     let w = config(args, seed)?;
@@ -346,6 +348,11 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
             .retry_cnt
             .unwrap_or(if link.partition_at.is_some() { 3 } else { 7 }),
         timeout: w.timeout,
+        rnr_retry: w.rnr_retry,
+        path_mtu: w.mtu as u8,
+        selective_repeat: w.selective_repeat[0],
+        recv_depth: w.recv_depth,
+        recv_delay_ns: w.recv_delay_ns,
         ..RunConfig::default()
     };
     let started = Instant::now();
@@ -368,6 +375,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
                 "bytes_verified": r.bytes_verified,
                 "retransmissions": r.retransmissions,
                 "timeouts": r.timeouts,
+                "rnr_naks": r.rnr_naks,
                 "status_counts": statuses,
                 "violations": r.violations,
                 "violation_details": r.details,
@@ -381,8 +389,17 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!(
-            "uroce sim --device: seed {} — {} messages A→B, sizes {}, ops {}, mtu 1024",
-            r.seed, args.messages, args.size, args.ops
+            "uroce sim --device: seed {} — {} messages A→B, sizes {}, ops {}, mtu {}{}",
+            r.seed,
+            args.messages,
+            args.size,
+            args.ops,
+            args.mtu,
+            if args.selective_repeat {
+                ", selective repeat"
+            } else {
+                ""
+            }
         );
         println!(
             "  wire: loss {} dup {} reorder {} corrupt {}{}",
@@ -403,8 +420,8 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
             wall_s
         );
         println!(
-            "  datagrams: {} delivered, {} lost, {} dropped by the ICRC check; {} retransmissions, {} ACK timeouts",
-            r.delivered, r.lost, r.icrc_errors, r.retransmissions, r.timeouts
+            "  datagrams: {} delivered, {} lost, {} dropped by the ICRC check; {} retransmissions, {} ACK timeouts, {} RNR NAKs",
+            r.delivered, r.lost, r.icrc_errors, r.retransmissions, r.timeouts, r.rnr_naks
         );
         let list: Vec<String> = statuses.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         println!("  completions: {}", list.join(", "));

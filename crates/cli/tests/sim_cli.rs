@@ -161,8 +161,64 @@ fn device_runs_pass_over_a_hostile_wire_and_a_cut_one() {
     );
     // Options of the transport-only simulator are refused, not ignored.
     let out = Command::new(env!("CARGO_BIN_EXE_uroce"))
-        .args(["sim", "--device", "--mtu", "4096"])
+        .args(["sim", "--device", "--rate-gbps", "40"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn device_runs_take_the_mtu_selective_repeat_and_late_receives() {
+    // MTU 4096 with selective repeat over a lossy wire, and B short of receives (4 posted,
+    // each re-posted 200 virtual µs after use): RNR NAKs, retried until served.
+    let (code, v, err) = sim(&[
+        "--device",
+        "--seed",
+        "5",
+        "--messages",
+        "200",
+        "--ops",
+        "send,write",
+        "--size",
+        "1..9000",
+        "--mtu",
+        "4096",
+        "--selective-repeat",
+        "--loss",
+        "0.05",
+        "--recv-depth",
+        "4",
+        "--recv-delay-us",
+        "200",
+    ]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert_eq!(v["violations"], 0);
+    assert_eq!(v["messages_completed"], 200);
+    assert!(v["rnr_naks"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["retransmissions"].as_u64().unwrap() > 0, "{v}");
+    // With finite RNR retries and receives that come too late, the run ends in "RNR retry
+    // counter exceeded" and flushes, and says so without a violation.
+    let (code, v, err) = sim(&[
+        "--device",
+        "--seed",
+        "6",
+        "--messages",
+        "200",
+        "--ops",
+        "send",
+        "--recv-depth",
+        "1",
+        "--recv-delay-us",
+        "100000",
+        "--rnr-retry",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert_eq!(v["violations"], 0);
+    let sc = &v["status_counts"];
+    assert_eq!(sc["RNR retry counter exceeded"], 1, "{sc}");
+    assert!(
+        sc["Work Request Flushed Error"].as_u64().unwrap() > 0,
+        "{sc}"
+    );
 }

@@ -166,6 +166,11 @@ pub struct RcOpts {
     pub min_rnr_timer: u8,
     /// The first PSN of both directions (both ends of a connection must agree).
     pub psn: u32,
+    /// Path MTU as an `ibv_mtu` code (1 = 256 … 5 = 4096; 3 = 1024, perftest's default).
+    pub path_mtu: u8,
+    /// Selective repeat instead of go-back-N (what the CM's ECE exchange agrees; both ends
+    /// of a connection must agree).
+    pub selective_repeat: bool,
 }
 
 impl Default for RcOpts {
@@ -176,6 +181,8 @@ impl Default for RcOpts {
             rnr_retry: 7,
             min_rnr_timer: 1,
             psn: 0x100,
+            path_mtu: 3,
+            selective_repeat: false,
         }
     }
 }
@@ -224,6 +231,9 @@ pub struct Host {
     pub delivered: u64,
     /// Bytes of memory window each device added from now on gets.
     pub window: usize,
+    /// A time the driver of the host wants to act at (e.g. post a receive late):
+    /// [`Host::run_until`] moves the clock to it as to any other event.
+    pub alarm: Option<u64>,
 }
 
 /// A command the device refused, with its errno.
@@ -247,6 +257,7 @@ impl Host {
             lost: 0,
             delivered: 0,
             window: WINDOW,
+            alarm: None,
         }
     }
 
@@ -590,8 +601,8 @@ impl Host {
     }
 
     /// Move RC QP `qp` of device `id` through INIT and RTR to RTS toward `dest_qpn` on
-    /// device `dest` (path MTU 1024, perftest's default; ACK timeout 4.096 µs × 2^`timeout`;
-    /// `retry_cnt` as given, RNR retries forever).
+    /// device `dest` (path MTU 1024, perftest's default; go-back-N; ACK timeout 4.096 µs ×
+    /// 2^`timeout`; `retry_cnt` as given, RNR retries forever).
     pub fn connect_rc(
         &mut self,
         id: DevId,
@@ -626,7 +637,7 @@ impl Host {
                 qp_state: state,
                 qp_access_flags: all_access(),
                 port_num: 1,
-                path_mtu: 3, // IBV_MTU_1024
+                path_mtu: o.path_mtu,
                 dest_qp_num: dest_qpn,
                 rq_psn: o.psn,
                 sq_psn: o.psn,
@@ -636,6 +647,11 @@ impl Host {
                 timeout: o.timeout,
                 retry_cnt: o.retry_cnt,
                 rnr_retry: o.rnr_retry,
+                flags: if o.selective_repeat && state == transport::QpState::Rtr as u8 {
+                    abi::uverbs::MODIFY_QP_SELECTIVE_REPEAT
+                } else {
+                    0
+                },
                 ..ModifyQp::default()
             };
             q.dest.dgid = gid;
@@ -938,14 +954,17 @@ impl Host {
         }
     }
 
-    /// When something is next due: a transport deadline or an arrival.
+    /// When something is next due: a transport deadline, an arrival or the alarm.
     fn next_event(&self) -> Option<u64> {
         let timers = self
             .devs
             .iter()
             .filter_map(|d| d.st.timers.peek().map(|r| (r.0).0 .0));
         let arrivals = self.wire.front().map(|f| f.at);
-        timers.chain(arrivals).min()
+        timers
+            .chain(arrivals)
+            .chain(self.alarm.filter(|&t| t > self.now()))
+            .min()
     }
 
     /// Run passes until `done` holds, moving the clock to the next event whenever a pass
