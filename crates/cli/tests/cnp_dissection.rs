@@ -21,7 +21,7 @@ use sim::transport::{
     bring_up, AccessFlags, DcqcnParams, LocalData, Mtu, Qp, QpAttr, QpConfig, QpType, RxMeta,
     SendWr, Sge, SgeList, Time, WrOpcode,
 };
-use sim::SimMemory;
+use sim::{MrAccess, SimMemory};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
@@ -40,8 +40,8 @@ fn frame(src: Ipv4Addr, dst: Ipv4Addr, tos: u8, sport: u16, pkt: &RocePacketRepr
 /// The marked WRITE (A → B) and B's CNP (B → A) as Ethernet frames.
 fn packets() -> (Vec<u8>, Vec<u8>) {
     let mut mem = [SimMemory::new(), SimMemory::new()];
-    mem[0].register(0x1000, 4096, sim::memory::access::LOCAL_WRITE);
-    mem[1].register(0x8000, 4096, sim::memory::access::REMOTE_WRITE);
+    mem[0].register(0x1000, 4096, MrAccess::LOCAL_WRITE);
+    mem[1].register(0x8000, 4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE);
     let (qa, qb) = (Qpn::new(0x11), Qpn::new(0x12));
     let mut qps = [qa, qb].map(|n| {
         let mut c = QpConfig::new(n, QpType::Rc);
@@ -69,7 +69,7 @@ fn packets() -> (Vec<u8>, Vec<u8>) {
     let now = Time::from_micros(10);
     let mut buf = vec![0u8; 4200];
     let t = a
-        .poll_transmit(now, &mut mem[0], &mut buf)
+        .poll_transmit(now, &mut mem[0].for_qp(qa), &mut buf)
         .expect("the WRITE");
     let write = RocePacketRepr::parse(&buf[..t.len]).unwrap();
     let write_frame = frame(A, B, 0x03, 0xC011, &write);
@@ -77,10 +77,10 @@ fn packets() -> (Vec<u8>, Vec<u8>) {
         ce: true,
         ..RxMeta::default()
     };
-    b.handle_packet(now, &write, &meta, &mut mem[1], None);
+    b.handle_packet(now, &write, &meta, &mut mem[1].for_qp(qb), None);
     let mut out = vec![0u8; 4200];
     let t = b
-        .poll_transmit(now, &mut mem[1], &mut out)
+        .poll_transmit(now, &mut mem[1].for_qp(qb), &mut out)
         .expect("the CNP");
     let cnp = RocePacketRepr::parse(&out[..t.len]).unwrap();
     assert_eq!(cnp.bth.opcode, Opcode::CNP);

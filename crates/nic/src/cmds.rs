@@ -1049,7 +1049,7 @@ impl DevState {
 
     /// The access flags REG_MR and REREG_MR accept, optional bits dropped
     /// (`ib_check_mr_access`).
-    fn mr_access(access_flags: u32) -> Res<u32> {
+    pub(crate) fn mr_access(access_flags: u32) -> Res<u32> {
         // Optional bits may be ignored (IBV_ACCESS_OPTIONAL_RANGE; perftest sets RELAXED_ORDERING).
         let acc = access_flags & !AccessFlags::OPTIONAL_RANGE.0;
         let supported = AccessFlags::LOCAL_WRITE.0

@@ -19,6 +19,9 @@
 //! [`Host::alloc`], and a test reads and writes application memory with
 //! [`Host::read`] / [`Host::write`]. Completions are polled from the CQ rings in that
 //! memory, as the library polls them.
+//!
+//! [`SimMemory`] is the device's MR table and DMA checks without the rest of the device:
+//! registered memory for bare transport QPs, as `crates/sim`'s endpoints use it.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -43,7 +46,10 @@ use crate::datapath::{
 use crate::state::{CtxId, DevState, EngineLink};
 use crate::{DeviceConfig, Limits};
 
+pub mod memory;
 pub mod workload;
+
+pub use memory::SimMemory;
 
 /// Bytes of each device's memory window unless [`Host::window`] says otherwise.
 pub const WINDOW: usize = 4 << 20;

@@ -17,8 +17,8 @@ use transport::wire::{
 };
 use transport::{Grh, Qp, QpConfig, RecvQueue, RxMeta, Srq, Time};
 
-use crate::memory::SimMemory;
 use crate::rng::Rng;
+use crate::SimMemory;
 
 /// Link behaviour (the same for every directed pair of endpoints).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -146,7 +146,7 @@ pub struct Endpoint {
     pub ip: Ipv4Addr,
     /// Its QPs.
     pub qps: Vec<SimQp>,
-    /// Its registered memory.
+    /// Its registered memory (the NIC's MR table and DMA checks).
     pub mem: SimMemory,
     /// Its shared receive queue, for QPs created with `uses_srq`.
     pub srq: Option<Srq>,
@@ -523,9 +523,9 @@ impl Sim {
         };
         self.stats.frames_delivered += 1;
         let srq = e.srq.as_mut().map(|s| s as &mut dyn RecvQueue);
-        e.qps[qi]
-            .qp
-            .handle_packet(now, &parsed.packet, &meta, &mut e.mem, srq);
+        let qp = &mut e.qps[qi].qp;
+        let mut mem = e.mem.for_qp(qp.qpn());
+        qp.handle_packet(now, &parsed.packet, &meta, &mut mem, srq);
     }
 
     /// Transmit while the endpoint's egress queue has room (at most [`TX_HORIZON_NS`] of
@@ -548,7 +548,9 @@ impl Sim {
             let mut sent = None;
             for k in 0..n {
                 let i = (e.rr + k) % n;
-                if let Some(t) = e.qps[i].qp.poll_transmit(now, &mut e.mem, &mut self.txbuf) {
+                let qp = &mut e.qps[i].qp;
+                let mut mem = e.mem.for_qp(qp.qpn());
+                if let Some(t) = qp.poll_transmit(now, &mut mem, &mut self.txbuf) {
                     e.rr = i + 1;
                     sent = Some((i, t));
                     break;

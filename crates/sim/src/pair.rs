@@ -12,7 +12,7 @@ use transport::{
     Srq, Time,
 };
 
-use crate::memory::{access, SimMemory};
+use crate::{MrAccess, SimMemory};
 
 /// What a filter does with one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,10 +102,10 @@ impl Pair {
             m.register(
                 BUF_VA,
                 BUF_LEN,
-                access::LOCAL_WRITE
-                    | access::REMOTE_WRITE
-                    | access::REMOTE_READ
-                    | access::REMOTE_ATOMIC,
+                MrAccess::LOCAL_WRITE
+                    | MrAccess::REMOTE_WRITE
+                    | MrAccess::REMOTE_READ
+                    | MrAccess::REMOTE_ATOMIC,
             );
             m
         });
@@ -161,23 +161,23 @@ impl Pair {
     }
 
     /// Bytes of side `side`'s scratch region at `va`.
-    pub fn bytes(&self, side: usize, va: u64, len: usize) -> &[u8] {
-        let o = (va - BUF_VA) as usize;
-        &self.mem[side].region(0).bytes[o..o + len]
+    pub fn bytes(&self, side: usize, va: u64, len: usize) -> Vec<u8> {
+        self.mem[side].read(0, va - BUF_VA, len)
     }
 
     /// Write bytes into side `side`'s scratch region at `va`.
     pub fn fill(&mut self, side: usize, va: u64, data: &[u8]) {
-        let o = (va - BUF_VA) as usize;
-        self.mem[side].region_mut(0).bytes[o..o + data.len()].copy_from_slice(data);
+        self.mem[side].write(0, va - BUF_VA, data);
     }
 
     /// Let side `side` transmit everything it can now; returns how many packets.
     pub fn transmit(&mut self, side: usize) -> usize {
         let mut n = 0;
-        while let Some(t) =
-            self.qps[side].poll_transmit(self.now, &mut self.mem[side], &mut self.buf)
-        {
+        while let Some(t) = self.qps[side].poll_transmit(
+            self.now,
+            &mut self.mem[side].for_qp(Qpn::new(QPN[side])),
+            &mut self.buf,
+        ) {
             self.pipe[1 - side].push_back(self.buf[..t.len].to_vec());
             n += 1;
             assert!(n < 100_000, "runaway transmitter");
@@ -193,7 +193,8 @@ impl Pair {
                 ce: false,
             };
             let srq = self.srq[to].as_mut().map(|s| s as &mut dyn RecvQueue);
-            self.qps[to].handle_packet(self.now, &pkt, &meta, &mut self.mem[to], srq);
+            let mut mem = self.mem[to].for_qp(Qpn::new(QPN[to]));
+            self.qps[to].handle_packet(self.now, &pkt, &meta, &mut mem, srq);
         }
     }
 

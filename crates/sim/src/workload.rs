@@ -28,9 +28,9 @@ use transport::{
     RecvWr, SendFlags, SendWr, Sge, SgeList, Time, WcOpcode, WcStatus, WrOpcode,
 };
 
-use crate::memory::access;
 use crate::net::{LinkConfig, NetStats, Sim, Step};
 use crate::rng::{check_stream, fill_stream, splitmix64, Rng};
+use crate::MrAccess;
 
 /// Operation classes a workload mixes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -327,28 +327,32 @@ impl Workload {
             let base = VA_STRIDE * (u64::from(side) * 8 + 1);
             let w = u64::from(cfg.window);
             let r = Regions {
-                lsrc: mem.register(base, (slot * w) as usize, access::LOCAL_WRITE),
+                lsrc: mem.register(base, (slot * w) as usize, MrAccess::LOCAL_WRITE),
                 recv: mem.register(
                     base + VA_STRIDE,
                     (slot * u64::from(cfg.recv_depth)) as usize,
-                    access::LOCAL_WRITE,
+                    MrAccess::LOCAL_WRITE,
                 ),
+                // Remote writes and atomics need LOCAL_WRITE too (REG_MR's rule).
                 wtarget: mem.register(
                     base + 2 * VA_STRIDE,
                     (slot * w) as usize,
-                    access::REMOTE_WRITE,
+                    MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE,
                 ),
-                rsrc: mem.register(base + 3 * VA_STRIDE, rsrc_len as usize, access::REMOTE_READ),
+                rsrc: mem.register(
+                    base + 3 * VA_STRIDE,
+                    rsrc_len as usize,
+                    MrAccess::REMOTE_READ,
+                ),
                 atom: mem.register(
                     base + 4 * VA_STRIDE,
                     ATOMIC_WORDS * 8,
-                    access::REMOTE_ATOMIC,
+                    MrAccess::LOCAL_WRITE | MrAccess::REMOTE_ATOMIC,
                 ),
             };
-            fill_stream(
-                rsrc_key ^ u64::from(side),
-                &mut mem.region_mut(r.rsrc).bytes,
-            );
+            let mut src = vec![0; rsrc_len as usize];
+            fill_stream(rsrc_key ^ u64::from(side), &mut src);
+            mem.write(r.rsrc, 0, &src);
             regions.push(r);
         }
         let qpns = [Qpn::new(0x11), Qpn::new(0x12)];
@@ -578,11 +582,9 @@ impl Workload {
         let mut atomic_word = 0usize;
         match op {
             Op::Send | Op::Write => {
-                let lbuf = &mut self.sim.endpoints[src].mem.region_mut(lr.lsrc).bytes;
-                fill_stream(
-                    key,
-                    &mut lbuf[local_off as usize..local_off as usize + size as usize],
-                );
+                let mut b = vec![0; size as usize];
+                fill_stream(key, &mut b);
+                self.sim.endpoints[src].mem.write(lr.lsrc, local_off, &b);
                 if op == Op::Write {
                     posted.remote_off = u64::from(slot) * slot_bytes;
                     wr.remote_addr = va_w + posted.remote_off;
@@ -593,19 +595,18 @@ impl Workload {
                 posted.remote_off = dir.rng.below(rsrc_len - u64::from(size) + 1);
                 wr.remote_addr = va_r + posted.remote_off;
                 wr.rkey = rkey_r;
-                let lbuf = &mut self.sim.endpoints[src].mem.region_mut(lr.lsrc).bytes;
                 // Poison the destination so a READ that moved nothing cannot pass.
-                fill_stream(
-                    !key,
-                    &mut lbuf[local_off as usize..local_off as usize + size as usize],
-                );
+                let mut b = vec![0; size as usize];
+                fill_stream(!key, &mut b);
+                self.sim.endpoints[src].mem.write(lr.lsrc, local_off, &b);
             }
             Op::Atomic => {
                 atomic_word = dir.rng.below(ATOMIC_WORDS as u64) as usize;
                 wr.remote_addr = va_a + atomic_word as u64 * 8;
                 wr.rkey = rkey_a;
-                let lbuf = &mut self.sim.endpoints[src].mem.region_mut(lr.lsrc).bytes;
-                fill_stream(!key, &mut lbuf[local_off as usize..local_off as usize + 8]);
+                let mut b = [0; 8];
+                fill_stream(!key, &mut b);
+                self.sim.endpoints[src].mem.write(lr.lsrc, local_off, &b);
             }
         }
         let dir = &mut self.dirs[d];
@@ -680,31 +681,34 @@ impl Workload {
                     ));
                 }
                 if p.op == WrOpcode::RdmaWriteWithImm {
-                    let b = &self.sim.endpoints[dst].mem.region(rr.wtarget).bytes;
-                    let o = p.remote_off as usize;
-                    check_stream(p.key, &b[o..o + size])
+                    let b = self.sim.endpoints[dst]
+                        .mem
+                        .read(rr.wtarget, p.remote_off, size);
+                    check_stream(p.key, &b)
                 } else {
                     true
                 }
             }
             WrOpcode::RdmaWrite => {
-                let b = &self.sim.endpoints[dst].mem.region(rr.wtarget).bytes;
-                let o = p.remote_off as usize;
-                check_stream(p.key, &b[o..o + size])
+                let b = self.sim.endpoints[dst]
+                    .mem
+                    .read(rr.wtarget, p.remote_off, size);
+                check_stream(p.key, &b)
             }
             WrOpcode::RdmaRead => {
-                let lo = p.slot as usize * self.slot as usize;
-                let got = &self.sim.endpoints[src].mem.region(lr.lsrc).bytes[lo..lo + size];
-                let o = p.remote_off as usize;
-                let want = &self.sim.endpoints[dst].mem.region(rr.rsrc).bytes[o..o + size];
+                let lo = u64::from(p.slot) * self.slot;
+                let got = self.sim.endpoints[src].mem.read(lr.lsrc, lo, size);
+                let want = self.sim.endpoints[dst]
+                    .mem
+                    .read(rr.rsrc, p.remote_off, size);
                 got == want
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let lo = p.slot as usize * self.slot as usize;
-                let got = &self.sim.endpoints[src].mem.region(lr.lsrc).bytes[lo..lo + 8];
+                let lo = u64::from(p.slot) * self.slot;
+                let got = self.sim.endpoints[src].mem.read(lr.lsrc, lo, 8);
                 got == p.expect_orig.to_ne_bytes()
             }
-            // The workload posts neither (no memory windows in the simulator).
+            // The workload posts none of these (it binds no memory windows).
             WrOpcode::SendWithInv | WrOpcode::LocalInv | WrOpcode::BindMw => true,
         };
         if ok {
@@ -870,22 +874,18 @@ impl Workload {
             ));
         } else if e.kind == RecvKind::Send {
             let r = self.regions[side];
-            let lo = (c.wr_id * self.slot) as usize;
+            let lo = c.wr_id * self.slot;
+            let mem = &mut self.sim.endpoints[side].mem;
+            let len = mem.region(r.recv).len;
             let n = self.cfg.sabotage_every;
-            if n > 0 && e.idx % n == 0 && e.size > 0 {
-                if let Some(b) = self.sim.endpoints[side]
-                    .mem
-                    .region_mut(r.recv)
-                    .bytes
-                    .get_mut(lo)
-                {
-                    *b ^= 0x40;
-                }
+            if n > 0 && e.idx % n == 0 && e.size > 0 && lo < len {
+                let b = mem.read(r.recv, lo, 1)[0];
+                mem.write(r.recv, lo, &[b ^ 0x40]);
             }
-            let b = &self.sim.endpoints[side].mem.region(r.recv).bytes;
-            let ok = b
-                .get(lo..lo + e.size as usize)
-                .is_some_and(|s| check_stream(e.key, s));
+            let ok = lo
+                .checked_add(u64::from(e.size))
+                .is_some_and(|end| end <= len)
+                && check_stream(e.key, &mem.read(r.recv, lo, e.size as usize));
             if ok {
                 self.report.bytes_verified += u64::from(e.size);
             } else {
@@ -1037,7 +1037,7 @@ impl Workload {
                 let dst = dir.dst;
                 let reg = self.regions[dst].atom;
                 let model = dir.atom_model.clone();
-                let bytes = self.sim.endpoints[dst].mem.region(reg).bytes.clone();
+                let bytes = self.sim.endpoints[dst].mem.read(reg, 0, ATOMIC_WORDS * 8);
                 for (k, want) in model.iter().enumerate() {
                     let mut b = [0u8; 8];
                     b.copy_from_slice(&bytes[k * 8..k * 8 + 8]);

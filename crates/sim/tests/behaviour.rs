@@ -2,8 +2,8 @@
 //! the message), SEND WITH INVALIDATE, SRQ, credits, ACK coalescing, SQD drain, fences,
 //! max_rd_atomic, segmentation and padding, inline data, local errors, zero-length messages.
 
-use sim::memory::access;
-use sim::pair::{Fate, Pair, BUF_VA};
+use sim::pair::{Fate, Pair, BUF_VA, QPN};
+use sim::MrAccess;
 use transport::wire::{Opcode, Qkey, Qpn, RocePacketRepr};
 use transport::{
     AttrMask, Completion, LocalData, Mtu, PostError, QpAttr, QpEvent, QpState, QpType, RecvWr,
@@ -72,7 +72,7 @@ fn ud_send_grh_area_and_qkey() {
     p.qps[0].post_send(w).unwrap();
     let mut buf = vec![0u8; 2048];
     let t = p.qps[0]
-        .poll_transmit(p.now, &mut p.mem[0], &mut buf)
+        .poll_transmit(p.now, &mut p.mem[0].for_qp(Qpn::new(QPN[0])), &mut buf)
         .unwrap();
     assert_eq!(t.ah, Some(7), "UD transmits name the WR's address handle");
     assert_eq!(t.dest_qpn, Qpn::new(0x12));
@@ -203,12 +203,11 @@ fn uc_loss_drops_the_message_and_resyncs() {
 #[test]
 fn send_with_invalidate() {
     let mut p = Pair::rc();
-    let victim = p.mem[1].register(
-        0x90_0000,
-        64,
-        access::REMOTE_WRITE | access::REMOTE_INVALIDATE,
-    );
-    let vkey = p.mem[1].region(victim).rkey;
+    // A key the peer may invalidate: a type 2 window bound to QP 1.
+    let victim = p.mem[1].register(0x90_0000, 64, MrAccess::LOCAL_WRITE | MrAccess::MW_BIND);
+    let vkey = p.mem[1]
+        .bind_window(victim, Qpn::new(QPN[1]), MrAccess::REMOTE_WRITE)
+        .unwrap();
     p.qps[1].post_recv(recv(&p, 1, 1, BUF_VA, 64)).unwrap();
     let mut w = wr(&p, 1, WrOpcode::SendWithInv, BUF_VA, 16, 0);
     w.invalidate_rkey = vkey;
@@ -218,7 +217,7 @@ fn send_with_invalidate() {
     let c = p.collect(1)[0];
     assert_eq!(c.wc_flags, WcFlags::WITH_INV);
     assert_eq!(c.invalidated_rkey, Some(vkey));
-    assert!(!p.mem[1].region(victim).valid);
+    assert!(!p.mem[1].rkey_valid(vkey));
     // The invalidated key is gone: a WRITE with it fails.
     let mut w = wr(&p, 2, WrOpcode::RdmaWrite, BUF_VA, 8, 0x90_0000);
     w.rkey = vkey;
@@ -348,7 +347,7 @@ fn sqd_drains_in_flight_work_then_resumes() {
     let mut buf = vec![0u8; 2048];
     for _ in 0..2 {
         let t = p.qps[0]
-            .poll_transmit(p.now, &mut p.mem[0], &mut buf)
+            .poll_transmit(p.now, &mut p.mem[0].for_qp(Qpn::new(QPN[0])), &mut buf)
             .unwrap();
         p.pipe[1].push_back(buf[..t.len].to_vec());
     }
@@ -488,7 +487,7 @@ fn a_turn_that_ends_mid_message_asks_for_an_ack() {
             p.qps[0].request_ack_next();
         }
         let t = p.qps[0]
-            .poll_transmit(p.now, &mut p.mem[0], &mut buf)
+            .poll_transmit(p.now, &mut p.mem[0].for_qp(Qpn::new(QPN[0])), &mut buf)
             .expect("a packet of the WRITE");
         let pkt = buf[..t.len].to_vec();
         sent.push(RocePacketRepr::parse(&pkt).unwrap().bth.ack_req);
@@ -502,7 +501,7 @@ fn a_turn_that_ends_mid_message_asks_for_an_ack() {
     // The responder answers the third packet at once: PSNs 0..=2 are acknowledged before
     // the rest of the message leaves.
     let t = p.qps[1]
-        .poll_transmit(p.now, &mut p.mem[1], &mut buf)
+        .poll_transmit(p.now, &mut p.mem[1].for_qp(Qpn::new(QPN[1])), &mut buf)
         .expect("an ACK");
     let ack = RocePacketRepr::parse(&buf[..t.len]).unwrap();
     assert_eq!((ack.bth.psn.value(), ack.aeth.is_some()), (2, true));

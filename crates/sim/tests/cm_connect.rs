@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use cm::{AcceptParams, CmConfig, CmEvent, CmId, ConnectParams};
-use sim::memory::access;
+use sim::MrAccess;
 use sim::{LinkConfig, Sim};
 use transport::wire::cm::{CmaHdr, PortSpace, ServiceId, CMA_HDR_LEN};
 use transport::wire::{Lkey, Psn, Qpn};
@@ -263,9 +263,11 @@ fn one_seed(seed: u64, link: LinkConfig, allow_unconfirmed: bool) -> (usize, usi
             ep,
             CmConfig::linux_defaults(0x1000 + ep as u64, seed + ep as u64),
         );
-        sim.endpoints[ep]
-            .mem
-            .register(VA, 0x10_0000, access::LOCAL_WRITE | access::REMOTE_WRITE);
+        sim.endpoints[ep].mem.register(
+            VA,
+            0x10_0000,
+            MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE,
+        );
         for k in 0..n {
             sim.add_qp(ep, QpConfig::new(Qpn::new(qpn(ep, k)), QpType::Rc), 1 - ep);
         }
@@ -314,8 +316,7 @@ fn one_seed(seed: u64, link: LinkConfig, allow_unconfirmed: bool) -> (usize, usi
         let (a, p) = (active_of(k), 1 - active_of(k));
         let off = VA + 0x1000 * k as u64;
         let payload: Vec<u8> = (0..MSG).map(|i| (i as u8) ^ (k as u8) ^ 0x5a).collect();
-        w.sim.endpoints[a].mem.region_mut(0).bytes[0x1000 * k..0x1000 * k + MSG as usize]
-            .copy_from_slice(&payload);
+        w.sim.endpoints[a].mem.write(0, 0x1000 * k as u64, &payload);
         let sge = |addr| {
             SgeList::single(Sge {
                 addr,
@@ -355,9 +356,12 @@ fn one_seed(seed: u64, link: LinkConfig, allow_unconfirmed: bool) -> (usize, usi
             (WcStatus::Success, MSG),
             "seed {seed} {k}"
         );
-        let got = &w.sim.endpoints[p].mem.region(0).bytes
-            [0x1000 * k + 0x80..0x1000 * k + 0x80 + MSG as usize];
-        let sent = &w.sim.endpoints[a].mem.region(0).bytes[0x1000 * k..0x1000 * k + MSG as usize];
+        let got = w.sim.endpoints[p]
+            .mem
+            .read(0, 0x1000 * k as u64 + 0x80, MSG as usize);
+        let sent = w.sim.endpoints[a]
+            .mem
+            .read(0, 0x1000 * k as u64, MSG as usize);
         assert_eq!(got, sent, "seed {seed}: connection {k} payload");
     }
 

@@ -102,7 +102,7 @@ fn run(sc: Scenario) -> Outcome {
     sim.endpoints[rx].mem.register(
         0x10_0000,
         MSG as usize,
-        sim::memory::access::REMOTE_WRITE | sim::memory::access::LOCAL_WRITE,
+        sim::MrAccess::REMOTE_WRITE | sim::MrAccess::LOCAL_WRITE,
     );
     let rx_rkey = sim.endpoints[rx].mem.region(0).rkey;
     let rx_lkey = sim.endpoints[rx].mem.region(0).lkey;
@@ -123,7 +123,7 @@ fn run(sc: Scenario) -> Outcome {
         sim.endpoints[ep].mem.register(
             0x1000,
             MSG as usize,
-            sim::memory::access::LOCAL_WRITE | sim::memory::access::REMOTE_READ,
+            sim::MrAccess::LOCAL_WRITE | sim::MrAccess::REMOTE_READ,
         );
         let (sq, rq) = (Qpn::new(0x100 + i as u32), Qpn::new(0x200 + i as u32));
         let mut cfg = QpConfig::new(sq, QpType::Rc);

@@ -183,7 +183,7 @@ fn ud_over_real_frames_carries_the_ipv4_header() {
     for (ep, qpn) in [(a, 0x21), (b, 0x22)] {
         sim.endpoints[ep]
             .mem
-            .register(0x1000, 0x10000, sim::memory::access::LOCAL_WRITE);
+            .register(0x1000, 0x10000, sim::MrAccess::LOCAL_WRITE);
         sim.add_qp(ep, QpConfig::new(Qpn::new(qpn), QpType::Ud), 1 - ep);
         bring_up(
             sim.qp_mut(ep, 0),
@@ -229,7 +229,7 @@ fn ud_over_real_frames_carries_the_ipv4_header() {
         assert_eq!(c.status, WcStatus::Success);
         assert_eq!(c.byte_len, 40 + 100 + c.wr_id as u32);
         assert!(c.wc_flags.contains(WcFlags::GRH));
-        let area = &sim.endpoints[b].mem.region(0).bytes[(c.wr_id * 0x400) as usize..][..40];
+        let area = sim.endpoints[b].mem.read(0, c.wr_id * 0x400, 40);
         assert_eq!(&area[..20], &[0u8; 20]);
         assert_eq!(area[20], 0x45, "IPv4 version/IHL");
         assert_eq!(&area[32..36], &[10, 1, 0, 1], "source address");
