@@ -2,7 +2,7 @@
 //! device's third driver, beside the engine thread and a daemon's clients
 //! (docs/architecture.md §4, "Datapath and driver").
 //!
-//! A [`Host`] holds devices — each a real [`DevState`] with its command handlers, MR table
+//! A [`Host`] holds devices — each a real device state (`DevState`) with its command handlers, MR table
 //! and DMA checks, rings, CQs and timers — and drives them the way the engine does, minus
 //! the I/O: commands go through the same dispatch the control plane uses
 //! (`DevState::execute`, uverbs bytes in, reply bytes out), each pass runs the datapath
