@@ -96,11 +96,10 @@ pub struct Args {
     selective_repeat: bool,
     /// Run the workload on two real device datapaths (the NIC's rings, MR table and DMA
     /// checks, CQs and timers, driven on the virtual clock: `nic::simhost`) instead of two
-    /// bare transport QPs. Traffic goes one way (A to B) on a wire with
-    /// --loss/--dup/--reorder/--reorder-us/--corrupt/--delay-us and --partition-at, with
-    /// --mtu, --selective-repeat, --recv-depth, --recv-delay-us, --rnr-retry, --retry-cnt,
-    /// --timeout and --window; the transport-only options (--rate-gbps,
-    /// --max-unacked-psns, two-way traffic) do not apply.
+    /// bare transport QPs, on a wire with --loss/--dup/--reorder/--reorder-us/--corrupt/
+    /// --delay-us and --partition-at, with --mtu, --selective-repeat, --recv-depth,
+    /// --recv-delay-us, --rnr-retry, --retry-cnt, --timeout, --window and --one-way; the
+    /// transport-only options --rate-gbps and --max-unacked-psns are refused with it.
     #[arg(long)]
     device: bool,
     /// Print one JSON object instead of the human summary.
@@ -319,8 +318,8 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
 fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
     use nic::simhost::workload::{self as dw, RunConfig};
     // Options of the transport-only simulator are refused, not ignored.
-    if args.rate_gbps != 10 || args.max_unacked_psns != 16 || args.one_way {
-        bail!("--rate-gbps and --max-unacked-psns are transport-simulator options, and --device traffic is one way already");
+    if args.rate_gbps != 10 || args.max_unacked_psns != 16 {
+        bail!("--rate-gbps and --max-unacked-psns are transport-simulator options");
     }
     // The same flags, checked and converted the same way as for the transport simulator.
     let w = config(args, seed)?;
@@ -353,6 +352,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         selective_repeat: w.selective_repeat[0],
         recv_depth: w.recv_depth,
         recv_delay_ns: w.recv_delay_ns,
+        two_way: w.bidirectional,
         ..RunConfig::default()
     };
     let started = Instant::now();
@@ -389,9 +389,10 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!(
-            "uroce sim --device: seed {} — {} messages A→B, sizes {}, ops {}, mtu {}{}",
+            "uroce sim --device: seed {} — {} messages {}, sizes {}, ops {}, mtu {}{}",
             r.seed,
             args.messages,
+            if args.one_way { "A→B" } else { "A⇄B" },
             args.size,
             args.ops,
             args.mtu,

@@ -1,18 +1,20 @@
 //! A checked RC workload on two real devices (`uroce sim --device`): device A posts a
 //! seeded random mix — SEND and RDMA WRITE (each ± immediate), RDMA READ, fetch-and-add and
-//! compare-and-swap — to device B through POST_SEND, over the host's wire with the loss,
+//! compare-and-swap — to device B through POST_SEND (and, with `two_way`, B to A at the same
+//! time, each QP requester and responder at once), over the host's wire with the loss,
 //! duplication, reordering and corruption asked for, and everything is verified where it
-//! lands:
+//! lands. For each direction:
 //!
-//! * every send completion at A comes once, in posting order, successful — or, after the wire
-//!   is cut (`partition_at_ns`), successful up to one "transport retry counter exceeded"
-//!   and "Work Request Flushed Error" for everything after it, including work posted once
-//!   the QP is in ERR;
-//! * a WRITE's bytes are at B when its completion arrives; a READ's bytes are in A's buffer;
-//!   an atomic's original value is the one a model of B's words predicts, and B's words
-//!   equal the model at the end;
-//! * every SEND and WRITE WITH IMM consumes B's receives in order, with the right length,
-//!   immediate and bytes.
+//! * every send completion comes once, in posting order, successful — or, after the wire
+//!   is cut (`partition_at_ns`) or receives came too late for finite RNR retries, successful
+//!   up to one "transport retry counter exceeded" (or "RNR retry counter exceeded") and
+//!   "Work Request Flushed Error" for everything after it, including work posted once the
+//!   QP is in ERR;
+//! * a WRITE's bytes are at the target when its completion arrives; a READ's bytes are in
+//!   the sender's buffer; an atomic's original value is the one a model of the target's
+//!   words predicts, and those words equal the model at the end;
+//! * every SEND and WRITE WITH IMM consumes the receiver's receives in order, with the right
+//!   length, immediate and bytes.
 //!
 //! A run that stops making progress with work outstanding is a stall. Violations are
 //! counted and described, never panicked on.
@@ -23,7 +25,7 @@ use std::net::Ipv4Addr;
 use abi::uverbs::{AtomicWr, Wc};
 use abi::{SendFlags, WcFlags, WcStatus, WrOpcode};
 
-use super::{all_access, rdma_wr, send_wr, sge, Host, RcOpts};
+use super::{all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp, RcOpts};
 use crate::Limits;
 
 const A: Ipv4Addr = Ipv4Addr::new(127, 99, 1, 1);
@@ -78,9 +80,12 @@ pub struct RunConfig {
     pub timeout: u8,
     /// Work requests posted after A's QP reached ERR (each must be flushed).
     pub after_error_posts: u32,
-    /// Test hook: flip a byte of every N-th SEND in B's memory before it is checked (0:
-    /// off), to prove the checker catches what it is there to catch.
+    /// Test hook: flip a byte of every N-th SEND in the receiver's memory before it is
+    /// checked (0: off), to prove the checker catches what it is there to catch.
     pub sabotage_every: u64,
+    /// Traffic both ways: B posts to A as A posts to B, the messages split between them
+    /// (each QP is requester and responder at once).
+    pub two_way: bool,
 }
 
 impl Default for RunConfig {
@@ -108,6 +113,7 @@ impl Default for RunConfig {
             timeout: 8,
             after_error_posts: 4,
             sabotage_every: 0,
+            two_way: false,
         }
     }
 }
@@ -200,6 +206,75 @@ struct Arrival {
     is_send: bool,
 }
 
+/// One device of the run: its QP, its two CQs (sends and receives apart, so that a flushed
+/// receive is never mistaken for a send) and the one MR all traffic uses.
+struct End {
+    dev: DevId,
+    qp: Qp,
+    scq: Cq,
+    rcq: Cq,
+    mr: Mr,
+}
+
+/// Where things are in each device's MR (byte offsets), the same on both devices.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    /// Bytes per slot.
+    slot: u64,
+    /// Work requests outstanding per flow.
+    w: u64,
+    /// Receives kept posted.
+    recvs: u64,
+    /// `w` slots: SEND and WRITE sources, READ and atomic destinations.
+    send: u64,
+    /// `recvs` slots: receive buffers.
+    recv: u64,
+    /// `w` slots: WRITE targets.
+    wtarget: u64,
+    /// READ source (`rsrc_len` bytes of a known pattern).
+    rsrc: u64,
+    rsrc_len: u64,
+    /// [`ATOMIC_WORDS`] words the atomics work on.
+    atom: u64,
+    /// The MR's length.
+    len: u64,
+}
+
+/// Traffic from one device to the other, and what it is still owed.
+#[derive(Debug, Default)]
+struct Flow {
+    from: usize,
+    to: usize,
+    /// Distinguishes the two flows' message keys.
+    tag: u64,
+    /// Work requests this flow posts (before an error).
+    messages: u64,
+    posted: u64,
+    done: u64,
+    checks: VecDeque<(u64, Check)>,
+    arrivals: VecDeque<Arrival>,
+    /// WRs that consume a receive; those of them that arrived; those the sender saw succeed.
+    consuming: BTreeSet<u64>,
+    arrived: BTreeSet<u64>,
+    succeeded: Vec<u64>,
+    /// What the destination's atomic words must hold.
+    model: Vec<u64>,
+    /// The destination's READ source.
+    source: Vec<u8>,
+    next_recv: u64,
+    /// Consumed receives waiting to be posted again: (when, wr_id, receive slot).
+    reposts: VecDeque<(u64, u64, u64)>,
+    error_seen: bool,
+    after_error: u32,
+}
+
+impl Flow {
+    /// Everything posted is answered, and nothing more is to be posted.
+    fn finished(&self) -> bool {
+        self.checks.is_empty() && (self.error_seen || self.done >= self.messages)
+    }
+}
+
 /// Run `cfg` to the end and report.
 pub fn run(cfg: &RunConfig) -> RunReport {
     let mut r = RunReport {
@@ -212,48 +287,61 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         0 => 2 * w,
         d => u64::from(d.min(4096)),
     };
-    // A run may end in the one error its settings allow (a cut wire: retries exhausted;
-    // late receives with finite RNR retries: RNR retries exhausted), then flushes.
-    let fatal = |status: u32| {
-        status == WcStatus::RETRY_EXC_ERR.0 && cfg.partition_at_ns.is_some()
-            || status == WcStatus::RNR_RETRY_EXC_ERR.0 && cfg.rnr_retry < 7 && cfg.recv_delay_ns > 0
-    };
-    let wtarget = recvs * slot;
+    let recv = w * slot;
+    let wtarget = recv + recvs * slot;
     let rsrc = wtarget + w * slot;
     let rsrc_len = slot.max(4096);
     let atom = rsrc + rsrc_len;
-    let mr_b = atom + ATOMIC_WORDS * 8;
-    let mr_a = w * slot;
+    let lay = Layout {
+        slot,
+        w,
+        recvs,
+        send: 0,
+        recv,
+        wtarget,
+        rsrc,
+        rsrc_len,
+        atom,
+        len: atom + ATOMIC_WORDS * 8,
+    };
     let mut h = Host::new(cfg.seed);
-    h.window = (mr_b.max(mr_a) as usize + (1 << 20)).next_multiple_of(1 << 20);
+    h.window = (lay.len as usize + (1 << 20)).next_multiple_of(1 << 20);
     h.delay_ns = cfg.delay_ns;
     h.loss = cfg.loss;
     h.dup = cfg.dup;
     h.reorder = cfg.reorder;
     h.reorder_ns = cfg.reorder_ns.max(1);
     h.corrupt = cfg.corrupt;
+    let opts = RcOpts {
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        rnr_retry: cfg.rnr_retry,
+        path_mtu: cfg.path_mtu,
+        selective_repeat: cfg.selective_repeat,
+        ..RcOpts::default()
+    };
     let setup = (|| {
-        let a = h.add_device(A, Limits::default())?;
-        let b = h.add_device(B, Limits::default())?;
-        let cqa = h.create_cq(a, 2 * w as u32 + 8)?;
-        let cqb = h.create_cq(b, 2 * recvs as u32 + 8)?;
-        let qa = h.create_rc_qp(a, &cqa, &cqa, 2 * w as u32)?;
-        let qb = h.create_rc_qp(b, &cqb, &cqb, recvs as u32)?;
-        let opts = RcOpts {
-            timeout: cfg.timeout,
-            retry_cnt: cfg.retry_cnt,
-            rnr_retry: cfg.rnr_retry,
-            path_mtu: cfg.path_mtu,
-            selective_repeat: cfg.selective_repeat,
-            ..RcOpts::default()
-        };
-        h.connect_rc_with(a, qa, b, qb.qpn, opts)?;
-        h.connect_rc_with(b, qb, a, qa.qpn, opts)?;
-        let ma = h.reg_mr(a, mr_a, all_access())?;
-        let mb = h.reg_mr(b, mr_b, all_access())?;
-        Ok::<_, super::Refused>((a, b, cqa, cqb, qa, qb, ma, mb))
+        let mut ends = Vec::new();
+        for addr in [A, B] {
+            let dev = h.add_device(addr, Limits::default())?;
+            let scq = h.create_cq(dev, 2 * w as u32 + 8)?;
+            let rcq = h.create_cq(dev, 2 * recvs as u32 + 8)?;
+            let qp = h.create_rc_qp(dev, &scq, &rcq, (2 * w).max(recvs) as u32)?;
+            let mr = h.reg_mr(dev, lay.len, all_access())?;
+            ends.push(End {
+                dev,
+                qp,
+                scq,
+                rcq,
+                mr,
+            });
+        }
+        let (a, b) = (&ends[0], &ends[1]);
+        h.connect_rc_with(a.dev, a.qp, b.dev, b.qp.qpn, opts)?;
+        h.connect_rc_with(b.dev, b.qp, a.dev, a.qp.qpn, opts)?;
+        Ok::<_, super::Refused>(ends)
     })();
-    let (a, b, mut cqa, mut cqb, qa, qb, ma, mb) = match setup {
+    let mut ends = match setup {
         Ok(v) => v,
         Err(e) => {
             r.violation(format!("setting up the two devices failed: {e:?}"));
@@ -261,33 +349,51 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         }
     };
     let mut dice = Dice(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let source = pattern(cfg.seed ^ 0xabc, rsrc_len as usize);
-    h.write(b, mb.addr + rsrc, &source);
-    let mut model: Vec<u64> = (0..ATOMIC_WORDS).map(|_| dice.next()).collect();
-    for (k, v) in model.iter().enumerate() {
-        h.write(b, mb.addr + atom + k as u64 * 8, &v.to_le_bytes());
+    // A to B always; B to A too with `two_way`, the messages split between the two.
+    let mut flows = vec![Flow {
+        from: 0,
+        to: 1,
+        messages: if cfg.two_way {
+            cfg.messages.div_ceil(2)
+        } else {
+            cfg.messages
+        },
+        ..Flow::default()
+    }];
+    if cfg.two_way {
+        flows.push(Flow {
+            from: 1,
+            to: 0,
+            tag: 1,
+            messages: cfg.messages / 2,
+            ..Flow::default()
+        });
     }
-    let posts: Vec<_> = (0..recvs)
-        .map(|i| (i, sge(&mb, i * slot, slot as u32)))
-        .collect();
-    if let Err(e) = h.post_recv(b, qb, &posts) {
-        r.violation(format!("posting B's receives failed: {e:?}"));
-        return r;
+    for f in &mut flows {
+        let to = &ends[f.to];
+        f.source = pattern(cfg.seed ^ 0xabc ^ f.tag << 40, rsrc_len as usize);
+        h.write(to.dev, to.mr.addr + rsrc, &f.source);
+        f.model = (0..ATOMIC_WORDS).map(|_| dice.next()).collect();
+        for (k, v) in f.model.iter().enumerate() {
+            h.write(to.dev, to.mr.addr + atom + k as u64 * 8, &v.to_le_bytes());
+        }
+        let posts: Vec<_> = (0..recvs)
+            .map(|i| (i, sge(&to.mr, recv + i * slot, slot as u32)))
+            .collect();
+        if let Err(e) = h.post_recv(to.dev, to.qp, &posts) {
+            r.violation(format!("posting receives failed: {e:?}"));
+            return r;
+        }
+        f.next_recv = recvs;
     }
     let ops: Vec<u64> = (0..4u64).filter(|&i| cfg.ops[i as usize]).collect();
-    let signaled = SendFlags::SIGNALED.0;
-    let mut next_recv = recvs;
-    let mut checks: VecDeque<(u64, Check)> = VecDeque::new();
-    let mut arrivals: VecDeque<Arrival> = VecDeque::new();
-    // WRs that consume a receive at B; those of them that arrived; those A saw succeed.
-    let mut consuming = BTreeSet::new();
-    let mut arrived = BTreeSet::new();
-    let mut succeeded = Vec::new();
-    let mut error_seen = false;
-    let mut after_error = 0u32;
-    let mut done = 0u64;
-    // Consumed receives waiting to be posted again: (when, wr_id, slot).
-    let mut reposts: VecDeque<(u64, u64, u64)> = VecDeque::new();
+    // A run may end in the errors its settings allow — a cut wire: retries exhausted; late
+    // receives with finite RNR retries: RNR retries exhausted — and, once one QP is in
+    // error, its peer's retries exhausted too (nobody answers it any more); then flushes.
+    let fatal = |status: u32, any_error: bool| {
+        status == WcStatus::RETRY_EXC_ERR.0 && (cfg.partition_at_ns.is_some() || any_error)
+            || status == WcStatus::RNR_RETRY_EXC_ERR.0 && cfg.rnr_retry < 7 && cfg.recv_delay_ns > 0
+    };
     loop {
         if cfg
             .partition_at_ns
@@ -295,318 +401,420 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         {
             h.loss = 1.0;
         }
-        // Post while the window has room (and, after an error, the few flush probes).
-        while r.posted - done < w
-            && (r.posted < cfg.messages && !error_seen
-                || error_seen && after_error < cfg.after_error_posts)
-        {
-            let idx = r.posted;
-            let at = (idx % w) * slot;
-            let key = cfg.seed << 32 | idx;
-            let len = u64::from(cfg.size_min)
-                + dice.below(u64::from(cfg.size_max - cfg.size_min.min(cfg.size_max)) + 1);
-            let len = len as usize;
-            let op = ops[dice.below(ops.len() as u64) as usize];
-            let with_imm = dice.below(2) == 0;
-            let (wr, sg, check, arrival) = match op {
-                0 => {
-                    h.write(a, ma.addr + at, &pattern(key, len));
-                    let opc = if with_imm {
-                        WrOpcode::SEND_WITH_IMM
-                    } else {
-                        WrOpcode::SEND
-                    };
-                    let mut wr = send_wr(idx, opc, signaled);
-                    let imm = with_imm.then_some(idx as u32 ^ 0x5a5a);
-                    if let Some(i) = imm {
-                        wr.set_imm_data(i);
-                    }
-                    let arr = Arrival {
-                        idx,
-                        key,
-                        len: len as u32,
-                        imm,
-                        is_send: true,
-                    };
-                    (wr, sge(&ma, at, len as u32), Check::Nothing, Some(arr))
-                }
-                1 => {
-                    h.write(a, ma.addr + at, &pattern(key, len));
-                    let target = wtarget + at;
-                    let opc = if with_imm {
-                        WrOpcode::RDMA_WRITE_WITH_IMM
-                    } else {
-                        WrOpcode::RDMA_WRITE
-                    };
-                    let mut wr = rdma_wr(idx, opc, signaled, mb.addr + target, mb.rkey);
-                    let arr = with_imm.then(|| {
-                        wr.set_imm_data(idx as u32);
-                        Arrival {
-                            idx,
-                            key,
-                            len: len as u32,
-                            imm: Some(idx as u32),
-                            is_send: false,
-                        }
-                    });
-                    let check = Check::Written {
-                        at: target,
-                        key,
-                        len,
-                    };
-                    (wr, sge(&ma, at, len as u32), check, arr)
-                }
-                2 => {
-                    let len = len.min(rsrc_len as usize);
-                    let from = dice.below(rsrc_len - len as u64 + 1);
-                    let remote = mb.addr + rsrc + from;
-                    let wr = rdma_wr(idx, WrOpcode::RDMA_READ, signaled, remote, mb.rkey);
-                    let check = Check::Read {
-                        slot: at,
-                        from,
-                        len,
-                    };
-                    (wr, sge(&ma, at, len as u32), check, None)
-                }
-                _ => {
-                    let k = dice.below(ATOMIC_WORDS) as usize;
-                    let orig = model[k];
-                    let cas = dice.below(2) == 0;
-                    let opc = if cas {
-                        WrOpcode::ATOMIC_CMP_AND_SWP
-                    } else {
-                        WrOpcode::ATOMIC_FETCH_AND_ADD
-                    };
-                    let mut wr = send_wr(idx, opc, signaled);
-                    let (compare_add, swap) = if cas {
-                        let compare = if dice.below(2) == 0 { orig } else { orig ^ 1 };
-                        (compare, dice.next())
-                    } else {
-                        (dice.next(), 0)
-                    };
-                    if !error_seen {
-                        // Flushed atomics never execute: only live ones move the model
-                        // (one that is lost to a cut may or may not have run; see below).
-                        model[k] = match (cas, compare_add == orig) {
-                            (true, true) => swap,
-                            (true, false) => orig,
-                            (false, _) => orig.wrapping_add(compare_add),
-                        };
-                    }
-                    wr.set_atomic(AtomicWr {
-                        remote_addr: mb.addr + atom + k as u64 * 8,
-                        compare_add,
-                        swap,
-                        rkey: mb.rkey,
-                        reserved: 0,
-                    });
-                    (wr, sge(&ma, at, 8), Check::Atomic { slot: at, orig }, None)
-                }
-            };
-            if let Err(e) = h.post_send(a, qa, &[(wr, vec![sg])]) {
-                r.violation(format!("WR {idx}: POST_SEND refused: {e:?}"));
-                break;
+        for f in &mut flows {
+            if !post(&mut h, &mut r, cfg, &lay, &ends, f, &ops, &mut dice) {
+                return r;
             }
-            if error_seen {
-                after_error += 1;
-            }
-            checks.push_back((idx, check));
-            if arrival.is_some() {
-                consuming.insert(idx);
-            }
-            arrivals.extend(arrival);
-            r.posted += 1;
         }
-        // Everything posted is answered, and nothing more is to be posted.
-        if checks.is_empty() && (error_seen || done >= cfg.messages) {
+        if flows.iter().all(Flow::finished) {
             break;
         }
-        let (ca, cb) = (&mut cqa, &mut cqb);
         let partition = cfg.partition_at_ns;
-        let repost_due = reposts.front().map(|r| r.0);
+        let repost_due = flows
+            .iter()
+            .filter_map(|f| f.reposts.front().map(|x| x.0))
+            .min();
         h.alarm = repost_due;
         let moved = h.run_until(10_000_000_000, |h| {
-            ca.pending()
-                || cb.pending()
+            ends.iter_mut().any(|e| e.scq.pending() || e.rcq.pending())
                 || partition.is_some_and(|t| h.now() >= t && h.loss < 1.0)
                 || repost_due.is_some_and(|t| h.now() >= t)
         });
         h.alarm = None;
         if !moved {
+            let done: u64 = flows.iter().map(|f| f.done).sum();
+            let posted: u64 = flows.iter().map(|f| f.posted).sum();
             r.violation(format!(
-                "stall: {} of {} WRs completed, nothing happened for 10 s (virtual)",
-                done, r.posted
+                "stall: {done} of {posted} WRs completed, nothing happened for 10 s (virtual)"
             ));
             break;
         }
-        for wc in h.poll_cq(&mut cqa, 64) {
-            done += 1;
-            *r.statuses.entry(wc.status).or_default() += 1;
-            let Some((idx, check)) = checks.pop_front() else {
-                r.violation(format!("a completion no WR asked for: {wc:?}"));
-                continue;
-            };
-            if wc.wr_id != idx {
-                r.violation(format!(
-                    "completion for WR {} where {idx} was due",
-                    wc.wr_id
-                ));
-                continue;
-            }
-            let flushed = WcStatus::WR_FLUSH_ERR.0;
-            if error_seen {
-                if wc.status != flushed {
-                    r.violation(format!("WR {idx} after the error: status {}", wc.status));
+        // Send completions first (all of them), so that an error is known before the
+        // receives its QP flushed are looked at.
+        for fi in 0..flows.len() {
+            loop {
+                let wcs = h.poll_cq(&mut ends[flows[fi].from].scq, 64);
+                if wcs.is_empty() {
+                    break;
                 }
-                continue;
-            }
-            if fatal(wc.status) {
-                error_seen = true;
-                continue;
-            }
-            if wc.status != WcStatus::SUCCESS.0 {
-                r.violation(format!("WR {idx}: status {}", wc.status));
-                error_seen = true;
-                continue;
-            }
-            r.completed += 1;
-            if consuming.contains(&idx) {
-                succeeded.push(idx);
-            }
-            verify(
-                &mut h,
-                &mut r,
-                (a, b),
-                (&ma, &mb),
-                idx,
-                &check,
-                &source,
-                rsrc,
-            );
-        }
-        for wc in h.poll_cq(&mut cqb, 64) {
-            let Some(x) = arrivals.pop_front() else {
-                r.violation(format!("B received what nobody sent: {wc:?}"));
-                continue;
-            };
-            received(
-                &mut h,
-                &mut r,
-                b,
-                &mb,
-                &wc,
-                &x,
-                recvs,
-                slot,
-                cfg.sabotage_every,
-            );
-            arrived.insert(x.idx);
-            reposts.push_back((h.now() + cfg.recv_delay_ns, next_recv, wc.wr_id % recvs));
-            next_recv += 1;
-        }
-        while reposts.front().is_some_and(|r| r.0 <= h.now()) {
-            let Some((_, wr_id, at)) = reposts.pop_front() else {
-                break;
-            };
-            let again = (wr_id, sge(&mb, at * slot, slot as u32));
-            if let Err(e) = h.post_recv(b, qb, &[again]) {
-                r.violation(format!("re-posting a receive at B failed: {e:?}"));
+                for wc in wcs {
+                    let any_error = flows.iter().any(|f| f.error_seen);
+                    let f = &mut flows[fi];
+                    sent(
+                        &mut h,
+                        &mut r,
+                        &lay,
+                        &ends,
+                        f,
+                        &wc,
+                        fatal(wc.status, any_error),
+                    );
+                }
             }
         }
-        if error_seen && after_error >= cfg.after_error_posts && checks.is_empty() {
+        let any_error = flows.iter().any(|f| f.error_seen);
+        for f in &mut flows {
+            for wc in h.poll_cq(&mut ends[f.to].rcq, 64) {
+                if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
+                    // A receive its QP flushed when the QP went to ERR.
+                    continue;
+                }
+                let Some(x) = f.arrivals.pop_front() else {
+                    r.violation(format!("a receive nobody sent: {wc:?}"));
+                    continue;
+                };
+                received(
+                    &mut h,
+                    &mut r,
+                    &ends[f.to],
+                    &lay,
+                    &wc,
+                    &x,
+                    cfg.sabotage_every,
+                );
+                f.arrived.insert(x.idx);
+                f.reposts
+                    .push_back((h.now() + cfg.recv_delay_ns, f.next_recv, wc.wr_id % recvs));
+                f.next_recv += 1;
+            }
+            let to = &ends[f.to];
+            while f.reposts.front().is_some_and(|x| x.0 <= h.now()) {
+                let Some((_, wr_id, at)) = f.reposts.pop_front() else {
+                    break;
+                };
+                let again = (wr_id, sge(&to.mr, recv + at * slot, slot as u32));
+                if let Err(e) = h.post_recv(to.dev, to.qp, &[again]) {
+                    r.violation(format!("re-posting a receive failed: {e:?}"));
+                }
+            }
+        }
+        if flows
+            .iter()
+            .all(|f| f.error_seen && f.after_error >= cfg.after_error_posts && f.checks.is_empty())
+        {
             break;
         }
     }
-    // What B still owes may yet come (the last receive completions of the run).
-    let cb = &mut cqb;
-    h.run_until(1_000_000_000, |_| cb.pending());
-    for wc in h.poll_cq(&mut cqb, 64) {
-        if let Some(x) = arrivals.pop_front() {
-            received(
-                &mut h,
-                &mut r,
-                b,
-                &mb,
-                &wc,
-                &x,
-                recvs,
-                slot,
-                cfg.sabotage_every,
-            );
-            arrived.insert(x.idx);
-        }
-    }
-    // Every SEND or WRITE WITH IMM A saw succeed consumed its receive at B.
-    let missing: Vec<u64> = succeeded
-        .iter()
-        .copied()
-        .filter(|i| !arrived.contains(i))
-        .collect();
-    if !missing.is_empty() {
-        r.violation(format!(
-            "completed at A, never received at B: WRs {missing:?}"
-        ));
-    }
-    // After an error, atomics posted before it may have been flushed or lost: the model
-    // holds only for a run without one.
-    if !error_seen {
-        for (k, v) in model.iter().enumerate() {
-            let got = h.read(b, mb.addr + atom + k as u64 * 8, 8);
-            if got != v.to_le_bytes() {
-                r.violation(format!(
-                    "atomic word {k} is {got:02x?}, the model says {v:#x}"
-                ));
+    // What the receivers still owe may yet come (the last receive completions of the run).
+    let any_error = flows.iter().any(|f| f.error_seen);
+    for f in &mut flows {
+        let rcq = &mut ends[f.to].rcq;
+        h.run_until(1_000_000_000, |_| rcq.pending());
+        for wc in h.poll_cq(&mut ends[f.to].rcq, 64) {
+            if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
+                continue;
+            }
+            if let Some(x) = f.arrivals.pop_front() {
+                received(
+                    &mut h,
+                    &mut r,
+                    &ends[f.to],
+                    &lay,
+                    &wc,
+                    &x,
+                    cfg.sabotage_every,
+                );
+                f.arrived.insert(x.idx);
             }
         }
-        if r.completed != cfg.messages {
-            r.violation(format!("{} of {} WRs completed", r.completed, cfg.messages));
+    }
+    for f in &flows {
+        // Every SEND or WRITE WITH IMM the sender saw succeed consumed its receive.
+        let missing: Vec<u64> = f
+            .succeeded
+            .iter()
+            .copied()
+            .filter(|i| !f.arrived.contains(i))
+            .collect();
+        if !missing.is_empty() {
+            r.violation(format!(
+                "completed at {}, never received: WRs {missing:?}",
+                name(f.from)
+            ));
+        }
+        // After an error, atomics posted before it may have been flushed or lost: the
+        // model holds only for a flow without one.
+        if !f.error_seen {
+            let to = &ends[f.to];
+            for (k, v) in f.model.iter().enumerate() {
+                let got = h.read(to.dev, to.mr.addr + atom + k as u64 * 8, 8);
+                if got != v.to_le_bytes() {
+                    r.violation(format!(
+                        "atomic word {k} at {} is {got:02x?}, the model says {v:#x}",
+                        name(f.to)
+                    ));
+                }
+            }
+            let completed = f.done;
+            if completed != f.messages {
+                r.violation(format!(
+                    "{} to {}: {completed} of {} WRs completed",
+                    name(f.from),
+                    name(f.to),
+                    f.messages
+                ));
+            }
         }
     }
     r.lost = h.lost;
     r.delivered = h.delivered;
-    let pa = h.port_counters(a);
-    r.retransmissions = pa.transport.retransmissions;
-    r.timeouts = pa.transport.local_ack_timeouts;
-    r.rnr_naks = pa.transport.rcvd_rnr_err;
-    r.icrc_errors = h.port_counters(b).engine.rcvd_icrc_err;
+    for e in &ends {
+        let pc = h.port_counters(e.dev);
+        r.retransmissions += pc.transport.retransmissions;
+        r.timeouts += pc.transport.local_ack_timeouts;
+        r.rnr_naks += pc.transport.rcvd_rnr_err;
+        r.icrc_errors += pc.engine.rcvd_icrc_err;
+    }
     r.virtual_time_ns = h.now();
     r
 }
 
-/// A successful completion's data, where it landed.
+fn name(end: usize) -> &'static str {
+    if end == 0 {
+        "A"
+    } else {
+        "B"
+    }
+}
+
+/// Post flow `f`'s next work requests while its window has room (and, after an error, the
+/// few that must be flushed); `false` if the run cannot go on.
 #[allow(clippy::too_many_arguments)]
+fn post(
+    h: &mut Host,
+    r: &mut RunReport,
+    cfg: &RunConfig,
+    lay: &Layout,
+    ends: &[End],
+    f: &mut Flow,
+    ops: &[u64],
+    dice: &mut Dice,
+) -> bool {
+    let (from, to) = (&ends[f.from], &ends[f.to]);
+    let signaled = SendFlags::SIGNALED.0;
+    while f.posted - f.done < lay.w
+        && (f.posted < f.messages && !f.error_seen
+            || f.error_seen && f.after_error < cfg.after_error_posts)
+    {
+        let idx = f.posted;
+        let at = lay.send + (idx % lay.w) * lay.slot;
+        let key = cfg.seed << 32 | f.tag << 31 | idx;
+        let len = u64::from(cfg.size_min)
+            + dice.below(u64::from(cfg.size_max - cfg.size_min.min(cfg.size_max)) + 1);
+        let len = len as usize;
+        let op = ops[dice.below(ops.len() as u64) as usize];
+        let with_imm = dice.below(2) == 0;
+        let (wr, sg, check, arrival) = match op {
+            0 => {
+                h.write(from.dev, from.mr.addr + at, &pattern(key, len));
+                let opc = if with_imm {
+                    WrOpcode::SEND_WITH_IMM
+                } else {
+                    WrOpcode::SEND
+                };
+                let mut wr = send_wr(idx, opc, signaled);
+                let imm = with_imm.then_some(idx as u32 ^ 0x5a5a);
+                if let Some(i) = imm {
+                    wr.set_imm_data(i);
+                }
+                let arr = Arrival {
+                    idx,
+                    key,
+                    len: len as u32,
+                    imm,
+                    is_send: true,
+                };
+                (wr, sge(&from.mr, at, len as u32), Check::Nothing, Some(arr))
+            }
+            1 => {
+                h.write(from.dev, from.mr.addr + at, &pattern(key, len));
+                let target = lay.wtarget + (idx % lay.w) * lay.slot;
+                let opc = if with_imm {
+                    WrOpcode::RDMA_WRITE_WITH_IMM
+                } else {
+                    WrOpcode::RDMA_WRITE
+                };
+                let mut wr = rdma_wr(idx, opc, signaled, to.mr.addr + target, to.mr.rkey);
+                let arr = with_imm.then(|| {
+                    wr.set_imm_data(idx as u32);
+                    Arrival {
+                        idx,
+                        key,
+                        len: len as u32,
+                        imm: Some(idx as u32),
+                        is_send: false,
+                    }
+                });
+                let check = Check::Written {
+                    at: target,
+                    key,
+                    len,
+                };
+                (wr, sge(&from.mr, at, len as u32), check, arr)
+            }
+            2 => {
+                let len = len.min(lay.rsrc_len as usize);
+                let src = dice.below(lay.rsrc_len - len as u64 + 1);
+                let remote = to.mr.addr + lay.rsrc + src;
+                let wr = rdma_wr(idx, WrOpcode::RDMA_READ, signaled, remote, to.mr.rkey);
+                let check = Check::Read {
+                    slot: at,
+                    from: src,
+                    len,
+                };
+                (wr, sge(&from.mr, at, len as u32), check, None)
+            }
+            _ => {
+                let k = dice.below(ATOMIC_WORDS) as usize;
+                let orig = f.model[k];
+                let cas = dice.below(2) == 0;
+                let opc = if cas {
+                    WrOpcode::ATOMIC_CMP_AND_SWP
+                } else {
+                    WrOpcode::ATOMIC_FETCH_AND_ADD
+                };
+                let mut wr = send_wr(idx, opc, signaled);
+                let (compare_add, swap) = if cas {
+                    let compare = if dice.below(2) == 0 { orig } else { orig ^ 1 };
+                    (compare, dice.next())
+                } else {
+                    (dice.next(), 0)
+                };
+                if !f.error_seen {
+                    // Flushed atomics never execute: only live ones move the model (one
+                    // that is lost to a cut may or may not have run; see the end checks).
+                    f.model[k] = match (cas, compare_add == orig) {
+                        (true, true) => swap,
+                        (true, false) => orig,
+                        (false, _) => orig.wrapping_add(compare_add),
+                    };
+                }
+                wr.set_atomic(AtomicWr {
+                    remote_addr: to.mr.addr + lay.atom + k as u64 * 8,
+                    compare_add,
+                    swap,
+                    rkey: to.mr.rkey,
+                    reserved: 0,
+                });
+                (
+                    wr,
+                    sge(&from.mr, at, 8),
+                    Check::Atomic { slot: at, orig },
+                    None,
+                )
+            }
+        };
+        if let Err(e) = h.post_send(from.dev, from.qp, &[(wr, vec![sg])]) {
+            r.violation(format!(
+                "{} WR {idx}: POST_SEND refused: {e:?}",
+                name(f.from)
+            ));
+            return false;
+        }
+        if f.error_seen {
+            f.after_error += 1;
+        }
+        f.checks.push_back((idx, check));
+        if arrival.is_some() {
+            f.consuming.insert(idx);
+        }
+        f.arrivals.extend(arrival);
+        f.posted += 1;
+        r.posted += 1;
+    }
+    true
+}
+
+/// A send completion of flow `f`: in order, with the status it may have, and its data
+/// where it landed. `fatal`: the status is an error this run may end in.
+fn sent(
+    h: &mut Host,
+    r: &mut RunReport,
+    lay: &Layout,
+    ends: &[End],
+    f: &mut Flow,
+    wc: &Wc,
+    fatal: bool,
+) {
+    f.done += 1;
+    *r.statuses.entry(wc.status).or_default() += 1;
+    let Some((idx, check)) = f.checks.pop_front() else {
+        r.violation(format!("a completion no WR asked for: {wc:?}"));
+        return;
+    };
+    if wc.wr_id != idx {
+        r.violation(format!(
+            "{}: completion for WR {} where {idx} was due",
+            name(f.from),
+            wc.wr_id
+        ));
+        return;
+    }
+    if f.error_seen {
+        if wc.status != WcStatus::WR_FLUSH_ERR.0 {
+            r.violation(format!(
+                "{} WR {idx} after the error: status {}",
+                name(f.from),
+                wc.status
+            ));
+        }
+        return;
+    }
+    if fatal {
+        f.error_seen = true;
+        return;
+    }
+    if wc.status != WcStatus::SUCCESS.0 {
+        r.violation(format!("{} WR {idx}: status {}", name(f.from), wc.status));
+        f.error_seen = true;
+        return;
+    }
+    r.completed += 1;
+    if f.consuming.contains(&idx) {
+        f.succeeded.push(idx);
+    }
+    verify(h, r, (&ends[f.from], &ends[f.to]), lay, f, idx, &check);
+}
+
+/// A successful completion's data, where it landed.
 fn verify(
     h: &mut Host,
     r: &mut RunReport,
-    (a, b): (usize, usize),
-    (ma, mb): (&super::Mr, &super::Mr),
+    (from, to): (&End, &End),
+    lay: &Layout,
+    f: &Flow,
     idx: u64,
     check: &Check,
-    source: &[u8],
-    rsrc: u64,
 ) {
+    let who = name(f.from);
     match *check {
         Check::Written { at, key, len } => {
-            if h.read(b, mb.addr + at, len) != pattern(key, len) {
-                r.violation(format!("WRITE {idx}: wrong bytes at B"));
+            if h.read(to.dev, to.mr.addr + at, len) != pattern(key, len) {
+                r.violation(format!("{who} WRITE {idx}: wrong bytes at the target"));
             } else {
                 r.bytes_verified += len as u64;
             }
         }
-        Check::Read { slot, from, len } => {
-            let want = source.get(from as usize..from as usize + len);
-            if want != Some(&h.read(a, ma.addr + slot, len)[..]) {
+        Check::Read {
+            slot,
+            from: src,
+            len,
+        } => {
+            let want = f.source.get(src as usize..src as usize + len);
+            if want != Some(&h.read(from.dev, from.mr.addr + slot, len)[..]) {
                 r.violation(format!(
-                    "READ {idx}: wrong bytes (from B's {:#x})",
-                    rsrc + from
+                    "{who} READ {idx}: wrong bytes (from the peer's {:#x})",
+                    lay.rsrc + src
                 ));
             } else {
                 r.bytes_verified += len as u64;
             }
         }
         Check::Atomic { slot, orig } => {
-            if h.read(a, ma.addr + slot, 8) != orig.to_le_bytes() {
-                r.violation(format!("atomic {idx}: original value is not {orig:#x}"));
+            if h.read(from.dev, from.mr.addr + slot, 8) != orig.to_le_bytes() {
+                r.violation(format!(
+                    "{who} atomic {idx}: original value is not {orig:#x}"
+                ));
             } else {
                 r.bytes_verified += 8;
             }
@@ -615,17 +823,14 @@ fn verify(
     }
 }
 
-/// A receive completion at B against what it owes.
-#[allow(clippy::too_many_arguments)]
+/// A receive completion against what the receiver is owed.
 fn received(
     h: &mut Host,
     r: &mut RunReport,
-    b: usize,
-    mb: &super::Mr,
+    to: &End,
+    lay: &Layout,
     wc: &Wc,
     x: &Arrival,
-    recvs: u64,
-    slot: u64,
     sabotage: u64,
 ) {
     if wc.status != WcStatus::SUCCESS.0 || wc.byte_len != x.len {
@@ -640,13 +845,13 @@ fn received(
         ));
     }
     if x.is_send {
-        let at = wc.wr_id % recvs * slot;
+        let at = to.mr.addr + lay.recv + wc.wr_id % lay.recvs * lay.slot;
         if sabotage != 0 && x.idx % sabotage == sabotage - 1 && x.len > 0 {
-            let mut byte = h.read(b, mb.addr + at, 1);
+            let mut byte = h.read(to.dev, at, 1);
             byte[0] ^= 0x40;
-            h.write(b, mb.addr + at, &byte);
+            h.write(to.dev, at, &byte);
         }
-        if h.read(b, mb.addr + at, x.len as usize) != pattern(x.key, x.len as usize) {
+        if h.read(to.dev, at, x.len as usize) != pattern(x.key, x.len as usize) {
             r.violation(format!(
                 "SEND {}: wrong bytes in receive {}",
                 x.idx, wc.wr_id
