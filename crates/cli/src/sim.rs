@@ -1,10 +1,16 @@
 //! `uroce sim`: run a checked workload between two endpoints in the deterministic simulator.
 //!
-//! Every byte delivered and every completion is verified (see `sim::workload`). The human
-//! output ends with a verdict line; `--json` prints one object. Exit status 1 on any
-//! integrity violation, 0 otherwise.
+//! By default the endpoints are two real device datapaths (`nic::simhost::workload`); with
+//! `--transport`, two bare transport QPs (`sim::workload`). Every byte delivered and every
+//! completion is verified. The human output ends with a verdict line; `--json` prints one
+//! object. Exit status 1 on any integrity violation, 0 otherwise.
 //!
-//! JSON keys: `seed`, `messages_posted`, `messages_completed`, `bytes_verified`,
+//! JSON keys (devices): `seed`, `passed`, `device` (true), `messages_posted`,
+//! `messages_completed`, `bytes_verified`, `retransmissions`, `timeouts`, `rnr_naks`,
+//! `status_counts`, `violations`, `violation_details`, `virtual_time_ms`, `network` (object:
+//! `frames_delivered`, `dropped`, `icrc_errors`).
+//!
+//! JSON keys (`--transport`): `seed`, `messages_posted`, `messages_completed`, `bytes_verified`,
 //! `payload_packets`, `retransmissions`, `rto_probes`, `timeouts`, `naks` (object: `seq`,
 //! `rnr`, `invalid_request`, `remote_access`, `remote_op`), `duplicates_received`, `status_counts` (object keyed by the
 //! completion status text of rdma-core's `ibv_wc_status_str`, e.g. `"success"`,
@@ -84,7 +90,7 @@ pub struct Args {
     /// One-way propagation delay (virtual µs).
     #[arg(long, default_value_t = 1.0)]
     delay_us: f64,
-    /// Line rate in Gbit/s (0 = infinitely fast).
+    /// Line rate in Gbit/s (0 = infinitely fast; --transport only).
     #[arg(long, default_value_t = 10)]
     rate_gbps: u64,
     /// Traffic in one direction only (default: both QPs send and respond).
@@ -94,14 +100,18 @@ pub struct Args {
     /// it run (default: IBTA go-back-N).
     #[arg(long)]
     selective_repeat: bool,
-    /// Run the workload on two real device datapaths (the NIC's rings, MR table and DMA
-    /// checks, CQs and timers, driven on the virtual clock: `nic::simhost`) instead of two
-    /// bare transport QPs, on a wire with --loss/--dup/--reorder/--reorder-us/--corrupt/
-    /// --delay-us and --partition-at, with --mtu, --selective-repeat, --recv-depth,
-    /// --recv-delay-us, --rnr-retry, --retry-cnt, --timeout, --window and --one-way; the
-    /// transport-only options --rate-gbps and --max-unacked-psns are refused with it.
-    #[arg(long)]
+    /// Run the workload on two real device datapaths — the NIC's command handlers, rings,
+    /// MR table and DMA checks, CQs and timers, driven on the virtual clock
+    /// (`nic::simhost`) — on a wire with --loss/--dup/--reorder/--reorder-us/--corrupt/
+    /// --delay-us and --partition-at. This is the default; the flag remains for scripts
+    /// that name it.
+    #[arg(long, conflicts_with = "transport")]
     device: bool,
+    /// Run the workload on two bare transport QPs (`crates/sim`: the transport alone, its
+    /// memory checked by the NIC's MR table) instead of two device datapaths: what adds
+    /// --rate-gbps and --max-unacked-psns, and reports frame, NAK and RTO counters.
+    #[arg(long)]
+    transport: bool,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
@@ -245,7 +255,7 @@ fn report_json(r: &Report) -> serde_json::Value {
 fn print_human(r: &Report, args: &Args, wall_s: f64) {
     let n = &r.net;
     println!(
-        "uroce sim: seed {} — {} messages, sizes {}, ops {}, mtu {}",
+        "uroce sim --transport: seed {} — two transport QPs, {} messages, sizes {}, ops {}, mtu {}",
         r.seed, args.messages, args.size, args.ops, args.mtu
     );
     println!(
@@ -308,7 +318,7 @@ fn print_human(r: &Report, args: &Args, wall_s: f64) {
         println!("verdict: PASS — 0 violations (seed {})", r.seed);
     } else {
         println!(
-            "verdict: FAIL — {} violation(s); replay with: uroce sim --seed {} (same flags)",
+            "verdict: FAIL — {} violation(s); replay with: uroce sim --transport --seed {} (same flags)",
             r.violations, r.seed
         );
     }
@@ -319,7 +329,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
     use nic::simhost::workload::{self as dw, RunConfig};
     // Options of the transport-only simulator are refused, not ignored.
     if args.rate_gbps != 10 || args.max_unacked_psns != 16 {
-        bail!("--rate-gbps and --max-unacked-psns are transport-simulator options");
+        bail!("--rate-gbps and --max-unacked-psns are options of the transport simulator (--transport)");
     }
     // The same flags, checked and converted the same way as for the transport simulator.
     let w = config(args, seed)?;
@@ -389,7 +399,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!(
-            "uroce sim --device: seed {} — {} messages {}, sizes {}, ops {}, mtu {}{}",
+            "uroce sim: seed {} — two devices, {} messages {}, sizes {}, ops {}, mtu {}{}",
             r.seed,
             args.messages,
             if args.one_way { "A→B" } else { "A⇄B" },
@@ -433,7 +443,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
             println!("verdict: PASS — 0 violations (seed {})", r.seed);
         } else {
             println!(
-                "verdict: FAIL — {} violation(s); replay with: uroce sim --device --seed {} (same flags)",
+                "verdict: FAIL — {} violation(s); replay with: uroce sim --seed {} (same flags)",
                 r.violations, r.seed
             );
         }
@@ -459,7 +469,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut s = t;
         sim::rng::splitmix64(&mut s)
     });
-    if args.device {
+    if !args.transport {
         return run_device(&args, seed);
     }
     let cfg = config(&args, seed)?;

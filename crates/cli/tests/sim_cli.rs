@@ -25,6 +25,7 @@ fn sim(args: &[&str]) -> (i32, Value, String) {
 #[test]
 fn lossy_run_reports_every_key_and_passes() {
     let (code, v, err) = sim(&[
+        "--transport",
         "--seed",
         "42",
         "--messages",
@@ -68,7 +69,15 @@ fn lossy_run_reports_every_key_and_passes() {
 
 #[test]
 fn partition_ends_in_retry_exceeded_and_flush() {
-    let (code, v, err) = sim(&["--seed", "7", "--messages", "20000", "--partition-at", "1"]);
+    let (code, v, err) = sim(&[
+        "--transport",
+        "--seed",
+        "7",
+        "--messages",
+        "20000",
+        "--partition-at",
+        "1",
+    ]);
     assert_eq!(code, 0, "{v}\n{err}");
     assert_eq!(v["violations"], 0);
     let sc = &v["status_counts"];
@@ -82,7 +91,7 @@ fn partition_ends_in_retry_exceeded_and_flush() {
 
 #[test]
 fn clean_link_has_no_retransmissions() {
-    let (code, v, _) = sim(&["--seed", "3", "--messages", "500"]);
+    let (code, v, _) = sim(&["--transport", "--seed", "3", "--messages", "500"]);
     assert_eq!(code, 0);
     assert_eq!(v["retransmissions"], 0);
     assert_eq!(v["duplicates_received"], 0);
@@ -96,14 +105,21 @@ fn clean_link_has_no_retransmissions() {
 
 #[test]
 fn human_output_ends_with_a_verdict_and_bad_flags_are_refused() {
-    let out = Command::new(env!("CARGO_BIN_EXE_uroce"))
-        .args(["sim", "--seed", "1", "--messages", "50"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    let last = text.lines().last().unwrap_or("");
-    assert!(last.starts_with("verdict: PASS"), "{text}");
+    for mode in ["--transport", "--device"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_uroce"))
+            .args(["sim", mode, "--seed", "1", "--messages", "50"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().unwrap_or("");
+        assert!(last.starts_with("verdict: PASS"), "{text}");
+    }
+    // The default is the device datapaths.
+    let (code, v, err) = sim(&["--seed", "2", "--messages", "100"]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert_eq!(v["device"], true);
+    assert_eq!(v["messages_completed"], 100);
     for bad in [
         ["--loss", "1.5"],
         ["--mtu", "1000"],

@@ -7,8 +7,8 @@
 //! (in the style of TigerBeetle's VOPR and quinn's `Pair`; docs/testing.md §2.2).
 //!
 //! * [`net`] — the event loop, endpoints and links.
-//! * [`workload`] — the checked RC workload behind `uroce sim`: every byte, every completion,
-//!   exactly once and in order, or the error the spec prescribes.
+//! * [`workload`] — the checked RC workload behind `uroce sim --transport`: every byte,
+//!   every completion, exactly once and in order, or the error the spec prescribes.
 //! * [`rng`] — xoshiro256** / SplitMix64.
 //! * [`pair`] — two QPs back to back with a hand-controlled pipe, for conformance tests.
 //!

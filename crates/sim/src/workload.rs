@@ -1,4 +1,4 @@
-//! The checked RC workload behind `uroce sim`.
+//! The checked RC workload behind `uroce sim --transport`.
 //!
 //! Two endpoints, one RC QP each, connected to each other; both directions carry a random mix
 //! of SEND (± immediate), RDMA WRITE (± immediate), RDMA READ and atomics (CAS / FAA) with

@@ -1,4 +1,4 @@
-//! A checked RC workload on two real devices (`uroce sim --device`): device A posts a
+//! A checked RC workload on two real devices (`uroce sim`): device A posts a
 //! seeded random mix — SEND and RDMA WRITE (each ± immediate), RDMA READ, fetch-and-add and
 //! compare-and-swap — to device B through POST_SEND (and, with `two_way`, B to A at the same
 //! time, each QP requester and responder at once), over the host's wire with the loss,
