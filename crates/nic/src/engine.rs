@@ -30,8 +30,8 @@
 //! rxe's `post_send` transmits in the caller's context. A caller marks itself active
 //! (`EngineShared::app_active`); the engine then counts as contended for `APP_HOLD` — it
 //! parks after a few µs of idle spin, and a caller that finds it awake in that state takes
-//! the work too (the engine's loop waits for it, yielding its core only if the caller holds
-//! on `HOLDER_STALLED`). On a daemon device the caller also drains the peer rings while it
+//! the work too (the engine's loop waits for it, sleeping on the lock only if the caller
+//! holds on longer than `HOLDER_STALLED`). On a daemon device the caller also drains the peer rings while it
 //! does the passes (it withdraws the rings' `parked` word meanwhile, so producers do not
 //! wake the engine for what it reads anyway) and holds back an ACK-only batch for the
 //! answer it is about to post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps
@@ -64,8 +64,8 @@ use port::{flush_tx, receive, DevIo, DAEMON_POLL_NS};
 /// core between polls.
 const YIELD_AFTER: Duration = Duration::from_micros(5);
 /// A caller holding the device state this long (its passes take a few µs; tens in a debug
-/// build or under strace) has lost its core: the engine then yields its own rather than
-/// spin.
+/// build or under strace) has lost its core: the engine then sleeps on the lock rather
+/// than spin.
 const HOLDER_STALLED: Duration = Duration::from_millis(1);
 /// PAUSE hints between idle passes once idle longer than [`YIELD_AFTER`].
 const IDLE_SPIN_HINTS: u32 = 16;
@@ -446,18 +446,22 @@ fn run(shared: Arc<EngineShared>) {
             Err(std::sync::TryLockError::WouldBlock) => {
                 // A caller is doing the passes (a few µs). Wait for it without a system
                 // call; only if it holds on longer — it lost its core, maybe to this
-                // thread — yield the core to it. A yield at every collision would be a
-                // system call per collision, that is, per few operations.
+                // thread — sleep on the lock until it lets go: one futex wait here and one
+                // wake on its side per such stall. (Yielding in a loop would make a stream
+                // of sched_yield calls for as long as the holder stays off its core, each
+                // one a stop under a tracer, taking cores from that very holder.)
+                spun_at = None;
                 let since = *blocked_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= HOLDER_STALLED {
-                    std::thread::yield_now();
-                } else {
+                if since.elapsed() < HOLDER_STALLED {
                     for _ in 0..IDLE_SPIN_HINTS {
                         std::hint::spin_loop();
                     }
+                    continue;
                 }
-                spun_at = None;
-                continue;
+                shared
+                    .core
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
             }
         };
         blocked_since = None;
