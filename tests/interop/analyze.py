@@ -29,7 +29,15 @@ sender (uroce = the packets whose IP source is ADDR, rxe = every other one):
   the oldest unacknowledged PSN) against a slow peer, and is only counted
   (retx_uroce_peer_late) — the emulated rxe VM sometimes takes longer than 67 ms to
   answer. One that an rxe sequence NAK or RNR NAK asked for is counted too
-  (retx_uroce_after_nak): the NAK is the problem reported.
+  (retx_uroce_after_nak): the NAK is the problem reported. Once such a timeout or NAK has
+  happened on a QP, uroce's retransmission timer is armed there (it stays off until a
+  path has lost something, crates/transport/src/recovery.rs): it probes from the oldest
+  unacknowledged PSN after srtt + 4 rttvar of the answer times it measured (RFC 6298),
+  at least 1 ms, long before the QP timeout. A retransmission on that QP of a request
+  rxe had not answered yet, at least PROBE_FLOOR_US after its original, and that rxe did
+  answer later, is such a probe against a peer slower than it had been, and is counted
+  (retx_uroce_probe). On a QP that never lost anything, any early retransmission stays
+  an error.
 * NAKs: any AETH whose syndrome is a NAK (PSN sequence error, invalid request, remote
   access or operational error) or an RNR NAK, from either side.
 * with --pingpong: the bytes of the SEND messages (reassembled from FIRST/MIDDLE/LAST,
@@ -72,6 +80,9 @@ ANSWER_WINDOW = 1 << 16
 # retransmission this much earlier than one QP timeout after the oldest unanswered request
 # still counts as one QP timeout after it.
 TIMER_SLACK_US = 1000
+# uroce's retransmission timer never fires sooner than this after what it resends (the
+# `min_ns` floor of crates/transport/src/recovery.rs `rto_ns`).
+PROBE_FLOOR_US = 1000
 
 
 def frames(path):
@@ -159,6 +170,8 @@ def analyze(path, uroce, timeout_us, pingpong):
     u_waiting = []  # keys of u_sent not answered yet, oldest first
     rxe_answers = []  # rxe's answer times to uroce's requests, ms
     peer_late = []  # (frame, key) of uroce retransmissions made while rxe was late
+    probes = []  # (frame, key) of uroce's timer probes on a QP that had lost something
+    armed = set()  # (src, dst, dqp) of QPs where uroce resent after a timeout or a NAK
     after_nak = 0  # uroce retransmissions a NAK asked for (the NAK is the problem reported)
     try:
         for n, (t, data) in enumerate(frames(path), 1):
@@ -193,11 +206,15 @@ def analyze(path, uroce, timeout_us, pingpong):
                         spurious += 1
                     elif who == "uroce":
                         verdict = judge_uroce_retx(t, (src, dst, dqp, psn), u_sent, u_waiting,
-                                                   timeout_us)
+                                                   timeout_us, armed)
                         if verdict == "late":
                             peer_late.append((n, (src, dst, dqp, psn)))
+                            armed.add((src, dst, dqp))
                         elif verdict == "nak":
                             after_nak += 1
+                            armed.add((src, dst, dqp))
+                        elif verdict == "probe":
+                            probes.append((n, (src, dst, dqp, psn)))
                         else:
                             problems.append(
                                 f"frame {n}: uroce retransmitted {src} qp=0x{dqp:06x} "
@@ -283,15 +300,20 @@ def analyze(path, uroce, timeout_us, pingpong):
 
     # A retransmission made while rxe was late is legitimate only if rxe did answer in the
     # end: a request it never answers was lost or refused, which the other checks explain.
+    # So is a probe.
     late_ok = 0
-    for n, k in peer_late:
+    probe_ok = 0
+    for n, k in peer_late + probes:
         if u_sent[k][2] is None:
             problems.append(f"frame {n}: uroce retransmitted {k[0]} qp=0x{k[2]:06x} "
                             f"psn=0x{k[3]:06x}, which rxe never answered")
+        elif (n, k) in probes:
+            probe_ok += 1
         else:
             late_ok += 1
     counts = {"packets_uroce": packets["uroce"], "packets_rxe": packets["rxe"],
               "retx_uroce": retx["uroce"], "retx_uroce_peer_late": late_ok,
+              "retx_uroce_probe": probe_ok,
               "retx_uroce_after_nak": after_nak,
               "retx_rxe": retx["rxe"],
               "rxe_spurious_retx": spurious, "naks": naks,
@@ -313,9 +335,11 @@ def analyze(path, uroce, timeout_us, pingpong):
     return counts, problems
 
 
-def judge_uroce_retx(t, key, u_sent, u_waiting, timeout_us):
+def judge_uroce_retx(t, key, u_sent, u_waiting, timeout_us, armed):
     """"late" when uroce's retransmission of `key` at time `t` is a local ACK timeout
-    against a late rxe, "nak" when an rxe NAK asked for it, else why it is an error."""
+    against a late rxe, "nak" when an rxe NAK asked for it, "probe" when it is the
+    retransmission timer's probe on a QP in `armed` (one that lost something before),
+    else why it is an error."""
     entry = u_sent.get(key)
     if entry is None:
         return "and the original was not an RC request (nothing to time out)"
@@ -330,6 +354,8 @@ def judge_uroce_retx(t, key, u_sent, u_waiting, timeout_us):
     waited_us = (t - oldest) * 1e6
     if waited_us + TIMER_SLACK_US >= timeout_us:
         return "late"
+    if key[:3] in armed and (t - entry[0]) * 1e6 >= PROBE_FLOOR_US:
+        return "probe"
     return (f"while the oldest request rxe had not answered on that QP had waited only "
             f"{waited_us / 1000:.1f} ms (QP timeout {timeout_us / 1000:.1f} ms)")
 
@@ -370,10 +396,11 @@ def selftest():
         (0.3675, frame(u, r, 0x04, 0x21, 0x500000, msg)),
         (0.3676, frame(u, r, 0x04, 0x21, 0x500001, msg)),
         (0.380, frame(r, u, 0x11, 0x20, 0x500001, ack)),
-        # rxe in time: it answers 30 ms after the request; uroce resent after 20 ms: problem
-        (0.400, frame(u, r, 0x04, 0x21, 0x600000, msg)),
-        (0.420, frame(u, r, 0x04, 0x21, 0x600000, msg)),
-        (0.430, frame(r, u, 0x11, 0x20, 0x600000, ack)),
+        # rxe in time on a QP that never lost anything: it answers 30 ms after the
+        # request; uroce resent after 20 ms: problem
+        (0.400, frame(u, r, 0x04, 0x31, 0x600000, msg)),
+        (0.420, frame(u, r, 0x04, 0x31, 0x600000, msg)),
+        (0.430, frame(r, u, 0x11, 0x30, 0x600000, ack)),
         # rxe never answers: a resend after a full timeout is still a problem
         (0.500, frame(u, r, 0x04, 0x21, 0x700000, msg)),
         (0.600, frame(u, r, 0x04, 0x21, 0x700000, msg)),
@@ -382,6 +409,18 @@ def selftest():
         (0.701, frame(r, u, 0x11, 0x20, 0x800000, bytes([0x2C, 0, 0, 1]))),
         (0.712, frame(u, r, 0x04, 0x21, 0x800000, msg)),
         (0.713, frame(r, u, 0x11, 0x20, 0x800000, ack)),
+        # after a local ACK timeout against a late rxe on QP 0x41 (counted late), a probe
+        # 5 ms after its original, which rxe answers 20 ms after it, is counted; one
+        # 0.2 ms after (below the timer's floor) is a problem
+        (0.800, frame(u, r, 0x04, 0x41, 0x900000, msg)),
+        (0.870, frame(u, r, 0x04, 0x41, 0x900000, msg)),
+        (0.880, frame(r, u, 0x11, 0x40, 0x900000, ack)),
+        (0.900, frame(u, r, 0x04, 0x41, 0x900001, msg)),
+        (0.905, frame(u, r, 0x04, 0x41, 0x900001, msg)),
+        (0.920, frame(r, u, 0x11, 0x40, 0x900001, ack)),
+        (0.930, frame(u, r, 0x04, 0x41, 0x900002, msg)),
+        (0.9302, frame(u, r, 0x04, 0x41, 0x900002, msg)),
+        (0.940, frame(r, u, 0x11, 0x40, 0x900002, ack)),
     ]
     fd, path = tempfile.mkstemp(suffix=".pcap")
     try:
@@ -400,18 +439,22 @@ def selftest():
             "frame 8: uroce (10.77.0.1) sent NAK",
             "frame 9: 10.77.0.1 sent a ping-pong message that differs from the first one at "
             "offset 50",
-            "frame 16: uroce retransmitted 10.77.0.1 qp=0x000021 psn=0x600000 20.0 ms after "
+            "frame 16: uroce retransmitted 10.77.0.1 qp=0x000031 psn=0x600000 20.0 ms after "
             "the original, while the oldest request rxe had not answered on that QP had "
             "waited only 20.0 ms",
             "frame 21: rxe (10.77.0.11) sent RNR NAK qp=0x000020 psn=0x800000",
+            "frame 31: uroce retransmitted 10.77.0.1 qp=0x000041 psn=0x900002 0.2 ms after "
+            "the original, while the oldest request rxe had not answered on that QP had "
+            "waited only 0.2 ms",
             "frame 19: uroce retransmitted 10.77.0.1 qp=0x000021 psn=0x700000, which rxe "
             "never answered"]
     ok = (len(problems) == len(want)
           and all(p.startswith(w) for p, w in zip(problems, want))
           and counts["rxe_spurious_retx"] == 1 and counts["naks"] == 2
-          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 6
-          and counts["retx_uroce_peer_late"] == 2 and counts["retx_uroce_after_nak"] == 1
-          and counts["rxe_answers"] == 5 and counts["rxe_answer_max_ms"] == 80.0
+          and counts["retx_rxe"] == 2 and counts["retx_uroce"] == 9
+          and counts["retx_uroce_peer_late"] == 3 and counts["retx_uroce_after_nak"] == 1
+          and counts["retx_uroce_probe"] == 1
+          and counts["rxe_answers"] == 8 and counts["rxe_answer_max_ms"] == 80.0
           and counts["uroce_unanswered"] == 2
           and counts["uroce_answers"] == 1 and counts["rxe_unanswered"] == 1)
     print(f"analyze: selftest {'ok' if ok else 'FAILED'}: {counts} {problems}")
