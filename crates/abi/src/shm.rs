@@ -344,6 +344,45 @@ mod tests {
     }
 
     #[test]
+    fn every_split_of_a_write_lands_as_a_plain_byte_copy_would() {
+        // Against a byte-array model: parts of every small length (partial words carried
+        // across parts, empty parts, tails), at several offsets; bytes around the range
+        // keep their values, and reads of every length give the model's bytes back.
+        let m = SharedMem::new_zeroed(256).unwrap();
+        let mut model = [0u8; 256];
+        let mut fill = 1u8;
+        for off in [0usize, 8, 64, 136] {
+            for a in 0..20usize {
+                for b in [0usize, 1, 7, 8, 9, 17] {
+                    for c in [0usize, 3, 8, 13] {
+                        let parts: Vec<Vec<u8>> = [a, b, c]
+                            .iter()
+                            .map(|&n| {
+                                (0..n)
+                                    .map(|_| {
+                                        fill = fill.wrapping_add(37);
+                                        fill
+                                    })
+                                    .collect()
+                            })
+                            .collect();
+                        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                        m.write_parts(off, &refs).unwrap();
+                        let flat: Vec<u8> = parts.concat();
+                        model[off..off + flat.len()].copy_from_slice(&flat);
+                        let mut all = [0u8; 256];
+                        m.read(0, &mut all).unwrap();
+                        assert_eq!(all, model, "off {off} parts {a} {b} {c}");
+                        let mut part = vec![0u8; flat.len() + 3];
+                        m.read(off, &mut part).unwrap();
+                        assert_eq!(part[..], model[off..off + part.len()]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bounds_and_alignment_are_errors_not_panics() {
         let m = SharedMem::new_zeroed(64).unwrap();
         assert!(matches!(
