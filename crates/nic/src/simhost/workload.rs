@@ -454,29 +454,16 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         }
         let any_error = flows.iter().any(|f| f.error_seen);
         for f in &mut flows {
-            for wc in h.poll_cq(&mut ends[f.to].rcq, 64) {
-                if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
-                    // A receive its QP flushed when the QP went to ERR.
-                    continue;
-                }
-                let Some(x) = f.arrivals.pop_front() else {
-                    r.violation(format!("a receive nobody sent: {wc:?}"));
-                    continue;
-                };
-                received(
-                    &mut h,
-                    &mut r,
-                    &ends[f.to],
-                    &lay,
-                    &wc,
-                    &x,
-                    cfg.sabotage_every,
-                );
-                f.arrived.insert(x.idx);
-                f.reposts
-                    .push_back((h.now() + cfg.recv_delay_ns, f.next_recv, wc.wr_id % recvs));
-                f.next_recv += 1;
-            }
+            take_receives(
+                &mut h,
+                &mut r,
+                &mut ends[f.to],
+                &lay,
+                f,
+                any_error,
+                cfg,
+                true,
+            );
             let to = &ends[f.to];
             while f.reposts.front().is_some_and(|x| x.0 <= h.now()) {
                 let Some((_, wr_id, at)) = f.reposts.pop_front() else {
@@ -500,23 +487,16 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     for f in &mut flows {
         let rcq = &mut ends[f.to].rcq;
         h.run_until(1_000_000_000, |_| rcq.pending());
-        for wc in h.poll_cq(&mut ends[f.to].rcq, 64) {
-            if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
-                continue;
-            }
-            if let Some(x) = f.arrivals.pop_front() {
-                received(
-                    &mut h,
-                    &mut r,
-                    &ends[f.to],
-                    &lay,
-                    &wc,
-                    &x,
-                    cfg.sabotage_every,
-                );
-                f.arrived.insert(x.idx);
-            }
-        }
+        take_receives(
+            &mut h,
+            &mut r,
+            &mut ends[f.to],
+            &lay,
+            f,
+            any_error,
+            cfg,
+            false,
+        );
     }
     for f in &flows {
         // Every SEND or WRITE WITH IMM the sender saw succeed consumed its receive.
@@ -824,6 +804,42 @@ fn verify(
 }
 
 /// A receive completion against what the receiver is owed.
+/// Check the receive completions waiting on `to`'s receive CQ against what flow `f` sent,
+/// in order; with `repost`, schedule each consumed receive to be posted again
+/// `recv_delay_ns` later. Receives flushed after an error (`any_error`) are skipped.
+#[allow(clippy::too_many_arguments)]
+fn take_receives(
+    h: &mut Host,
+    r: &mut RunReport,
+    to: &mut End,
+    lay: &Layout,
+    f: &mut Flow,
+    any_error: bool,
+    cfg: &RunConfig,
+    repost: bool,
+) {
+    for wc in h.poll_cq(&mut to.rcq, 64) {
+        if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
+            // A receive its QP flushed when the QP went to ERR.
+            continue;
+        }
+        let Some(x) = f.arrivals.pop_front() else {
+            r.violation(format!("a receive nobody sent: {wc:?}"));
+            continue;
+        };
+        received(h, r, to, lay, &wc, &x, cfg.sabotage_every);
+        f.arrived.insert(x.idx);
+        if repost {
+            f.reposts.push_back((
+                h.now() + cfg.recv_delay_ns,
+                f.next_recv,
+                wc.wr_id % lay.recvs,
+            ));
+            f.next_recv += 1;
+        }
+    }
+}
+
 fn received(
     h: &mut Host,
     r: &mut RunReport,
