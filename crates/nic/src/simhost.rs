@@ -211,6 +211,41 @@ pub struct Qp {
     pub qpn: u32,
 }
 
+/// What the wire does with one datagram, as a test's [`Host::fate`] decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Carry it (the wire's random rates still apply).
+    Deliver,
+    /// Lose it.
+    Drop,
+    /// Deliver it twice, the copy this many ns after the original.
+    Duplicate(u64),
+    /// Deliver it this many ns later than the wire's delay (later datagrams overtake it).
+    Delay(u64),
+}
+
+/// A datagram on its way, as [`Host::fate`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Datagram<'a> {
+    /// The sending device's address.
+    pub from: IpAddr,
+    /// The destination address.
+    pub to: IpAddr,
+    /// The UDP payload: BTH first, ICRC last.
+    pub bytes: &'a [u8],
+    /// How many datagrams the wire carried before this one (0 = the first).
+    pub seq: u64,
+}
+
+/// A test's per-datagram decision ([`Host::fate`]).
+pub struct FateFn(pub Box<dyn FnMut(&Datagram<'_>) -> Fate + Send>);
+
+impl core::fmt::Debug for FateFn {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("FateFn")
+    }
+}
+
 /// Devices, a virtual clock and a seeded lossy network (module docs).
 #[derive(Debug)]
 pub struct Host {
@@ -240,6 +275,12 @@ pub struct Host {
     /// A time the driver of the host wants to act at (e.g. post a receive late):
     /// [`Host::run_until`] moves the clock to it as to any other event.
     pub alarm: Option<u64>,
+    /// A test's hand on the wire: asked about every datagram before the random rates
+    /// (drop this one, duplicate that one), as the conformance tests of a bare transport
+    /// pair do with their pipe.
+    pub fate: Option<FateFn>,
+    /// Datagrams put on the wire so far ([`Datagram::seq`]).
+    carried: u64,
 }
 
 /// A command the device refused, with its errno.
@@ -264,6 +305,8 @@ impl Host {
             delivered: 0,
             window: WINDOW,
             alarm: None,
+            fate: None,
+            carried: 0,
         }
     }
 
@@ -929,24 +972,43 @@ impl Host {
     /// Put a datagram on the wire at `now`: lost, corrupted, duplicated or held back as the
     /// wire's rates say; the wire stays ordered by arrival time.
     fn transmit(&mut self, now: u64, to: IpAddr, from: SocketAddr, mut bytes: Vec<u8>) {
-        if self.draw() < self.loss {
+        let seq = self.carried;
+        self.carried += 1;
+        let fate = self.fate.as_mut().map_or(Fate::Deliver, |f| {
+            (f.0)(&Datagram {
+                from: from.ip(),
+                to,
+                bytes: &bytes,
+                seq,
+            })
+        });
+        if fate == Fate::Drop || self.draw() < self.loss {
             self.lost += 1;
             return;
         }
+        let held = match fate {
+            Fate::Delay(ns) => ns,
+            _ => 0,
+        };
         if self.draw() < self.corrupt && !bytes.is_empty() {
             let i = (self.draw() * bytes.len() as f64) as usize;
             if let Some(b) = bytes.get_mut(i) {
                 *b ^= 1 << (self.draw() * 8.0) as u32;
             }
         }
-        let copies = if self.draw() < self.dup { 2 } else { 1 };
-        for _ in 0..copies {
+        let (copies, copy_after) = match fate {
+            Fate::Duplicate(ns) => (2, ns),
+            _ if self.draw() < self.dup => (2, 0),
+            _ => (1, 0),
+        };
+        for copy in 0..copies {
+            let held = if copy == 1 { held + copy_after } else { held };
             let late = if self.draw() < self.reorder {
                 (self.draw() * self.reorder_ns as f64) as u64
             } else {
                 0
             };
-            let at = now + self.delay_ns + late;
+            let at = now + self.delay_ns + late + held;
             let pos = self.wire.partition_point(|f| f.at <= at);
             self.wire.insert(
                 pos,

@@ -1,0 +1,307 @@
+//! The classic RC error cases with a hand on the wire, on real device datapaths
+//! (`nic::simhost`: rings, doorbells, MR table and DMA checks, CQs and timers, in virtual
+//! time): one chosen packet lost or duplicated, and what the spec prescribes — the NAK,
+//! the resend from the right PSN, the duplicate answered and not executed again, one
+//! completion per work request, memory intact (IBTA Vol 1 §9.7, reliable service).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+
+use abi::uverbs::Wc;
+use abi::{SendFlags, WcStatus, WrOpcode};
+use nic::simhost::workload::pattern;
+use nic::simhost::{
+    all_access, rdma_wr, sge, Cq, Datagram, DevId, Fate, FateFn, Host, Mr, Qp, RcOpts,
+};
+use nic::Limits;
+
+const A: Ipv4Addr = Ipv4Addr::new(127, 98, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(127, 98, 0, 2);
+const SECOND: u64 = 1_000_000_000;
+const SIGNALED: u32 = SendFlags::SIGNALED.0;
+/// Path MTU 1024 (`RcOpts::default`): a 3 KiB message is FIRST, MIDDLE, LAST.
+const MTU: usize = 1024;
+
+// RC opcodes (IBTA Vol 1 Table 38).
+const WRITE_FIRST: u8 = 0x06;
+const WRITE_MIDDLE: u8 = 0x07;
+const WRITE_ONLY_IMM: u8 = 0x0B;
+const WRITE_ONLY: u8 = 0x0A;
+const READ_REQUEST: u8 = 0x0C;
+const READ_RESPONSE_MIDDLE: u8 = 0x0E;
+const ACKNOWLEDGE: u8 = 0x11;
+
+/// One datagram as the wire saw it: sender, BTH opcode and PSN, AETH syndrome (ACKs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    from_a: bool,
+    opcode: u8,
+    psn: u32,
+    syndrome: Option<u8>,
+}
+
+fn seen(d: &Datagram<'_>) -> Option<Seen> {
+    let b = d.bytes;
+    if b.len() < 12 {
+        return None;
+    }
+    Some(Seen {
+        from_a: d.from == IpAddr::V4(A),
+        opcode: b[0],
+        psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
+        syndrome: (b[0] == ACKNOWLEDGE).then(|| b.get(12).copied()).flatten(),
+    })
+}
+
+struct Pair {
+    h: Host,
+    a: DevId,
+    b: DevId,
+    qa: Qp,
+    qb: Qp,
+    cqa: Cq,
+    cqb: Cq,
+    ma: Mr,
+    mb: Mr,
+    /// Every datagram the wire carried, in order.
+    log: Arc<Mutex<Vec<Seen>>>,
+}
+
+/// Two connected devices; `pick` decides the fate of each datagram given what it is and
+/// how many of its kind (same sender and opcode) went before it.
+fn pair(pick: impl Fn(&Seen, usize) -> Fate + Send + 'static) -> Pair {
+    let mut h = Host::new(7);
+    let a = h.add_device(A, Limits::default()).unwrap();
+    let b = h.add_device(B, Limits::default()).unwrap();
+    let cqa = h.create_cq(a, 64).unwrap();
+    let cqb = h.create_cq(b, 64).unwrap();
+    let qa = h.create_rc_qp(a, &cqa, &cqa, 16).unwrap();
+    let qb = h.create_rc_qp(b, &cqb, &cqb, 16).unwrap();
+    h.connect_rc_with(a, qa, b, qb.qpn, RcOpts::default())
+        .unwrap();
+    h.connect_rc_with(b, qb, a, qa.qpn, RcOpts::default())
+        .unwrap();
+    let ma = h.reg_mr(a, 1 << 16, all_access()).unwrap();
+    let mb = h.reg_mr(b, 1 << 16, all_access()).unwrap();
+    let log = Arc::new(Mutex::new(Vec::<Seen>::new()));
+    let l = log.clone();
+    h.fate = Some(FateFn(Box::new(move |d| {
+        let Some(s) = seen(d) else {
+            return Fate::Deliver;
+        };
+        let mut l = l.lock().unwrap();
+        let before = l
+            .iter()
+            .filter(|x| x.from_a == s.from_a && x.opcode == s.opcode)
+            .count();
+        l.push(s);
+        pick(&s, before)
+    })));
+    Pair {
+        h,
+        a,
+        b,
+        qa,
+        qb,
+        cqa,
+        cqb,
+        ma,
+        mb,
+        log,
+    }
+}
+
+impl Pair {
+    fn log(&self) -> Vec<Seen> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// What A sent with `opcode`, as PSNs in order.
+    fn sent_by_a(&self, opcode: u8) -> Vec<u32> {
+        self.log()
+            .iter()
+            .filter(|s| s.from_a && s.opcode == opcode)
+            .map(|s| s.psn)
+            .collect()
+    }
+}
+
+/// Poll `cq` until `n` completions have come, then a further virtual second for any
+/// that should not come.
+fn completions(h: &mut Host, cq: &mut Cq, n: usize) -> Vec<Wc> {
+    let mut got = Vec::new();
+    h.run_until(SECOND, |h| {
+        got.extend(h.poll_cq(cq, 64));
+        got.len() >= n
+    });
+    h.run_until(SECOND, |_| false);
+    got.extend(h.poll_cq(cq, 64));
+    got
+}
+
+fn statuses(got: &[Wc]) -> Vec<(u64, u32)> {
+    got.iter().map(|w| (w.wr_id, w.status)).collect()
+}
+
+#[test]
+fn a_lost_middle_packet_is_nakked_and_resent_from_its_psn() {
+    // The first WRITE MIDDLE is lost: B sees the LAST out of sequence and answers with one
+    // PSN sequence error NAK naming the missing PSN; A resends from there (go-back-N), not
+    // the FIRST, and the WRITE completes once with every byte in place.
+    let mut p = pair(|s, before| {
+        if s.from_a && s.opcode == WRITE_MIDDLE && before == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let data = pattern(1, 3 * MTU);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
+        .unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 1);
+    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
+    let middle = p.sent_by_a(WRITE_MIDDLE);
+    assert_eq!(middle.len(), 2, "the middle once lost, once resent");
+    assert_eq!(middle[0], middle[1]);
+    assert_eq!(
+        p.sent_by_a(WRITE_FIRST).len(),
+        1,
+        "the FIRST was not resent"
+    );
+    let naks: Vec<Seen> = p
+        .log()
+        .into_iter()
+        .filter(|s| !s.from_a && s.syndrome.is_some_and(|y| y >> 5 == 3))
+        .collect();
+    assert_eq!(naks.len(), 1, "{naks:?}");
+    // Syndrome 011_00000: NAK, PSN sequence error; its PSN is the one B expects.
+    assert_eq!(naks[0].syndrome, Some(0x60));
+    assert_eq!(naks[0].psn, middle[0]);
+    let ca = p.h.port_counters(p.a).transport;
+    let cb = p.h.port_counters(p.b).transport;
+    assert_eq!(ca.rcvd_seq_err, 1);
+    assert!(cb.out_of_seq_request >= 1);
+    assert_eq!(ca.retry_exceeded_err, 0);
+}
+
+#[test]
+fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
+    // A WRITE WITH IMMEDIATE arrives twice, the copy 50 µs after B has acknowledged the
+    // original: B executes it once (one receive consumed of the two posted), counts the
+    // duplicate and acknowledges it again; A completes once.
+    let mut p = pair(|s, before| {
+        if s.from_a && s.opcode == WRITE_ONLY_IMM && before == 0 {
+            Fate::Duplicate(50_000)
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.h.post_recv(p.b, p.qb, &[(10, sge(&p.mb, 0, 0)), (11, sge(&p.mb, 0, 0))])
+        .unwrap();
+    let data = pattern(2, 200);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(
+        1,
+        WrOpcode::RDMA_WRITE_WITH_IMM,
+        SIGNALED,
+        p.mb.addr + 4096,
+        p.mb.rkey,
+    );
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
+        .unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 1);
+    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    let at_b = completions(&mut p.h, &mut p.cqb, 2);
+    assert_eq!(
+        statuses(&at_b),
+        [(10, WcStatus::SUCCESS.0)],
+        "one receive consumed"
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr + 4096, data.len()), data);
+    assert_eq!(p.h.port_counters(p.b).transport.duplicate_request, 1);
+    let acks = p
+        .log()
+        .iter()
+        .filter(|s| !s.from_a && s.opcode == ACKNOWLEDGE && s.syndrome.is_some_and(|y| y >> 5 == 0))
+        .count();
+    assert_eq!(acks, 2, "the duplicate acknowledged again");
+    // A later request still lands: B's expected PSN did not move for the duplicate.
+    let wr = rdma_wr(
+        2,
+        WrOpcode::RDMA_WRITE_WITH_IMM,
+        SIGNALED,
+        p.mb.addr,
+        p.mb.rkey,
+    );
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(2, WcStatus::SUCCESS.0)]
+    );
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqb, 1)),
+        [(11, WcStatus::SUCCESS.0)]
+    );
+}
+
+#[test]
+fn a_lost_ack_is_recovered_by_the_local_ack_timeout() {
+    // B's only ACK is lost: A's local ACK timer (4.096 µs × 2^8) fires, A resends the
+    // WRITE, B answers the duplicate with an ACK, and A completes once, successfully.
+    let mut p = pair(|s, before| {
+        if !s.from_a && s.opcode == ACKNOWLEDGE && before == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let data = pattern(3, 512);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
+        .unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 1);
+    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
+    let writes = p.sent_by_a(WRITE_ONLY);
+    assert_eq!(writes.len(), 2, "sent, then resent after the timeout");
+    assert_eq!(writes[0], writes[1]);
+    let ca = p.h.port_counters(p.a).transport;
+    assert_eq!(ca.local_ack_timeouts, 1);
+    assert_eq!(ca.retransmissions, 1);
+    assert_eq!(p.h.port_counters(p.b).transport.duplicate_request, 1);
+}
+
+#[test]
+fn a_lost_read_response_is_read_again_from_the_missing_psn() {
+    // The first READ RESPONSE MIDDLE of a 3 KiB READ is lost: A notices the gap when the
+    // LAST arrives and issues the READ again for what is missing, starting at that PSN;
+    // the READ completes once with every byte of B's memory.
+    let mut p = pair(|s, before| {
+        if !s.from_a && s.opcode == READ_RESPONSE_MIDDLE && before == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let data = pattern(4, 3 * MTU);
+    p.h.write(p.b, p.mb.addr, &data);
+    let wr = rdma_wr(1, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
+        .unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 1);
+    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(p.h.read(p.a, p.ma.addr, data.len()), data);
+    let reads = p.sent_by_a(READ_REQUEST);
+    assert_eq!(reads.len(), 2, "{reads:?}");
+    assert_eq!(
+        reads[1],
+        (reads[0] + 1) & 0xff_ffff,
+        "the second READ starts at the missing response's PSN"
+    );
+    assert_eq!(p.h.port_counters(p.a).transport.retry_exceeded_err, 0);
+}
