@@ -7,11 +7,12 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
+use abi::uverbs::AtomicWr;
 use abi::uverbs::Wc;
-use abi::{SendFlags, WcStatus, WrOpcode};
+use abi::{SendFlags, WcOpcode, WcStatus, WrOpcode};
 use nic::simhost::workload::pattern;
 use nic::simhost::{
-    all_access, rdma_wr, sge, Cq, Datagram, DevId, Fate, FateFn, Host, Mr, Qp, RcOpts,
+    all_access, rdma_wr, send_wr, sge, Cq, Datagram, DevId, Fate, FateFn, Host, Mr, Qp, RcOpts,
 };
 use nic::Limits;
 
@@ -69,7 +70,12 @@ struct Pair {
 
 /// Two connected devices; `pick` decides the fate of each datagram given what it is and
 /// how many of its kind (same sender and opcode) went before it.
-fn pair(pick: impl Fn(&Seen, usize) -> Fate + Send + 'static) -> Pair {
+fn pair(pick: impl FnMut(&Seen, usize) -> Fate + Send + 'static) -> Pair {
+    pair_with(RcOpts::default(), pick)
+}
+
+/// [`pair`] with both QPs connected with `opts`.
+fn pair_with(opts: RcOpts, mut pick: impl FnMut(&Seen, usize) -> Fate + Send + 'static) -> Pair {
     let mut h = Host::new(7);
     let a = h.add_device(A, Limits::default()).unwrap();
     let b = h.add_device(B, Limits::default()).unwrap();
@@ -77,10 +83,8 @@ fn pair(pick: impl Fn(&Seen, usize) -> Fate + Send + 'static) -> Pair {
     let cqb = h.create_cq(b, 64).unwrap();
     let qa = h.create_rc_qp(a, &cqa, &cqa, 16).unwrap();
     let qb = h.create_rc_qp(b, &cqb, &cqb, 16).unwrap();
-    h.connect_rc_with(a, qa, b, qb.qpn, RcOpts::default())
-        .unwrap();
-    h.connect_rc_with(b, qb, a, qa.qpn, RcOpts::default())
-        .unwrap();
+    h.connect_rc_with(a, qa, b, qb.qpn, opts).unwrap();
+    h.connect_rc_with(b, qb, a, qa.qpn, opts).unwrap();
     let ma = h.reg_mr(a, 1 << 16, all_access()).unwrap();
     let mb = h.reg_mr(b, 1 << 16, all_access()).unwrap();
     let log = Arc::new(Mutex::new(Vec::<Seen>::new()));
@@ -304,4 +308,190 @@ fn a_lost_read_response_is_read_again_from_the_missing_psn() {
         "the second READ starts at the missing response's PSN"
     );
     assert_eq!(p.h.port_counters(p.a).transport.retry_exceeded_err, 0);
+}
+
+#[test]
+fn sequence_naks_and_timeouts_use_up_the_retry_count_then_the_wr_fails() {
+    // retry_cnt 2 and the WRITE MIDDLE lost every time: the sequence NAK's resend and then
+    // the local ACK timer's use up the retries; the third failure completes the WRITE with
+    // RETRY_EXC_ERR, the SEND queued behind it is flushed, and so is later work.
+    let opts = RcOpts {
+        retry_cnt: 2,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(opts, |s, _| {
+        if s.from_a && s.opcode == WRITE_MIDDLE {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.h.post_recv(p.b, p.qb, &[(7, sge(&p.mb, 0, 64))]).unwrap();
+    let wr = rdma_wr(
+        1,
+        WrOpcode::RDMA_WRITE,
+        SIGNALED,
+        p.mb.addr + 4096,
+        p.mb.rkey,
+    );
+    let send = send_wr(2, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(
+        p.a,
+        p.qa,
+        &[
+            (wr, vec![sge(&p.ma, 0, 3 * MTU as u32)]),
+            (send, vec![sge(&p.ma, 0, 10)]),
+        ],
+    )
+    .unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 2);
+    assert_eq!(
+        statuses(&got),
+        [
+            (1, WcStatus::RETRY_EXC_ERR.0),
+            (2, WcStatus::WR_FLUSH_ERR.0)
+        ]
+    );
+    let c = p.h.port_counters(p.a).transport;
+    assert_eq!(
+        c.rcvd_seq_err, 1,
+        "one NAK: its PSN was already NAKed after that"
+    );
+    assert_eq!(c.retry_exceeded_err, 1);
+    assert_eq!(c.completer_retry_err + c.local_ack_timeouts, 3);
+    // Nothing reached B's receive queue: the SEND never left.
+    assert!(completions(&mut p.h, &mut p.cqb, 0).is_empty());
+    let wr = send_wr(3, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 10)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(3, WcStatus::WR_FLUSH_ERR.0)]
+    );
+}
+
+#[test]
+fn a_wrong_rkey_is_nakked_and_both_ends_go_to_error() {
+    // A WRITE with an rkey B never issued: B answers NAK remote access error (syndrome
+    // 011_00010), writes nothing, moves to ERR and flushes its receive; A completes the
+    // WRITE with REM_ACCESS_ERR and flushes what was queued behind it.
+    let mut p = pair(|_, _| Fate::Deliver);
+    p.h.post_recv(p.b, p.qb, &[(4, sge(&p.mb, 0, 64))]).unwrap();
+    p.h.write(p.a, p.ma.addr, &[0x5a; 64]);
+    let bad = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, 0xDEAD);
+    let next = rdma_wr(2, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(
+        p.a,
+        p.qa,
+        &[
+            (bad, vec![sge(&p.ma, 0, 64)]),
+            (next, vec![sge(&p.ma, 0, 64)]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 2)),
+        [
+            (1, WcStatus::REM_ACCESS_ERR.0),
+            (2, WcStatus::WR_FLUSH_ERR.0)
+        ]
+    );
+    let naks: Vec<Option<u8>> = p
+        .log()
+        .iter()
+        .filter(|s| !s.from_a && s.opcode == ACKNOWLEDGE)
+        .map(|s| s.syndrome)
+        .collect();
+    assert_eq!(naks, [Some(0x62)]);
+    assert_eq!(p.h.port_counters(p.a).transport.rcvd_nak_remote_access, 1);
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqb, 1)),
+        [(4, WcStatus::WR_FLUSH_ERR.0)]
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr, 64), vec![0; 64], "nothing written");
+}
+
+#[test]
+fn duplicated_atomics_execute_once_and_duplicates_get_the_saved_result() {
+    // Every request reaches B twice and B's first three answers are lost, so A retries as
+    // well: each atomic still executes exactly once, and every duplicate is answered with
+    // the value the original saw (IBTA Vol 1 §9.7.5.2.2, the responder's saved results).
+    let mut answers = 0;
+    let mut p = pair(move |s, _| {
+        if s.from_a {
+            return Fate::Duplicate(0);
+        }
+        answers += 1;
+        if answers <= 3 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let target = p.mb.addr + 0x100;
+    p.h.write(p.b, target, &100u64.to_ne_bytes());
+    let atomic = |id: u64, op: WrOpcode, compare_add: u64, swap: u64| {
+        let mut wr = send_wr(id, op, SIGNALED);
+        wr.set_atomic(AtomicWr {
+            remote_addr: target,
+            compare_add,
+            swap,
+            rkey: p.mb.rkey,
+            reserved: 0,
+        });
+        wr
+    };
+    let wrs = [
+        (
+            atomic(1, WrOpcode::ATOMIC_FETCH_AND_ADD, 5, 0),
+            vec![sge(&p.ma, 0, 8)],
+        ),
+        (
+            atomic(2, WrOpcode::ATOMIC_CMP_AND_SWP, 105, 7),
+            vec![sge(&p.ma, 8, 8)],
+        ),
+        (
+            atomic(3, WrOpcode::ATOMIC_CMP_AND_SWP, 105, 9),
+            vec![sge(&p.ma, 16, 8)],
+        ),
+    ];
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 3);
+    assert_eq!(
+        statuses(&got),
+        [
+            (1, WcStatus::SUCCESS.0),
+            (2, WcStatus::SUCCESS.0),
+            (3, WcStatus::SUCCESS.0)
+        ]
+    );
+    let ops: Vec<u32> = got.iter().map(|w| w.opcode).collect();
+    assert_eq!(
+        ops,
+        [
+            WcOpcode::FETCH_ADD.0,
+            WcOpcode::COMP_SWAP.0,
+            WcOpcode::COMP_SWAP.0
+        ]
+    );
+    let word =
+        |h: &mut Host, d: DevId, at: u64| u64::from_ne_bytes(h.read(d, at, 8).try_into().unwrap());
+    assert_eq!(
+        word(&mut p.h, p.a, p.ma.addr),
+        100,
+        "FAA returned the original"
+    );
+    assert_eq!(
+        word(&mut p.h, p.a, p.ma.addr + 8),
+        105,
+        "CAS saw the FAA's result"
+    );
+    assert_eq!(
+        word(&mut p.h, p.a, p.ma.addr + 16),
+        7,
+        "the second CAS saw the swap"
+    );
+    assert_eq!(word(&mut p.h, p.b, target), 7, "each atomic executed once");
+    assert!(p.h.port_counters(p.b).transport.duplicate_request >= 3);
+    assert!(p.h.port_counters(p.a).transport.retransmissions >= 1);
 }
