@@ -10,7 +10,10 @@
 //! at the host's virtual time, and what a device queues for its socket is carried by a
 //! seeded wire — a fixed delay; loss, duplication, reordering and corruption at the rates
 //! set — to the device bound to the destination address, whose datapath takes it through
-//! `handle_datagram` as if a socket had read it (ICRC check included). Time moves only when nothing is left to do now: to the next
+//! `handle_datagram` as if a socket had read it (ICRC check included). A test may take a
+//! hand in it: [`Host::fate`] decides per datagram (drop, duplicate, delay, or replace it with
+//! forged bytes the wire seals with a correct ICRC), and [`Host::inject`] puts a forged one on
+//! the wire. Time moves only when nothing is left to do now: to the next
 //! transport deadline or the next arrival. So a run is reproducible from its seed, and a
 //! test of retransmission after loss takes no wall time.
 //!
@@ -36,7 +39,8 @@ use abi::ring::{Consumer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::*;
 use abi::{Errno, Request};
-use transport::wire::ROCE_V2_PORT;
+use transport::wire::icrc;
+use transport::wire::{IpRepr, UdpRepr, ROCE_V2_PORT};
 use transport::Time;
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -212,7 +216,7 @@ pub struct Qp {
 }
 
 /// What the wire does with one datagram, as a test's [`Host::fate`] decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fate {
     /// Carry it (the wire's random rates still apply).
     Deliver,
@@ -222,6 +226,9 @@ pub enum Fate {
     Duplicate(u64),
     /// Deliver it this many ns later than the wire's delay (later datagrams overtake it).
     Delay(u64),
+    /// Deliver these bytes instead (BTH through pad, no ICRC): the wire seals them with
+    /// a correct ICRC, as a forging peer would ([`Host::inject`]).
+    Replace(Vec<u8>),
 }
 
 /// A datagram on its way, as [`Host::fate`] sees it.
@@ -986,6 +993,15 @@ impl Host {
             self.lost += 1;
             return;
         }
+        if let Fate::Replace(forged) = &fate {
+            match sealed(from.ip(), to, forged) {
+                Some(b) => bytes = b,
+                None => {
+                    self.lost += 1;
+                    return;
+                }
+            }
+        }
         let held = match fate {
             Fate::Delay(ns) => ns,
             _ => 0,
@@ -1019,6 +1035,19 @@ impl Host {
                     bytes: bytes.clone(),
                 },
             );
+        }
+    }
+
+    /// Put a forged datagram from `from` to `to` on the wire now: `transport` is BTH through
+    /// pad, sealed here with a correct ICRC (a peer that misbehaves, not a corrupted
+    /// packet). It skips [`Host::fate`] but not the wire's random rates.
+    pub fn inject(&mut self, from: Ipv4Addr, to: Ipv4Addr, transport: &[u8]) {
+        let now = self.now();
+        let from = IpAddr::V4(from);
+        if let Some(b) = sealed(from, IpAddr::V4(to), transport) {
+            let fate = self.fate.take();
+            self.transmit(now, IpAddr::V4(to), SocketAddr::new(from, ROCE_V2_PORT), b);
+            self.fate = fate;
         }
     }
 
@@ -1057,6 +1086,19 @@ impl Host {
             self.clock.store(t, Ordering::Relaxed);
         }
     }
+}
+
+/// `transport` (BTH through pad) followed by the ICRC a device at `from` sending to `to`
+/// would append (IPv4 only, as the host's devices are).
+fn sealed(from: IpAddr, to: IpAddr, transport: &[u8]) -> Option<Vec<u8>> {
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (from, to) else {
+        return None;
+    };
+    let ip = IpRepr::v4_socket(s, d, 0, 64);
+    let crc = icrc::compute_for(&ip, &UdpRepr::roce(ROCE_V2_PORT), transport).ok()?;
+    let mut b = transport.to_vec();
+    b.extend_from_slice(&icrc::icrc_wire_bytes(crc));
+    Some(b)
 }
 
 /// RESET → INIT → RTR → RTS of a QP of type `ty`: each step's `ibv_qp_state` and the

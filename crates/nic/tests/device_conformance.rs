@@ -15,6 +15,7 @@ use nic::simhost::{
     all_access, rdma_wr, send_wr, sge, Cq, Datagram, DevId, Fate, FateFn, Host, Mr, Qp, RcOpts,
 };
 use nic::Limits;
+use transport::wire::{AethRepr, BthRepr, Msn, Opcode, Psn, Qpn, RocePacketRepr, Syndrome};
 
 const A: Ipv4Addr = Ipv4Addr::new(127, 98, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(127, 98, 0, 2);
@@ -37,6 +38,7 @@ const ACKNOWLEDGE: u8 = 0x11;
 struct Seen {
     from_a: bool,
     opcode: u8,
+    dqpn: u32,
     psn: u32,
     syndrome: Option<u8>,
 }
@@ -49,6 +51,7 @@ fn seen(d: &Datagram<'_>) -> Option<Seen> {
     Some(Seen {
         from_a: d.from == IpAddr::V4(A),
         opcode: b[0],
+        dqpn: u32::from_be_bytes([0, b[5], b[6], b[7]]),
         psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
         syndrome: (b[0] == ACKNOWLEDGE).then(|| b.get(12).copied()).flatten(),
     })
@@ -68,14 +71,17 @@ struct Pair {
     log: Arc<Mutex<Vec<Seen>>>,
 }
 
-/// Two connected devices; `pick` decides the fate of each datagram given what it is and
-/// how many of its kind (same sender and opcode) went before it.
-fn pair(pick: impl FnMut(&Seen, usize) -> Fate + Send + 'static) -> Pair {
+/// Two connected devices; `pick` decides the fate of each datagram given what it is, how
+/// many of its kind (same sender and opcode) went before it, and its bytes (BTH first).
+fn pair(pick: impl FnMut(&Seen, usize, &[u8]) -> Fate + Send + 'static) -> Pair {
     pair_with(RcOpts::default(), pick)
 }
 
 /// [`pair`] with both QPs connected with `opts`.
-fn pair_with(opts: RcOpts, mut pick: impl FnMut(&Seen, usize) -> Fate + Send + 'static) -> Pair {
+fn pair_with(
+    opts: RcOpts,
+    mut pick: impl FnMut(&Seen, usize, &[u8]) -> Fate + Send + 'static,
+) -> Pair {
     let mut h = Host::new(7);
     let a = h.add_device(A, Limits::default()).unwrap();
     let b = h.add_device(B, Limits::default()).unwrap();
@@ -99,7 +105,7 @@ fn pair_with(opts: RcOpts, mut pick: impl FnMut(&Seen, usize) -> Fate + Send + '
             .filter(|x| x.from_a == s.from_a && x.opcode == s.opcode)
             .count();
         l.push(s);
-        pick(&s, before)
+        pick(&s, before, d.bytes)
     })));
     Pair {
         h,
@@ -152,7 +158,7 @@ fn a_lost_middle_packet_is_nakked_and_resent_from_its_psn() {
     // The first WRITE MIDDLE is lost: B sees the LAST out of sequence and answers with one
     // PSN sequence error NAK naming the missing PSN; A resends from there (go-back-N), not
     // the FIRST, and the WRITE completes once with every byte in place.
-    let mut p = pair(|s, before| {
+    let mut p = pair(|s, before, _| {
         if s.from_a && s.opcode == WRITE_MIDDLE && before == 0 {
             Fate::Drop
         } else {
@@ -196,7 +202,7 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
     // A WRITE WITH IMMEDIATE arrives twice, the copy 50 µs after B has acknowledged the
     // original: B executes it once (one receive consumed of the two posted), counts the
     // duplicate and acknowledges it again; A completes once.
-    let mut p = pair(|s, before| {
+    let mut p = pair(|s, before, _| {
         if s.from_a && s.opcode == WRITE_ONLY_IMM && before == 0 {
             Fate::Duplicate(50_000)
         } else {
@@ -256,7 +262,7 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
 fn a_lost_ack_is_recovered_by_the_local_ack_timeout() {
     // B's only ACK is lost: A's local ACK timer (4.096 µs × 2^8) fires, A resends the
     // WRITE, B answers the duplicate with an ACK, and A completes once, successfully.
-    let mut p = pair(|s, before| {
+    let mut p = pair(|s, before, _| {
         if !s.from_a && s.opcode == ACKNOWLEDGE && before == 0 {
             Fate::Drop
         } else {
@@ -285,7 +291,7 @@ fn a_lost_read_response_is_read_again_from_the_missing_psn() {
     // The first READ RESPONSE MIDDLE of a 3 KiB READ is lost: A notices the gap when the
     // LAST arrives and issues the READ again for what is missing, starting at that PSN;
     // the READ completes once with every byte of B's memory.
-    let mut p = pair(|s, before| {
+    let mut p = pair(|s, before, _| {
         if !s.from_a && s.opcode == READ_RESPONSE_MIDDLE && before == 0 {
             Fate::Drop
         } else {
@@ -319,7 +325,7 @@ fn sequence_naks_and_timeouts_use_up_the_retry_count_then_the_wr_fails() {
         retry_cnt: 2,
         ..RcOpts::default()
     };
-    let mut p = pair_with(opts, |s, _| {
+    let mut p = pair_with(opts, |s, _, _| {
         if s.from_a && s.opcode == WRITE_MIDDLE {
             Fate::Drop
         } else {
@@ -375,7 +381,7 @@ fn a_wrong_rkey_is_nakked_and_both_ends_go_to_error() {
     // A WRITE with an rkey B never issued: B answers NAK remote access error (syndrome
     // 011_00010), writes nothing, moves to ERR and flushes its receive; A completes the
     // WRITE with REM_ACCESS_ERR and flushes what was queued behind it.
-    let mut p = pair(|_, _| Fate::Deliver);
+    let mut p = pair(|_, _, _| Fate::Deliver);
     p.h.post_recv(p.b, p.qb, &[(4, sge(&p.mb, 0, 64))]).unwrap();
     p.h.write(p.a, p.ma.addr, &[0x5a; 64]);
     let bad = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, 0xDEAD);
@@ -417,7 +423,7 @@ fn duplicated_atomics_execute_once_and_duplicates_get_the_saved_result() {
     // well: each atomic still executes exactly once, and every duplicate is answered with
     // the value the original saw (IBTA Vol 1 §9.7.5.2.2, the responder's saved results).
     let mut answers = 0;
-    let mut p = pair(move |s, _| {
+    let mut p = pair(move |s, _, _| {
         if s.from_a {
             return Fate::Duplicate(0);
         }
@@ -494,4 +500,149 @@ fn duplicated_atomics_execute_once_and_duplicates_get_the_saved_result() {
     assert_eq!(word(&mut p.h, p.b, target), 7, "each atomic executed once");
     assert!(p.h.port_counters(p.b).transport.duplicate_request >= 3);
     assert!(p.h.port_counters(p.a).transport.retransmissions >= 1);
+}
+
+/// A forged packet's bytes (BTH through pad; the wire adds the ICRC).
+fn forge(pkt: &RocePacketRepr<'_>) -> Vec<u8> {
+    let mut b = vec![0u8; pkt.buffer_len()];
+    let n = pkt
+        .emit(&mut b)
+        .expect("a packet consistent with its opcode");
+    b.truncate(n);
+    b
+}
+
+/// An ACK (syndrome ACK, credits 31) to QP `dqpn` for `psn`.
+fn ack(dqpn: u32, psn: u32) -> Vec<u8> {
+    forge(&RocePacketRepr {
+        aeth: Some(AethRepr {
+            syndrome: Syndrome::ack(31),
+            msn: Msn::new(1),
+        }),
+        ..RocePacketRepr::new(
+            BthRepr::new(Opcode::RC_ACKNOWLEDGE, Qpn::new(dqpn), Psn::new(psn)),
+            &[],
+        )
+    })
+}
+
+#[test]
+fn ghost_acks_complete_nothing_and_are_counted() {
+    // While A's three WRITE packets are on their way (held 300 µs), ACKs arrive for PSNs
+    // A never sent — 50 ahead, and the first PSN not yet sent — and one half the PSN space
+    // away, which reads as old: none completes anything; the real exchange then completes
+    // the WRITE without a retransmission.
+    let mut p = pair(|s, _, _| {
+        if s.from_a {
+            Fate::Delay(300_000)
+        } else {
+            Fate::Deliver
+        }
+    });
+    let first = RcOpts::default().psn;
+    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 3000)])])
+        .unwrap();
+    p.h.run_until(20_000, |_| false);
+    assert_eq!(p.sent_by_a(0x06).len(), 1, "the WRITE left");
+    for psn in [first + 50, first + 3, (first + 0x80_0003) & 0xff_ffff] {
+        p.h.inject(B, A, &ack(p.qa.qpn, psn));
+    }
+    p.h.run_until(50_000, |_| false);
+    assert!(
+        p.h.poll_cq(&mut p.cqa, 8).is_empty(),
+        "a ghost ACK completes nothing"
+    );
+    let c = p.h.port_counters(p.a).transport;
+    assert_eq!(c.ghost_responses, 2);
+    assert_eq!(c.duplicate_responses, 1);
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(1, WcStatus::SUCCESS.0)]
+    );
+    assert_eq!(p.h.port_counters(p.a).transport.retransmissions, 0);
+}
+
+#[test]
+fn a_read_response_for_a_send_is_a_bad_response() {
+    // B's ACK of A's first SEND is replaced by a READ RESPONSE ONLY at the same PSN: A
+    // completes that SEND with BAD_RESP_ERR, flushes the next and its QP is in error.
+    let mut p = pair(|s, before, _| {
+        if !s.from_a && s.opcode == ACKNOWLEDGE && before == 0 {
+            Fate::Replace(forge(&RocePacketRepr {
+                aeth: Some(AethRepr {
+                    syndrome: Syndrome::ack(31),
+                    msn: Msn::new(1),
+                }),
+                ..RocePacketRepr::new(
+                    BthRepr::new(
+                        Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                        Qpn::new(s.dqpn),
+                        Psn::new(s.psn),
+                    ),
+                    &[1, 2, 3, 4],
+                )
+            }))
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.h.post_recv(
+        p.b,
+        p.qb,
+        &[(5, sge(&p.mb, 0, 64)), (6, sge(&p.mb, 64, 64))],
+    )
+    .unwrap();
+    let one = send_wr(1, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(one, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(1, WcStatus::BAD_RESP_ERR.0)]
+    );
+    let two = send_wr(2, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(two, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(2, WcStatus::WR_FLUSH_ERR.0)]
+    );
+}
+
+#[test]
+fn a_middle_without_a_first_is_an_invalid_request() {
+    // A's SEND FIRST is rewritten into a SEND MIDDLE on the way: B answers NAK invalid
+    // request (syndrome 011_00001) at that PSN, moves to ERR and flushes its receive; A
+    // completes the SEND with REM_INV_REQ_ERR.
+    let mut p = pair(|s, _, bytes| {
+        if s.from_a && s.opcode == 0x00 {
+            let mut forged = bytes[..bytes.len() - 4].to_vec();
+            forged[0] = 0x01;
+            Fate::Replace(forged)
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.h.post_recv(p.b, p.qb, &[(4, sge(&p.mb, 0, 4096))])
+        .unwrap();
+    let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 3 * MTU as u32)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(1, WcStatus::REM_INV_REQ_ERR.0)]
+    );
+    let first = RcOpts::default().psn;
+    let naks: Vec<(Option<u8>, u32)> = p
+        .log()
+        .iter()
+        .filter(|s| !s.from_a && s.opcode == ACKNOWLEDGE)
+        .map(|s| (s.syndrome, s.psn))
+        .collect();
+    assert_eq!(naks, [(Some(0x61), first)]);
+    assert_eq!(p.h.port_counters(p.a).transport.rcvd_nak_invalid_request, 1);
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqb, 1)),
+        [(4, WcStatus::WR_FLUSH_ERR.0)]
+    );
 }
