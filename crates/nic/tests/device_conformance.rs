@@ -646,3 +646,141 @@ fn a_middle_without_a_first_is_an_invalid_request() {
         [(4, WcStatus::WR_FLUSH_ERR.0)]
     );
 }
+
+#[test]
+fn an_rnr_nak_on_a_write_with_immediate_leaves_nothing_half_done() {
+    // Two WRITEs WITH IMMEDIATE (one packet, three packets) reach B before any receive is
+    // posted: RNR NAK, and the retried messages are accepted whole once receives come.
+    let mut p = pair(|_, _, _| Fate::Deliver);
+    let data = pattern(6, 2500);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wrs: Vec<_> = [(1u64, 64u32), (2, 2500)]
+        .iter()
+        .map(|&(id, len)| {
+            let mut w = rdma_wr(
+                id,
+                WrOpcode::RDMA_WRITE_WITH_IMM,
+                SIGNALED,
+                p.mb.addr + 0x1000 * id,
+                p.mb.rkey,
+            );
+            w.set_imm_data(id as u32);
+            (w, vec![sge(&p.ma, 0, len)])
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    let a = p.a;
+    p.h.run_until(SECOND, |h| h.port_counters(a).transport.rcvd_rnr_err > 0);
+    assert!(p.h.port_counters(p.a).transport.rcvd_rnr_err >= 1);
+    assert!(p.h.poll_cq(&mut p.cqa, 8).is_empty());
+    p.h.post_recv(p.b, p.qb, &[(7, sge(&p.mb, 0, 8)), (8, sge(&p.mb, 0, 8))])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 2)),
+        [(1, WcStatus::SUCCESS.0), (2, WcStatus::SUCCESS.0)]
+    );
+    let rc = completions(&mut p.h, &mut p.cqb, 2);
+    assert_eq!(
+        statuses(&rc),
+        [(7, WcStatus::SUCCESS.0), (8, WcStatus::SUCCESS.0)]
+    );
+    assert_eq!((rc[0].imm_data(), rc[0].byte_len), (1, 64));
+    assert_eq!((rc[1].imm_data(), rc[1].byte_len), (2, 2500));
+    assert_eq!(p.h.read(p.b, p.mb.addr + 0x1000, 64), data[..64]);
+    assert_eq!(p.h.read(p.b, p.mb.addr + 0x2000, 2500), data);
+}
+
+#[test]
+fn messages_are_cut_at_the_path_mtu_and_padded_to_four_bytes() {
+    // Per path MTU (ibv_mtu code), a SEND of `len` bytes leaves as ceil(len / MTU) packets,
+    // each full but the last, each padded to a multiple of 4 (BTH PadCnt), AckReq on the
+    // last one only (IBTA Vol 1 §9.2, §9.7.5.1), and arrives intact.
+    for (code, mtu, len) in [
+        (1u8, 256usize, 1001usize),
+        (5, 4096, 10_000),
+        (2, 512, 512),
+        (4, 2048, 2),
+    ] {
+        let opts = RcOpts {
+            path_mtu: code,
+            ..RcOpts::default()
+        };
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let seen_sizes = sizes.clone();
+        let mut p = pair_with(opts, move |s, _, b| {
+            if s.from_a && s.opcode <= 0x04 {
+                let pad = usize::from((b[1] >> 4) & 3);
+                let ack_req = b[8] & 0x80 != 0;
+                // BTH (12 bytes), payload, pad, ICRC (4).
+                seen_sizes
+                    .lock()
+                    .unwrap()
+                    .push((b.len() - 12 - pad - 4, pad, ack_req));
+            }
+            Fate::Deliver
+        });
+        let data = pattern(5, len);
+        p.h.write(p.a, p.ma.addr, &data);
+        p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0, 0x8000))])
+            .unwrap();
+        let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+        p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, len as u32)])])
+            .unwrap();
+        assert_eq!(
+            statuses(&completions(&mut p.h, &mut p.cqb, 1)),
+            [(1, WcStatus::SUCCESS.0)]
+        );
+        assert_eq!(p.h.read(p.b, p.mb.addr, len), data, "MTU {mtu}");
+        let sizes = sizes.lock().unwrap().clone();
+        let n = len.div_ceil(mtu);
+        assert_eq!(sizes.len(), n, "MTU {mtu}: {sizes:?}");
+        for (i, &(plen, pad, ack_req)) in sizes.iter().enumerate() {
+            let want = if i + 1 < n { mtu } else { len - mtu * (n - 1) };
+            assert_eq!(plen, want, "MTU {mtu} packet {i}");
+            assert_eq!(pad, (4 - want % 4) % 4, "pad to 4 bytes");
+            assert_eq!(ack_req, i + 1 == n, "AckReq on the last packet only");
+        }
+    }
+}
+
+#[test]
+fn unsignaled_wrs_complete_silently_unless_they_fail() {
+    // retry_cnt 0: an unsignaled WRITE leaves no completion when it succeeds, but one that
+    // fails (everything lost) reports its error all the same (IBTA o10-2.2-x, rdma-core).
+    let drop_all = Arc::new(Mutex::new(false));
+    let dropping = drop_all.clone();
+    let opts = RcOpts {
+        retry_cnt: 0,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(opts, move |_, _, _| {
+        if *dropping.lock().unwrap() {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let quiet = rdma_wr(1, WrOpcode::RDMA_WRITE, 0, p.mb.addr, p.mb.rkey);
+    let loud = rdma_wr(2, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(
+        p.a,
+        p.qa,
+        &[
+            (quiet, vec![sge(&p.ma, 0, 8)]),
+            (loud, vec![sge(&p.ma, 0, 8)]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(2, WcStatus::SUCCESS.0)]
+    );
+    *drop_all.lock().unwrap() = true;
+    let quiet = rdma_wr(3, WrOpcode::RDMA_WRITE, 0, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(quiet, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(3, WcStatus::RETRY_EXC_ERR.0)]
+    );
+}
