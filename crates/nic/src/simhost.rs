@@ -181,6 +181,8 @@ pub struct RcOpts {
     /// Selective repeat instead of go-back-N (what the CM's ECE exchange agrees; both ends
     /// of a connection must agree).
     pub selective_repeat: bool,
+    /// Initiator depth: READs and atomics this QP may have outstanding.
+    pub max_rd_atomic: u8,
 }
 
 impl Default for RcOpts {
@@ -193,6 +195,7 @@ impl Default for RcOpts {
             psn: 0x100,
             path_mtu: 3,
             selective_repeat: false,
+            max_rd_atomic: 4,
         }
     }
 }
@@ -698,7 +701,7 @@ impl Host {
                 rq_psn: o.psn,
                 sq_psn: o.psn,
                 max_dest_rd_atomic: 4,
-                max_rd_atomic: 4,
+                max_rd_atomic: o.max_rd_atomic,
                 min_rnr_timer: o.min_rnr_timer,
                 timeout: o.timeout,
                 retry_cnt: o.retry_cnt,

@@ -784,3 +784,145 @@ fn unsignaled_wrs_complete_silently_unless_they_fail() {
         [(3, WcStatus::RETRY_EXC_ERR.0)]
     );
 }
+
+#[test]
+fn the_initiator_depth_bounds_outstanding_reads_and_a_fence_waits_for_them() {
+    // max_rd_atomic 2, and B's answers held 200 µs on the wire: of four READs posted at
+    // once only two requests leave before the first answer comes back. Then a SEND posted
+    // with FENCE behind a READ leaves only after that READ's response has arrived.
+    let opts = RcOpts {
+        max_rd_atomic: 2,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(opts, |s, _, _| {
+        if s.from_a {
+            Fate::Deliver
+        } else {
+            Fate::Delay(200_000)
+        }
+    });
+    p.h.write(p.b, p.mb.addr, &pattern(8, 64));
+    let reads: Vec<_> = (0..4u64)
+        .map(|id| {
+            let wr = rdma_wr(id, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+            (wr, vec![sge(&p.ma, id * 64, 64)])
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &reads).unwrap();
+    let got = completions(&mut p.h, &mut p.cqa, 4);
+    assert_eq!(
+        statuses(&got),
+        (0..4).map(|i| (i, WcStatus::SUCCESS.0)).collect::<Vec<_>>()
+    );
+    let log = p.log();
+    let before_answer = log.iter().take_while(|s| s.from_a).count();
+    assert_eq!(before_answer, 2, "initiator depth 2: {log:?}");
+    for id in 0..4 {
+        assert_eq!(p.h.read(p.a, p.ma.addr + id * 64, 64), pattern(8, 64));
+    }
+
+    p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0x1000, 64))])
+        .unwrap();
+    let read = rdma_wr(10, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    let fenced = send_wr(11, WrOpcode::SEND, SIGNALED | SendFlags::FENCE.0);
+    let from = p.log().len();
+    p.h.post_send(
+        p.a,
+        p.qa,
+        &[
+            (read, vec![sge(&p.ma, 0, 64)]),
+            (fenced, vec![sge(&p.ma, 0, 8)]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 2)),
+        [(10, WcStatus::SUCCESS.0), (11, WcStatus::SUCCESS.0)]
+    );
+    let log = p.log()[from..].to_vec();
+    let response = log
+        .iter()
+        .position(|s| !s.from_a && s.opcode == 0x10)
+        .expect("the READ's response");
+    let send = log
+        .iter()
+        .position(|s| s.from_a && s.opcode == 0x04)
+        .expect("the SEND");
+    assert!(send > response, "the fenced SEND waited: {log:?}");
+}
+
+#[test]
+fn acks_are_coalesced_and_packets_without_ackreq_are_acknowledged_later() {
+    // Ten one-packet WRITEs (each with AckReq) arriving together draw one cumulative ACK
+    // for the last PSN; a three-packet WRITE's first two packets (no AckReq) are
+    // acknowledged with the last one (counted as deferred ACKs).
+    let mut p = pair(|_, _, _| Fate::Deliver);
+    let first = RcOpts::default().psn;
+    let wrs: Vec<_> = (0..10u64)
+        .map(|id| {
+            let wr = rdma_wr(
+                id,
+                WrOpcode::RDMA_WRITE,
+                SIGNALED,
+                p.mb.addr + id * 8,
+                p.mb.rkey,
+            );
+            (wr, vec![sge(&p.ma, 0, 8)])
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    assert_eq!(completions(&mut p.h, &mut p.cqa, 10).len(), 10);
+    let acks: Vec<u32> = p
+        .log()
+        .iter()
+        .filter(|s| !s.from_a && s.opcode == ACKNOWLEDGE)
+        .map(|s| s.psn)
+        .collect();
+    assert_eq!(acks, [first + 9], "ten AckReq packets, one cumulative ACK");
+    let wr = rdma_wr(11, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 3000)])])
+        .unwrap();
+    assert_eq!(completions(&mut p.h, &mut p.cqa, 1).len(), 1);
+    assert_eq!(p.h.port_counters(p.b).transport.ack_deferred, 2);
+}
+
+#[test]
+fn modify_to_err_flushes_everything_once_and_reset_discards() {
+    // Moved to ERR with two WRITEs (one unsignaled) and a receive outstanding: each is
+    // flushed once, the unsignaled one too; work posted in ERR is flushed; ERR -> RTS is
+    // refused; ERR -> RESET completes nothing.
+    let mut p = pair(|_, _, _| Fate::Deliver);
+    p.h.post_recv(p.a, p.qa, &[(5, sge(&p.ma, 0x1000, 64))])
+        .unwrap();
+    let one = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let two = rdma_wr(2, WrOpcode::RDMA_WRITE, 0, p.mb.addr, p.mb.rkey);
+    p.h.post_send(
+        p.a,
+        p.qa,
+        &[(one, vec![sge(&p.ma, 0, 8)]), (two, vec![sge(&p.ma, 0, 8)])],
+    )
+    .unwrap();
+    p.h.modify_state(p.a, p.qa, abi::QpState::ERR.0 as u8)
+        .unwrap();
+    let mut got = statuses(&completions(&mut p.h, &mut p.cqa, 3));
+    got.sort_unstable();
+    let flush = WcStatus::WR_FLUSH_ERR.0;
+    assert_eq!(got, [(1, flush), (2, flush), (5, flush)]);
+    let three = send_wr(3, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(three, vec![sge(&p.ma, 0, 8)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(3, flush)]
+    );
+    assert!(p
+        .h
+        .modify_state(p.a, p.qa, abi::QpState::RTS.0 as u8)
+        .is_err());
+    p.h.modify_state(p.a, p.qa, abi::QpState::RESET.0 as u8)
+        .unwrap();
+    assert!(
+        completions(&mut p.h, &mut p.cqa, 0).is_empty(),
+        "RESET completes nothing"
+    );
+}
