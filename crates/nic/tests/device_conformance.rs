@@ -926,3 +926,117 @@ fn modify_to_err_flushes_everything_once_and_reset_discards() {
         "RESET completes nothing"
     );
 }
+
+/// perftest's QP timeout (4.096 µs × 2^14 ≈ 67 ms): long enough that the retransmission
+/// timer's probes, at most a sixteenth of it, come well before it.
+const PERFTEST_TIMEOUT: u8 = 14;
+
+/// A pair with perftest's timeout and `retry_cnt`, losing A's packets whose PSN is in
+/// `lose` the first time each is sent (all of A's packets with `lose_all`).
+fn lossy_pair(retry_cnt: u8, lose: &'static [u32], lose_all: Arc<Mutex<bool>>) -> Pair {
+    let opts = RcOpts {
+        timeout: PERFTEST_TIMEOUT,
+        retry_cnt,
+        ..RcOpts::default()
+    };
+    let mut lost = Vec::new();
+    pair_with(opts, move |s, _, _| {
+        if s.from_a
+            && (*lose_all.lock().unwrap() || lose.contains(&s.psn) && !lost.contains(&s.psn))
+        {
+            lost.push(s.psn);
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    })
+}
+
+/// Post a WRITE of `len` bytes from A to B and wait for its completion.
+fn write(p: &mut Pair, id: u64, len: usize) -> Wc {
+    let data = pattern(id, len);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(id, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, len as u32)])])
+        .unwrap();
+    let mut got = Vec::new();
+    p.h.run_until(10 * SECOND, |h| {
+        got.extend(h.poll_cq(&mut p.cqa, 8));
+        !got.is_empty()
+    });
+    assert_eq!(got.len(), 1);
+    if got[0].status == WcStatus::SUCCESS.0 {
+        assert_eq!(p.h.read(p.b, p.mb.addr, len), data);
+    }
+    got[0]
+}
+
+#[test]
+fn no_probe_on_a_path_that_never_lost_anything() {
+    // B's first ACK is lost on a path that never lost anything before: the retransmission
+    // timer is off, so only the local ACK timer (67 ms) resends.
+    let mut lost = false;
+    let opts = RcOpts {
+        timeout: PERFTEST_TIMEOUT,
+        ..RcOpts::default()
+    };
+    let mut p = pair_with(opts, move |s, _, _| {
+        if !s.from_a && s.opcode == ACKNOWLEDGE && !lost {
+            lost = true;
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let t0 = p.h.now();
+    assert_eq!(write(&mut p, 1, 4 * MTU).status, WcStatus::SUCCESS.0);
+    let c = p.h.port_counters(p.a).transport;
+    assert_eq!((c.rto_probes, c.local_ack_timeouts), (0, 1));
+    assert!(p.h.now() - t0 >= 67_000_000, "{} ns", p.h.now() - t0);
+}
+
+#[test]
+fn a_lost_tail_is_probed_long_before_the_local_ack_timeout() {
+    // A first WRITE loses its first packet (a sequence NAK repairs it: the path has now
+    // lost something). The next WRITE's last packet, the only one asking for an ACK, is
+    // lost once: nothing makes B NAK, and the retransmission timer recovers it in a few ms
+    // instead of the 67 ms local ACK timeout, without using a retry. Each probe resends
+    // one packet, the oldest unacknowledged: B acknowledges packets without AckReq only
+    // every few, so that may be one B has (its duplicate draws the ACK that leaves the
+    // lost one oldest) — at most two probes, never the whole message again.
+    let first = RcOpts::default().psn;
+    static LOSE: [u32; 2] = [0x100, 0x100 + 2 + 7];
+    assert_eq!(first, LOSE[0]);
+    let mut p = lossy_pair(7, &LOSE, Arc::new(Mutex::new(false)));
+    assert_eq!(write(&mut p, 1, 2 * MTU).status, WcStatus::SUCCESS.0);
+    let warm = p.h.port_counters(p.a).transport;
+    assert_eq!((warm.rcvd_seq_err, warm.rto_probes), (1, 0));
+    let t0 = p.h.now();
+    assert_eq!(write(&mut p, 2, 8 * MTU).status, WcStatus::SUCCESS.0);
+    let took = p.h.now() - t0;
+    let c = p.h.port_counters(p.a).transport;
+    assert!((1..=2).contains(&c.rto_probes), "{} probes", c.rto_probes);
+    assert_eq!(c.local_ack_timeouts, 0);
+    assert_eq!(c.retransmissions - warm.retransmissions, c.rto_probes);
+    let resent: Vec<u32> = p.sent_by_a(WRITE_MIDDLE)[6..].to_vec();
+    assert!(resent.len() < 2, "{resent:?}");
+    assert!(took < 67_000_000 / 2, "recovered after {took} ns");
+}
+
+#[test]
+fn probes_use_no_retries_the_local_ack_timeout_does() {
+    // retry_cnt 1 (IBTA semantics, not rxe's "7 is forever"): after a loss armed the
+    // retransmission timer, a dead path still ends in RETRY_EXC_ERR only after the second
+    // local ACK timeout, however many probes went out in between.
+    static LOSE: [u32; 1] = [0x100];
+    let dead = Arc::new(Mutex::new(false));
+    let mut p = lossy_pair(1, &LOSE, dead.clone());
+    assert_eq!(write(&mut p, 1, 2 * MTU).status, WcStatus::SUCCESS.0);
+    *dead.lock().unwrap() = true;
+    let t0 = p.h.now();
+    assert_eq!(write(&mut p, 2, 2 * MTU).status, WcStatus::RETRY_EXC_ERR.0);
+    let c = p.h.port_counters(p.a).transport;
+    assert_eq!(c.local_ack_timeouts, 2);
+    assert!(c.rto_probes >= 2, "{} probes", c.rto_probes);
+    assert!(p.h.now() - t0 >= 2 * 67_000_000);
+}
