@@ -1040,3 +1040,42 @@ fn probes_use_no_retries_the_local_ack_timeout_does() {
     assert!(c.rto_probes >= 2, "{} probes", c.rto_probes);
     assert!(p.h.now() - t0 >= 2 * 67_000_000);
 }
+
+#[test]
+fn a_bad_lkey_fails_locally_and_a_short_receive_is_an_invalid_request() {
+    // A SEND gathering through an lkey nobody registered: LOC_PROT_ERR, nothing sent, the
+    // WR behind it flushed.
+    let mut p = pair(|_, _, _| Fate::Deliver);
+    let mut bad = sge(&p.ma, 0, 8);
+    bad.lkey = 99;
+    let one = send_wr(1, WrOpcode::SEND, SIGNALED);
+    let two = send_wr(2, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(
+        p.a,
+        p.qa,
+        &[(one, vec![bad]), (two, vec![sge(&p.ma, 0, 8)])],
+    )
+    .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 2)),
+        [(1, WcStatus::LOC_PROT_ERR.0), (2, WcStatus::WR_FLUSH_ERR.0)]
+    );
+    assert!(p.log().iter().all(|s| !s.from_a), "nothing sent");
+
+    // A 200-byte SEND into a 100-byte receive: LOC_LEN_ERR at B, invalid request NAK,
+    // REM_INV_REQ_ERR at A.
+    let mut p = pair(|_, _, _| Fate::Deliver);
+    p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0, 100))])
+        .unwrap();
+    let long = send_wr(1, WrOpcode::SEND, SIGNALED);
+    p.h.post_send(p.a, p.qa, &[(long, vec![sge(&p.ma, 0, 200)])])
+        .unwrap();
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(1, WcStatus::REM_INV_REQ_ERR.0)]
+    );
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqb, 1)),
+        [(1, WcStatus::LOC_LEN_ERR.0)]
+    );
+}
