@@ -106,6 +106,8 @@ struct Dev {
     async_fd: Option<OwnedFd>,
     /// The library's copy of the wake fd (unused: the host runs every pass itself).
     _wake_fd: Option<OwnedFd>,
+    /// When this device's link is done sending what it was given (ns; [`Host::link_mbps`]).
+    egress_free: u64,
 }
 
 impl Drop for Dev {
@@ -122,6 +124,41 @@ struct InFlight {
     to: IpAddr,
     from: SocketAddr,
     bytes: Vec<u8>,
+    /// Marked Congestion Experienced on the way (by [`Bottleneck`]).
+    ce: bool,
+}
+
+/// A switch port in front of one address: everything sent to `to` queues there and leaves
+/// at `rate_mbps`; a datagram that finds more than `queue_bytes` queued is tail-dropped, one
+/// that finds more than `mark_bytes` is marked CE (ECN, RFC 3168) — the bottleneck that
+/// congestion control is for (docs/wire.md §11).
+#[derive(Clone, Copy, Debug)]
+pub struct Bottleneck {
+    /// The address behind the port.
+    pub to: Ipv4Addr,
+    /// The port's rate (Mbit/s).
+    pub rate_mbps: u64,
+    /// Tail-drop threshold (bytes queued).
+    pub queue_bytes: u64,
+    /// CE-marking threshold (bytes queued).
+    pub mark_bytes: u64,
+}
+
+/// What a [`Bottleneck`] did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PortStats {
+    /// Datagrams tail-dropped.
+    pub tail_drops: u64,
+    /// Datagrams marked CE.
+    pub ce_marks: u64,
+    /// The longest queue a datagram found (bytes).
+    pub max_queue: u64,
+}
+
+/// Bytes a datagram of `len` UDP payload bytes occupies on an Ethernet link: IPv4 and UDP
+/// headers (28), Ethernet header, FCS, preamble and inter-frame gap (38).
+fn wire_len(len: usize) -> u64 {
+    len as u64 + 28 + 38
 }
 
 /// An index into a host's devices.
@@ -291,6 +328,15 @@ pub struct Host {
     pub fate: Option<FateFn>,
     /// Datagrams put on the wire so far ([`Datagram::seq`]).
     carried: u64,
+    /// Each device's own link rate (Mbit/s): what a device sends leaves one datagram after
+    /// another at this rate (`None`: all at once).
+    pub link_mbps: Option<u64>,
+    /// A switch port in front of one address ([`Bottleneck`]); its doings in `port`.
+    pub bottleneck: Option<Bottleneck>,
+    /// What the bottleneck did so far.
+    pub port: PortStats,
+    /// When the bottleneck's port is done with what it holds (ns).
+    port_free: u64,
 }
 
 /// A command the device refused, with its errno.
@@ -317,6 +363,10 @@ impl Host {
             alarm: None,
             fate: None,
             carried: 0,
+            link_mbps: None,
+            bottleneck: None,
+            port: PortStats::default(),
+            port_free: 0,
         }
     }
 
@@ -327,10 +377,22 @@ impl Host {
 
     /// A device bound to `addr` with `limits`, with a context open and a PD allocated.
     pub fn add_device(&mut self, addr: Ipv4Addr, limits: Limits) -> Result<DevId, Refused> {
+        self.add_device_with(addr, limits, |_| {})
+    }
+
+    /// [`Host::add_device`] with its configuration adjusted by `configure` first (ECN and
+    /// DCQCN's parameters, say).
+    pub fn add_device_with(
+        &mut self,
+        addr: Ipv4Addr,
+        limits: Limits,
+        configure: impl FnOnce(&mut DeviceConfig),
+    ) -> Result<DevId, Refused> {
         let len = self.window;
         let mem = Arc::new(SharedMem::new_zeroed(len).map_err(|_| Refused(Errno::ENOMEM))?);
         let mut cfg = DeviceConfig::new(format!("sim{}", self.devs.len()), IpAddr::V4(addr));
         cfg.limits = limits;
+        configure(&mut cfg);
         let wake = crate::sys::eventfd().map_err(|_| Refused(Errno::ENOMEM))?;
         let link = Arc::new(SimLink {
             now: self.clock.clone(),
@@ -352,6 +414,7 @@ impl Host {
             pd: 0,
             async_fd: None,
             _wake_fd: None,
+            egress_free: 0,
         });
         let id = self.devs.len() - 1;
         let db = DoorbellLayout::new(DOORBELL_SLOTS).map_err(|_| Refused(Errno::EINVAL))?;
@@ -963,7 +1026,7 @@ impl Host {
             progress = true;
             if let Some(d) = self.devs.iter_mut().find(|d| IpAddr::V4(d.addr) == f.to) {
                 self.delivered += 1;
-                handle_datagram(&mut d.st, None, &f.bytes, f.from, 0, false, now);
+                handle_datagram(&mut d.st, None, &f.bytes, f.from, 0, f.ce, now);
             } else {
                 self.lost += 1;
             }
@@ -1009,6 +1072,39 @@ impl Host {
             Fate::Delay(ns) => ns,
             _ => 0,
         };
+        // Through the bottleneck's port (FIFO: datagrams reach it in the order they are
+        // sent, one wire delay later): queue, mark, drop.
+        let mut depart = now + self.delay_ns;
+        if let Some(rate) = self.link_mbps {
+            if let Some(d) = self
+                .devs
+                .iter_mut()
+                .find(|d| IpAddr::V4(d.addr) == from.ip())
+            {
+                d.egress_free =
+                    d.egress_free.max(now) + wire_len(bytes.len()) * 8_000 / rate.max(1);
+                depart = d.egress_free + self.delay_ns;
+            }
+        }
+        let mut ce = false;
+        if let Some(b) = self.bottleneck.filter(|b| IpAddr::V4(b.to) == to) {
+            let reach = depart;
+            let rate = b.rate_mbps.max(1);
+            let queued = self.port_free.saturating_sub(reach) * rate / 8_000;
+            self.port.max_queue = self.port.max_queue.max(queued);
+            let len = wire_len(bytes.len());
+            if queued + len > b.queue_bytes {
+                self.port.tail_drops += 1;
+                self.lost += 1;
+                return;
+            }
+            if queued > b.mark_bytes {
+                self.port.ce_marks += 1;
+                ce = true;
+            }
+            self.port_free = self.port_free.max(reach) + len * 8_000 / rate;
+            depart = self.port_free;
+        }
         if self.draw() < self.corrupt && !bytes.is_empty() {
             let i = (self.draw() * bytes.len() as f64) as usize;
             if let Some(b) = bytes.get_mut(i) {
@@ -1027,7 +1123,7 @@ impl Host {
             } else {
                 0
             };
-            let at = now + self.delay_ns + late + held;
+            let at = depart + late + held;
             let pos = self.wire.partition_point(|f| f.at <= at);
             self.wire.insert(
                 pos,
@@ -1036,6 +1132,7 @@ impl Host {
                     to,
                     from,
                     bytes: bytes.clone(),
+                    ce,
                 },
             );
         }
