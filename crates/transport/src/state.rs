@@ -7,6 +7,7 @@
 
 use core::fmt;
 
+pub use abi::AccessFlags;
 use wire::{Psn, Qkey, Qpn};
 
 /// `ibv_qp_state` (docs/wire.md §6.1), same numbers as the kernel.
@@ -273,33 +274,6 @@ impl fmt::Debug for AttrMask {
             f.write_str("(none)")?;
         }
         Ok(())
-    }
-}
-
-/// `ibv_access_flags` bits the transport checks (docs/wire.md §7.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct AccessFlags(pub u32);
-
-impl AccessFlags {
-    /// Local write (receive buffers, READ destinations, atomic results).
-    pub const LOCAL_WRITE: AccessFlags = AccessFlags(1);
-    /// Incoming RDMA WRITE.
-    pub const REMOTE_WRITE: AccessFlags = AccessFlags(2);
-    /// Incoming RDMA READ.
-    pub const REMOTE_READ: AccessFlags = AccessFlags(4);
-    /// Incoming atomics.
-    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
-
-    /// Whether every bit of `other` is set.
-    pub const fn contains(self, other: AccessFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for AccessFlags {
-    type Output = AccessFlags;
-    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
-        AccessFlags(self.0 | rhs.0)
     }
 }
 

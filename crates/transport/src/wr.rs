@@ -2,6 +2,7 @@
 
 use core::fmt;
 
+pub use abi::SendFlags;
 use wire::{Lkey, Qkey, Qpn, Rkey};
 
 /// `ibv_wr_opcode` values of the operations this transport implements.
@@ -102,33 +103,6 @@ impl WrOpcode {
             WrOpcode::LocalInv => WcOpcode::LocalInv,
             WrOpcode::BindMw => WcOpcode::BindMw,
         }
-    }
-}
-
-/// `ibv_send_flags`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct SendFlags(pub u32);
-
-impl SendFlags {
-    /// Wait for prior WRs before starting (rxe: all prior WRs complete).
-    pub const FENCE: SendFlags = SendFlags(1);
-    /// Generate a completion on success.
-    pub const SIGNALED: SendFlags = SendFlags(2);
-    /// Set the SE bit on the last packet.
-    pub const SOLICITED: SendFlags = SendFlags(4);
-    /// The payload is carried in the WR.
-    pub const INLINE: SendFlags = SendFlags(8);
-
-    /// Whether every bit of `other` is set.
-    pub const fn contains(self, other: SendFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for SendFlags {
-    type Output = SendFlags;
-    fn bitor(self, rhs: SendFlags) -> SendFlags {
-        SendFlags(self.0 | rhs.0)
     }
 }
 
