@@ -958,9 +958,9 @@ impl ModifyQp {
         QpAttrMask(self.attr_mask)
     }
 
-    /// The target state.
-    pub fn state(&self) -> QpState {
-        QpState(u32::from(self.qp_state))
+    /// The target state, or `None` for a value outside `enum ibv_qp_state`.
+    pub fn state(&self) -> Option<QpState> {
+        QpState::from_raw(u32::from(self.qp_state))
     }
 }
 

@@ -4,23 +4,32 @@
 //! fields keep the C width (`u8` in `modify_qp`, `u32` in `ibv_wc`); these newtypes are what
 //! accessors hand out.
 
-open_enum! {
-    /// `enum ibv_qp_state` (docs/wire.md §6.1).
-    pub struct QpState(u32) {
-        /// Reset: no resources active.
-        RESET = 0,
-        /// Initialized: receives may be posted.
-        INIT = 1,
-        /// Ready to receive.
-        RTR = 2,
-        /// Ready to send.
-        RTS = 3,
-        /// Send queue drained.
-        SQD = 4,
-        /// Send queue error (UC/UD only).
-        SQE = 5,
-        /// Error: everything flushes.
-        ERR = 6,
+closed_enum! {
+    /// `enum ibv_qp_state` (docs/wire.md §6.1), same numbers as the kernel's `ib_qp_state`.
+    #[derive(Default)]
+    pub enum QpState: u8 {
+        /// Freshly created or reset: no queues, no traffic.
+        #[default]
+        Reset = 0 => "RESET",
+        /// Receive WRs may be posted; packets are not yet accepted.
+        Init = 1 => "INIT",
+        /// Ready to receive: the responder is live.
+        Rtr = 2 => "RTR",
+        /// Ready to send: requester and responder live.
+        Rts = 3 => "RTS",
+        /// Send queue drain: no new send WRs start; outstanding ones finish.
+        Sqd = 4 => "SQD",
+        /// Send queue error (UC/UD only): sends flushed, receives still work.
+        Sqe = 5 => "SQE",
+        /// Error: everything flushed, packets dropped.
+        Err = 6 => "ERR",
+    }
+}
+
+impl core::fmt::Display for QpState {
+    /// The name rdma-core's `ibv_qp_state` uses, without the prefix (`RTS`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -247,91 +256,105 @@ impl WcOpcode {
     }
 }
 
-open_enum! {
+closed_enum! {
     /// `enum ibv_wc_status` (docs/wire.md §7.1); same numbers as the kernel `ib_wc_status`.
-    pub struct WcStatus(u32) {
-        /// Success.
-        SUCCESS = 0,
-        /// Local length error.
-        LOC_LEN_ERR = 1,
-        /// Local QP operation error.
-        LOC_QP_OP_ERR = 2,
-        /// Local EE context operation error (RD).
-        LOC_EEC_OP_ERR = 3,
-        /// Local protection error.
-        LOC_PROT_ERR = 4,
-        /// Flushed because the QP is in ERR.
-        WR_FLUSH_ERR = 5,
+    #[derive(Default)]
+    pub enum WcStatus: u32 {
+        /// The WR completed.
+        #[default]
+        Success = 0 => "SUCCESS",
+        /// Local length error (receive buffer too small).
+        LocLenErr = 1 => "LOC_LEN_ERR",
+        /// Local QP operation error (malformed WQE, opcode not allowed on this QP type).
+        LocQpOpErr = 2 => "LOC_QP_OP_ERR",
+        /// Local EE context operation error (RD only).
+        LocEecOpErr = 3 => "LOC_EEC_OP_ERR",
+        /// Local protection error: an SGE failed the MR check.
+        LocProtErr = 4 => "LOC_PROT_ERR",
+        /// Flushed because the QP is in ERR (or SQE for the send queue).
+        WrFlushErr = 5 => "WR_FLUSH_ERR",
         /// Memory-window bind error.
-        MW_BIND_ERR = 6,
-        /// Bad response.
-        BAD_RESP_ERR = 7,
+        MwBindErr = 6 => "MW_BIND_ERR",
+        /// Unexpected response opcode or length from the responder.
+        BadRespErr = 7 => "BAD_RESP_ERR",
         /// Local access error.
-        LOC_ACCESS_ERR = 8,
-        /// Remote invalid request (NAK).
-        REM_INV_REQ_ERR = 9,
-        /// Remote access error (NAK).
-        REM_ACCESS_ERR = 10,
-        /// Remote operational error (NAK).
-        REM_OP_ERR = 11,
-        /// Transport retry counter exceeded.
-        RETRY_EXC_ERR = 12,
+        LocAccessErr = 8 => "LOC_ACCESS_ERR",
+        /// NAK invalid request received.
+        RemInvReqErr = 9 => "REM_INV_REQ_ERR",
+        /// NAK remote access error received.
+        RemAccessErr = 10 => "REM_ACCESS_ERR",
+        /// NAK remote operational error received.
+        RemOpErr = 11 => "REM_OP_ERR",
+        /// Transport retry counter exceeded (ACK timeouts / sequence-error NAKs).
+        RetryExcErr = 12 => "RETRY_EXC_ERR",
         /// RNR retry counter exceeded.
-        RNR_RETRY_EXC_ERR = 13,
-        /// Local RDD violation (RD).
-        LOC_RDD_VIOL_ERR = 14,
-        /// Remote invalid RD request.
-        REM_INV_RD_REQ_ERR = 15,
+        RnrRetryExcErr = 13 => "RNR_RETRY_EXC_ERR",
+        /// Local RDD violation (RD only).
+        LocRddViolErr = 14 => "LOC_RDD_VIOL_ERR",
+        /// NAK invalid RD request received.
+        RemInvRdReqErr = 15 => "REM_INV_RD_REQ_ERR",
         /// Remote aborted.
-        REM_ABORT_ERR = 16,
-        /// Invalid EE context number (RD).
-        INV_EECN_ERR = 17,
-        /// Invalid EE context state (RD).
-        INV_EEC_STATE_ERR = 18,
+        RemAbortErr = 16 => "REM_ABORT_ERR",
+        /// Invalid EE context number (RD only).
+        InvEecnErr = 17 => "INV_EECN_ERR",
+        /// Invalid EE context state (RD only).
+        InvEecStateErr = 18 => "INV_EEC_STATE_ERR",
         /// Fatal error.
-        FATAL_ERR = 19,
+        FatalErr = 19 => "FATAL_ERR",
         /// Response timeout.
-        RESP_TIMEOUT_ERR = 20,
+        RespTimeoutErr = 20 => "RESP_TIMEOUT_ERR",
         /// General error.
-        GENERAL_ERR = 21,
+        GeneralErr = 21 => "GENERAL_ERR",
         /// Tag-matching error.
-        TM_ERR = 22,
+        TmErr = 22 => "TM_ERR",
         /// Tag-matching rendezvous incomplete.
-        TM_RNDV_INCOMPLETE = 23,
+        TmRndvIncomplete = 23 => "TM_RNDV_INCOMPLETE",
     }
 }
 
 impl WcStatus {
-    /// Exactly what rdma-core's `ibv_wc_status_str()` returns (libibverbs/verbs.c), including
-    /// `"unknown"` for values outside the table. The C-ABI library returns these strings.
+    /// Exactly what rdma-core's `ibv_wc_status_str()` returns for this status
+    /// (libibverbs/verbs.c), e.g. "transport retry counter exceeded".
     pub fn as_str(self) -> &'static str {
-        match self.0 {
-            0 => "success",
-            1 => "local length error",
-            2 => "local QP operation error",
-            3 => "local EE context operation error",
-            4 => "local protection error",
-            5 => "Work Request Flushed Error",
-            6 => "memory management operation error",
-            7 => "bad response error",
-            8 => "local access error",
-            9 => "remote invalid request error",
-            10 => "remote access error",
-            11 => "remote operation error",
-            12 => "transport retry counter exceeded",
-            13 => "RNR retry counter exceeded",
-            14 => "local RDD violation error",
-            15 => "remote invalid RD request",
-            16 => "aborted error",
-            17 => "invalid EE context number",
-            18 => "invalid EE context state",
-            19 => "fatal error",
-            20 => "response timeout error",
-            21 => "general error",
-            22 => "TM error",
-            23 => "TM software rendezvous",
-            _ => "unknown",
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::GeneralErr => "general error",
+            WcStatus::TmErr => "TM error",
+            WcStatus::TmRndvIncomplete => "TM software rendezvous",
         }
+    }
+
+    /// `ibv_wc_status_str()` of a raw value: [`WcStatus::as_str`], or `"unknown"` for a
+    /// value outside the table, as rdma-core does.
+    pub fn str_of_raw(v: u32) -> &'static str {
+        WcStatus::from_raw(v).map_or("unknown", WcStatus::as_str)
+    }
+}
+
+impl core::fmt::Display for WcStatus {
+    /// The `ibv_wc_status_str()` text.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -351,34 +374,40 @@ open_flags! {
     }
 }
 
-open_enum! {
-    /// `enum ibv_mtu` (docs/wire.md §0).
-    pub struct Mtu(u32) {
+closed_enum! {
+    /// `enum ibv_mtu` (docs/wire.md §0): the path MTU, 1 = 256 … 5 = 4096 bytes.
+    #[derive(Default)]
+    pub enum Mtu: u8 {
         /// 256 bytes.
-        MTU_256 = 1,
+        Mtu256 = 1 => "MTU_256",
         /// 512 bytes.
-        MTU_512 = 2,
+        Mtu512 = 2 => "MTU_512",
         /// 1024 bytes.
-        MTU_1024 = 3,
+        #[default]
+        Mtu1024 = 3 => "MTU_1024",
         /// 2048 bytes.
-        MTU_2048 = 4,
+        Mtu2048 = 4 => "MTU_2048",
         /// 4096 bytes.
-        MTU_4096 = 5,
+        Mtu4096 = 5 => "MTU_4096",
     }
 }
 
 impl Mtu {
-    /// Payload bytes per packet, or `None` for an unnamed value.
-    pub fn bytes(self) -> Option<u32> {
-        match self.0 {
-            1..=5 => Some(128 << self.0),
-            _ => None,
-        }
+    /// Payload bytes per packet.
+    pub const fn bytes(self) -> u32 {
+        128u32 << (self as u8)
     }
 
-    /// The enum value for an exact byte size.
+    /// The enum value for an exact byte size (256, 512, 1024, 2048 or 4096).
     pub fn from_bytes(bytes: u32) -> Option<Mtu> {
-        Mtu::ALL.iter().copied().find(|m| m.bytes() == Some(bytes))
+        Mtu::ALL.iter().copied().find(|m| m.bytes() == bytes)
+    }
+}
+
+impl core::fmt::Display for Mtu {
+    /// The constant's name (`MTU_1024`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

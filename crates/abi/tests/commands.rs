@@ -127,7 +127,7 @@ fn golden_modify_qp_rts() {
     let Request::ModifyQp(d) = r else {
         panic!("{r:?}")
     };
-    assert_eq!(d.state(), abi::QpState::RTS);
+    assert_eq!(d.state(), Some(abi::QpState::Rts));
     assert!(d
         .mask()
         .contains(abi::QpAttrMask::SQ_PSN | abi::QpAttrMask::TIMEOUT));

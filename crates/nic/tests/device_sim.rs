@@ -130,8 +130,8 @@ fn rc_writes_and_sends_arrive_intact_across_a_lossy_wire() {
     // Completions in order, all successful.
     let ids: Vec<u64> = done_a.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..N).collect::<Vec<_>>());
-    assert!(done_a.iter().all(|w| w.status == WcStatus::SUCCESS.0));
-    assert!(done_b.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done_a.iter().all(|w| w.status == WcStatus::Success.raw()));
+    assert!(done_b.iter().all(|w| w.status == WcStatus::Success.raw()));
     let recv_ids: Vec<u64> = done_b.iter().map(|w| w.wr_id).collect();
     assert_eq!(recv_ids, (1000..1000 + N / 2).collect::<Vec<_>>());
     // The bytes: each WRITE at its place, each SEND in the receive it consumed.
@@ -195,7 +195,7 @@ fn the_send_queue_wraps_around_many_times() {
     }
     let ids: Vec<u64> = done.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..1000).collect::<Vec<_>>());
-    assert!(done.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done.iter().all(|w| w.status == WcStatus::Success.raw()));
     for k in 0..16u64 {
         let last = 1000 - 16 + k;
         let slot = last % 16;
@@ -241,7 +241,7 @@ fn a_cq_that_overflows_reports_cq_err_and_qp_fatal_and_keeps_its_earlier_complet
     assert_eq!(got.len(), cap as usize);
     let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..u64::from(cap)).collect::<Vec<_>>());
-    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(got.iter().all(|w| w.status == WcStatus::Success.raw()));
     assert_eq!(p.h.port_counters(p.a).engine.engine_panics, 0);
     // The library hears IBV_EVENT_CQ_ERR for the CQ and IBV_EVENT_QP_FATAL for the QP whose
     // completion was lost (its user handles), and the QP is in ERR: new work flushes.
@@ -256,7 +256,7 @@ fn a_cq_that_overflows_reports_cq_err_and_qp_fatal_and_keeps_its_earlier_complet
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 64)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(50, WcStatus::WR_FLUSH_ERR.0)]);
+    assert_eq!(statuses(&got), [(50, WcStatus::WrFlushErr.raw())]);
 }
 
 #[test]
@@ -269,7 +269,7 @@ fn a_write_to_a_deregistered_mr_completes_with_remote_access_error() {
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR.0, "{:?}", got[0]);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr.raw(), "{:?}", got[0]);
     assert!(p.h.port_counters(p.a).transport.rcvd_nak_remote_access > 0);
     // B's memory was not written.
     assert_eq!(p.h.read(p.b, mb.addr, 1024), vec![0; 1024]);
@@ -354,7 +354,7 @@ fn a_slow_poller_loses_nothing() {
         got.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
         (0..16).collect::<Vec<_>>()
     );
-    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(got.iter().all(|w| w.status == WcStatus::Success.raw()));
     for i in 0..16u64 {
         assert_eq!(p.h.read(p.b, p.mb.addr + i * 256, 256), pattern(i, 256));
     }
@@ -395,7 +395,7 @@ fn many_qps_on_one_device_all_complete() {
     let got = wait_for(&mut h, &mut cqa, 64, 10 * SECOND);
     assert_eq!(got.len(), 64);
     assert!(
-        got.iter().all(|w| w.status == WcStatus::SUCCESS.0),
+        got.iter().all(|w| w.status == WcStatus::Success.raw()),
         "{got:?}"
     );
     let mut ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
@@ -446,7 +446,7 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     // 20 of 32 taken: 12 left, above the limit — no event yet.
     let done = wait_for(&mut h, &mut cqa, 20, SECOND);
     assert_eq!(done.len(), 20);
-    assert!(done.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done.iter().all(|w| w.status == WcStatus::Success.raw()));
     let got = wait_for(&mut h, &mut cqb, 20, SECOND);
     assert_eq!(got.len(), 20);
     assert_eq!(h.async_events(b), []);
@@ -462,7 +462,7 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     assert_eq!(h.async_events(b), [(nic::event::SRQ_LIMIT_REACHED, 0x5151)]);
     // Every SEND landed in the receive buffer its completion names, in posting order per QP.
     for w in &got {
-        assert_eq!(w.status, WcStatus::SUCCESS.0);
+        assert_eq!(w.status, WcStatus::Success.raw());
         assert_eq!(w.byte_len, 512);
     }
     let mut per_slot: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
@@ -498,7 +498,7 @@ fn an_mr_deregistered_in_the_middle_of_a_write_stops_it_with_remote_access_error
     p.h.dereg_mr(p.b, &mb).unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR.0, "{:?}", got[0]);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr.raw(), "{:?}", got[0]);
     // What landed before the deregistration is the WRITE's prefix; nothing after the
     // point where the responder refused was written.
     let landed = p.h.read(p.b, mb.addr, 256 << 10);
@@ -565,7 +565,7 @@ fn rc_traffic_survives_duplication_reordering_and_corruption() {
 /// A completed WRITE's bytes are at B; a completed READ's bytes are in A's source slot.
 fn check_landed(p: &mut Pair, w: &Wc) {
     const LEN: usize = 8192;
-    assert_eq!(w.status, WcStatus::SUCCESS.0, "{w:?}");
+    assert_eq!(w.status, WcStatus::Success.raw(), "{w:?}");
     let i = w.wr_id;
     if i % 3 == 2 {
         let src = (i % 32) * LEN as u64;
@@ -643,7 +643,7 @@ fn a_two_way_mix_over_a_hostile_wire_arrives_exactly_once_and_intact() {
     });
     assert!(r.passed(), "{:?}", r.details);
     assert_eq!(
-        r.statuses.get(&WcStatus::RETRY_EXC_ERR.0),
+        r.statuses.get(&WcStatus::RetryExcErr.raw()),
         Some(&2),
         "{:?}",
         r.statuses
@@ -688,14 +688,14 @@ fn a_workload_cut_mid_run_ends_in_retry_exceeded_then_flushes() {
         let r = workload::run(&cfg);
         assert!(r.passed(), "seed {seed}: {:?}", r.details);
         assert_eq!(
-            r.statuses.get(&WcStatus::RETRY_EXC_ERR.0),
+            r.statuses.get(&WcStatus::RetryExcErr.raw()),
             Some(&1),
             "{:?}",
             r.statuses
         );
         let flushed = r
             .statuses
-            .get(&WcStatus::WR_FLUSH_ERR.0)
+            .get(&WcStatus::WrFlushErr.raw())
             .copied()
             .unwrap_or(0);
         assert!(flushed >= 4, "{:?}", r.statuses);
@@ -727,11 +727,11 @@ fn a_cut_wire_ends_in_retry_exceeded_and_flushes_the_rest() {
         .collect();
     p.h.post_send(a, qa, &wrs).unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 4, 10 * SECOND);
-    let flush = WcStatus::WR_FLUSH_ERR.0;
+    let flush = WcStatus::WrFlushErr.raw();
     assert_eq!(
         statuses(&got),
         [
-            (0, WcStatus::RETRY_EXC_ERR.0),
+            (0, WcStatus::RetryExcErr.raw()),
             (1, flush),
             (2, flush),
             (3, flush)
@@ -762,7 +762,7 @@ fn a_send_without_a_receive_waits_out_rnr_naks_then_lands() {
     assert!(p.h.port_counters(p.a).transport.rcvd_rnr_err > 0);
     p.h.post_recv(p.b, p.qb, &[(7, sge(&p.mb, 0, 64))]).unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     let got = wait_for(&mut p.h, &mut p.cqb, 1, SECOND);
     assert_eq!((got[0].wr_id, got[0].byte_len), (7, 12));
     assert_eq!(p.h.read(p.b, p.mb.addr, 12), b"late receive");
@@ -779,7 +779,7 @@ fn rnr_retry_zero_fails_the_send_with_rnr_retry_exceeded() {
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(1, WcStatus::RNR_RETRY_EXC_ERR.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::RnrRetryExcErr.raw())]);
 }
 
 #[test]
@@ -787,10 +787,10 @@ fn receives_posted_to_a_qp_moved_to_error_complete_flushed() {
     let mut p = pair(14, 0.0, 16, 64, 1 << 16);
     let recvs: Vec<_> = (0..5u64).map(|i| (i, sge(&p.mb, i * 64, 64))).collect();
     p.h.post_recv(p.b, p.qb, &recvs).unwrap();
-    p.h.modify_state(p.b, p.qb, abi::QpState::ERR.0 as u8)
+    p.h.modify_state(p.b, p.qb, abi::QpState::Err.raw() as u8)
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqb, 5, SECOND);
-    let flush = WcStatus::WR_FLUSH_ERR.0;
+    let flush = WcStatus::WrFlushErr.raw();
     assert_eq!(
         statuses(&got),
         (0..5).map(|i| (i, flush)).collect::<Vec<_>>()
@@ -813,7 +813,7 @@ fn a_read_into_memory_without_local_write_is_a_local_protection_error() {
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&ro, 0, 64)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(1, WcStatus::LOC_PROT_ERR.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::LocProtErr.raw())]);
     assert_eq!(p.h.read(p.a, ro.addr, 64), vec![0; 64]);
 }
 
@@ -834,7 +834,7 @@ fn an_atomic_on_a_misaligned_address_is_refused_by_the_responder() {
     assert_eq!(got.len(), 1);
     // IBTA o9-21: a misaligned atomic is an invalid request (NAK) — or refused locally.
     assert!(
-        [WcStatus::REM_INV_REQ_ERR.0, WcStatus::LOC_QP_OP_ERR.0].contains(&got[0].status),
+        [WcStatus::RemInvReqErr.raw(), WcStatus::LocQpOpErr.raw()].contains(&got[0].status),
         "{:?}",
         got[0]
     );
@@ -872,14 +872,14 @@ fn ud_datagrams_arrive_with_their_grh_and_source_or_not_at_all() {
     // The sender completes every datagram (UD: once it left).
     let sent = wait_for(&mut h, &mut cqa, 50, SECOND);
     assert_eq!(sent.len(), 50);
-    assert!(sent.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(sent.iter().all(|w| w.status == WcStatus::Success.raw()));
     h.run_until(10_000_000, |_| false);
     let got = h.poll_cq(&mut cqb, 64);
     assert!(!got.is_empty() && got.len() < 45, "{} arrived", got.len());
     assert!(h.port_counters(b).transport.qkey_violation > 0);
     let mut seen = std::collections::BTreeSet::new();
     for w in &got {
-        assert_eq!(w.status, WcStatus::SUCCESS.0);
+        assert_eq!(w.status, WcStatus::Success.raw());
         assert_eq!(w.src_qp, qa.qpn);
         assert_ne!(w.wc_flags & abi::WcFlags::GRH.0, 0);
         let len = w.byte_len as usize - 40;

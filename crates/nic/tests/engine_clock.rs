@@ -104,7 +104,7 @@ fn a_held_up_pass_does_not_fire_the_deadline_of_the_packet_it_builds() {
             qp_state: state as u8,
             qp_access_flags: AccessFlags::LOCAL_WRITE.0,
             port_num: 1,
-            path_mtu: abi::Mtu::MTU_1024.0 as u8,
+            path_mtu: abi::Mtu::Mtu1024.raw() as u8,
             dest_qp_num: PEER_QPN,
             rq_psn: 100,
             sq_psn: 500,

@@ -61,7 +61,7 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     let wc = poll(&mut p.cq_a);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
-        (1, WcStatus::SUCCESS.0, WcOpcode::RDMA_WRITE.0)
+        (1, WcStatus::Success.raw(), WcOpcode::RDMA_WRITE.0)
     );
     assert_eq!(wc.qp_num, p.a.qpn);
     assert_eq!(&dst[100..3100], &src[..3000]);
@@ -231,15 +231,15 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
     let w = write_wqe(10, WrOpcode::RDMA_WRITE, da, md.rkey);
     c.post_send(&mut a, w, sge(sa, 16, ms.lkey ^ 0x55).as_bytes());
     let wc = poll(&mut cq_a);
-    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::LOC_PROT_ERR.0));
-    assert_eq!(c.query_qp(a.handle).qp_state, abi::QpState::ERR.0 as u8);
+    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::LocProtErr.raw()));
+    assert_eq!(c.query_qp(a.handle).qp_state, abi::QpState::Err.raw() as u8);
     // A WR posted now is flushed.
     c.post_send(
         &mut a,
         write_wqe(11, WrOpcode::RDMA_WRITE, da, md.rkey),
         sge(sa, 16, ms.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::WR_FLUSH_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::WrFlushErr.raw());
 
     // An lkey of another PD's MR: LOC_PROT_ERR too.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
@@ -248,7 +248,7 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
         write_wqe(12, WrOpcode::RDMA_WRITE, da, md.rkey),
         sge(other.as_ptr() as u64, 16, m2.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::LOC_PROT_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::LocProtErr.raw());
 
     // Wrong rkey: REM_ACCESS_ERR at the requester, nothing written.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
@@ -257,7 +257,7 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
         write_wqe(13, WrOpcode::RDMA_WRITE, da, md.rkey ^ 0x1),
         sge(sa, 16, ms.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::REM_ACCESS_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::RemAccessErr.raw());
     assert!(dst.iter().all(|b| *b == 0));
 
     // Missing REMOTE_WRITE on the target MR: REM_ACCESS_ERR, nothing written.
@@ -267,7 +267,7 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
         write_wqe(14, WrOpcode::RDMA_WRITE, ro.as_ptr() as u64, mro.rkey),
         sge(sa, 16, ms.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::REM_ACCESS_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::RemAccessErr.raw());
     assert!(ro.iter().all(|b| *b == 0));
 
     // Receive buffer too small: LOC_LEN_ERR at the responder, REM_INV_REQ_ERR at the
@@ -278,9 +278,9 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
     s.rkey = 0;
     c.post_send(&mut a, s, sge(sa, 64, ms.lkey).as_bytes());
     let wb = poll(&mut cq_b);
-    assert_eq!((wb.wr_id, wb.status), (20, WcStatus::LOC_LEN_ERR.0));
+    assert_eq!((wb.wr_id, wb.status), (20, WcStatus::LocLenErr.raw()));
     let wa = poll(&mut cq_a);
-    assert_eq!((wa.wr_id, wa.status), (15, WcStatus::REM_INV_REQ_ERR.0));
+    assert_eq!((wa.wr_id, wa.status), (15, WcStatus::RemInvReqErr.raw()));
 
     // A malformed WQE (unknown opcode) completes with LOC_QP_OP_ERR.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
@@ -288,7 +288,7 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
     bad.opcode = 77;
     c.post_send(&mut a, bad, sge(sa, 16, ms.lkey).as_bytes());
     let wc = poll(&mut cq_a);
-    assert_eq!((wc.wr_id, wc.status), (16, WcStatus::LOC_QP_OP_ERR.0));
+    assert_eq!((wc.wr_id, wc.status), (16, WcStatus::LocQpOpErr.raw()));
     let ev = c.async_event();
     assert_eq!(ev.event_type, nic::event::QP_FATAL);
 
@@ -341,7 +341,7 @@ fn rnr_retry_zero_fails_with_rnr_retry_exc_err() {
     let s = write_wqe(1, WrOpcode::SEND, 0, 0);
     c.post_send(&mut a, s, sge(buf.as_ptr() as u64, 8, m.lkey).as_bytes());
     let wc = poll(&mut cq);
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RNR_RETRY_EXC_ERR.0));
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RnrRetryExcErr.raw()));
     assert!(dev.qp_counters(a.qpn).unwrap().rcvd_rnr_err >= 1);
     c.close();
 }
@@ -467,7 +467,7 @@ fn cq_overflow_raises_cq_err_and_moves_the_qp_to_err() {
     let ev = c.async_event();
     assert_eq!((ev.event_type, ev.element), (nic::event::CQ_ERR, 0xcc));
     let deadline = std::time::Instant::now() + TIMEOUT;
-    while c.query_qp(a.handle).qp_state != abi::QpState::ERR.0 as u8 {
+    while c.query_qp(a.handle).qp_state != abi::QpState::Err.raw() as u8 {
         assert!(std::time::Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -624,18 +624,18 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
     c.modify(&ModifyQp {
         qp_handle: b.handle,
         attr_mask: abi::QpAttrMask::STATE.0,
-        qp_state: abi::QpState::ERR.0 as u8,
+        qp_state: abi::QpState::Err.raw() as u8,
         ..ModifyQp::default()
     })
     .unwrap();
     let (w1, w2) = (poll(&mut cq), poll(&mut cq));
-    assert_eq!((w1.wr_id, w1.status), (1, WcStatus::WR_FLUSH_ERR.0));
-    assert_eq!((w2.wr_id, w2.status), (2, WcStatus::WR_FLUSH_ERR.0));
+    assert_eq!((w1.wr_id, w1.status), (1, WcStatus::WrFlushErr.raw()));
+    assert_eq!((w2.wr_id, w2.status), (2, WcStatus::WrFlushErr.raw()));
     assert_eq!(w1.opcode, WcOpcode::RECV.0);
     // A receive posted on the ring while in ERR flushes too (no doorbell for receives).
     c.post_recv(b.rq.as_mut().unwrap(), 3, &[sge(ba, 64, m.lkey)]);
     let w3 = poll(&mut cq);
-    assert_eq!((w3.wr_id, w3.status), (3, WcStatus::WR_FLUSH_ERR.0));
+    assert_eq!((w3.wr_id, w3.status), (3, WcStatus::WrFlushErr.raw()));
 
     // Dereg of an MR that WQEs still name: allowed; later use is a protection error.
     let mut other = vec![0u8; 64];
@@ -649,7 +649,7 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
         write_wqe(9, WrOpcode::RDMA_WRITE, ba, m.rkey),
         sge(other.as_ptr() as u64, 8, m2.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq).status, WcStatus::LOC_PROT_ERR.0);
+    assert_eq!(poll(&mut cq).status, WcStatus::LocProtErr.raw());
 
     // Destroying a QP with work outstanding: no completion, and the device stays sane.
     let mut x = c

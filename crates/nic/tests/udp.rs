@@ -101,7 +101,7 @@ fn rc_between_two_devices_over_udp() {
         write_wqe(4, WrOpcode::RDMA_WRITE, ba, mb.rkey ^ 0x100),
         sge(aa, 64, ma.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cqa).status, abi::WcStatus::REM_ACCESS_ERR.0);
+    assert_eq!(poll(&mut cqa).status, abi::WcStatus::RemAccessErr.raw());
 
     let pa = dev_a.port_counters();
     let pb = dev_b.port_counters();

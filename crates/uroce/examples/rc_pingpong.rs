@@ -116,7 +116,7 @@ fn run(end: End, size: usize, iters: u64, first: bool, events: bool) -> Result<D
 }
 
 fn expect(w: Wc, op: WcOpcode) -> Result<Wc> {
-    if w.status != WcStatus::SUCCESS || w.opcode != op {
+    if w.status != WcStatus::Success || w.opcode != op {
         return Err(Error::local(
             "rc_pingpong",
             Errno::EIO,

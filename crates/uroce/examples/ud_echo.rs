@@ -63,7 +63,7 @@ fn wait_wc(end: &End, deadline: Instant) -> Result<Wc> {
     let mut wc = [Wc::default()];
     loop {
         if end.cq.poll(&mut wc)? == 1 {
-            if wc[0].status != WcStatus::SUCCESS {
+            if wc[0].status != WcStatus::Success {
                 return Err(fail(format!(
                     "completion {:?}: {}",
                     wc[0],
@@ -141,12 +141,7 @@ fn echo(size: usize, count: u64, pair: Option<&str>) -> Result<()> {
         ..PairOpts::default()
     };
     let (client, server) = connect(&da, &db, &opts)?;
-    let mtu = client
-        .ctx
-        .query_port(PORT)?
-        .active_mtu
-        .bytes()
-        .unwrap_or(1024) as usize;
+    let mtu = client.ctx.query_port(PORT)?.active_mtu.bytes() as usize;
     if size > mtu {
         return Err(fail(format!(
             "UD messages must fit the {mtu}-byte path MTU"

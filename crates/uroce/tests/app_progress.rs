@@ -52,7 +52,7 @@ fn ping_pong(a: &End, b: &End, n: u32, len: usize) {
         let w = wait1(&b.cq);
         assert_eq!(
             (w.status, w.opcode, w.wr_id, w.byte_len),
-            (WcStatus::SUCCESS, WcOpcode::RECV, id, l)
+            (WcStatus::Success, WcOpcode::RECV, id, l)
         );
         sb.copy_from_slice(&rb);
         b.qp.post_send(&[SendWr::send(id, &[sb.sge(0, l)]).signaled()])
@@ -60,7 +60,7 @@ fn ping_pong(a: &End, b: &End, n: u32, len: usize) {
         let w = wait1(&b.cq);
         assert_eq!(
             (w.status, w.opcode, w.wr_id),
-            (WcStatus::SUCCESS, WcOpcode::SEND, id)
+            (WcStatus::Success, WcOpcode::SEND, id)
         );
         let mut got: Vec<_> = wait(&a.cq, 2)
             .iter()
@@ -70,8 +70,8 @@ fn ping_pong(a: &End, b: &End, n: u32, len: usize) {
         assert_eq!(
             got,
             [
-                (WcStatus::SUCCESS, WcOpcode::SEND, id),
-                (WcStatus::SUCCESS, WcOpcode::RECV, id)
+                (WcStatus::Success, WcOpcode::SEND, id),
+                (WcStatus::Success, WcOpcode::RECV, id)
             ]
         );
         assert_eq!(&ra[..], &data[..], "round trip {i}");

@@ -72,7 +72,8 @@ impl Wc {
     pub fn from_abi(w: &uverbs::Wc) -> Wc {
         Wc {
             wr_id: w.wr_id,
-            status: WcStatus(w.status),
+            // A status outside `enum ibv_wc_status` still reports a failure.
+            status: WcStatus::from_raw(w.status).unwrap_or(WcStatus::GeneralErr),
             opcode: WcOpcode(w.opcode),
             vendor_err: w.vendor_err,
             byte_len: w.byte_len,
@@ -89,7 +90,7 @@ impl Wc {
 
     /// Whether the WR succeeded.
     pub fn is_success(&self) -> bool {
-        self.status == WcStatus::SUCCESS
+        self.status == WcStatus::Success
     }
 
     /// The immediate value in host order, if the completion carries one.

@@ -92,7 +92,7 @@ fn queries_decode_the_control_planes_answers() {
     assert_eq!(d.phys_port_cnt, 1);
     let port = ctx.query_port(1).unwrap();
     assert_eq!(port.state, PortState::ACTIVE);
-    assert_eq!(port.active_mtu, Mtu::MTU_1024);
+    assert_eq!(port.active_mtu, Mtu::Mtu1024);
     assert_eq!(port.link_layer, LinkLayer::ETHERNET);
     let e = ctx.query_port(2).unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
@@ -360,7 +360,7 @@ fn posting_in_the_wrong_state_is_einval() {
         .unwrap();
     let mr = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let sge = [mr.sge(0, 8)];
-    assert_eq!(qp.state(), QpState::RESET);
+    assert_eq!(qp.state(), QpState::Reset);
     let e = qp.post_send(&[SendWr::send(1, &sge)]).unwrap_err();
     assert_eq!(e.error.errno(), Errno::EINVAL);
     let e = qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap_err();
@@ -369,7 +369,7 @@ fn posting_in_the_wrong_state_is_einval() {
     assert_eq!(e.error.errno(), Errno::EINVAL);
     qp.modify(
         &QpAttr {
-            qp_state: QpState::INIT,
+            qp_state: QpState::Init,
             port_num: 1,
             ..QpAttr::default()
         },
@@ -378,7 +378,7 @@ fn posting_in_the_wrong_state_is_einval() {
     .unwrap();
     qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap();
     assert!(qp.post_send(&[SendWr::send(1, &sge)]).is_err());
-    assert_eq!(qp.query(QpAttrMask::STATE).unwrap().qp_state, QpState::INIT);
+    assert_eq!(qp.query(QpAttrMask::STATE).unwrap().qp_state, QpState::Init);
 }
 
 #[test]

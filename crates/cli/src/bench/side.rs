@@ -134,7 +134,7 @@ impl Side {
         let port = ctx
             .query_port(p.ib_port)
             .with_context(|| format!("Unable to query port {}", p.ib_port))?;
-        let active = port.active_mtu.bytes().unwrap_or(1024);
+        let active = port.active_mtu.bytes();
         // perftest's set_mtu: -m if given, capped to the port's active MTU.
         let mtu_bytes = match p.mtu_req {
             None => active,
@@ -402,7 +402,7 @@ impl Side {
                         .context("Failed to modify UD QP to RTS")?;
                 } else {
                     let a = QpAttr {
-                        qp_state: QpState::INIT,
+                        qp_state: QpState::Init,
                         pkey_index: 0,
                         port_num: p.ib_port,
                         qp_access_flags: res.access & !AccessFlags::LOCAL_WRITE,
@@ -509,8 +509,9 @@ impl Side {
             }
             let rc = p.cfg.connection == Connection::Rc;
             let mut a = QpAttr {
-                qp_state: QpState::RTR,
-                path_mtu: Mtu(u32::from(res.mtu.value())),
+                qp_state: QpState::Rtr,
+                path_mtu: Mtu::from_raw(u32::from(res.mtu.value()))
+                    .ok_or_else(|| anyhow!("MTU value {} outside ibv_mtu", res.mtu.value()))?,
                 dest_qp_num: rem.qpn,
                 rq_psn: rem.psn,
                 ah_attr: av,
@@ -531,7 +532,7 @@ impl Side {
             if !to_rts {
                 continue;
             }
-            a.qp_state = QpState::RTS;
+            a.qp_state = QpState::Rts;
             a.sq_psn = me.psn;
             a.timeout = p.qp_timeout;
             a.retry_cnt = 7;

@@ -391,8 +391,10 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     // receives with finite RNR retries: RNR retries exhausted — and, once one QP is in
     // error, its peer's retries exhausted too (nobody answers it any more); then flushes.
     let fatal = |status: u32, any_error: bool| {
-        status == WcStatus::RETRY_EXC_ERR.0 && (cfg.partition_at_ns.is_some() || any_error)
-            || status == WcStatus::RNR_RETRY_EXC_ERR.0 && cfg.rnr_retry < 7 && cfg.recv_delay_ns > 0
+        status == WcStatus::RetryExcErr.raw() && (cfg.partition_at_ns.is_some() || any_error)
+            || status == WcStatus::RnrRetryExcErr.raw()
+                && cfg.rnr_retry < 7
+                && cfg.recv_delay_ns > 0
     };
     loop {
         if cfg
@@ -455,7 +457,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         let any_error = flows.iter().any(|f| f.error_seen);
         for f in &mut flows {
             for wc in h.poll_cq(&mut ends[f.to].rcq, 64) {
-                if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
+                if wc.status == WcStatus::WrFlushErr.raw() && any_error {
                     // A receive its QP flushed when the QP went to ERR.
                     continue;
                 }
@@ -501,7 +503,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         let rcq = &mut ends[f.to].rcq;
         h.run_until(1_000_000_000, |_| rcq.pending());
         for wc in h.poll_cq(&mut ends[f.to].rcq, 64) {
-            if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
+            if wc.status == WcStatus::WrFlushErr.raw() && any_error {
                 continue;
             }
             if let Some(x) = f.arrivals.pop_front() {
@@ -751,7 +753,7 @@ fn sent(
         return;
     }
     if f.error_seen {
-        if wc.status != WcStatus::WR_FLUSH_ERR.0 {
+        if wc.status != WcStatus::WrFlushErr.raw() {
             r.violation(format!(
                 "{} WR {idx} after the error: status {}",
                 name(f.from),
@@ -764,7 +766,7 @@ fn sent(
         f.error_seen = true;
         return;
     }
-    if wc.status != WcStatus::SUCCESS.0 {
+    if wc.status != WcStatus::Success.raw() {
         r.violation(format!("{} WR {idx}: status {}", name(f.from), wc.status));
         f.error_seen = true;
         return;
@@ -833,7 +835,7 @@ fn received(
     x: &Arrival,
     sabotage: u64,
 ) {
-    if wc.status != WcStatus::SUCCESS.0 || wc.byte_len != x.len {
+    if wc.status != WcStatus::Success.raw() || wc.byte_len != x.len {
         r.violation(format!("receive for WR {}: {wc:?}", x.idx));
         return;
     }

@@ -397,7 +397,7 @@ impl Client {
                     abi::AccessFlags::LOCAL_WRITE.0 | abi::AccessFlags::REMOTE_WRITE.0
                 },
                 port_num: 1,
-                path_mtu: abi::Mtu::MTU_1024.0 as u8,
+                path_mtu: abi::Mtu::Mtu1024.raw() as u8,
                 dest_qp_num: dest_qpn,
                 rq_psn: 100,
                 sq_psn: 100,
