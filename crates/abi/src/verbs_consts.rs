@@ -150,109 +150,158 @@ open_flags! {
     }
 }
 
-open_enum! {
+closed_enum! {
     /// `enum ibv_wr_opcode` (docs/wire.md §7.3). Values 11–13 differ between user space
     /// (`IBV_WR_DRIVER1`) and the kernel (`RDMA_READ_WITH_INV`, masked atomics) and are not named.
-    pub struct WrOpcode(u32) {
+    pub enum WrOpcode: u32 {
         /// RDMA WRITE.
-        RDMA_WRITE = 0,
-        /// RDMA WRITE with immediate.
-        RDMA_WRITE_WITH_IMM = 1,
+        RdmaWrite = 0 => "RDMA_WRITE",
+        /// RDMA WRITE WITH IMMEDIATE.
+        RdmaWriteWithImm = 1 => "RDMA_WRITE_WITH_IMM",
         /// SEND.
-        SEND = 2,
-        /// SEND with immediate.
-        SEND_WITH_IMM = 3,
+        Send = 2 => "SEND",
+        /// SEND WITH IMMEDIATE.
+        SendWithImm = 3 => "SEND_WITH_IMM",
         /// RDMA READ.
-        RDMA_READ = 4,
+        RdmaRead = 4 => "RDMA_READ",
         /// Atomic compare and swap.
-        ATOMIC_CMP_AND_SWP = 5,
+        AtomicCmpAndSwp = 5 => "ATOMIC_CMP_AND_SWP",
         /// Atomic fetch and add.
-        ATOMIC_FETCH_AND_ADD = 6,
-        /// Local invalidate.
-        LOCAL_INV = 7,
-        /// Bind memory window.
-        BIND_MW = 8,
-        /// SEND with invalidate.
-        SEND_WITH_INV = 9,
-        /// TCP segmentation offload (raw packet).
-        TSO = 10,
-        /// FLUSH.
-        FLUSH = 14,
-        /// ATOMIC WRITE.
-        ATOMIC_WRITE = 15,
+        AtomicFetchAndAdd = 6 => "ATOMIC_FETCH_AND_ADD",
+        /// LOCAL INVALIDATE: invalidate a type 2 memory window of the QP's PD (no packet).
+        LocalInv = 7 => "LOCAL_INV",
+        /// BIND MEMORY WINDOW (no packet).
+        BindMw = 8 => "BIND_MW",
+        /// SEND WITH INVALIDATE (RC).
+        SendWithInv = 9 => "SEND_WITH_INV",
+        /// TCP segmentation offload (raw packet; not implemented by uroce).
+        Tso = 10 => "TSO",
+        /// FLUSH (not implemented by uroce).
+        Flush = 14 => "FLUSH",
+        /// ATOMIC WRITE (not implemented by uroce).
+        AtomicWrite = 15 => "ATOMIC_WRITE",
     }
 }
 
 impl WrOpcode {
     /// The send-side completion opcode for this work request (rxe `wr_to_wc_opcode`,
-    /// docs/wire.md §7.2); `None` for opcodes without one.
-    pub fn wc_opcode(self) -> Option<WcOpcode> {
-        Some(match self {
-            WrOpcode::RDMA_WRITE | WrOpcode::RDMA_WRITE_WITH_IMM => WcOpcode::RDMA_WRITE,
-            WrOpcode::SEND | WrOpcode::SEND_WITH_IMM | WrOpcode::SEND_WITH_INV => WcOpcode::SEND,
-            WrOpcode::RDMA_READ => WcOpcode::RDMA_READ,
-            WrOpcode::ATOMIC_CMP_AND_SWP => WcOpcode::COMP_SWAP,
-            WrOpcode::ATOMIC_FETCH_AND_ADD => WcOpcode::FETCH_ADD,
-            WrOpcode::LOCAL_INV => WcOpcode::LOCAL_INV,
-            WrOpcode::BIND_MW => WcOpcode::BIND_MW,
-            WrOpcode::TSO => WcOpcode::TSO,
-            WrOpcode::FLUSH => WcOpcode::FLUSH,
-            WrOpcode::ATOMIC_WRITE => WcOpcode::ATOMIC_WRITE,
-            _ => return None,
-        })
+    /// docs/wire.md §7.2).
+    pub fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::Tso => WcOpcode::Tso,
+            WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+        }
+    }
+
+    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
+    pub fn is_send(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
+        )
+    }
+
+    /// RDMA WRITE (with or without immediate).
+    pub fn is_write(self) -> bool {
+        matches!(self, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm)
     }
 
     /// Whether the WR carries immediate data in the WQE's `ex` field.
     pub fn has_imm(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::RDMA_WRITE_WITH_IMM | WrOpcode::SEND_WITH_IMM
-        )
+        matches!(self, WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm)
     }
 
     /// Whether the WR is an atomic that uses `compare_add` / `swap` and returns 8 bytes.
     pub fn is_atomic(self) -> bool {
         matches!(
             self,
-            WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    /// READ or atomic: counts against `max_rd_atomic` and expects a data-bearing response.
+    pub fn is_read_or_atomic(self) -> bool {
+        self == WrOpcode::RdmaRead || self.is_atomic()
+    }
+
+    /// Executed by the requester itself, without a packet (LOCAL_INV, BIND_MW): it waits
+    /// until every earlier WR of the SQ has completed, then completes at once.
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
+    }
+
+    /// Consumes a receive WQE at the responder.
+    pub fn consumes_rwqe(self) -> bool {
+        self.is_send() || self == WrOpcode::RdmaWriteWithImm
+    }
+
+    /// Whether uroce implements this opcode (TSO, FLUSH and ATOMIC WRITE it does not).
+    pub fn is_implemented(self) -> bool {
+        !matches!(
+            self,
+            WrOpcode::Tso | WrOpcode::Flush | WrOpcode::AtomicWrite
         )
     }
 }
 
-open_enum! {
+impl core::fmt::Display for WrOpcode {
+    /// The constant's name (`RDMA_WRITE`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+closed_enum! {
     /// `enum ibv_wc_opcode` (docs/wire.md §7.2); equal to `ib_uverbs_wc_opcode` for send opcodes.
-    pub struct WcOpcode(u32) {
-        /// SEND completed.
-        SEND = 0,
-        /// RDMA WRITE completed.
-        RDMA_WRITE = 1,
+    #[derive(Default)]
+    pub enum WcOpcode: u32 {
+        /// SEND, SEND_WITH_IMM, SEND_WITH_INV completed.
+        #[default]
+        Send = 0 => "SEND",
+        /// RDMA WRITE (with or without immediate) completed.
+        RdmaWrite = 1 => "RDMA_WRITE",
         /// RDMA READ completed.
-        RDMA_READ = 2,
+        RdmaRead = 2 => "RDMA_READ",
         /// Compare and swap completed.
-        COMP_SWAP = 3,
+        CompSwap = 3 => "COMP_SWAP",
         /// Fetch and add completed.
-        FETCH_ADD = 4,
+        FetchAdd = 4 => "FETCH_ADD",
         /// Memory-window bind completed.
-        BIND_MW = 5,
+        BindMw = 5 => "BIND_MW",
         /// Local invalidate completed.
-        LOCAL_INV = 6,
+        LocalInv = 6 => "LOCAL_INV",
         /// TSO completed.
-        TSO = 7,
+        Tso = 7 => "TSO",
         /// FLUSH completed.
-        FLUSH = 8,
+        Flush = 8 => "FLUSH",
         /// ATOMIC WRITE completed.
-        ATOMIC_WRITE = 9,
-        /// A SEND was received (test `opcode & RECV`).
-        RECV = 1 << 7,
+        AtomicWrite = 9 => "ATOMIC_WRITE",
+        /// A SEND was received (C code tests `opcode & IBV_WC_RECV`).
+        Recv = 1 << 7 => "RECV",
         /// An RDMA WRITE with immediate was received.
-        RECV_RDMA_WITH_IMM = (1 << 7) + 1,
+        RecvRdmaWithImm = (1 << 7) + 1 => "RECV_RDMA_WITH_IMM",
     }
 }
 
 impl WcOpcode {
     /// Whether this is a receive-side completion (`opcode & IBV_WC_RECV`).
     pub fn is_recv(self) -> bool {
-        self.0 & WcOpcode::RECV.0 != 0
+        self.raw() & WcOpcode::Recv.raw() != 0
+    }
+}
+
+impl core::fmt::Display for WcOpcode {
+    /// The constant's name (`RECV`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

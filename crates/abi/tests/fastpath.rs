@@ -37,7 +37,7 @@ fn send_wqe_with_sges_through_the_sq() {
     let (mut sq, mut eng) = channel(RingLayout::new(8, elem).unwrap()).unwrap();
     let mut hdr = SendWqe {
         wr_id: 0xfeed,
-        opcode: WrOpcode::RDMA_WRITE_WITH_IMM.0,
+        opcode: WrOpcode::RdmaWriteWithImm.raw(),
         send_flags: (SendFlags::SIGNALED | SendFlags::SOLICITED).0,
         num_sge: 2,
         remote_addr: 0x7000_0000,
@@ -66,7 +66,7 @@ fn send_wqe_with_sges_through_the_sq() {
     eng.read(0, 0, &mut slot).unwrap();
     let (got, payload) = SendWqe::parse(&slot, LIMITS).unwrap();
     assert_eq!(got, hdr);
-    assert_eq!(got.op(), WrOpcode::RDMA_WRITE_WITH_IMM);
+    assert_eq!(got.op(), Some(WrOpcode::RdmaWriteWithImm));
     assert_eq!(got.imm_data(), 0xcafe_babe);
     assert_eq!(got.wire_len(), 64 + 32);
     assert_eq!(payload.sges().collect::<Vec<_>>(), sges.to_vec());
@@ -80,7 +80,7 @@ fn inline_send_and_ud_fields() {
     let data: Vec<u8> = (0..200u8).collect();
     let hdr = SendWqe {
         wr_id: 1,
-        opcode: WrOpcode::SEND.0,
+        opcode: WrOpcode::Send.raw(),
         send_flags: SendFlags::INLINE.0,
         inline_len: 200,
         ah: 9,
@@ -110,7 +110,7 @@ fn send_wqe_validation() {
         v
     };
     let base = SendWqe {
-        opcode: WrOpcode::SEND.0,
+        opcode: WrOpcode::Send.raw(),
         ..Default::default()
     };
     assert!(SendWqe::parse(&slot(base), LIMITS).is_ok());
@@ -204,7 +204,7 @@ fn cqe_prefix_is_ibv_wc() {
     let mut wc = Wc {
         wr_id: 0x0102_0304_0506_0708,
         status: WcStatus::RetryExcErr.raw(),
-        opcode: WcOpcode::RDMA_WRITE.0,
+        opcode: WcOpcode::RdmaWrite.raw(),
         qp_num: 0x11,
         wc_flags: (WcFlags::WITH_IMM | WcFlags::GRH).0,
         port_num: 1,
@@ -282,15 +282,14 @@ fn enum_values_and_debug() {
         "libibverbs value, not the kernel's 8"
     );
     assert_eq!(WcFlags::WITH_INV.0, 8);
-    assert!(WcOpcode::RECV_RDMA_WITH_IMM.is_recv());
-    assert!(!WcOpcode::RDMA_READ.is_recv());
-    assert_eq!(WrOpcode::SEND_WITH_INV.wc_opcode(), Some(WcOpcode::SEND));
-    assert_eq!(
-        WrOpcode::ATOMIC_FETCH_AND_ADD.wc_opcode(),
-        Some(WcOpcode::FETCH_ADD)
-    );
-    assert_eq!(WrOpcode(11).wc_opcode(), None);
-    assert_eq!(format!("{:?}", WrOpcode(11)), "WrOpcode(0xb)");
+    assert!(WcOpcode::RecvRdmaWithImm.is_recv());
+    assert!(!WcOpcode::RdmaRead.is_recv());
+    assert_eq!(WrOpcode::SendWithInv.wc_opcode(), WcOpcode::Send);
+    assert_eq!(WrOpcode::AtomicFetchAndAdd.wc_opcode(), WcOpcode::FetchAdd);
+    assert_eq!(WrOpcode::from_raw(11), None);
+    assert_eq!(WrOpcode::raw_name(11).to_string(), "WrOpcode(0xb)");
+    assert_eq!(WrOpcode::Flush.wc_opcode(), WcOpcode::Flush);
+    assert_eq!(WcOpcode::RecvRdmaWithImm.raw(), 129);
     assert_eq!(Mtu::Mtu1024.bytes(), 1024);
     assert_eq!(Mtu::from_bytes(4096), Some(Mtu::Mtu4096));
     assert_eq!(Mtu::from_raw(0), None);

@@ -179,7 +179,8 @@ unsafe fn send_wr<'a>(
     } else {
         Payload::Sges(list)
     };
-    let opcode = WrOpcode(w.opcode);
+    // An opcode outside `enum ibv_wr_opcode` is refused at post, as the providers do.
+    let opcode = WrOpcode::from_raw(w.opcode).ok_or(libc::EINVAL)?;
     let remote = if ud {
         let d = w.ud();
         // SAFETY: a UD WR names a live AH (contract).
@@ -193,14 +194,14 @@ unsafe fn send_wr<'a>(
         }
     } else {
         match opcode {
-            WrOpcode::RDMA_WRITE | WrOpcode::RDMA_WRITE_WITH_IMM | WrOpcode::RDMA_READ => {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
                 let r = w.rdma();
                 Remote::Rdma {
                     addr: r.remote_addr,
                     rkey: r.rkey,
                 }
             }
-            WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD => {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let a = w.atomic();
                 Remote::Atomic {
                     addr: a.remote_addr,
@@ -209,7 +210,7 @@ unsafe fn send_wr<'a>(
                     swap: a.swap,
                 }
             }
-            WrOpcode::BIND_MW => {
+            WrOpcode::BindMw => {
                 let b = w.bind_mw();
                 // SAFETY: a BIND_MW WR names a live window and a NULL or live MR (contract).
                 let Some(mw) = (unsafe { b.mw.cast::<ibv_mw>().as_ref() }) else {
@@ -318,7 +319,7 @@ pub(crate) unsafe extern "C" fn op_post_send(
         for _ in 0..n {
             // SAFETY: the `n` elements from chunk_start were just converted (contract).
             let w = unsafe { &*p };
-            if WrOpcode(w.opcode) == WrOpcode::BIND_MW {
+            if WrOpcode::from_raw(w.opcode) == Some(WrOpcode::BindMw) {
                 let b = w.bind_mw();
                 // SAFETY: a live window (contract); the application does not read it
                 // concurrently with this post.
@@ -1269,7 +1270,7 @@ mod tests {
         w.wr_id = 42;
         w.sg_list = sge.as_mut_ptr();
         w.num_sge = 1;
-        w.opcode = WrOpcode::RDMA_WRITE_WITH_IMM.0;
+        w.opcode = WrOpcode::RdmaWriteWithImm.raw();
         w.send_flags = SendFlags::SIGNALED.bits();
         w.imm_data = 0x1234_5678u32.to_be();
         w.wr.rdma = ibv_send_wr_rdma {
@@ -1320,7 +1321,7 @@ mod tests {
         let mut w = zeroed_send_wr();
         w.sg_list = sge.as_mut_ptr();
         w.num_sge = 2;
-        w.opcode = WrOpcode::SEND.0;
+        w.opcode = WrOpcode::Send.raw();
         w.send_flags = SendFlags::INLINE.bits();
         let mut g = [0u8; GATHER_BYTES];
         let mut used = false;

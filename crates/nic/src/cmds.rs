@@ -2180,7 +2180,8 @@ impl DevState {
         wr: &SendWr,
         sges: &SgeList<'_>,
     ) -> Res<(SendWqe, Vec<u8>)> {
-        let op = transport::WrOpcode::from_u32(wr.opcode)
+        let op = transport::WrOpcode::from_raw(wr.opcode)
+            .filter(|o| o.is_implemented())
             .ok_or_else(|| refuse!(EINVAL, BAD_OPCODE, "opcode {} is unknown", wr.opcode))?;
         if op == transport::WrOpcode::BindMw {
             // ib_uverbs_send_wr has no room for a binding (the kernel refuses it too); the

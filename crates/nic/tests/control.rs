@@ -461,7 +461,7 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
     // Posting in the wrong state: sends before RTS, receives in RESET.
     let swr = SendWr {
         wr_id: 1,
-        opcode: abi::WrOpcode::SEND.0,
+        opcode: abi::WrOpcode::Send.raw(),
         ..Default::default()
     };
     let post = Request::PostSend(

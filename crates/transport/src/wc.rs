@@ -1,38 +1,7 @@
 //! Work completions (docs/wire.md §7).
 
-pub use abi::WcStatus;
+pub use abi::{WcOpcode, WcStatus};
 use wire::{Qpn, Rkey};
-
-/// `ibv_wc_opcode` (docs/wire.md §7.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WcOpcode {
-    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
-    Send = 0,
-    /// RDMA_WRITE, RDMA_WRITE_WITH_IMM.
-    RdmaWrite = 1,
-    /// RDMA_READ.
-    RdmaRead = 2,
-    /// ATOMIC_CMP_AND_SWP.
-    CompSwap = 3,
-    /// ATOMIC_FETCH_AND_ADD.
-    FetchAdd = 4,
-    /// BIND_MW.
-    BindMw = 5,
-    /// LOCAL_INV.
-    LocalInv = 6,
-    /// Receive of a SEND.
-    Recv = 128,
-    /// Receive of an RDMA WRITE WITH IMMEDIATE.
-    RecvRdmaWithImm = 129,
-}
-
-impl WcOpcode {
-    /// Whether this completion belongs on the receive CQ.
-    pub fn is_recv(self) -> bool {
-        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
-    }
-}
 
 /// `wc_flags` in the libibverbs numbering (docs/wire.md §7.4: user and kernel differ for bits
 /// 2/3; this crate uses the libibverbs values and the ABI layer converts if it must).

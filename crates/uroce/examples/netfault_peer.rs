@@ -751,9 +751,9 @@ fn transfer(
                 check_wc(
                     w,
                     if is_write {
-                        WcOpcode::RDMA_WRITE
+                        WcOpcode::RdmaWrite
                     } else {
-                        WcOpcode::SEND
+                        WcOpcode::Send
                     },
                     what,
                 )?;
@@ -943,7 +943,7 @@ fn server(
                     });
                     e
                 };
-                if let Err(e) = check_wc(w, WcOpcode::RECV, "RECV") {
+                if let Err(e) = check_wc(w, WcOpcode::Recv, "RECV") {
                     return Err(reply_err(&mut line, fail(e, verified, sum)));
                 }
                 if w.wr_id != got || w.byte_len as usize != plan.msg {

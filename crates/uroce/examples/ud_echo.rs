@@ -125,7 +125,7 @@ fn serve(end: End, bufs: MrBuf, size: usize, count: u64) -> Result<()> {
             .post_send(&[SendWr::ud_send(u64::MAX, &reply, &ah, w.src_qp, QKEY).signaled()])?;
         // The reply reads the receive buffer: repost it only after the send completed.
         let s = wait_wc(&end, deadline)?;
-        if s.opcode != WcOpcode::SEND {
+        if s.opcode != WcOpcode::Send {
             return Err(fail(format!("expected the reply's completion, got {s:?}")));
         }
         end.qp.post_recv(&[RecvWr::new(i as u64, &sges[i])])?;

@@ -58,7 +58,7 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
     let w = wait1(&b.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (5, WcStatus::Success, WcOpcode::BIND_MW)
+        (5, WcStatus::Success, WcOpcode::BindMw)
     );
     // Inside the window: lands there, nowhere else.
     assert_eq!(
@@ -158,7 +158,7 @@ topo_tests!(type2_window_bind_use_and_invalidation, |t| {
             info(&dst, 0, 4096, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::BIND_MW));
+    assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::BindMw));
     mw.set_rkey(k);
     assert_eq!(write(&a, dst.addr() + 100, k, 0x66, 100), WcStatus::Success);
     assert!(dst[100..200].iter().all(|&x| x == 0x66));
@@ -166,7 +166,7 @@ topo_tests!(type2_window_bind_use_and_invalidation, |t| {
     let w = local(&b, SendWr::local_inv(10, k));
     assert_eq!(
         (w.status, w.opcode),
-        (WcStatus::Success, WcOpcode::LOCAL_INV)
+        (WcStatus::Success, WcOpcode::LocalInv)
     );
     assert_eq!(write(&a, dst.addr(), k, 0x77, 64), WcStatus::RemAccessErr);
     assert!(dst[..100].iter().all(|&x| x == 0));
@@ -314,7 +314,7 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
     let w = local(&b, SendWr::local_inv(7, mw.rkey()));
     assert_eq!(
         (w.status, w.opcode),
-        (WcStatus::LocQpOpErr, WcOpcode::LOCAL_INV)
+        (WcStatus::LocQpOpErr, WcOpcode::LocalInv)
     );
 });
 

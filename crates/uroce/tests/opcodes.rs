@@ -22,12 +22,12 @@ topo_tests!(send_gather_scatter, |t| {
     let s = wait1(&a.cq);
     assert_eq!(
         (s.wr_id, s.status, s.opcode),
-        (5, WcStatus::Success, WcOpcode::SEND)
+        (5, WcStatus::Success, WcOpcode::Send)
     );
     let r = wait1(&b.cq);
     assert_eq!(
         (r.wr_id, r.status, r.opcode),
-        (77, WcStatus::Success, WcOpcode::RECV)
+        (77, WcStatus::Success, WcOpcode::Recv)
     );
     assert_eq!(r.byte_len, 3000);
     assert_eq!(r.qp_num, b.qp.qp_num());
@@ -79,7 +79,7 @@ topo_tests!(rdma_write_large_and_with_imm, |t| {
     let w = wait1(&a.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (1, WcStatus::Success, WcOpcode::RDMA_WRITE)
+        (1, WcStatus::Success, WcOpcode::RdmaWrite)
     );
     assert!(dst[..] == data[..], "WRITE data differs");
     quiet(&b.cq, std::time::Duration::from_millis(20));
@@ -89,7 +89,7 @@ topo_tests!(rdma_write_large_and_with_imm, |t| {
         .unwrap();
     assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     let r = wait1(&b.cq);
-    assert_eq!((r.wr_id, r.opcode), (9, WcOpcode::RECV_RDMA_WITH_IMM));
+    assert_eq!((r.wr_id, r.opcode), (9, WcOpcode::RecvRdmaWithImm));
     assert_eq!((r.byte_len, r.imm_data()), (100, Some(42)));
     assert_eq!(&dst[1000..1100], &data[..100]);
 });
@@ -108,7 +108,7 @@ topo_tests!(rdma_read, |t| {
     let w = wait1(&a.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (3, WcStatus::Success, WcOpcode::RDMA_READ)
+        (3, WcStatus::Success, WcOpcode::RdmaRead)
     );
     assert_eq!(w.byte_len, len as u32);
     assert!(local[..] == data[..]);
@@ -132,8 +132,8 @@ topo_tests!(atomics, |t| {
     .unwrap();
     let w = wait(&a.cq, 3);
     assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
-    assert_eq!(w[0].opcode, WcOpcode::COMP_SWAP);
-    assert_eq!(w[2].opcode, WcOpcode::FETCH_ADD);
+    assert_eq!(w[0].opcode, WcOpcode::CompSwap);
+    assert_eq!(w[2].opcode, WcOpcode::FetchAdd);
     assert_eq!(w[0].byte_len, 8);
     let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
     assert_eq!(word(&res, 0), 100);

@@ -36,10 +36,10 @@ topo_tests!(uc_send_and_write, |t| {
     let r = wait(&b.cq, 2);
     assert_eq!(
         (r[0].wr_id, r[0].byte_len, r[0].opcode),
-        (1, 3000, WcOpcode::RECV)
+        (1, 3000, WcOpcode::Recv)
     );
     assert_eq!((r[1].wr_id, r[1].imm_data()), (2, Some(5)));
-    assert_eq!(r[1].opcode, WcOpcode::RECV_RDMA_WITH_IMM);
+    assert_eq!(r[1].opcode, WcOpcode::RecvRdmaWithImm);
     assert_eq!(&dst[..3000], &data[..3000]);
     assert_eq!(&dst[4096..], &data[..]);
 });
@@ -72,7 +72,7 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     let w = wait1(&b.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (1, WcStatus::Success, WcOpcode::RECV)
+        (1, WcStatus::Success, WcOpcode::Recv)
     );
     assert!(w.has_grh());
     assert_eq!(

@@ -139,7 +139,7 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
     let got = wait(&b.cq, 2);
     assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::Success));
     assert_eq!(got[0].byte_len, MSG as u32);
-    assert_eq!(got[0].opcode, WcOpcode::RECV);
+    assert_eq!(got[0].opcode, WcOpcode::Recv);
     assert_eq!(got[0].qp_num, b.tgt.qp_num());
     assert_eq!((got[1].wr_id, got[1].byte_len), (2, 100));
     assert_eq!(got[1].imm_data(), Some(0xabcd));

@@ -72,9 +72,13 @@ impl Wc {
     pub fn from_abi(w: &uverbs::Wc) -> Wc {
         Wc {
             wr_id: w.wr_id,
-            // A status outside `enum ibv_wc_status` still reports a failure.
-            status: WcStatus::from_raw(w.status).unwrap_or(WcStatus::GeneralErr),
-            opcode: WcOpcode(w.opcode),
+            // A status or opcode outside its enum (the engine writes none) is reported
+            // as a failed completion.
+            status: match (WcStatus::from_raw(w.status), WcOpcode::from_raw(w.opcode)) {
+                (Some(s), Some(_)) => s,
+                _ => WcStatus::GeneralErr,
+            },
+            opcode: WcOpcode::from_raw(w.opcode).unwrap_or_default(),
             vendor_err: w.vendor_err,
             byte_len: w.byte_len,
             ex: w.ex,

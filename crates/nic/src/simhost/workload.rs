@@ -610,9 +610,9 @@ fn post(
             0 => {
                 h.write(from.dev, from.mr.addr + at, &pattern(key, len));
                 let opc = if with_imm {
-                    WrOpcode::SEND_WITH_IMM
+                    WrOpcode::SendWithImm
                 } else {
-                    WrOpcode::SEND
+                    WrOpcode::Send
                 };
                 let mut wr = send_wr(idx, opc, signaled);
                 let imm = with_imm.then_some(idx as u32 ^ 0x5a5a);
@@ -632,9 +632,9 @@ fn post(
                 h.write(from.dev, from.mr.addr + at, &pattern(key, len));
                 let target = lay.wtarget + (idx % lay.w) * lay.slot;
                 let opc = if with_imm {
-                    WrOpcode::RDMA_WRITE_WITH_IMM
+                    WrOpcode::RdmaWriteWithImm
                 } else {
-                    WrOpcode::RDMA_WRITE
+                    WrOpcode::RdmaWrite
                 };
                 let mut wr = rdma_wr(idx, opc, signaled, to.mr.addr + target, to.mr.rkey);
                 let arr = with_imm.then(|| {
@@ -658,7 +658,7 @@ fn post(
                 let len = len.min(lay.rsrc_len as usize);
                 let src = dice.below(lay.rsrc_len - len as u64 + 1);
                 let remote = to.mr.addr + lay.rsrc + src;
-                let wr = rdma_wr(idx, WrOpcode::RDMA_READ, signaled, remote, to.mr.rkey);
+                let wr = rdma_wr(idx, WrOpcode::RdmaRead, signaled, remote, to.mr.rkey);
                 let check = Check::Read {
                     slot: at,
                     from: src,
@@ -671,9 +671,9 @@ fn post(
                 let orig = f.model[k];
                 let cas = dice.below(2) == 0;
                 let opc = if cas {
-                    WrOpcode::ATOMIC_CMP_AND_SWP
+                    WrOpcode::AtomicCmpAndSwp
                 } else {
-                    WrOpcode::ATOMIC_FETCH_AND_ADD
+                    WrOpcode::AtomicFetchAndAdd
                 };
                 let mut wr = send_wr(idx, opc, signaled);
                 let (compare_add, swap) = if cas {

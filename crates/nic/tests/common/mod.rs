@@ -541,7 +541,7 @@ pub fn expect_empty(cq: &mut Cq, wait: Duration) {
 pub fn write_wqe(wr_id: u64, op: abi::WrOpcode, remote_addr: u64, rkey: u32) -> SendWqe {
     SendWqe {
         wr_id,
-        opcode: op.0,
+        opcode: op.raw(),
         send_flags: abi::SendFlags::SIGNALED.0,
         num_sge: 1,
         remote_addr,

@@ -19,7 +19,7 @@ use abi::provider::{DeviceSpec, Provider};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::*;
-use abi::{Errno, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use abi::{Errno, QpState, SendFlags, WcStatus, WrOpcode};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// What the engine saw: one consumed send WQE.
@@ -610,8 +610,8 @@ fn handle(
                     num_sge: wr.num_sge as u16,
                     ..Default::default()
                 };
-                match wr.op() {
-                    WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD => {
+                match wr.op().ok_or(Errno::EINVAL)? {
+                    WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                         let a = wr.atomic();
                         wqe.remote_addr = a.remote_addr;
                         wqe.rkey = a.rkey;
@@ -697,7 +697,7 @@ fn complete_send(c: &mut Ctx, cq: u32, sig_all: bool, seen: &SeenWqe) {
     if !(sig_all || flags.contains(SendFlags::SIGNALED)) {
         return;
     }
-    let op = WrOpcode(seen.wqe.opcode);
+    let op = WrOpcode::from_raw(seen.wqe.opcode).expect("the library writes known opcodes");
     let byte_len = if flags.contains(SendFlags::INLINE) {
         seen.inline.len() as u32
     } else {
@@ -706,7 +706,7 @@ fn complete_send(c: &mut Ctx, cq: u32, sig_all: bool, seen: &SeenWqe) {
     let wc = Wc {
         wr_id: seen.wqe.wr_id,
         status: WcStatus::Success.raw(),
-        opcode: op.wc_opcode().unwrap_or(WcOpcode::SEND).0,
+        opcode: op.wc_opcode().raw(),
         byte_len,
         qp_num: seen.qpn,
         ..Default::default()
