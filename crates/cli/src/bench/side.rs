@@ -145,7 +145,7 @@ impl Side {
                 m.min(active)
             }
         };
-        let mtu = PtMtu::from_bytes(mtu_bytes).unwrap_or(PtMtu::MTU_1024);
+        let mtu = PtMtu::from_bytes(mtu_bytes).unwrap_or(PtMtu::Mtu1024);
         let sys = LocalSystem {
             page_size: 4096,
             cache_line: 64,
@@ -510,8 +510,7 @@ impl Side {
             let rc = p.cfg.connection == Connection::Rc;
             let mut a = QpAttr {
                 qp_state: QpState::Rtr,
-                path_mtu: Mtu::from_raw(u32::from(res.mtu.value()))
-                    .ok_or_else(|| anyhow!("MTU value {} outside ibv_mtu", res.mtu.value()))?,
+                path_mtu: res.mtu,
                 dest_qp_num: rem.qpn,
                 rq_psn: rem.psn,
                 ah_attr: av,
