@@ -24,8 +24,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use oob::console::{self, HeaderInfo, PcieRelaxed, RESULT_LINE};
 use oob::json::{BwResult, LatResult};
 use oob::perftest::{
-    BenchHooks, BwReport, Connection, HookError, KeyMessage, LocalSystem, Mtu as PtMtu, Negotiated,
-    Role, TestKind, Verb,
+    BenchHooks, BwReport, Connection, HookError, KeyMessage, LocalSystem, Negotiated, Role,
+    TestKind, Verb,
 };
 use uroce::{
     AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, Device, Gid, GlobalRoute, MrBuf, Mtu, Pd,
@@ -72,7 +72,7 @@ pub struct Res {
     pub rx_slice: usize,
     pub local: Vec<KeyMessage>,
     pub remote: Vec<KeyMessage>,
-    pub mtu: PtMtu,
+    pub mtu: Mtu,
     pub cycle_buffer: u64,
     pub cache_line: u64,
     pub inline: u32,
@@ -145,7 +145,7 @@ impl Side {
                 m.min(active)
             }
         };
-        let mtu = PtMtu::from_bytes(mtu_bytes).unwrap_or(PtMtu::Mtu1024);
+        let mtu = Mtu::from_bytes(mtu_bytes).unwrap_or(Mtu::Mtu1024);
         let sys = LocalSystem {
             page_size: 4096,
             cache_line: 64,
@@ -453,7 +453,7 @@ impl Side {
         keys
     }
 
-    fn header(&self, mtu: PtMtu, inline: u32, out_reads: u32) -> String {
+    fn header(&self, mtu: Mtu, inline: u32, out_reads: u32) -> String {
         let p = &self.p;
         let mut h = HeaderInfo::for_test(&p.cfg, self.role, self.dev.name(), mtu);
         h.atomic_type = p.atomic;
