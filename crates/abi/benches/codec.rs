@@ -20,7 +20,7 @@ fn post_send_arrays(n: u64) -> (Vec<SendWr>, Vec<Sge>) {
             let mut w = SendWr {
                 wr_id: i,
                 num_sge: 1,
-                opcode: WrOpcode::RDMA_WRITE.0,
+                opcode: WrOpcode::RdmaWrite.raw(),
                 send_flags: SendFlags::SIGNALED.0,
                 ..Default::default()
             };

@@ -181,9 +181,9 @@ pub struct WqeLimits {
 }
 
 impl SendWqe {
-    /// The opcode.
-    pub fn op(&self) -> WrOpcode {
-        WrOpcode(self.opcode)
+    /// The opcode, or `None` for a value outside `enum ibv_wr_opcode`.
+    pub fn op(&self) -> Option<WrOpcode> {
+        WrOpcode::from_raw(self.opcode)
     }
 
     /// The flags.

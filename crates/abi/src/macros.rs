@@ -182,3 +182,73 @@ macro_rules! open_flags {
         }
     };
 }
+
+/// A closed enumeration of a C enum: a fieldless `#[repr]` enum whose discriminants are the
+/// C values, with a checked decoder. Each variant also names its C constant (without the
+/// prefix), which [`name`](#method.name) returns.
+macro_rules! closed_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident: $repr:ident {
+            $( $(#[$cmeta:meta])* $v:ident = $val:expr => $cname:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr($repr)]
+        $vis enum $name {
+            $( $(#[$cmeta])* $v = $val, )*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+
+            /// Decode a C value; `None` for a value this enum does not name.
+            pub const fn from_raw(v: u32) -> Option<$name> {
+                $( if v == $val { return Some($name::$v); } )*
+                None
+            }
+
+            /// The C value.
+            pub const fn raw(self) -> u32 {
+                self as u32
+            }
+
+            /// The C constant's name without its prefix (`"RTS"` for `IBV_QPS_RTS`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $( $name::$v => $cname, )*
+                }
+            }
+
+            /// Formats a raw value as [`name`](#method.name) does, or as `Name(0x…)` for a
+            /// value outside the enum (for traces of bytes not yet checked).
+            pub fn raw_name(v: u32) -> impl core::fmt::Display {
+                struct Show(u32);
+                impl core::fmt::Display for Show {
+                    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                        match $name::from_raw(self.0) {
+                            Some(x) => f.write_str(x.name()),
+                            None => write!(f, "{}({:#x})", stringify!($name), self.0),
+                        }
+                    }
+                }
+                Show(v)
+            }
+        }
+
+        impl TryFrom<u32> for $name {
+            type Error = u32;
+            fn try_from(v: u32) -> Result<$name, u32> {
+                $name::from_raw(v).ok_or(v)
+            }
+        }
+
+        impl From<$name> for u32 {
+            fn from(v: $name) -> u32 {
+                v.raw()
+            }
+        }
+    };
+}

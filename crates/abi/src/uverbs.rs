@@ -958,9 +958,9 @@ impl ModifyQp {
         QpAttrMask(self.attr_mask)
     }
 
-    /// The target state.
-    pub fn state(&self) -> QpState {
-        QpState(u32::from(self.qp_state))
+    /// The target state, or `None` for a value outside `enum ibv_qp_state`.
+    pub fn state(&self) -> Option<QpState> {
+        QpState::from_raw(u32::from(self.qp_state))
     }
 }
 
@@ -1068,9 +1068,9 @@ abi_struct! {
 offsets!(SendWr { num_sge = 8, opcode = 12, send_flags = 16, ex = 20, wr = 24 });
 
 impl SendWr {
-    /// The opcode.
-    pub fn op(&self) -> WrOpcode {
-        WrOpcode(self.opcode)
+    /// The opcode, or `None` for a value outside `enum ibv_wr_opcode`.
+    pub fn op(&self) -> Option<WrOpcode> {
+        WrOpcode::from_raw(self.opcode)
     }
 
     /// The union read as RDMA fields.

@@ -4,23 +4,32 @@
 //! fields keep the C width (`u8` in `modify_qp`, `u32` in `ibv_wc`); these newtypes are what
 //! accessors hand out.
 
-open_enum! {
-    /// `enum ibv_qp_state` (docs/wire.md §6.1).
-    pub struct QpState(u32) {
-        /// Reset: no resources active.
-        RESET = 0,
-        /// Initialized: receives may be posted.
-        INIT = 1,
-        /// Ready to receive.
-        RTR = 2,
-        /// Ready to send.
-        RTS = 3,
-        /// Send queue drained.
-        SQD = 4,
-        /// Send queue error (UC/UD only).
-        SQE = 5,
-        /// Error: everything flushes.
-        ERR = 6,
+closed_enum! {
+    /// `enum ibv_qp_state` (docs/wire.md §6.1), same numbers as the kernel's `ib_qp_state`.
+    #[derive(Default)]
+    pub enum QpState: u8 {
+        /// Freshly created or reset: no queues, no traffic.
+        #[default]
+        Reset = 0 => "RESET",
+        /// Receive WRs may be posted; packets are not yet accepted.
+        Init = 1 => "INIT",
+        /// Ready to receive: the responder is live.
+        Rtr = 2 => "RTR",
+        /// Ready to send: requester and responder live.
+        Rts = 3 => "RTS",
+        /// Send queue drain: no new send WRs start; outstanding ones finish.
+        Sqd = 4 => "SQD",
+        /// Send queue error (UC/UD only): sends flushed, receives still work.
+        Sqe = 5 => "SQE",
+        /// Error: everything flushed, packets dropped.
+        Err = 6 => "ERR",
+    }
+}
+
+impl core::fmt::Display for QpState {
+    /// The name rdma-core's `ibv_qp_state` uses, without the prefix (`RTS`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -141,197 +150,260 @@ open_flags! {
     }
 }
 
-open_enum! {
+closed_enum! {
     /// `enum ibv_wr_opcode` (docs/wire.md §7.3). Values 11–13 differ between user space
     /// (`IBV_WR_DRIVER1`) and the kernel (`RDMA_READ_WITH_INV`, masked atomics) and are not named.
-    pub struct WrOpcode(u32) {
+    pub enum WrOpcode: u32 {
         /// RDMA WRITE.
-        RDMA_WRITE = 0,
-        /// RDMA WRITE with immediate.
-        RDMA_WRITE_WITH_IMM = 1,
+        RdmaWrite = 0 => "RDMA_WRITE",
+        /// RDMA WRITE WITH IMMEDIATE.
+        RdmaWriteWithImm = 1 => "RDMA_WRITE_WITH_IMM",
         /// SEND.
-        SEND = 2,
-        /// SEND with immediate.
-        SEND_WITH_IMM = 3,
+        Send = 2 => "SEND",
+        /// SEND WITH IMMEDIATE.
+        SendWithImm = 3 => "SEND_WITH_IMM",
         /// RDMA READ.
-        RDMA_READ = 4,
+        RdmaRead = 4 => "RDMA_READ",
         /// Atomic compare and swap.
-        ATOMIC_CMP_AND_SWP = 5,
+        AtomicCmpAndSwp = 5 => "ATOMIC_CMP_AND_SWP",
         /// Atomic fetch and add.
-        ATOMIC_FETCH_AND_ADD = 6,
-        /// Local invalidate.
-        LOCAL_INV = 7,
-        /// Bind memory window.
-        BIND_MW = 8,
-        /// SEND with invalidate.
-        SEND_WITH_INV = 9,
-        /// TCP segmentation offload (raw packet).
-        TSO = 10,
-        /// FLUSH.
-        FLUSH = 14,
-        /// ATOMIC WRITE.
-        ATOMIC_WRITE = 15,
+        AtomicFetchAndAdd = 6 => "ATOMIC_FETCH_AND_ADD",
+        /// LOCAL INVALIDATE: invalidate a type 2 memory window of the QP's PD (no packet).
+        LocalInv = 7 => "LOCAL_INV",
+        /// BIND MEMORY WINDOW (no packet).
+        BindMw = 8 => "BIND_MW",
+        /// SEND WITH INVALIDATE (RC).
+        SendWithInv = 9 => "SEND_WITH_INV",
+        /// TCP segmentation offload (raw packet; not implemented by uroce).
+        Tso = 10 => "TSO",
+        /// FLUSH (not implemented by uroce).
+        Flush = 14 => "FLUSH",
+        /// ATOMIC WRITE (not implemented by uroce).
+        AtomicWrite = 15 => "ATOMIC_WRITE",
     }
 }
 
 impl WrOpcode {
     /// The send-side completion opcode for this work request (rxe `wr_to_wc_opcode`,
-    /// docs/wire.md §7.2); `None` for opcodes without one.
-    pub fn wc_opcode(self) -> Option<WcOpcode> {
-        Some(match self {
-            WrOpcode::RDMA_WRITE | WrOpcode::RDMA_WRITE_WITH_IMM => WcOpcode::RDMA_WRITE,
-            WrOpcode::SEND | WrOpcode::SEND_WITH_IMM | WrOpcode::SEND_WITH_INV => WcOpcode::SEND,
-            WrOpcode::RDMA_READ => WcOpcode::RDMA_READ,
-            WrOpcode::ATOMIC_CMP_AND_SWP => WcOpcode::COMP_SWAP,
-            WrOpcode::ATOMIC_FETCH_AND_ADD => WcOpcode::FETCH_ADD,
-            WrOpcode::LOCAL_INV => WcOpcode::LOCAL_INV,
-            WrOpcode::BIND_MW => WcOpcode::BIND_MW,
-            WrOpcode::TSO => WcOpcode::TSO,
-            WrOpcode::FLUSH => WcOpcode::FLUSH,
-            WrOpcode::ATOMIC_WRITE => WcOpcode::ATOMIC_WRITE,
-            _ => return None,
-        })
+    /// docs/wire.md §7.2).
+    pub fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::Tso => WcOpcode::Tso,
+            WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+        }
+    }
+
+    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
+    pub fn is_send(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
+        )
+    }
+
+    /// RDMA WRITE (with or without immediate).
+    pub fn is_write(self) -> bool {
+        matches!(self, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm)
     }
 
     /// Whether the WR carries immediate data in the WQE's `ex` field.
     pub fn has_imm(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::RDMA_WRITE_WITH_IMM | WrOpcode::SEND_WITH_IMM
-        )
+        matches!(self, WrOpcode::RdmaWriteWithImm | WrOpcode::SendWithImm)
     }
 
     /// Whether the WR is an atomic that uses `compare_add` / `swap` and returns 8 bytes.
     pub fn is_atomic(self) -> bool {
         matches!(
             self,
-            WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    /// READ or atomic: counts against `max_rd_atomic` and expects a data-bearing response.
+    pub fn is_read_or_atomic(self) -> bool {
+        self == WrOpcode::RdmaRead || self.is_atomic()
+    }
+
+    /// Executed by the requester itself, without a packet (LOCAL_INV, BIND_MW): it waits
+    /// until every earlier WR of the SQ has completed, then completes at once.
+    pub fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
+    }
+
+    /// Consumes a receive WQE at the responder.
+    pub fn consumes_rwqe(self) -> bool {
+        self.is_send() || self == WrOpcode::RdmaWriteWithImm
+    }
+
+    /// Whether uroce implements this opcode (TSO, FLUSH and ATOMIC WRITE it does not).
+    pub fn is_implemented(self) -> bool {
+        !matches!(
+            self,
+            WrOpcode::Tso | WrOpcode::Flush | WrOpcode::AtomicWrite
         )
     }
 }
 
-open_enum! {
+impl core::fmt::Display for WrOpcode {
+    /// The constant's name (`RDMA_WRITE`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+closed_enum! {
     /// `enum ibv_wc_opcode` (docs/wire.md §7.2); equal to `ib_uverbs_wc_opcode` for send opcodes.
-    pub struct WcOpcode(u32) {
-        /// SEND completed.
-        SEND = 0,
-        /// RDMA WRITE completed.
-        RDMA_WRITE = 1,
+    #[derive(Default)]
+    pub enum WcOpcode: u32 {
+        /// SEND, SEND_WITH_IMM, SEND_WITH_INV completed.
+        #[default]
+        Send = 0 => "SEND",
+        /// RDMA WRITE (with or without immediate) completed.
+        RdmaWrite = 1 => "RDMA_WRITE",
         /// RDMA READ completed.
-        RDMA_READ = 2,
+        RdmaRead = 2 => "RDMA_READ",
         /// Compare and swap completed.
-        COMP_SWAP = 3,
+        CompSwap = 3 => "COMP_SWAP",
         /// Fetch and add completed.
-        FETCH_ADD = 4,
+        FetchAdd = 4 => "FETCH_ADD",
         /// Memory-window bind completed.
-        BIND_MW = 5,
+        BindMw = 5 => "BIND_MW",
         /// Local invalidate completed.
-        LOCAL_INV = 6,
+        LocalInv = 6 => "LOCAL_INV",
         /// TSO completed.
-        TSO = 7,
+        Tso = 7 => "TSO",
         /// FLUSH completed.
-        FLUSH = 8,
+        Flush = 8 => "FLUSH",
         /// ATOMIC WRITE completed.
-        ATOMIC_WRITE = 9,
-        /// A SEND was received (test `opcode & RECV`).
-        RECV = 1 << 7,
+        AtomicWrite = 9 => "ATOMIC_WRITE",
+        /// A SEND was received (C code tests `opcode & IBV_WC_RECV`).
+        Recv = 1 << 7 => "RECV",
         /// An RDMA WRITE with immediate was received.
-        RECV_RDMA_WITH_IMM = (1 << 7) + 1,
+        RecvRdmaWithImm = (1 << 7) + 1 => "RECV_RDMA_WITH_IMM",
     }
 }
 
 impl WcOpcode {
     /// Whether this is a receive-side completion (`opcode & IBV_WC_RECV`).
     pub fn is_recv(self) -> bool {
-        self.0 & WcOpcode::RECV.0 != 0
+        self.raw() & WcOpcode::Recv.raw() != 0
     }
 }
 
-open_enum! {
+impl core::fmt::Display for WcOpcode {
+    /// The constant's name (`RECV`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+closed_enum! {
     /// `enum ibv_wc_status` (docs/wire.md §7.1); same numbers as the kernel `ib_wc_status`.
-    pub struct WcStatus(u32) {
-        /// Success.
-        SUCCESS = 0,
-        /// Local length error.
-        LOC_LEN_ERR = 1,
-        /// Local QP operation error.
-        LOC_QP_OP_ERR = 2,
-        /// Local EE context operation error (RD).
-        LOC_EEC_OP_ERR = 3,
-        /// Local protection error.
-        LOC_PROT_ERR = 4,
-        /// Flushed because the QP is in ERR.
-        WR_FLUSH_ERR = 5,
+    #[derive(Default)]
+    pub enum WcStatus: u32 {
+        /// The WR completed.
+        #[default]
+        Success = 0 => "SUCCESS",
+        /// Local length error (receive buffer too small).
+        LocLenErr = 1 => "LOC_LEN_ERR",
+        /// Local QP operation error (malformed WQE, opcode not allowed on this QP type).
+        LocQpOpErr = 2 => "LOC_QP_OP_ERR",
+        /// Local EE context operation error (RD only).
+        LocEecOpErr = 3 => "LOC_EEC_OP_ERR",
+        /// Local protection error: an SGE failed the MR check.
+        LocProtErr = 4 => "LOC_PROT_ERR",
+        /// Flushed because the QP is in ERR (or SQE for the send queue).
+        WrFlushErr = 5 => "WR_FLUSH_ERR",
         /// Memory-window bind error.
-        MW_BIND_ERR = 6,
-        /// Bad response.
-        BAD_RESP_ERR = 7,
+        MwBindErr = 6 => "MW_BIND_ERR",
+        /// Unexpected response opcode or length from the responder.
+        BadRespErr = 7 => "BAD_RESP_ERR",
         /// Local access error.
-        LOC_ACCESS_ERR = 8,
-        /// Remote invalid request (NAK).
-        REM_INV_REQ_ERR = 9,
-        /// Remote access error (NAK).
-        REM_ACCESS_ERR = 10,
-        /// Remote operational error (NAK).
-        REM_OP_ERR = 11,
-        /// Transport retry counter exceeded.
-        RETRY_EXC_ERR = 12,
+        LocAccessErr = 8 => "LOC_ACCESS_ERR",
+        /// NAK invalid request received.
+        RemInvReqErr = 9 => "REM_INV_REQ_ERR",
+        /// NAK remote access error received.
+        RemAccessErr = 10 => "REM_ACCESS_ERR",
+        /// NAK remote operational error received.
+        RemOpErr = 11 => "REM_OP_ERR",
+        /// Transport retry counter exceeded (ACK timeouts / sequence-error NAKs).
+        RetryExcErr = 12 => "RETRY_EXC_ERR",
         /// RNR retry counter exceeded.
-        RNR_RETRY_EXC_ERR = 13,
-        /// Local RDD violation (RD).
-        LOC_RDD_VIOL_ERR = 14,
-        /// Remote invalid RD request.
-        REM_INV_RD_REQ_ERR = 15,
+        RnrRetryExcErr = 13 => "RNR_RETRY_EXC_ERR",
+        /// Local RDD violation (RD only).
+        LocRddViolErr = 14 => "LOC_RDD_VIOL_ERR",
+        /// NAK invalid RD request received.
+        RemInvRdReqErr = 15 => "REM_INV_RD_REQ_ERR",
         /// Remote aborted.
-        REM_ABORT_ERR = 16,
-        /// Invalid EE context number (RD).
-        INV_EECN_ERR = 17,
-        /// Invalid EE context state (RD).
-        INV_EEC_STATE_ERR = 18,
+        RemAbortErr = 16 => "REM_ABORT_ERR",
+        /// Invalid EE context number (RD only).
+        InvEecnErr = 17 => "INV_EECN_ERR",
+        /// Invalid EE context state (RD only).
+        InvEecStateErr = 18 => "INV_EEC_STATE_ERR",
         /// Fatal error.
-        FATAL_ERR = 19,
+        FatalErr = 19 => "FATAL_ERR",
         /// Response timeout.
-        RESP_TIMEOUT_ERR = 20,
+        RespTimeoutErr = 20 => "RESP_TIMEOUT_ERR",
         /// General error.
-        GENERAL_ERR = 21,
+        GeneralErr = 21 => "GENERAL_ERR",
         /// Tag-matching error.
-        TM_ERR = 22,
+        TmErr = 22 => "TM_ERR",
         /// Tag-matching rendezvous incomplete.
-        TM_RNDV_INCOMPLETE = 23,
+        TmRndvIncomplete = 23 => "TM_RNDV_INCOMPLETE",
     }
 }
 
 impl WcStatus {
-    /// Exactly what rdma-core's `ibv_wc_status_str()` returns (libibverbs/verbs.c), including
-    /// `"unknown"` for values outside the table. The C-ABI library returns these strings.
+    /// Exactly what rdma-core's `ibv_wc_status_str()` returns for this status
+    /// (libibverbs/verbs.c), e.g. "transport retry counter exceeded".
     pub fn as_str(self) -> &'static str {
-        match self.0 {
-            0 => "success",
-            1 => "local length error",
-            2 => "local QP operation error",
-            3 => "local EE context operation error",
-            4 => "local protection error",
-            5 => "Work Request Flushed Error",
-            6 => "memory management operation error",
-            7 => "bad response error",
-            8 => "local access error",
-            9 => "remote invalid request error",
-            10 => "remote access error",
-            11 => "remote operation error",
-            12 => "transport retry counter exceeded",
-            13 => "RNR retry counter exceeded",
-            14 => "local RDD violation error",
-            15 => "remote invalid RD request",
-            16 => "aborted error",
-            17 => "invalid EE context number",
-            18 => "invalid EE context state",
-            19 => "fatal error",
-            20 => "response timeout error",
-            21 => "general error",
-            22 => "TM error",
-            23 => "TM software rendezvous",
-            _ => "unknown",
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::GeneralErr => "general error",
+            WcStatus::TmErr => "TM error",
+            WcStatus::TmRndvIncomplete => "TM software rendezvous",
         }
+    }
+
+    /// `ibv_wc_status_str()` of a raw value: [`WcStatus::as_str`], or `"unknown"` for a
+    /// value outside the table, as rdma-core does.
+    pub fn str_of_raw(v: u32) -> &'static str {
+        WcStatus::from_raw(v).map_or("unknown", WcStatus::as_str)
+    }
+}
+
+impl core::fmt::Display for WcStatus {
+    /// The `ibv_wc_status_str()` text.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -351,34 +423,40 @@ open_flags! {
     }
 }
 
-open_enum! {
-    /// `enum ibv_mtu` (docs/wire.md §0).
-    pub struct Mtu(u32) {
+closed_enum! {
+    /// `enum ibv_mtu` (docs/wire.md §0): the path MTU, 1 = 256 … 5 = 4096 bytes.
+    #[derive(Default)]
+    pub enum Mtu: u8 {
         /// 256 bytes.
-        MTU_256 = 1,
+        Mtu256 = 1 => "MTU_256",
         /// 512 bytes.
-        MTU_512 = 2,
+        Mtu512 = 2 => "MTU_512",
         /// 1024 bytes.
-        MTU_1024 = 3,
+        #[default]
+        Mtu1024 = 3 => "MTU_1024",
         /// 2048 bytes.
-        MTU_2048 = 4,
+        Mtu2048 = 4 => "MTU_2048",
         /// 4096 bytes.
-        MTU_4096 = 5,
+        Mtu4096 = 5 => "MTU_4096",
     }
 }
 
 impl Mtu {
-    /// Payload bytes per packet, or `None` for an unnamed value.
-    pub fn bytes(self) -> Option<u32> {
-        match self.0 {
-            1..=5 => Some(128 << self.0),
-            _ => None,
-        }
+    /// Payload bytes per packet.
+    pub const fn bytes(self) -> u32 {
+        128u32 << (self as u8)
     }
 
-    /// The enum value for an exact byte size.
+    /// The enum value for an exact byte size (256, 512, 1024, 2048 or 4096).
     pub fn from_bytes(bytes: u32) -> Option<Mtu> {
-        Mtu::ALL.iter().copied().find(|m| m.bytes() == Some(bytes))
+        Mtu::ALL.iter().copied().find(|m| m.bytes() == bytes)
+    }
+}
+
+impl core::fmt::Display for Mtu {
+    /// The constant's name (`MTU_1024`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -127,7 +127,7 @@ fn golden_modify_qp_rts() {
     let Request::ModifyQp(d) = r else {
         panic!("{r:?}")
     };
-    assert_eq!(d.state(), abi::QpState::RTS);
+    assert_eq!(d.state(), Some(abi::QpState::Rts));
     assert!(d
         .mask()
         .contains(abi::QpAttrMask::SQ_PSN | abi::QpAttrMask::TIMEOUT));
@@ -225,7 +225,7 @@ fn post_send_lists() {
     let mut w0 = SendWr {
         wr_id: 1,
         num_sge: 2,
-        opcode: abi::WrOpcode::RDMA_WRITE.0,
+        opcode: abi::WrOpcode::RdmaWrite.raw(),
         ..Default::default()
     };
     w0.set_rdma(RdmaWr {
@@ -236,7 +236,7 @@ fn post_send_lists() {
     let mut w1 = SendWr {
         wr_id: 2,
         num_sge: 1,
-        opcode: abi::WrOpcode::SEND_WITH_IMM.0,
+        opcode: abi::WrOpcode::SendWithImm.raw(),
         ..Default::default()
     };
     w1.set_imm_data(0x0102_0304);

@@ -37,7 +37,7 @@ fn send_wqe_with_sges_through_the_sq() {
     let (mut sq, mut eng) = channel(RingLayout::new(8, elem).unwrap()).unwrap();
     let mut hdr = SendWqe {
         wr_id: 0xfeed,
-        opcode: WrOpcode::RDMA_WRITE_WITH_IMM.0,
+        opcode: WrOpcode::RdmaWriteWithImm.raw(),
         send_flags: (SendFlags::SIGNALED | SendFlags::SOLICITED).0,
         num_sge: 2,
         remote_addr: 0x7000_0000,
@@ -66,7 +66,7 @@ fn send_wqe_with_sges_through_the_sq() {
     eng.read(0, 0, &mut slot).unwrap();
     let (got, payload) = SendWqe::parse(&slot, LIMITS).unwrap();
     assert_eq!(got, hdr);
-    assert_eq!(got.op(), WrOpcode::RDMA_WRITE_WITH_IMM);
+    assert_eq!(got.op(), Some(WrOpcode::RdmaWriteWithImm));
     assert_eq!(got.imm_data(), 0xcafe_babe);
     assert_eq!(got.wire_len(), 64 + 32);
     assert_eq!(payload.sges().collect::<Vec<_>>(), sges.to_vec());
@@ -80,7 +80,7 @@ fn inline_send_and_ud_fields() {
     let data: Vec<u8> = (0..200u8).collect();
     let hdr = SendWqe {
         wr_id: 1,
-        opcode: WrOpcode::SEND.0,
+        opcode: WrOpcode::Send.raw(),
         send_flags: SendFlags::INLINE.0,
         inline_len: 200,
         ah: 9,
@@ -110,7 +110,7 @@ fn send_wqe_validation() {
         v
     };
     let base = SendWqe {
-        opcode: WrOpcode::SEND.0,
+        opcode: WrOpcode::Send.raw(),
         ..Default::default()
     };
     assert!(SendWqe::parse(&slot(base), LIMITS).is_ok());
@@ -203,8 +203,8 @@ fn recv_wqe_validation() {
 fn cqe_prefix_is_ibv_wc() {
     let mut wc = Wc {
         wr_id: 0x0102_0304_0506_0708,
-        status: WcStatus::RETRY_EXC_ERR.0,
-        opcode: WcOpcode::RDMA_WRITE.0,
+        status: WcStatus::RetryExcErr.raw(),
+        opcode: WcOpcode::RdmaWrite.raw(),
         qp_num: 0x11,
         wc_flags: (WcFlags::WITH_IMM | WcFlags::GRH).0,
         port_num: 1,
@@ -231,34 +231,33 @@ fn cqe_prefix_is_ibv_wc() {
 
 #[test]
 fn wc_status_strings_are_rdma_cores() {
-    assert_eq!(WcStatus::SUCCESS.as_str(), "success");
-    assert_eq!(WcStatus::LOC_PROT_ERR.as_str(), "local protection error");
+    assert_eq!(WcStatus::Success.as_str(), "success");
+    assert_eq!(WcStatus::LocProtErr.as_str(), "local protection error");
+    assert_eq!(WcStatus::WrFlushErr.as_str(), "Work Request Flushed Error");
     assert_eq!(
-        WcStatus::WR_FLUSH_ERR.as_str(),
-        "Work Request Flushed Error"
-    );
-    assert_eq!(
-        WcStatus::RETRY_EXC_ERR.as_str(),
+        WcStatus::RetryExcErr.as_str(),
         "transport retry counter exceeded"
     );
     assert_eq!(
-        WcStatus::RNR_RETRY_EXC_ERR.as_str(),
+        WcStatus::RnrRetryExcErr.as_str(),
         "RNR retry counter exceeded"
     );
-    assert_eq!(WcStatus::REM_ACCESS_ERR.as_str(), "remote access error");
+    assert_eq!(WcStatus::RemAccessErr.as_str(), "remote access error");
     assert_eq!(
-        WcStatus::MW_BIND_ERR.as_str(),
+        WcStatus::MwBindErr.as_str(),
         "memory management operation error"
     );
-    assert_eq!(WcStatus::REM_ABORT_ERR.as_str(), "aborted error");
+    assert_eq!(WcStatus::RemAbortErr.as_str(), "aborted error");
     assert_eq!(
-        WcStatus::TM_RNDV_INCOMPLETE.as_str(),
+        WcStatus::TmRndvIncomplete.as_str(),
         "TM software rendezvous"
     );
-    assert_eq!(WcStatus(24).as_str(), "unknown");
+    assert_eq!(WcStatus::str_of_raw(24), "unknown");
+    assert_eq!(WcStatus::from_raw(24), None);
     assert_eq!(WcStatus::ALL.len(), 24);
     for (i, s) in WcStatus::ALL.iter().enumerate() {
-        assert_eq!(s.0 as usize, i, "statuses are numbered 0..=23 in order");
+        assert_eq!(s.raw() as usize, i, "statuses are numbered 0..=23 in order");
+        assert_eq!(WcStatus::from_raw(i as u32), Some(*s));
         assert_ne!(s.as_str(), "unknown");
     }
     assert_eq!(PortState::ACTIVE.as_str(), "active");
@@ -266,7 +265,7 @@ fn wc_status_strings_are_rdma_cores() {
 
 #[test]
 fn enum_values_and_debug() {
-    assert_eq!(QpState::ERR.0, 6);
+    assert_eq!(QpState::Err.raw(), 6);
     assert_eq!(QpType::UD.0, 4);
     assert_eq!(QpAttrMask::DEST_QPN.0, 1 << 20);
     assert_eq!(QpAttrMask::RATE_LIMIT.0, 1 << 25);
@@ -283,18 +282,20 @@ fn enum_values_and_debug() {
         "libibverbs value, not the kernel's 8"
     );
     assert_eq!(WcFlags::WITH_INV.0, 8);
-    assert!(WcOpcode::RECV_RDMA_WITH_IMM.is_recv());
-    assert!(!WcOpcode::RDMA_READ.is_recv());
-    assert_eq!(WrOpcode::SEND_WITH_INV.wc_opcode(), Some(WcOpcode::SEND));
-    assert_eq!(
-        WrOpcode::ATOMIC_FETCH_AND_ADD.wc_opcode(),
-        Some(WcOpcode::FETCH_ADD)
-    );
-    assert_eq!(WrOpcode(11).wc_opcode(), None);
-    assert_eq!(format!("{:?}", WrOpcode(11)), "WrOpcode(0xb)");
-    assert_eq!(Mtu::MTU_1024.bytes(), Some(1024));
-    assert_eq!(Mtu::from_bytes(4096), Some(Mtu::MTU_4096));
-    assert_eq!(Mtu(0).bytes(), None);
+    assert!(WcOpcode::RecvRdmaWithImm.is_recv());
+    assert!(!WcOpcode::RdmaRead.is_recv());
+    assert_eq!(WrOpcode::SendWithInv.wc_opcode(), WcOpcode::Send);
+    assert_eq!(WrOpcode::AtomicFetchAndAdd.wc_opcode(), WcOpcode::FetchAdd);
+    assert_eq!(WrOpcode::from_raw(11), None);
+    assert_eq!(WrOpcode::raw_name(11).to_string(), "WrOpcode(0xb)");
+    assert_eq!(WrOpcode::Flush.wc_opcode(), WcOpcode::Flush);
+    assert_eq!(WcOpcode::RecvRdmaWithImm.raw(), 129);
+    assert_eq!(Mtu::Mtu1024.bytes(), 1024);
+    assert_eq!(Mtu::from_bytes(4096), Some(Mtu::Mtu4096));
+    assert_eq!(Mtu::from_raw(0), None);
+    assert_eq!(Mtu::from_bytes(1500), None);
+    assert_eq!(QpState::raw_name(3).to_string(), "RTS");
+    assert_eq!(QpState::raw_name(9).to_string(), "QpState(0x9)");
     assert_eq!(Errno::EOPNOTSUPP.0, 95);
     assert_eq!(format!("{:?}", Errno(1234)), "Errno(1234)");
 }

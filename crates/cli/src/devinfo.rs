@@ -270,8 +270,7 @@ fn port_state_str(s: PortState) -> &'static str {
 }
 
 fn mtu_str(m: Mtu) -> String {
-    m.bytes()
-        .map_or_else(|| "invalid MTU".to_string(), |b| b.to_string())
+    m.bytes().to_string()
 }
 
 fn link_layer_str(l: LinkLayer) -> &'static str {
@@ -295,13 +294,13 @@ fn port_lines(out: &mut String, port: u8, p: &PortAttr) {
         out,
         "\t\t\tmax_mtu:\t\t{} ({})",
         mtu_str(p.max_mtu),
-        p.max_mtu.0
+        p.max_mtu.raw()
     );
     let _ = writeln!(
         out,
         "\t\t\tactive_mtu:\t\t{} ({})",
         mtu_str(p.active_mtu),
-        p.active_mtu.0
+        p.active_mtu.raw()
     );
     let _ = writeln!(out, "\t\t\tsm_lid:\t\t\t{}", p.sm_lid);
     let _ = writeln!(out, "\t\t\tport_lid:\t\t{}", p.lid);
@@ -450,8 +449,7 @@ mod tests {
     fn enum_strings_match_devinfo() {
         assert_eq!(port_state_str(PortState::ACTIVE), "PORT_ACTIVE");
         assert_eq!(port_state_str(PortState(9)), "invalid state");
-        assert_eq!(mtu_str(Mtu::MTU_1024), "1024");
-        assert_eq!(mtu_str(Mtu(0)), "invalid MTU");
+        assert_eq!(mtu_str(Mtu::Mtu1024), "1024");
         assert_eq!(width_str(2), "4");
         assert_eq!(speed_str(32), "25.0 Gbps");
         assert_eq!(vl_str(3), "4");

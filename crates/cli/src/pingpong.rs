@@ -222,7 +222,7 @@ impl Ctx {
             .query_port(args.ib_port)
             .context("Couldn't get port info")?;
         if o.variant == Variant::Ud {
-            let active = port.active_mtu.bytes().unwrap_or(1024) as usize;
+            let active = port.active_mtu.bytes() as usize;
             if o.size > active {
                 bail!("Requested size larger than port MTU ({active})");
             }
@@ -302,7 +302,7 @@ impl Ctx {
                     .context("Failed to modify QP to INIT/RTR/RTS")?;
             } else {
                 let a = QpAttr {
-                    qp_state: QpState::INIT,
+                    qp_state: QpState::Init,
                     pkey_index: 0,
                     port_num: args.ib_port,
                     qp_access_flags: AccessFlags::EMPTY,
@@ -377,7 +377,7 @@ impl Ctx {
 /// rdma-core's `pp_connect_ctx` for RC (and each srq QP): RTR toward `rem`, then RTS.
 fn connect_rc(qp: &Qp, args: &Args, mtu: Mtu, my_psn: u32, rem: &PpDest) -> Result<()> {
     let mut a = QpAttr {
-        qp_state: QpState::RTR,
+        qp_state: QpState::Rtr,
         path_mtu: mtu,
         dest_qp_num: rem.qpn,
         rq_psn: rem.psn,
@@ -397,7 +397,7 @@ fn connect_rc(qp: &Qp, args: &Args, mtu: Mtu, my_psn: u32, rem: &PpDest) -> Resu
             | QpAttrMask::MIN_RNR_TIMER,
     )
     .context("Failed to modify QP to RTR")?;
-    a.qp_state = QpState::RTS;
+    a.qp_state = QpState::Rts;
     a.timeout = 14;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
@@ -578,11 +578,11 @@ fn traffic(c: &Ctx, o: &Opts, rem: &[PpDest], routs: &mut u32, timeout: u64) -> 
         let what = || format!("completions ({scnt} sent, {rcnt} received of {iters})");
         let k = wait_cq(&c.cq, c.channel.as_ref(), &mut wc, &mut dog, &what)?;
         for w in wc.iter().take(k) {
-            if w.status != WcStatus::SUCCESS {
+            if w.status != WcStatus::Success {
                 bail!(
                     "Failed status {} ({}) for wr_id {}",
                     w.status.as_str(),
-                    w.status.0,
+                    w.status.raw(),
                     w.wr_id
                 );
             }

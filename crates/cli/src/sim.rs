@@ -236,7 +236,7 @@ fn report_json(r: &Report) -> serde_json::Value {
         "violation_details": r.violation_details,
         "virtual_time_ms": r.virtual_time_ns as f64 / 1e6,
         "last_completion_ms": r.last_completion_ns as f64 / 1e6,
-        "final_qp_states": [r.final_states[0].as_str(), r.final_states[1].as_str()],
+        "final_qp_states": [r.final_states[0].name(), r.final_states[1].name()],
         "network": {
             "frames_sent": n.frames_sent,
             "frames_delivered": n.frames_delivered,
@@ -457,7 +457,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
 
 /// rdma-core's `ibv_wc_status_str` text of a status value.
 fn wc_status_text(status: u32) -> &'static str {
-    sim::transport::WcStatus::from_u32(status).map_or("unknown", sim::transport::WcStatus::as_str)
+    sim::transport::WcStatus::str_of_raw(status)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

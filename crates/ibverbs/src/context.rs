@@ -396,8 +396,8 @@ unsafe extern "C" fn op_query_device_ex(
 fn port_attr(p: &uroce::PortAttr) -> ibv_port_attr {
     ibv_port_attr {
         state: p.state.0,
-        max_mtu: p.max_mtu.0,
-        active_mtu: p.active_mtu.0,
+        max_mtu: p.max_mtu.raw(),
+        active_mtu: p.active_mtu.raw(),
         gid_tbl_len: c_i32(p.gid_tbl_len),
         port_cap_flags: p.port_cap_flags,
         max_msg_sz: p.max_msg_sz,
@@ -890,7 +890,7 @@ mod tests {
     fn port_attr_copies_fields() {
         let p = uroce::PortAttr {
             state: uroce::PortState(4),
-            active_mtu: uroce::Mtu(3),
+            active_mtu: uroce::Mtu::Mtu1024,
             gid_tbl_len: 2,
             link_layer: uroce::LinkLayer(2),
             ..Default::default()

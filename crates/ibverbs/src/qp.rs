@@ -179,7 +179,8 @@ unsafe fn send_wr<'a>(
     } else {
         Payload::Sges(list)
     };
-    let opcode = WrOpcode(w.opcode);
+    // An opcode outside `enum ibv_wr_opcode` is refused at post, as the providers do.
+    let opcode = WrOpcode::from_raw(w.opcode).ok_or(libc::EINVAL)?;
     let remote = if ud {
         let d = w.ud();
         // SAFETY: a UD WR names a live AH (contract).
@@ -193,14 +194,14 @@ unsafe fn send_wr<'a>(
         }
     } else {
         match opcode {
-            WrOpcode::RDMA_WRITE | WrOpcode::RDMA_WRITE_WITH_IMM | WrOpcode::RDMA_READ => {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
                 let r = w.rdma();
                 Remote::Rdma {
                     addr: r.remote_addr,
                     rkey: r.rkey,
                 }
             }
-            WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD => {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let a = w.atomic();
                 Remote::Atomic {
                     addr: a.remote_addr,
@@ -209,7 +210,7 @@ unsafe fn send_wr<'a>(
                     swap: a.swap,
                 }
             }
-            WrOpcode::BIND_MW => {
+            WrOpcode::BindMw => {
                 let b = w.bind_mw();
                 // SAFETY: a BIND_MW WR names a live window and a NULL or live MR (contract).
                 let Some(mw) = (unsafe { b.mw.cast::<ibv_mw>().as_ref() }) else {
@@ -318,7 +319,7 @@ pub(crate) unsafe extern "C" fn op_post_send(
         for _ in 0..n {
             // SAFETY: the `n` elements from chunk_start were just converted (contract).
             let w = unsafe { &*p };
-            if WrOpcode(w.opcode) == WrOpcode::BIND_MW {
+            if WrOpcode::from_raw(w.opcode) == Some(WrOpcode::BindMw) {
                 let b = w.bind_mw();
                 // SAFETY: a live window (contract); the application does not read it
                 // concurrently with this post.
@@ -654,7 +655,7 @@ unsafe fn create_qp(
                 srq: a.srq,
                 handle: qp.handle(),
                 qp_num: qp.qp_num(),
-                state: QpState::RESET.0,
+                state: QpState::Reset.raw(),
                 qp_type: a.qp_type,
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
@@ -715,7 +716,7 @@ unsafe fn create_xrc_recv_qp(
                 srq: core::ptr::null_mut(),
                 handle: qp.handle(),
                 qp_num: qp.qp_num(),
-                state: QpState::RESET.0,
+                state: QpState::Reset.raw(),
                 qp_type: a.qp_type,
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
@@ -857,11 +858,29 @@ fn wrap_srq(
     b
 }
 
-fn qp_attr_from_c(a: &ibv_qp_attr) -> QpAttr {
-    QpAttr {
-        qp_state: QpState(a.qp_state),
-        cur_qp_state: QpState(a.cur_qp_state),
-        path_mtu: Mtu(a.path_mtu),
+/// The attributes `mask` selects must hold values their C enums name (else `None`, which
+/// the caller returns as EINVAL); the others are not read.
+fn qp_attr_from_c(a: &ibv_qp_attr, mask: QpAttrMask) -> Option<QpAttr> {
+    fn pick<T: Default>(on: bool, v: Option<T>) -> Option<T> {
+        if on {
+            v
+        } else {
+            Some(v.unwrap_or_default())
+        }
+    }
+    Some(QpAttr {
+        qp_state: pick(
+            mask.contains(QpAttrMask::STATE),
+            QpState::from_raw(a.qp_state),
+        )?,
+        cur_qp_state: pick(
+            mask.contains(QpAttrMask::CUR_STATE),
+            QpState::from_raw(a.cur_qp_state),
+        )?,
+        path_mtu: pick(
+            mask.contains(QpAttrMask::PATH_MTU),
+            Mtu::from_raw(a.path_mtu),
+        )?,
         path_mig_state: u8::try_from(a.path_mig_state).unwrap_or(u8::MAX),
         qkey: a.qkey,
         rq_psn: a.rq_psn,
@@ -885,14 +904,14 @@ fn qp_attr_from_c(a: &ibv_qp_attr) -> QpAttr {
         alt_port_num: a.alt_port_num,
         alt_timeout: a.alt_timeout,
         sq_sig_all: false,
-    }
+    })
 }
 
 pub(crate) fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
     ibv_qp_attr {
-        qp_state: a.qp_state.0,
-        cur_qp_state: a.cur_qp_state.0,
-        path_mtu: a.path_mtu.0,
+        qp_state: a.qp_state.raw(),
+        cur_qp_state: a.cur_qp_state.raw(),
+        path_mtu: a.path_mtu.raw(),
         path_mig_state: u32::from(a.path_mig_state),
         qkey: a.qkey,
         rq_psn: a.rq_psn,
@@ -938,7 +957,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
             return libc::EINVAL;
         };
         let mask = QpAttrMask(mask as u32);
-        match q.modify(&qp_attr_from_c(a), mask) {
+        let Some(attr) = qp_attr_from_c(a, mask) else {
+            return libc::EINVAL;
+        };
+        match q.modify(&attr, mask) {
             Ok(()) => {
                 if mask.contains(QpAttrMask::STATE) {
                     // SAFETY: live QP; `state` is the application-visible mirror.
@@ -1035,7 +1057,7 @@ pub unsafe extern "C" fn ibv_query_qp(
                 // SAFETY: live QP and valid out-parameters per the contract.
                 unsafe {
                     let c = &mut (*uq).ibv;
-                    c.state = a.qp_state.0;
+                    c.state = a.qp_state.raw();
                     attr.write(qp_attr_to_c(&a));
                     init_attr.write(ibv_qp_init_attr {
                         qp_context: c.qp_context,
@@ -1248,7 +1270,7 @@ mod tests {
         w.wr_id = 42;
         w.sg_list = sge.as_mut_ptr();
         w.num_sge = 1;
-        w.opcode = WrOpcode::RDMA_WRITE_WITH_IMM.0;
+        w.opcode = WrOpcode::RdmaWriteWithImm.raw();
         w.send_flags = SendFlags::SIGNALED.bits();
         w.imm_data = 0x1234_5678u32.to_be();
         w.wr.rdma = ibv_send_wr_rdma {
@@ -1299,7 +1321,7 @@ mod tests {
         let mut w = zeroed_send_wr();
         w.sg_list = sge.as_mut_ptr();
         w.num_sge = 2;
-        w.opcode = WrOpcode::SEND.0;
+        w.opcode = WrOpcode::Send.raw();
         w.send_flags = SendFlags::INLINE.bits();
         let mut g = [0u8; GATHER_BYTES];
         let mut used = false;
@@ -1357,6 +1379,9 @@ mod tests {
         };
         c.ah_attr.is_global = 1;
         c.ah_attr.grh.dgid.raw[15] = 1;
-        assert_eq!(qp_attr_to_c(&qp_attr_from_c(&c)), c);
+        assert_eq!(
+            qp_attr_to_c(&qp_attr_from_c(&c, QpAttrMask(!0)).unwrap()),
+            c
+        );
     }
 }

@@ -348,7 +348,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
         swap,
     };
     // SAFETY: called through the QP's own slot inside a batch (contract).
-    let _ = unsafe { begin(qp, WrOpcode::ATOMIC_CMP_AND_SWP, remote) };
+    let _ = unsafe { begin(qp, WrOpcode::AtomicCmpAndSwp, remote) };
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp, rkey: u32, remote_addr: u64, add: u64) {
@@ -359,7 +359,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp, rkey: u32, remote_addr
         swap: 0,
     };
     // SAFETY: as above.
-    let _ = unsafe { begin(qp, WrOpcode::ATOMIC_FETCH_AND_ADD, remote) };
+    let _ = unsafe { begin(qp, WrOpcode::AtomicFetchAndAdd, remote) };
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp, rkey: u32, remote_addr: u64) {
@@ -368,7 +368,7 @@ unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp, rkey: u32, remote_addr: u64) 
         rkey,
     };
     // SAFETY: as above.
-    let _ = unsafe { begin(qp, WrOpcode::RDMA_READ, remote) };
+    let _ = unsafe { begin(qp, WrOpcode::RdmaRead, remote) };
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp, rkey: u32, remote_addr: u64) {
@@ -377,7 +377,7 @@ unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp, rkey: u32, remote_addr: u64)
         rkey,
     };
     // SAFETY: as above.
-    let _ = unsafe { begin(qp, WrOpcode::RDMA_WRITE, remote) };
+    let _ = unsafe { begin(qp, WrOpcode::RdmaWrite, remote) };
 }
 
 /// `imm_data` is `__be32`, as in `ibv_send_wr`.
@@ -387,7 +387,7 @@ unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp, rkey: u32, remote_addr: 
         rkey,
     };
     // SAFETY: as above.
-    if unsafe { begin(qp, WrOpcode::RDMA_WRITE_WITH_IMM, remote) }.is_some() {
+    if unsafe { begin(qp, WrOpcode::RdmaWriteWithImm, remote) }.is_some() {
         // SAFETY: as above; the WR was just begun.
         if let Some(w) = unsafe { batch(qp) }.and_then(|(_, b)| b.wrs.last_mut()) {
             w.imm_data = u32::from_be(imm);
@@ -397,12 +397,12 @@ unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp, rkey: u32, remote_addr: 
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp) {
     // SAFETY: as above.
-    let _ = unsafe { begin(qp, WrOpcode::SEND, PendRemote::None) };
+    let _ = unsafe { begin(qp, WrOpcode::Send, PendRemote::None) };
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp, imm: u32) {
     // SAFETY: as above.
-    if unsafe { begin(qp, WrOpcode::SEND_WITH_IMM, PendRemote::None) }.is_some() {
+    if unsafe { begin(qp, WrOpcode::SendWithImm, PendRemote::None) }.is_some() {
         // SAFETY: as above.
         if let Some(w) = unsafe { batch(qp) }.and_then(|(_, b)| b.wrs.last_mut()) {
             w.imm_data = u32::from_be(imm);
@@ -412,7 +412,7 @@ unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp, imm: u32) {
 
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp, invalidate_rkey: u32) {
     // SAFETY: as above.
-    if unsafe { begin(qp, WrOpcode::SEND_WITH_INV, PendRemote::None) }.is_some() {
+    if unsafe { begin(qp, WrOpcode::SendWithInv, PendRemote::None) }.is_some() {
         // SAFETY: as above.
         if let Some(w) = unsafe { batch(qp) }.and_then(|(_, b)| b.wrs.last_mut()) {
             w.invalidate_rkey = invalidate_rkey;
@@ -422,7 +422,7 @@ unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp, invalidate_rkey: u32) {
 
 unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp, invalidate_rkey: u32) {
     // SAFETY: as above.
-    if unsafe { begin(qp, WrOpcode::LOCAL_INV, PendRemote::None) }.is_some() {
+    if unsafe { begin(qp, WrOpcode::LocalInv, PendRemote::None) }.is_some() {
         // SAFETY: as above.
         if let Some(w) = unsafe { batch(qp) }.and_then(|(_, b)| b.wrs.last_mut()) {
             w.invalidate_rkey = invalidate_rkey;
@@ -458,7 +458,7 @@ unsafe extern "C" fn wr_bind_mw(
         access: b.mw_access_flags,
     };
     // SAFETY: as above.
-    if unsafe { begin(qp, WrOpcode::BIND_MW, remote) }.is_some() {
+    if unsafe { begin(qp, WrOpcode::BindMw, remote) }.is_some() {
         m.ibv.rkey = rkey;
         if let Some(w) = &m.mw {
             w.set_rkey(rkey);

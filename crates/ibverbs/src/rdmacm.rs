@@ -1665,7 +1665,10 @@ pub unsafe extern "C" fn uroce_rdma_init_qp_attr(
         else {
             return fail(libc::EINVAL);
         };
-        match u.rust.init_qp_attr(uroce::QpState(a.qp_state)) {
+        let Some(state) = uroce::QpState::from_raw(a.qp_state) else {
+            return fail(libc::EINVAL);
+        };
+        match u.rust.init_qp_attr(state) {
             Ok((qa, m)) => {
                 *a = crate::qp::qp_attr_to_c(&qa);
                 // SAFETY: valid for a write per the contract.

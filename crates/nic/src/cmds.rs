@@ -1921,16 +1921,16 @@ impl DevState {
             ));
         }
         if mask.contains(AttrMask::STATE) {
-            a.qp_state =
-                QpState::from_u8(m.qp_state).ok_or_else(|| bad("qp_state", m.qp_state.into()))?;
+            a.qp_state = QpState::from_raw(m.qp_state.into())
+                .ok_or_else(|| bad("qp_state", m.qp_state.into()))?;
         }
         if mask.contains(AttrMask::CUR_STATE) {
-            a.cur_qp_state = QpState::from_u8(m.cur_qp_state)
+            a.cur_qp_state = QpState::from_raw(m.cur_qp_state.into())
                 .ok_or_else(|| bad("cur_qp_state", m.cur_qp_state.into()))?;
         }
         if mask.contains(AttrMask::PATH_MTU) {
-            a.path_mtu =
-                Mtu::from_u8(m.path_mtu).ok_or_else(|| bad("path_mtu", m.path_mtu.into()))?;
+            a.path_mtu = Mtu::from_raw(m.path_mtu.into())
+                .ok_or_else(|| bad("path_mtu", m.path_mtu.into()))?;
         }
         if mask.contains(AttrMask::PKEY_INDEX) && m.pkey_index >= PKEY_TBL_LEN {
             return Err(refuse!(
@@ -2180,7 +2180,8 @@ impl DevState {
         wr: &SendWr,
         sges: &SgeList<'_>,
     ) -> Res<(SendWqe, Vec<u8>)> {
-        let op = transport::WrOpcode::from_u32(wr.opcode)
+        let op = transport::WrOpcode::from_raw(wr.opcode)
+            .filter(|o| o.is_implemented())
             .ok_or_else(|| refuse!(EINVAL, BAD_OPCODE, "opcode {} is unknown", wr.opcode))?;
         if op == transport::WrOpcode::BindMw {
             // ib_uverbs_send_wr has no room for a binding (the kernel refuses it too); the

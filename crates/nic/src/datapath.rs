@@ -292,7 +292,9 @@ fn wqe_to_wr(
     q: &QpObj,
     res: &Resources,
 ) -> Result<SendWr, WcStatus> {
-    let op = WrOpcode::from_u32(hdr.opcode).ok_or(WcStatus::LocQpOpErr)?;
+    let op = WrOpcode::from_raw(hdr.opcode)
+        .filter(|o| o.is_implemented())
+        .ok_or(WcStatus::LocQpOpErr)?;
     let mut wr = SendWr::new(hdr.wr_id, op);
     wr.flags = SendFlags(hdr.send_flags & 0xf);
     wr.local = match payload {
@@ -427,7 +429,7 @@ fn fail_wqe(q: &mut QpObj, res: &mut Resources, wr_id: u64, opcode: u32, status:
     res.counters.bad_wqe += 1;
     res.set_owes_signal(q, false);
     q.sq_taken += 1;
-    q.qp.fail_send(wr_id, WrOpcode::from_u32(opcode), status);
+    q.qp.fail_send(wr_id, WrOpcode::from_raw(opcode), status);
     drain_completions(q, res);
 }
 

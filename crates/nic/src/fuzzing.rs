@@ -532,7 +532,7 @@ fn wr(id: u64, op: WrOpcode, flags: u32, num_sge: u32) -> SendWr {
     SendWr {
         wr_id: id,
         num_sge,
-        opcode: op.0,
+        opcode: op.raw(),
         send_flags: flags,
         ..SendWr::default()
     }
@@ -581,7 +581,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     let mut inputs = Vec::new();
 
     // 1. RC traffic of every opcode, polled by command.
-    let mut atomic = wr(5, WrOpcode::ATOMIC_FETCH_AND_ADD, sig, 1);
+    let mut atomic = wr(5, WrOpcode::AtomicFetchAndAdd, sig, 1);
     atomic.set_atomic(AtomicWr {
         remote_addr: MR_AT + 0x3_0000,
         compare_add: 3,
@@ -589,30 +589,27 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         rkey: MR_KEY,
         reserved: 0,
     });
-    let mut imm = rdma(
-        wr(6, WrOpcode::RDMA_WRITE_WITH_IMM, sig, 1),
-        MR_AT + 0x3_1000,
-    );
+    let mut imm = rdma(wr(6, WrOpcode::RdmaWriteWithImm, sig, 1), MR_AT + 0x3_1000);
     imm.set_imm_data(0x1234);
-    let mut inline = wr(7, WrOpcode::SEND, sig | SendFlags::INLINE.0, 1);
+    let mut inline = wr(7, WrOpcode::Send, sig | SendFlags::INLINE.0, 1);
     inline.send_flags |= SendFlags::SOLICITED.0;
     let cmds = [
         post_recv(qb, 4),
         post_send(
             qa,
-            &[rdma(wr(1, WrOpcode::RDMA_WRITE, 0, 1), MR_AT + 0x1_0000)],
+            &[rdma(wr(1, WrOpcode::RdmaWrite, 0, 1), MR_AT + 0x1_0000)],
             &[sge(0, 1000)],
         ),
         post_send(
             qa,
-            &[rdma(wr(2, WrOpcode::RDMA_READ, sig, 1), MR_AT + 0x1_0000)],
+            &[rdma(wr(2, WrOpcode::RdmaRead, sig, 1), MR_AT + 0x1_0000)],
             &[sge(0x8000, 700)],
         ),
         post_send(
             qa,
             &[
-                wr(3, WrOpcode::SEND, sig, 2),
-                wr(4, WrOpcode::SEND_WITH_IMM, 0, 0),
+                wr(3, WrOpcode::Send, sig, 2),
+                wr(4, WrOpcode::SendWithImm, 0, 0),
             ],
             &[sge(0, 300), sge(0x400, 300)],
         ),
@@ -638,7 +635,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
 
     // 2. Errors: a bad rkey, a READ into an MR of the wrong key, then ERR, flushes,
     //    destroys with work outstanding, and objects torn down in use.
-    let mut bad_rkey = wr(9, WrOpcode::RDMA_WRITE, sig, 1);
+    let mut bad_rkey = wr(9, WrOpcode::RdmaWrite, sig, 1);
     bad_rkey.set_rdma(RdmaWr {
         remote_addr: MR_AT,
         rkey: MR_KEY ^ 0x80,
@@ -649,7 +646,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         post_send(qa, &[bad_rkey], &[sge(0, 64)]),
         post_send(
             qb,
-            &[rdma(wr(10, WrOpcode::RDMA_READ, sig, 1), MR_AT)],
+            &[rdma(wr(10, WrOpcode::RdmaRead, sig, 1), MR_AT)],
             &[Sge {
                 lkey: 0x999,
                 ..sge(0, 64)
@@ -686,7 +683,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
     let (xrc_sq, xrc_rq, xrc_sq2) = (XRC_AT, XRC_AT + 0x1_0000, XRC_AT + 0x2_0000);
     let srq_ring = RingLayout::for_depth(8, recv_wqe_size(1).unwrap_or(64))
         .unwrap_or_else(|_| unreachable!("valid SRQ ring"));
-    let mut ud = wr(11, WrOpcode::SEND, sig, 1);
+    let mut ud = wr(11, WrOpcode::Send, sig, 1);
     ud.set_ud(UdWr {
         ah: 1,
         remote_qpn: 16,
@@ -908,7 +905,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         rereg(ReregMr::CHANGE_ACCESS, &|r| r.access_flags = lw),
         post_send(
             qa,
-            &[rdma(wr(20, WrOpcode::RDMA_WRITE, sig, 1), MR_AT + 0x1_0000)],
+            &[rdma(wr(20, WrOpcode::RdmaWrite, sig, 1), MR_AT + 0x1_0000)],
             &[sge(0, 64)],
         ),
         enc(&Request::PollCq(PollCq {
@@ -946,9 +943,9 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         keys.draw(true, |_| false) & !0xff,
         keys.draw(true, |_| false) & !0xff,
     );
-    let mut inv = wr(30, WrOpcode::LOCAL_INV, sig, 0);
+    let mut inv = wr(30, WrOpcode::LocalInv, sig, 0);
     inv.ex = mw1;
-    let mut sinv = wr(31, WrOpcode::SEND_WITH_INV, sig, 1);
+    let mut sinv = wr(31, WrOpcode::SendWithInv, sig, 1);
     sinv.ex = mw2;
     let cmds = [
         enc(&Request::AllocMw(AllocMw {
@@ -969,7 +966,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
         post_recv(qb, 2),
         post_send(qa, &[sinv], &[sge(0, 16)]),
         post_send(qa, &[inv], &[]),
-        post_send(qa, &[wr(32, WrOpcode::BIND_MW, sig, 0)], &[]),
+        post_send(qa, &[wr(32, WrOpcode::BindMw, sig, 0)], &[]),
         enc(&Request::PollCq(PollCq {
             cq_handle: 1,
             ne: 16,

@@ -1240,7 +1240,7 @@ pub fn all_access() -> u32 {
 pub fn send_wr(wr_id: u64, op: abi::WrOpcode, flags: u32) -> SendWr {
     SendWr {
         wr_id,
-        opcode: op.0,
+        opcode: op.raw(),
         send_flags: flags,
         ..SendWr::default()
     }
@@ -1259,7 +1259,7 @@ pub fn rdma_wr(wr_id: u64, op: abi::WrOpcode, flags: u32, remote_addr: u64, rkey
 
 /// A UD send WR to `remote_qpn` through address handle `ah`.
 pub fn ud_wr(wr_id: u64, flags: u32, ah: u32, remote_qpn: u32, qkey: u32) -> SendWr {
-    let mut w = send_wr(wr_id, abi::WrOpcode::SEND, flags);
+    let mut w = send_wr(wr_id, abi::WrOpcode::Send, flags);
     w.set_ud(UdWr {
         ah,
         remote_qpn,

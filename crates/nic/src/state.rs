@@ -697,7 +697,7 @@ impl Resources {
     ) -> Result<(), Overflow> {
         if crate::trace::fast_on() {
             crate::trace::fast(&self.dev_name, || {
-                let status = transport::WcStatus::from_u32(wc.status)
+                let status = transport::WcStatus::from_raw(wc.status)
                     .map_or("?", transport::WcStatus::as_str);
                 format!(
                     "CQE cq={cq_idx} qpn={:#x} wr_id={} opcode={} byte_len={} status={} ({status})",

@@ -484,10 +484,10 @@ fn modify_qp(s: &mut String, m: &uverbs::ModifyQp) {
         let _ = write!(s, " selective_repeat");
     }
     if mask.contains(QpAttrMask::CUR_STATE) {
-        let _ = write!(s, " cur_state={}", QpState(u32::from(m.cur_qp_state)));
+        let _ = write!(s, " cur_state={}", QpState::raw_name(m.cur_qp_state.into()));
     }
     if mask.contains(QpAttrMask::STATE) {
-        let _ = write!(s, " state={}", m.state());
+        let _ = write!(s, " state={}", QpState::raw_name(m.qp_state.into()));
     }
     if mask.contains(QpAttrMask::PORT) {
         let _ = write!(s, " port={}", m.port_num);
@@ -505,7 +505,7 @@ fn modify_qp(s: &mut String, m: &uverbs::ModifyQp) {
         dest(s, &m.dest);
     }
     if mask.contains(QpAttrMask::PATH_MTU) {
-        let _ = write!(s, " path_mtu={}", abi::Mtu(u32::from(m.path_mtu)));
+        let _ = write!(s, " path_mtu={}", abi::Mtu::raw_name(m.path_mtu.into()));
     }
     if mask.contains(QpAttrMask::DEST_QPN) {
         let _ = write!(s, " dest_qpn={:#x}", m.dest_qp_num);
@@ -639,7 +639,7 @@ fn result(s: &mut String, r: &Request<'_>, body: &[u8]) {
             None => Ok(()),
         },
         Request::QueryQp(_) => match read::<uverbs::QueryQpResp>(body) {
-            Some(q) => write!(s, " state={}", QpState(u32::from(q.qp_state))),
+            Some(q) => write!(s, " state={}", QpState::raw_name(q.qp_state.into())),
             None => Ok(()),
         },
         Request::PollCq(_) => match read::<uverbs::PollCqResp>(body) {
@@ -666,7 +666,7 @@ mod tests {
         let m = ModifyQp {
             qp_handle: 3,
             attr_mask: (QpAttrMask::STATE | QpAttrMask::SQ_PSN).0,
-            qp_state: QpState::RTS.0 as u8,
+            qp_state: QpState::Rts.raw() as u8,
             sq_psn: 0x42,
             ..Default::default()
         };

@@ -44,8 +44,8 @@ fn device_port_gid_and_pkey_attributes_are_rxe_like() {
     let p = QueryPortResp::read_from_bytes(&r).unwrap();
     assert_eq!(p.state, abi::PortState::ACTIVE.0 as u8);
     assert_eq!(p.link_layer, abi::LinkLayer::ETHERNET.0);
-    assert_eq!(p.active_mtu, abi::Mtu::MTU_1024.0 as u8);
-    assert_eq!(p.max_mtu, abi::Mtu::MTU_4096.0 as u8);
+    assert_eq!(p.active_mtu, abi::Mtu::Mtu1024.raw() as u8);
+    assert_eq!(p.max_mtu, abi::Mtu::Mtu4096.raw() as u8);
     assert_eq!((p.gid_tbl_len, p.pkey_tbl_len, p.lid), (1, 1, 0));
     let e = c
         .call(&Request::QueryPort(QueryPort {
@@ -94,7 +94,7 @@ fn mtu_comes_from_the_device_configuration() {
         .unwrap();
     assert_eq!(
         QueryPortResp::read_from_bytes(&r).unwrap().active_mtu,
-        abi::Mtu::MTU_4096.0 as u8
+        abi::Mtu::Mtu4096.raw() as u8
     );
     let mut bad = nic::DeviceConfig::new("ctl_badmtu", "127.77.3.10".parse().unwrap());
     bad.active_mtu = 1500;
@@ -461,7 +461,7 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
     // Posting in the wrong state: sends before RTS, receives in RESET.
     let swr = SendWr {
         wr_id: 1,
-        opcode: abi::WrOpcode::SEND.0,
+        opcode: abi::WrOpcode::Send.raw(),
         ..Default::default()
     };
     let post = Request::PostSend(
@@ -752,7 +752,7 @@ fn selective_repeat_flag_goes_with_init_to_rtr_only() {
             qp_state: state as u8,
             qp_access_flags: AccessFlags::LOCAL_WRITE.0,
             port_num: 1,
-            path_mtu: abi::Mtu::MTU_1024.0 as u8,
+            path_mtu: abi::Mtu::Mtu1024.raw() as u8,
             dest_qp_num: dest,
             max_dest_rd_atomic: 1,
             qkey: 0x1111,

@@ -167,11 +167,11 @@ fn a_lost_middle_packet_is_nakked_and_resent_from_its_psn() {
     });
     let data = pattern(1, 3 * MTU);
     p.h.write(p.a, p.ma.addr, &data);
-    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
         .unwrap();
     let got = completions(&mut p.h, &mut p.cqa, 1);
-    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
     let middle = p.sent_by_a(WRITE_MIDDLE);
     assert_eq!(middle.len(), 2, "the middle once lost, once resent");
@@ -215,7 +215,7 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
     p.h.write(p.a, p.ma.addr, &data);
     let wr = rdma_wr(
         1,
-        WrOpcode::RDMA_WRITE_WITH_IMM,
+        WrOpcode::RdmaWriteWithImm,
         SIGNALED,
         p.mb.addr + 4096,
         p.mb.rkey,
@@ -223,11 +223,11 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
         .unwrap();
     let got = completions(&mut p.h, &mut p.cqa, 1);
-    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     let at_b = completions(&mut p.h, &mut p.cqb, 2);
     assert_eq!(
         statuses(&at_b),
-        [(10, WcStatus::SUCCESS.0)],
+        [(10, WcStatus::Success.raw())],
         "one receive consumed"
     );
     assert_eq!(p.h.read(p.b, p.mb.addr + 4096, data.len()), data);
@@ -241,7 +241,7 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
     // A later request still lands: B's expected PSN did not move for the duplicate.
     let wr = rdma_wr(
         2,
-        WrOpcode::RDMA_WRITE_WITH_IMM,
+        WrOpcode::RdmaWriteWithImm,
         SIGNALED,
         p.mb.addr,
         p.mb.rkey,
@@ -250,11 +250,11 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(2, WcStatus::SUCCESS.0)]
+        [(2, WcStatus::Success.raw())]
     );
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqb, 1)),
-        [(11, WcStatus::SUCCESS.0)]
+        [(11, WcStatus::Success.raw())]
     );
 }
 
@@ -271,11 +271,11 @@ fn a_lost_ack_is_recovered_by_the_local_ack_timeout() {
     });
     let data = pattern(3, 512);
     p.h.write(p.a, p.ma.addr, &data);
-    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
         .unwrap();
     let got = completions(&mut p.h, &mut p.cqa, 1);
-    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
     let writes = p.sent_by_a(WRITE_ONLY);
     assert_eq!(writes.len(), 2, "sent, then resent after the timeout");
@@ -300,11 +300,11 @@ fn a_lost_read_response_is_read_again_from_the_missing_psn() {
     });
     let data = pattern(4, 3 * MTU);
     p.h.write(p.b, p.mb.addr, &data);
-    let wr = rdma_wr(1, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
         .unwrap();
     let got = completions(&mut p.h, &mut p.cqa, 1);
-    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     assert_eq!(p.h.read(p.a, p.ma.addr, data.len()), data);
     let reads = p.sent_by_a(READ_REQUEST);
     assert_eq!(reads.len(), 2, "{reads:?}");
@@ -335,12 +335,12 @@ fn sequence_naks_and_timeouts_use_up_the_retry_count_then_the_wr_fails() {
     p.h.post_recv(p.b, p.qb, &[(7, sge(&p.mb, 0, 64))]).unwrap();
     let wr = rdma_wr(
         1,
-        WrOpcode::RDMA_WRITE,
+        WrOpcode::RdmaWrite,
         SIGNALED,
         p.mb.addr + 4096,
         p.mb.rkey,
     );
-    let send = send_wr(2, WrOpcode::SEND, SIGNALED);
+    let send = send_wr(2, WrOpcode::Send, SIGNALED);
     p.h.post_send(
         p.a,
         p.qa,
@@ -354,8 +354,8 @@ fn sequence_naks_and_timeouts_use_up_the_retry_count_then_the_wr_fails() {
     assert_eq!(
         statuses(&got),
         [
-            (1, WcStatus::RETRY_EXC_ERR.0),
-            (2, WcStatus::WR_FLUSH_ERR.0)
+            (1, WcStatus::RetryExcErr.raw()),
+            (2, WcStatus::WrFlushErr.raw())
         ]
     );
     let c = p.h.port_counters(p.a).transport;
@@ -367,12 +367,12 @@ fn sequence_naks_and_timeouts_use_up_the_retry_count_then_the_wr_fails() {
     assert_eq!(c.completer_retry_err + c.local_ack_timeouts, 3);
     // Nothing reached B's receive queue: the SEND never left.
     assert!(completions(&mut p.h, &mut p.cqb, 0).is_empty());
-    let wr = send_wr(3, WrOpcode::SEND, SIGNALED);
+    let wr = send_wr(3, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 10)])])
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(3, WcStatus::WR_FLUSH_ERR.0)]
+        [(3, WcStatus::WrFlushErr.raw())]
     );
 }
 
@@ -384,8 +384,8 @@ fn a_wrong_rkey_is_nakked_and_both_ends_go_to_error() {
     let mut p = pair(|_, _, _| Fate::Deliver);
     p.h.post_recv(p.b, p.qb, &[(4, sge(&p.mb, 0, 64))]).unwrap();
     p.h.write(p.a, p.ma.addr, &[0x5a; 64]);
-    let bad = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, 0xDEAD);
-    let next = rdma_wr(2, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    let bad = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, 0xDEAD);
+    let next = rdma_wr(2, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(
         p.a,
         p.qa,
@@ -398,8 +398,8 @@ fn a_wrong_rkey_is_nakked_and_both_ends_go_to_error() {
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 2)),
         [
-            (1, WcStatus::REM_ACCESS_ERR.0),
-            (2, WcStatus::WR_FLUSH_ERR.0)
+            (1, WcStatus::RemAccessErr.raw()),
+            (2, WcStatus::WrFlushErr.raw())
         ]
     );
     let naks: Vec<Option<u8>> = p
@@ -412,7 +412,7 @@ fn a_wrong_rkey_is_nakked_and_both_ends_go_to_error() {
     assert_eq!(p.h.port_counters(p.a).transport.rcvd_nak_remote_access, 1);
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqb, 1)),
-        [(4, WcStatus::WR_FLUSH_ERR.0)]
+        [(4, WcStatus::WrFlushErr.raw())]
     );
     assert_eq!(p.h.read(p.b, p.mb.addr, 64), vec![0; 64], "nothing written");
 }
@@ -449,15 +449,15 @@ fn duplicated_atomics_execute_once_and_duplicates_get_the_saved_result() {
     };
     let wrs = [
         (
-            atomic(1, WrOpcode::ATOMIC_FETCH_AND_ADD, 5, 0),
+            atomic(1, WrOpcode::AtomicFetchAndAdd, 5, 0),
             vec![sge(&p.ma, 0, 8)],
         ),
         (
-            atomic(2, WrOpcode::ATOMIC_CMP_AND_SWP, 105, 7),
+            atomic(2, WrOpcode::AtomicCmpAndSwp, 105, 7),
             vec![sge(&p.ma, 8, 8)],
         ),
         (
-            atomic(3, WrOpcode::ATOMIC_CMP_AND_SWP, 105, 9),
+            atomic(3, WrOpcode::AtomicCmpAndSwp, 105, 9),
             vec![sge(&p.ma, 16, 8)],
         ),
     ];
@@ -466,18 +466,18 @@ fn duplicated_atomics_execute_once_and_duplicates_get_the_saved_result() {
     assert_eq!(
         statuses(&got),
         [
-            (1, WcStatus::SUCCESS.0),
-            (2, WcStatus::SUCCESS.0),
-            (3, WcStatus::SUCCESS.0)
+            (1, WcStatus::Success.raw()),
+            (2, WcStatus::Success.raw()),
+            (3, WcStatus::Success.raw())
         ]
     );
     let ops: Vec<u32> = got.iter().map(|w| w.opcode).collect();
     assert_eq!(
         ops,
         [
-            WcOpcode::FETCH_ADD.0,
-            WcOpcode::COMP_SWAP.0,
-            WcOpcode::COMP_SWAP.0
+            WcOpcode::FetchAdd.raw(),
+            WcOpcode::CompSwap.raw(),
+            WcOpcode::CompSwap.raw()
         ]
     );
     let word =
@@ -540,7 +540,7 @@ fn ghost_acks_complete_nothing_and_are_counted() {
         }
     });
     let first = RcOpts::default().psn;
-    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 3000)])])
         .unwrap();
     p.h.run_until(20_000, |_| false);
@@ -558,7 +558,7 @@ fn ghost_acks_complete_nothing_and_are_counted() {
     assert_eq!(c.duplicate_responses, 1);
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(1, WcStatus::SUCCESS.0)]
+        [(1, WcStatus::Success.raw())]
     );
     assert_eq!(p.h.port_counters(p.a).transport.retransmissions, 0);
 }
@@ -593,19 +593,19 @@ fn a_read_response_for_a_send_is_a_bad_response() {
         &[(5, sge(&p.mb, 0, 64)), (6, sge(&p.mb, 64, 64))],
     )
     .unwrap();
-    let one = send_wr(1, WrOpcode::SEND, SIGNALED);
+    let one = send_wr(1, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(one, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(1, WcStatus::BAD_RESP_ERR.0)]
+        [(1, WcStatus::BadRespErr.raw())]
     );
-    let two = send_wr(2, WrOpcode::SEND, SIGNALED);
+    let two = send_wr(2, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(two, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(2, WcStatus::WR_FLUSH_ERR.0)]
+        [(2, WcStatus::WrFlushErr.raw())]
     );
 }
 
@@ -625,12 +625,12 @@ fn a_middle_without_a_first_is_an_invalid_request() {
     });
     p.h.post_recv(p.b, p.qb, &[(4, sge(&p.mb, 0, 4096))])
         .unwrap();
-    let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+    let wr = send_wr(1, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 3 * MTU as u32)])])
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(1, WcStatus::REM_INV_REQ_ERR.0)]
+        [(1, WcStatus::RemInvReqErr.raw())]
     );
     let first = RcOpts::default().psn;
     let naks: Vec<(Option<u8>, u32)> = p
@@ -643,7 +643,7 @@ fn a_middle_without_a_first_is_an_invalid_request() {
     assert_eq!(p.h.port_counters(p.a).transport.rcvd_nak_invalid_request, 1);
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqb, 1)),
-        [(4, WcStatus::WR_FLUSH_ERR.0)]
+        [(4, WcStatus::WrFlushErr.raw())]
     );
 }
 
@@ -659,7 +659,7 @@ fn an_rnr_nak_on_a_write_with_immediate_leaves_nothing_half_done() {
         .map(|&(id, len)| {
             let mut w = rdma_wr(
                 id,
-                WrOpcode::RDMA_WRITE_WITH_IMM,
+                WrOpcode::RdmaWriteWithImm,
                 SIGNALED,
                 p.mb.addr + 0x1000 * id,
                 p.mb.rkey,
@@ -677,12 +677,12 @@ fn an_rnr_nak_on_a_write_with_immediate_leaves_nothing_half_done() {
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 2)),
-        [(1, WcStatus::SUCCESS.0), (2, WcStatus::SUCCESS.0)]
+        [(1, WcStatus::Success.raw()), (2, WcStatus::Success.raw())]
     );
     let rc = completions(&mut p.h, &mut p.cqb, 2);
     assert_eq!(
         statuses(&rc),
-        [(7, WcStatus::SUCCESS.0), (8, WcStatus::SUCCESS.0)]
+        [(7, WcStatus::Success.raw()), (8, WcStatus::Success.raw())]
     );
     assert_eq!((rc[0].imm_data(), rc[0].byte_len), (1, 64));
     assert_eq!((rc[1].imm_data(), rc[1].byte_len), (2, 2500));
@@ -723,12 +723,12 @@ fn messages_are_cut_at_the_path_mtu_and_padded_to_four_bytes() {
         p.h.write(p.a, p.ma.addr, &data);
         p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0, 0x8000))])
             .unwrap();
-        let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+        let wr = send_wr(1, WrOpcode::Send, SIGNALED);
         p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, len as u32)])])
             .unwrap();
         assert_eq!(
             statuses(&completions(&mut p.h, &mut p.cqb, 1)),
-            [(1, WcStatus::SUCCESS.0)]
+            [(1, WcStatus::Success.raw())]
         );
         assert_eq!(p.h.read(p.b, p.mb.addr, len), data, "MTU {mtu}");
         let sizes = sizes.lock().unwrap().clone();
@@ -760,8 +760,8 @@ fn unsignaled_wrs_complete_silently_unless_they_fail() {
             Fate::Deliver
         }
     });
-    let quiet = rdma_wr(1, WrOpcode::RDMA_WRITE, 0, p.mb.addr, p.mb.rkey);
-    let loud = rdma_wr(2, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let quiet = rdma_wr(1, WrOpcode::RdmaWrite, 0, p.mb.addr, p.mb.rkey);
+    let loud = rdma_wr(2, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(
         p.a,
         p.qa,
@@ -773,15 +773,15 @@ fn unsignaled_wrs_complete_silently_unless_they_fail() {
     .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(2, WcStatus::SUCCESS.0)]
+        [(2, WcStatus::Success.raw())]
     );
     *drop_all.lock().unwrap() = true;
-    let quiet = rdma_wr(3, WrOpcode::RDMA_WRITE, 0, p.mb.addr, p.mb.rkey);
+    let quiet = rdma_wr(3, WrOpcode::RdmaWrite, 0, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(quiet, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(3, WcStatus::RETRY_EXC_ERR.0)]
+        [(3, WcStatus::RetryExcErr.raw())]
     );
 }
 
@@ -804,7 +804,7 @@ fn the_initiator_depth_bounds_outstanding_reads_and_a_fence_waits_for_them() {
     p.h.write(p.b, p.mb.addr, &pattern(8, 64));
     let reads: Vec<_> = (0..4u64)
         .map(|id| {
-            let wr = rdma_wr(id, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+            let wr = rdma_wr(id, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey);
             (wr, vec![sge(&p.ma, id * 64, 64)])
         })
         .collect();
@@ -812,7 +812,9 @@ fn the_initiator_depth_bounds_outstanding_reads_and_a_fence_waits_for_them() {
     let got = completions(&mut p.h, &mut p.cqa, 4);
     assert_eq!(
         statuses(&got),
-        (0..4).map(|i| (i, WcStatus::SUCCESS.0)).collect::<Vec<_>>()
+        (0..4)
+            .map(|i| (i, WcStatus::Success.raw()))
+            .collect::<Vec<_>>()
     );
     let log = p.log();
     let before_answer = log.iter().take_while(|s| s.from_a).count();
@@ -823,8 +825,8 @@ fn the_initiator_depth_bounds_outstanding_reads_and_a_fence_waits_for_them() {
 
     p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0x1000, 64))])
         .unwrap();
-    let read = rdma_wr(10, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
-    let fenced = send_wr(11, WrOpcode::SEND, SIGNALED | SendFlags::FENCE.0);
+    let read = rdma_wr(10, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey);
+    let fenced = send_wr(11, WrOpcode::Send, SIGNALED | SendFlags::FENCE.0);
     let from = p.log().len();
     p.h.post_send(
         p.a,
@@ -837,7 +839,7 @@ fn the_initiator_depth_bounds_outstanding_reads_and_a_fence_waits_for_them() {
     .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 2)),
-        [(10, WcStatus::SUCCESS.0), (11, WcStatus::SUCCESS.0)]
+        [(10, WcStatus::Success.raw()), (11, WcStatus::Success.raw())]
     );
     let log = p.log()[from..].to_vec();
     let response = log
@@ -862,7 +864,7 @@ fn acks_are_coalesced_and_packets_without_ackreq_are_acknowledged_later() {
         .map(|id| {
             let wr = rdma_wr(
                 id,
-                WrOpcode::RDMA_WRITE,
+                WrOpcode::RdmaWrite,
                 SIGNALED,
                 p.mb.addr + id * 8,
                 p.mb.rkey,
@@ -879,7 +881,7 @@ fn acks_are_coalesced_and_packets_without_ackreq_are_acknowledged_later() {
         .map(|s| s.psn)
         .collect();
     assert_eq!(acks, [first + 9], "ten AckReq packets, one cumulative ACK");
-    let wr = rdma_wr(11, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(11, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 3000)])])
         .unwrap();
     assert_eq!(completions(&mut p.h, &mut p.cqa, 1).len(), 1);
@@ -894,21 +896,21 @@ fn modify_to_err_flushes_everything_once_and_reset_discards() {
     let mut p = pair(|_, _, _| Fate::Deliver);
     p.h.post_recv(p.a, p.qa, &[(5, sge(&p.ma, 0x1000, 64))])
         .unwrap();
-    let one = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
-    let two = rdma_wr(2, WrOpcode::RDMA_WRITE, 0, p.mb.addr, p.mb.rkey);
+    let one = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
+    let two = rdma_wr(2, WrOpcode::RdmaWrite, 0, p.mb.addr, p.mb.rkey);
     p.h.post_send(
         p.a,
         p.qa,
         &[(one, vec![sge(&p.ma, 0, 8)]), (two, vec![sge(&p.ma, 0, 8)])],
     )
     .unwrap();
-    p.h.modify_state(p.a, p.qa, abi::QpState::ERR.0 as u8)
+    p.h.modify_state(p.a, p.qa, abi::QpState::Err.raw() as u8)
         .unwrap();
     let mut got = statuses(&completions(&mut p.h, &mut p.cqa, 3));
     got.sort_unstable();
-    let flush = WcStatus::WR_FLUSH_ERR.0;
+    let flush = WcStatus::WrFlushErr.raw();
     assert_eq!(got, [(1, flush), (2, flush), (5, flush)]);
-    let three = send_wr(3, WrOpcode::SEND, SIGNALED);
+    let three = send_wr(3, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(three, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     assert_eq!(
@@ -917,9 +919,9 @@ fn modify_to_err_flushes_everything_once_and_reset_discards() {
     );
     assert!(p
         .h
-        .modify_state(p.a, p.qa, abi::QpState::RTS.0 as u8)
+        .modify_state(p.a, p.qa, abi::QpState::Rts.raw() as u8)
         .is_err());
-    p.h.modify_state(p.a, p.qa, abi::QpState::RESET.0 as u8)
+    p.h.modify_state(p.a, p.qa, abi::QpState::Reset.raw() as u8)
         .unwrap();
     assert!(
         completions(&mut p.h, &mut p.cqa, 0).is_empty(),
@@ -956,7 +958,7 @@ fn lossy_pair(retry_cnt: u8, lose: &'static [u32], lose_all: Arc<Mutex<bool>>) -
 fn write(p: &mut Pair, id: u64, len: usize) -> Wc {
     let data = pattern(id, len);
     p.h.write(p.a, p.ma.addr, &data);
-    let wr = rdma_wr(id, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(id, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, len as u32)])])
         .unwrap();
     let mut got = Vec::new();
@@ -965,7 +967,7 @@ fn write(p: &mut Pair, id: u64, len: usize) -> Wc {
         !got.is_empty()
     });
     assert_eq!(got.len(), 1);
-    if got[0].status == WcStatus::SUCCESS.0 {
+    if got[0].status == WcStatus::Success.raw() {
         assert_eq!(p.h.read(p.b, p.mb.addr, len), data);
     }
     got[0]
@@ -989,7 +991,7 @@ fn no_probe_on_a_path_that_never_lost_anything() {
         }
     });
     let t0 = p.h.now();
-    assert_eq!(write(&mut p, 1, 4 * MTU).status, WcStatus::SUCCESS.0);
+    assert_eq!(write(&mut p, 1, 4 * MTU).status, WcStatus::Success.raw());
     let c = p.h.port_counters(p.a).transport;
     assert_eq!((c.rto_probes, c.local_ack_timeouts), (0, 1));
     assert!(p.h.now() - t0 >= 67_000_000, "{} ns", p.h.now() - t0);
@@ -1008,11 +1010,11 @@ fn a_lost_tail_is_probed_long_before_the_local_ack_timeout() {
     static LOSE: [u32; 2] = [0x100, 0x100 + 2 + 7];
     assert_eq!(first, LOSE[0]);
     let mut p = lossy_pair(7, &LOSE, Arc::new(Mutex::new(false)));
-    assert_eq!(write(&mut p, 1, 2 * MTU).status, WcStatus::SUCCESS.0);
+    assert_eq!(write(&mut p, 1, 2 * MTU).status, WcStatus::Success.raw());
     let warm = p.h.port_counters(p.a).transport;
     assert_eq!((warm.rcvd_seq_err, warm.rto_probes), (1, 0));
     let t0 = p.h.now();
-    assert_eq!(write(&mut p, 2, 8 * MTU).status, WcStatus::SUCCESS.0);
+    assert_eq!(write(&mut p, 2, 8 * MTU).status, WcStatus::Success.raw());
     let took = p.h.now() - t0;
     let c = p.h.port_counters(p.a).transport;
     assert!((1..=2).contains(&c.rto_probes), "{} probes", c.rto_probes);
@@ -1031,10 +1033,13 @@ fn probes_use_no_retries_the_local_ack_timeout_does() {
     static LOSE: [u32; 1] = [0x100];
     let dead = Arc::new(Mutex::new(false));
     let mut p = lossy_pair(1, &LOSE, dead.clone());
-    assert_eq!(write(&mut p, 1, 2 * MTU).status, WcStatus::SUCCESS.0);
+    assert_eq!(write(&mut p, 1, 2 * MTU).status, WcStatus::Success.raw());
     *dead.lock().unwrap() = true;
     let t0 = p.h.now();
-    assert_eq!(write(&mut p, 2, 2 * MTU).status, WcStatus::RETRY_EXC_ERR.0);
+    assert_eq!(
+        write(&mut p, 2, 2 * MTU).status,
+        WcStatus::RetryExcErr.raw()
+    );
     let c = p.h.port_counters(p.a).transport;
     assert_eq!(c.local_ack_timeouts, 2);
     assert!(c.rto_probes >= 2, "{} probes", c.rto_probes);
@@ -1048,8 +1053,8 @@ fn a_bad_lkey_fails_locally_and_a_short_receive_is_an_invalid_request() {
     let mut p = pair(|_, _, _| Fate::Deliver);
     let mut bad = sge(&p.ma, 0, 8);
     bad.lkey = 99;
-    let one = send_wr(1, WrOpcode::SEND, SIGNALED);
-    let two = send_wr(2, WrOpcode::SEND, SIGNALED);
+    let one = send_wr(1, WrOpcode::Send, SIGNALED);
+    let two = send_wr(2, WrOpcode::Send, SIGNALED);
     p.h.post_send(
         p.a,
         p.qa,
@@ -1058,7 +1063,10 @@ fn a_bad_lkey_fails_locally_and_a_short_receive_is_an_invalid_request() {
     .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 2)),
-        [(1, WcStatus::LOC_PROT_ERR.0), (2, WcStatus::WR_FLUSH_ERR.0)]
+        [
+            (1, WcStatus::LocProtErr.raw()),
+            (2, WcStatus::WrFlushErr.raw())
+        ]
     );
     assert!(p.log().iter().all(|s| !s.from_a), "nothing sent");
 
@@ -1067,15 +1075,15 @@ fn a_bad_lkey_fails_locally_and_a_short_receive_is_an_invalid_request() {
     let mut p = pair(|_, _, _| Fate::Deliver);
     p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0, 100))])
         .unwrap();
-    let long = send_wr(1, WrOpcode::SEND, SIGNALED);
+    let long = send_wr(1, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(long, vec![sge(&p.ma, 0, 200)])])
         .unwrap();
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqa, 1)),
-        [(1, WcStatus::REM_INV_REQ_ERR.0)]
+        [(1, WcStatus::RemInvReqErr.raw())]
     );
     assert_eq!(
         statuses(&completions(&mut p.h, &mut p.cqb, 1)),
-        [(1, WcStatus::LOC_LEN_ERR.0)]
+        [(1, WcStatus::LocLenErr.raw())]
     );
 }

@@ -108,7 +108,7 @@ fn run(flows: usize, ecn: bool) -> Outcome {
             while h.now() >= start + f.starts && f.posted - f.done < DEPTH {
                 let wr = rdma_wr(
                     f.posted,
-                    WrOpcode::RDMA_WRITE,
+                    WrOpcode::RdmaWrite,
                     SendFlags::SIGNALED.0,
                     f.remote.addr,
                     f.remote.rkey,
@@ -139,7 +139,7 @@ fn run(flows: usize, ecn: bool) -> Outcome {
         }
         for f in fl.iter_mut() {
             for wc in h.poll_cq(&mut f.cq, 64) {
-                assert_eq!(wc.status, WcStatus::SUCCESS.0, "{wc:?}");
+                assert_eq!(wc.status, WcStatus::Success.raw(), "{wc:?}");
                 f.done += 1;
                 if h.now() >= warm_end {
                     f.goodput += u64::from(MSG);

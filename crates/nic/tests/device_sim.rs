@@ -101,10 +101,10 @@ fn rc_writes_and_sends_arrive_intact_across_a_lossy_wire() {
             let dst = p.mb.addr + i * LEN as u64;
             (
                 "write",
-                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, dst, p.mb.rkey),
+                rdma_wr(i, WrOpcode::RdmaWrite, SIGNALED, dst, p.mb.rkey),
             )
         } else {
-            ("send", send_wr(i, WrOpcode::SEND, SIGNALED))
+            ("send", send_wr(i, WrOpcode::Send, SIGNALED))
         };
         p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, src, LEN as u32)])])
             .unwrap_or_else(|e| panic!("{op} {i}: {e:?}"));
@@ -130,8 +130,8 @@ fn rc_writes_and_sends_arrive_intact_across_a_lossy_wire() {
     // Completions in order, all successful.
     let ids: Vec<u64> = done_a.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..N).collect::<Vec<_>>());
-    assert!(done_a.iter().all(|w| w.status == WcStatus::SUCCESS.0));
-    assert!(done_b.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done_a.iter().all(|w| w.status == WcStatus::Success.raw()));
+    assert!(done_b.iter().all(|w| w.status == WcStatus::Success.raw()));
     let recv_ids: Vec<u64> = done_b.iter().map(|w| w.wr_id).collect();
     assert_eq!(recv_ids, (1000..1000 + N / 2).collect::<Vec<_>>());
     // The bytes: each WRITE at its place, each SEND in the receive it consumed.
@@ -171,7 +171,7 @@ fn the_send_queue_wraps_around_many_times() {
             .map(|i| {
                 let wr = rdma_wr(
                     i,
-                    WrOpcode::RDMA_WRITE,
+                    WrOpcode::RdmaWrite,
                     SIGNALED,
                     p.mb.addr + (i % 16) * 8,
                     p.mb.rkey,
@@ -195,7 +195,7 @@ fn the_send_queue_wraps_around_many_times() {
     }
     let ids: Vec<u64> = done.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..1000).collect::<Vec<_>>());
-    assert!(done.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done.iter().all(|w| w.status == WcStatus::Success.raw()));
     for k in 0..16u64 {
         let last = 1000 - 16 + k;
         let slot = last % 16;
@@ -205,7 +205,7 @@ fn the_send_queue_wraps_around_many_times() {
     let over: Vec<_> = (0..17)
         .map(|i| {
             (
-                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+                rdma_wr(i, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey),
                 vec![sge(&p.ma, 0, 8)],
             )
         })
@@ -221,7 +221,7 @@ fn a_cq_that_overflows_reports_cq_err_and_qp_fatal_and_keeps_its_earlier_complet
     let wrs: Vec<_> = (0..8u64)
         .map(|i| {
             (
-                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+                rdma_wr(i, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey),
                 vec![sge(&p.ma, 0, 64)],
             )
         })
@@ -241,7 +241,7 @@ fn a_cq_that_overflows_reports_cq_err_and_qp_fatal_and_keeps_its_earlier_complet
     assert_eq!(got.len(), cap as usize);
     let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..u64::from(cap)).collect::<Vec<_>>());
-    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(got.iter().all(|w| w.status == WcStatus::Success.raw()));
     assert_eq!(p.h.port_counters(p.a).engine.engine_panics, 0);
     // The library hears IBV_EVENT_CQ_ERR for the CQ and IBV_EVENT_QP_FATAL for the QP whose
     // completion was lost (its user handles), and the QP is in ERR: new work flushes.
@@ -252,11 +252,11 @@ fn a_cq_that_overflows_reports_cq_err_and_qp_fatal_and_keeps_its_earlier_complet
             (nic::event::QP_FATAL, QP_USER_HANDLE)
         ]
     );
-    let wr = rdma_wr(50, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(50, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 64)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(50, WcStatus::WR_FLUSH_ERR.0)]);
+    assert_eq!(statuses(&got), [(50, WcStatus::WrFlushErr.raw())]);
 }
 
 #[test]
@@ -264,12 +264,12 @@ fn a_write_to_a_deregistered_mr_completes_with_remote_access_error() {
     let mut p = pair(3, 0.0, 16, 64, 1 << 16);
     let mb = p.mb;
     p.h.dereg_mr(p.b, &mb).unwrap();
-    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, mb.addr, mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, mb.addr, mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 1024)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR.0, "{:?}", got[0]);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr.raw(), "{:?}", got[0]);
     assert!(p.h.port_counters(p.a).transport.rcvd_nak_remote_access > 0);
     // B's memory was not written.
     assert_eq!(p.h.read(p.b, mb.addr, 1024), vec![0; 1024]);
@@ -281,7 +281,7 @@ fn a_qp_destroyed_with_work_outstanding_leaves_nothing_behind() {
     let wrs: Vec<_> = (0..32u64)
         .map(|i| {
             (
-                rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+                rdma_wr(i, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey),
                 vec![sge(&p.ma, 0, 16384)],
             )
         })
@@ -317,7 +317,7 @@ fn a_qp_destroyed_with_work_outstanding_leaves_nothing_behind() {
     p.h.connect_rc(p.b, qb2, p.a, q2.qpn, 8, 7).unwrap();
     p.h.loss = 0.0;
     p.h.write(p.a, p.ma.addr, b"after");
-    let wr = rdma_wr(99, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(99, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, q2, &[(wr, vec![sge(&p.ma, 0, 5)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
@@ -338,7 +338,7 @@ fn a_slow_poller_loses_nothing() {
             (
                 rdma_wr(
                     i,
-                    WrOpcode::RDMA_WRITE,
+                    WrOpcode::RdmaWrite,
                     SIGNALED,
                     p.mb.addr + i * 256,
                     p.mb.rkey,
@@ -354,7 +354,7 @@ fn a_slow_poller_loses_nothing() {
         got.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
         (0..16).collect::<Vec<_>>()
     );
-    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(got.iter().all(|w| w.status == WcStatus::Success.raw()));
     for i in 0..16u64 {
         assert_eq!(p.h.read(p.b, p.mb.addr + i * 256, 256), pattern(i, 256));
     }
@@ -384,7 +384,7 @@ fn many_qps_on_one_device_all_complete() {
         h.write(a, ma.addr + off, &pattern(i as u64, 8192));
         let wr = rdma_wr(
             i as u64,
-            WrOpcode::RDMA_WRITE,
+            WrOpcode::RdmaWrite,
             SIGNALED,
             mb.addr + off,
             mb.rkey,
@@ -395,7 +395,7 @@ fn many_qps_on_one_device_all_complete() {
     let got = wait_for(&mut h, &mut cqa, 64, 10 * SECOND);
     assert_eq!(got.len(), 64);
     assert!(
-        got.iter().all(|w| w.status == WcStatus::SUCCESS.0),
+        got.iter().all(|w| w.status == WcStatus::Success.raw()),
         "{got:?}"
     );
     let mut ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
@@ -436,7 +436,7 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     // SEND `i` of 512 bytes from slot `i`, on the QPs in turn.
     let send = |h: &mut Host, i: u64| {
         h.write(a, ma.addr + i * 512, &pattern(i, 512));
-        let wr = send_wr(100 + i, WrOpcode::SEND, SIGNALED);
+        let wr = send_wr(100 + i, WrOpcode::Send, SIGNALED);
         let sg = vec![sge(&ma, i * 512, 512)];
         h.post_send(a, qas[(i % 2) as usize], &[(wr, sg)]).unwrap();
     };
@@ -446,7 +446,7 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     // 20 of 32 taken: 12 left, above the limit — no event yet.
     let done = wait_for(&mut h, &mut cqa, 20, SECOND);
     assert_eq!(done.len(), 20);
-    assert!(done.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(done.iter().all(|w| w.status == WcStatus::Success.raw()));
     let got = wait_for(&mut h, &mut cqb, 20, SECOND);
     assert_eq!(got.len(), 20);
     assert_eq!(h.async_events(b), []);
@@ -462,7 +462,7 @@ fn an_srq_below_its_limit_raises_the_limit_event_once() {
     assert_eq!(h.async_events(b), [(nic::event::SRQ_LIMIT_REACHED, 0x5151)]);
     // Every SEND landed in the receive buffer its completion names, in posting order per QP.
     for w in &got {
-        assert_eq!(w.status, WcStatus::SUCCESS.0);
+        assert_eq!(w.status, WcStatus::Success.raw());
         assert_eq!(w.byte_len, 512);
     }
     let mut per_slot: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
@@ -488,7 +488,7 @@ fn an_mr_deregistered_in_the_middle_of_a_write_stops_it_with_remote_access_error
     let mut p = pair(9, 0.0, 16, 64, 1 << 20);
     let data = pattern(77, 256 << 10);
     p.h.write(p.a, p.ma.addr, &data);
-    let wr = rdma_wr(1, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 256 << 10)])])
         .unwrap();
     assert!(p
@@ -498,7 +498,7 @@ fn an_mr_deregistered_in_the_middle_of_a_write_stops_it_with_remote_access_error
     p.h.dereg_mr(p.b, &mb).unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].status, WcStatus::REM_ACCESS_ERR.0, "{:?}", got[0]);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr.raw(), "{:?}", got[0]);
     // What landed before the deregistration is the WRITE's prefix; nothing after the
     // point where the responder refused was written.
     let landed = p.h.read(p.b, mb.addr, 256 << 10);
@@ -520,12 +520,12 @@ fn rc_traffic_survives_duplication_reordering_and_corruption() {
         let src = (i % 32) * LEN as u64;
         p.h.write(p.a, p.ma.addr + src, &pattern(i, LEN));
         let op = if i % 3 == 2 {
-            WrOpcode::RDMA_READ
+            WrOpcode::RdmaRead
         } else {
-            WrOpcode::RDMA_WRITE
+            WrOpcode::RdmaWrite
         };
         let wr = rdma_wr(i, op, SIGNALED, p.mb.addr + i * LEN as u64, p.mb.rkey);
-        if op == WrOpcode::RDMA_READ {
+        if op == WrOpcode::RdmaRead {
             // What the READ fetches: B's bytes at that place.
             p.h.write(p.b, p.mb.addr + i * LEN as u64, &pattern(1000 + i, LEN));
         }
@@ -565,7 +565,7 @@ fn rc_traffic_survives_duplication_reordering_and_corruption() {
 /// A completed WRITE's bytes are at B; a completed READ's bytes are in A's source slot.
 fn check_landed(p: &mut Pair, w: &Wc) {
     const LEN: usize = 8192;
-    assert_eq!(w.status, WcStatus::SUCCESS.0, "{w:?}");
+    assert_eq!(w.status, WcStatus::Success.raw(), "{w:?}");
     let i = w.wr_id;
     if i % 3 == 2 {
         let src = (i % 32) * LEN as u64;
@@ -643,7 +643,7 @@ fn a_two_way_mix_over_a_hostile_wire_arrives_exactly_once_and_intact() {
     });
     assert!(r.passed(), "{:?}", r.details);
     assert_eq!(
-        r.statuses.get(&WcStatus::RETRY_EXC_ERR.0),
+        r.statuses.get(&WcStatus::RetryExcErr.raw()),
         Some(&2),
         "{:?}",
         r.statuses
@@ -688,14 +688,14 @@ fn a_workload_cut_mid_run_ends_in_retry_exceeded_then_flushes() {
         let r = workload::run(&cfg);
         assert!(r.passed(), "seed {seed}: {:?}", r.details);
         assert_eq!(
-            r.statuses.get(&WcStatus::RETRY_EXC_ERR.0),
+            r.statuses.get(&WcStatus::RetryExcErr.raw()),
             Some(&1),
             "{:?}",
             r.statuses
         );
         let flushed = r
             .statuses
-            .get(&WcStatus::WR_FLUSH_ERR.0)
+            .get(&WcStatus::WrFlushErr.raw())
             .copied()
             .unwrap_or(0);
         assert!(flushed >= 4, "{:?}", r.statuses);
@@ -721,17 +721,17 @@ fn a_cut_wire_ends_in_retry_exceeded_and_flushes_the_rest() {
     p.h.loss = 1.0;
     let wrs: Vec<_> = (0..4u64)
         .map(|i| {
-            let wr = rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey);
+            let wr = rdma_wr(i, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
             (wr, vec![sge(&p.ma, 0, 2048)])
         })
         .collect();
     p.h.post_send(a, qa, &wrs).unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 4, 10 * SECOND);
-    let flush = WcStatus::WR_FLUSH_ERR.0;
+    let flush = WcStatus::WrFlushErr.raw();
     assert_eq!(
         statuses(&got),
         [
-            (0, WcStatus::RETRY_EXC_ERR.0),
+            (0, WcStatus::RetryExcErr.raw()),
             (1, flush),
             (2, flush),
             (3, flush)
@@ -740,7 +740,7 @@ fn a_cut_wire_ends_in_retry_exceeded_and_flushes_the_rest() {
     assert_eq!(p.h.port_counters(a).transport.retry_exceeded_err, 1);
     // Retries took 4 × ~1 ms of virtual time, not of the test's.
     assert!(p.h.now() > 3_000_000, "{}", p.h.now());
-    let wr = send_wr(9, WrOpcode::SEND, SIGNALED);
+    let wr = send_wr(9, WrOpcode::Send, SIGNALED);
     p.h.post_send(a, qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     assert_eq!(
@@ -753,7 +753,7 @@ fn a_cut_wire_ends_in_retry_exceeded_and_flushes_the_rest() {
 fn a_send_without_a_receive_waits_out_rnr_naks_then_lands() {
     let mut p = pair(12, 0.0, 16, 64, 1 << 16);
     p.h.write(p.a, p.ma.addr, b"late receive");
-    let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+    let wr = send_wr(1, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 12)])])
         .unwrap();
     // Nothing posted at B: RNR NAKs, and the SEND stays outstanding.
@@ -762,7 +762,7 @@ fn a_send_without_a_receive_waits_out_rnr_naks_then_lands() {
     assert!(p.h.port_counters(p.a).transport.rcvd_rnr_err > 0);
     p.h.post_recv(p.b, p.qb, &[(7, sge(&p.mb, 0, 64))]).unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(1, WcStatus::SUCCESS.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     let got = wait_for(&mut p.h, &mut p.cqb, 1, SECOND);
     assert_eq!((got[0].wr_id, got[0].byte_len), (7, 12));
     assert_eq!(p.h.read(p.b, p.mb.addr, 12), b"late receive");
@@ -775,11 +775,11 @@ fn rnr_retry_zero_fails_the_send_with_rnr_retry_exceeded() {
         ..RcOpts::default()
     };
     let mut p = pair_with(13, 0.0, 16, 64, 1 << 16, opts);
-    let wr = send_wr(1, WrOpcode::SEND, SIGNALED);
+    let wr = send_wr(1, WrOpcode::Send, SIGNALED);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 8)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(1, WcStatus::RNR_RETRY_EXC_ERR.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::RnrRetryExcErr.raw())]);
 }
 
 #[test]
@@ -787,10 +787,10 @@ fn receives_posted_to_a_qp_moved_to_error_complete_flushed() {
     let mut p = pair(14, 0.0, 16, 64, 1 << 16);
     let recvs: Vec<_> = (0..5u64).map(|i| (i, sge(&p.mb, i * 64, 64))).collect();
     p.h.post_recv(p.b, p.qb, &recvs).unwrap();
-    p.h.modify_state(p.b, p.qb, abi::QpState::ERR.0 as u8)
+    p.h.modify_state(p.b, p.qb, abi::QpState::Err.raw() as u8)
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqb, 5, SECOND);
-    let flush = WcStatus::WR_FLUSH_ERR.0;
+    let flush = WcStatus::WrFlushErr.raw();
     assert_eq!(
         statuses(&got),
         (0..5).map(|i| (i, flush)).collect::<Vec<_>>()
@@ -809,18 +809,18 @@ fn a_read_into_memory_without_local_write_is_a_local_protection_error() {
     // A's second MR: readable only (no IBV_ACCESS_LOCAL_WRITE).
     let ro = p.h.reg_mr(p.a, 4096, 0).unwrap();
     p.h.write(p.b, p.mb.addr, &[7; 64]);
-    let wr = rdma_wr(1, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey);
+    let wr = rdma_wr(1, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey);
     p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&ro, 0, 64)])])
         .unwrap();
     let got = wait_for(&mut p.h, &mut p.cqa, 1, SECOND);
-    assert_eq!(statuses(&got), [(1, WcStatus::LOC_PROT_ERR.0)]);
+    assert_eq!(statuses(&got), [(1, WcStatus::LocProtErr.raw())]);
     assert_eq!(p.h.read(p.a, ro.addr, 64), vec![0; 64]);
 }
 
 #[test]
 fn an_atomic_on_a_misaligned_address_is_refused_by_the_responder() {
     let mut p = pair(16, 0.0, 16, 64, 1 << 16);
-    let mut wr = send_wr(1, WrOpcode::ATOMIC_FETCH_AND_ADD, SIGNALED);
+    let mut wr = send_wr(1, WrOpcode::AtomicFetchAndAdd, SIGNALED);
     wr.set_atomic(abi::uverbs::AtomicWr {
         remote_addr: p.mb.addr + 4,
         compare_add: 1,
@@ -834,7 +834,7 @@ fn an_atomic_on_a_misaligned_address_is_refused_by_the_responder() {
     assert_eq!(got.len(), 1);
     // IBTA o9-21: a misaligned atomic is an invalid request (NAK) — or refused locally.
     assert!(
-        [WcStatus::REM_INV_REQ_ERR.0, WcStatus::LOC_QP_OP_ERR.0].contains(&got[0].status),
+        [WcStatus::RemInvReqErr.raw(), WcStatus::LocQpOpErr.raw()].contains(&got[0].status),
         "{:?}",
         got[0]
     );
@@ -872,14 +872,14 @@ fn ud_datagrams_arrive_with_their_grh_and_source_or_not_at_all() {
     // The sender completes every datagram (UD: once it left).
     let sent = wait_for(&mut h, &mut cqa, 50, SECOND);
     assert_eq!(sent.len(), 50);
-    assert!(sent.iter().all(|w| w.status == WcStatus::SUCCESS.0));
+    assert!(sent.iter().all(|w| w.status == WcStatus::Success.raw()));
     h.run_until(10_000_000, |_| false);
     let got = h.poll_cq(&mut cqb, 64);
     assert!(!got.is_empty() && got.len() < 45, "{} arrived", got.len());
     assert!(h.port_counters(b).transport.qkey_violation > 0);
     let mut seen = std::collections::BTreeSet::new();
     for w in &got {
-        assert_eq!(w.status, WcStatus::SUCCESS.0);
+        assert_eq!(w.status, WcStatus::Success.raw());
         assert_eq!(w.src_qp, qa.qpn);
         assert_ne!(w.wc_flags & abi::WcFlags::GRH.0, 0);
         let len = w.byte_len as usize - 40;
@@ -939,8 +939,8 @@ fn gathers_and_scatters_of_many_pieces_on_one_device_and_between_two() {
         let scatter = [(100u64, 999u32), (5000, 1), (7000, 3000), (20000, 1000)];
         let recv_sges: Vec<_> = scatter.iter().map(|&(o, l)| sge(&mb, o, l)).collect();
         h.post_recv_sges(b, qb, &[(7, recv_sges)]).unwrap();
-        let send = send_wr(1, WrOpcode::SEND, SIGNALED);
-        let write = rdma_wr(2, WrOpcode::RDMA_WRITE, SIGNALED, mb.addr + 30000, mb.rkey);
+        let send = send_wr(1, WrOpcode::Send, SIGNALED);
+        let write = rdma_wr(2, WrOpcode::RdmaWrite, SIGNALED, mb.addr + 30000, mb.rkey);
         h.post_send(a, qa, &[(send, gather.clone()), (write, gather.clone())])
             .unwrap();
         let got = wait_for(&mut h, &mut cqa, 2, SECOND);
@@ -970,7 +970,7 @@ fn gathers_and_scatters_of_many_pieces_on_one_device_and_between_two() {
             (50000, 1000),
         ];
         let sg: Vec<_> = places.iter().map(|&(o, l)| sge(&ma, o, l)).collect();
-        let read = rdma_wr(3, WrOpcode::RDMA_READ, SIGNALED, mb.addr + 30000, mb.rkey);
+        let read = rdma_wr(3, WrOpcode::RdmaRead, SIGNALED, mb.addr + 30000, mb.rkey);
         h.post_send(a, qa, &[(read, sg)]).unwrap();
         let got = wait_for(&mut h, &mut cqa, 1, SECOND);
         assert_eq!(statuses(&got), [(3, 0)]);
@@ -997,7 +997,7 @@ fn messages_cross_the_psn_wraparound_on_a_lossy_wire() {
         let data = pattern(i, 64 << 10);
         p.h.write(p.a, p.ma.addr, &data);
         let at = p.mb.addr + (i % 2) * (64 << 10);
-        let wr = rdma_wr(i, WrOpcode::RDMA_WRITE, SIGNALED, at, p.mb.rkey);
+        let wr = rdma_wr(i, WrOpcode::RdmaWrite, SIGNALED, at, p.mb.rkey);
         p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, 64 << 10)])])
             .unwrap();
         assert_eq!(
@@ -1005,7 +1005,7 @@ fn messages_cross_the_psn_wraparound_on_a_lossy_wire() {
             [(i, 0)]
         );
         assert_eq!(p.h.read(p.b, at, 64 << 10), data, "WRITE {i}");
-        let rd = rdma_wr(10 + i, WrOpcode::RDMA_READ, SIGNALED, at, p.mb.rkey);
+        let rd = rdma_wr(10 + i, WrOpcode::RdmaRead, SIGNALED, at, p.mb.rkey);
         p.h.post_send(p.a, p.qa, &[(rd, vec![sge(&p.ma, 1 << 19, 64 << 10)])])
             .unwrap();
         assert_eq!(
@@ -1033,21 +1033,21 @@ fn zero_length_messages_complete_and_touch_nothing() {
     .unwrap();
     let mut imm = rdma_wr(
         3,
-        WrOpcode::RDMA_WRITE_WITH_IMM,
+        WrOpcode::RdmaWriteWithImm,
         SIGNALED,
         p.mb.addr,
         p.mb.rkey,
     );
     imm.set_imm_data(0xfeed);
     let wrs = vec![
-        (send_wr(1, WrOpcode::SEND, SIGNALED), vec![]),
+        (send_wr(1, WrOpcode::Send, SIGNALED), vec![]),
         (
-            rdma_wr(2, WrOpcode::RDMA_WRITE, SIGNALED, p.mb.addr, p.mb.rkey),
+            rdma_wr(2, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey),
             vec![],
         ),
         (imm, vec![]),
         (
-            rdma_wr(4, WrOpcode::RDMA_READ, SIGNALED, p.mb.addr, p.mb.rkey),
+            rdma_wr(4, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey),
             vec![],
         ),
     ];

@@ -104,7 +104,7 @@ fn a_held_up_pass_does_not_fire_the_deadline_of_the_packet_it_builds() {
             qp_state: state as u8,
             qp_access_flags: AccessFlags::LOCAL_WRITE.0,
             port_num: 1,
-            path_mtu: abi::Mtu::MTU_1024.0 as u8,
+            path_mtu: abi::Mtu::Mtu1024.raw() as u8,
             dest_qp_num: PEER_QPN,
             rq_psn: 100,
             sq_psn: 500,
@@ -143,7 +143,7 @@ fn a_held_up_pass_does_not_fire_the_deadline_of_the_packet_it_builds() {
     // An unsignaled SEND first (PSN 500): the application then owes a signaled WQE, so the
     // engine keeps polling (crate::spin) instead of parking — the REG_MR below catches it
     // inside a pass, after it read the clock, as a preempted thread would be.
-    let mut first = write_wqe(1, WrOpcode::SEND, 0, 0);
+    let mut first = write_wqe(1, WrOpcode::Send, 0, 0);
     first.send_flags = 0;
     c.post_send(
         &mut q,
@@ -164,7 +164,7 @@ fn a_held_up_pass_does_not_fire_the_deadline_of_the_packet_it_builds() {
         std::thread::sleep(Duration::from_millis(15));
         c.post_send(
             &mut q,
-            write_wqe(2, WrOpcode::SEND, 0, 0),
+            write_wqe(2, WrOpcode::Send, 0, 0),
             sge(buf.as_ptr() as u64, 64, m.lkey).as_bytes(),
         );
         // Answer until PSN 501 came, then a while longer: count its copies.

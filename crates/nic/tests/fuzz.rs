@@ -62,7 +62,7 @@ fn seeds(c: &mut Client, arena: &mut [u8]) -> Vec<Vec<u8>> {
     let mut wr = SendWr {
         wr_id: 1,
         num_sge: 1,
-        opcode: WrOpcode::RDMA_WRITE.0,
+        opcode: WrOpcode::RdmaWrite.raw(),
         send_flags: SendFlags::SIGNALED.0,
         ..Default::default()
     };
@@ -72,7 +72,7 @@ fn seeds(c: &mut Client, arena: &mut [u8]) -> Vec<Vec<u8>> {
         reserved: 0,
     });
     let mut send = wr;
-    send.opcode = WrOpcode::SEND.0;
+    send.opcode = WrOpcode::Send.raw();
     send.send_flags |= SendFlags::INLINE.0;
     let rwr = RecvWr {
         wr_id: 2,

@@ -46,7 +46,7 @@ fn idle_engine_parks_and_uses_no_cpu() {
     for i in 0..100 {
         c.post_send(
             &mut a,
-            write_wqe(i, WrOpcode::RDMA_WRITE, ba + 1024, m.rkey),
+            write_wqe(i, WrOpcode::RdmaWrite, ba + 1024, m.rkey),
             sge(ba, 64, m.lkey).as_bytes(),
         );
         assert_eq!(poll(&mut cq).status, 0);

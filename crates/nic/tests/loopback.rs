@@ -56,23 +56,23 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     let (sa, da) = (src.as_ptr() as u64, dst.as_ptr() as u64);
 
     // RDMA WRITE of 3000 bytes (3 packets at MTU 1024) via ring + doorbell.
-    let w = write_wqe(1, WrOpcode::RDMA_WRITE, da + 100, md.rkey);
+    let w = write_wqe(1, WrOpcode::RdmaWrite, da + 100, md.rkey);
     c.post_send(&mut p.a, w, sge(sa, 3000, ms.lkey).as_bytes());
     let wc = poll(&mut p.cq_a);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
-        (1, WcStatus::SUCCESS.0, WcOpcode::RDMA_WRITE.0)
+        (1, WcStatus::Success.raw(), WcOpcode::RdmaWrite.raw())
     );
     assert_eq!(wc.qp_num, p.a.qpn);
     assert_eq!(&dst[100..3100], &src[..3000]);
 
     // RDMA READ back into dst+4000.
-    let r = write_wqe(2, WrOpcode::RDMA_READ, sa + 10, ms.rkey);
+    let r = write_wqe(2, WrOpcode::RdmaRead, sa + 10, ms.rkey);
     c.post_send(&mut p.a, r, sge(da + 4000, 2000, md.lkey).as_bytes());
     let wc = poll(&mut p.cq_a);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
-        (2, 0, WcOpcode::RDMA_READ.0, 2000)
+        (2, 0, WcOpcode::RdmaRead.raw(), 2000)
     );
     assert_eq!(&dst[4000..6000], &src[10..2010]);
 
@@ -102,7 +102,7 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     let mut swr = SendWr {
         wr_id: 3,
         num_sge: 1,
-        opcode: WrOpcode::SEND_WITH_IMM.0,
+        opcode: WrOpcode::SendWithImm.raw(),
         send_flags: SendFlags::SIGNALED.0,
         ..SendWr::default()
     };
@@ -124,11 +124,14 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     );
     c.call(&send).unwrap();
     let wc = poll(&mut p.cq_a);
-    assert_eq!((wc.wr_id, wc.status, wc.opcode), (3, 0, WcOpcode::SEND.0));
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode),
+        (3, 0, WcOpcode::Send.raw())
+    );
     let wc = poll(&mut p.cq_b);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
-        (77, 0, WcOpcode::RECV.0, 700)
+        (77, 0, WcOpcode::Recv.raw(), 700)
     );
     assert_eq!(wc.imm_data(), 0xdead_beef);
     assert_eq!(
@@ -150,7 +153,7 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     let msg = b"inline hello";
     let w = SendWqe {
         wr_id: 4,
-        opcode: WrOpcode::SEND.0,
+        opcode: WrOpcode::Send.raw(),
         send_flags: SendFlags::SIGNALED.0 | SendFlags::INLINE.0,
         inline_len: msg.len() as u16,
         ..SendWqe::default()
@@ -164,14 +167,14 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     // Atomics on an 8-byte word of dst.
     let word = da + 8000;
     dst[8000..8008].copy_from_slice(&40u64.to_ne_bytes());
-    let mut fa = write_wqe(5, WrOpcode::ATOMIC_FETCH_AND_ADD, word, md.rkey);
+    let mut fa = write_wqe(5, WrOpcode::AtomicFetchAndAdd, word, md.rkey);
     fa.compare_add = 2;
     c.post_send(&mut p.a, fa, sge(sa, 8, ms.lkey).as_bytes());
     let wc = poll(&mut p.cq_a);
-    assert_eq!((wc.status, wc.opcode), (0, WcOpcode::FETCH_ADD.0));
+    assert_eq!((wc.status, wc.opcode), (0, WcOpcode::FetchAdd.raw()));
     assert_eq!(u64::from_ne_bytes(src[..8].try_into().unwrap()), 40);
     assert_eq!(u64::from_ne_bytes(dst[8000..8008].try_into().unwrap()), 42);
-    let mut cs = write_wqe(6, WrOpcode::ATOMIC_CMP_AND_SWP, word, md.rkey);
+    let mut cs = write_wqe(6, WrOpcode::AtomicCmpAndSwp, word, md.rkey);
     cs.compare_add = 42;
     cs.swap = 9;
     c.post_send(&mut p.a, cs, sge(sa + 8, 8, ms.lkey).as_bytes());
@@ -228,67 +231,67 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
 
     // Wrong lkey: LOC_PROT_ERR, and the QP goes to ERR.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
-    let w = write_wqe(10, WrOpcode::RDMA_WRITE, da, md.rkey);
+    let w = write_wqe(10, WrOpcode::RdmaWrite, da, md.rkey);
     c.post_send(&mut a, w, sge(sa, 16, ms.lkey ^ 0x55).as_bytes());
     let wc = poll(&mut cq_a);
-    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::LOC_PROT_ERR.0));
-    assert_eq!(c.query_qp(a.handle).qp_state, abi::QpState::ERR.0 as u8);
+    assert_eq!((wc.wr_id, wc.status), (10, WcStatus::LocProtErr.raw()));
+    assert_eq!(c.query_qp(a.handle).qp_state, abi::QpState::Err.raw() as u8);
     // A WR posted now is flushed.
     c.post_send(
         &mut a,
-        write_wqe(11, WrOpcode::RDMA_WRITE, da, md.rkey),
+        write_wqe(11, WrOpcode::RdmaWrite, da, md.rkey),
         sge(sa, 16, ms.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::WR_FLUSH_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::WrFlushErr.raw());
 
     // An lkey of another PD's MR: LOC_PROT_ERR too.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
     c.post_send(
         &mut a,
-        write_wqe(12, WrOpcode::RDMA_WRITE, da, md.rkey),
+        write_wqe(12, WrOpcode::RdmaWrite, da, md.rkey),
         sge(other.as_ptr() as u64, 16, m2.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::LOC_PROT_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::LocProtErr.raw());
 
     // Wrong rkey: REM_ACCESS_ERR at the requester, nothing written.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
     c.post_send(
         &mut a,
-        write_wqe(13, WrOpcode::RDMA_WRITE, da, md.rkey ^ 0x1),
+        write_wqe(13, WrOpcode::RdmaWrite, da, md.rkey ^ 0x1),
         sge(sa, 16, ms.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::REM_ACCESS_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::RemAccessErr.raw());
     assert!(dst.iter().all(|b| *b == 0));
 
     // Missing REMOTE_WRITE on the target MR: REM_ACCESS_ERR, nothing written.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
     c.post_send(
         &mut a,
-        write_wqe(14, WrOpcode::RDMA_WRITE, ro.as_ptr() as u64, mro.rkey),
+        write_wqe(14, WrOpcode::RdmaWrite, ro.as_ptr() as u64, mro.rkey),
         sge(sa, 16, ms.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq_a).status, WcStatus::REM_ACCESS_ERR.0);
+    assert_eq!(poll(&mut cq_a).status, WcStatus::RemAccessErr.raw());
     assert!(ro.iter().all(|b| *b == 0));
 
     // Receive buffer too small: LOC_LEN_ERR at the responder, REM_INV_REQ_ERR at the
     // requester.
     let (mut a, mut b, mut cq_a, mut cq_b) = mk(&mut c);
     c.post_recv(b.rq.as_mut().unwrap(), 20, &[sge(da, 8, md.lkey)]);
-    let mut s = write_wqe(15, WrOpcode::SEND, 0, 0);
+    let mut s = write_wqe(15, WrOpcode::Send, 0, 0);
     s.rkey = 0;
     c.post_send(&mut a, s, sge(sa, 64, ms.lkey).as_bytes());
     let wb = poll(&mut cq_b);
-    assert_eq!((wb.wr_id, wb.status), (20, WcStatus::LOC_LEN_ERR.0));
+    assert_eq!((wb.wr_id, wb.status), (20, WcStatus::LocLenErr.raw()));
     let wa = poll(&mut cq_a);
-    assert_eq!((wa.wr_id, wa.status), (15, WcStatus::REM_INV_REQ_ERR.0));
+    assert_eq!((wa.wr_id, wa.status), (15, WcStatus::RemInvReqErr.raw()));
 
     // A malformed WQE (unknown opcode) completes with LOC_QP_OP_ERR.
     let (mut a, _b, mut cq_a, _cq_b) = mk(&mut c);
-    let mut bad = write_wqe(16, WrOpcode::RDMA_WRITE, da, md.rkey);
+    let mut bad = write_wqe(16, WrOpcode::RdmaWrite, da, md.rkey);
     bad.opcode = 77;
     c.post_send(&mut a, bad, sge(sa, 16, ms.lkey).as_bytes());
     let wc = poll(&mut cq_a);
-    assert_eq!((wc.wr_id, wc.status), (16, WcStatus::LOC_QP_OP_ERR.0));
+    assert_eq!((wc.wr_id, wc.status), (16, WcStatus::LocQpOpErr.raw()));
     let ev = c.async_event();
     assert_eq!(ev.event_type, nic::event::QP_FATAL);
 
@@ -338,10 +341,10 @@ fn rnr_retry_zero_fails_with_rnr_retry_exc_err() {
         c.modify(&mq).unwrap();
     }
     // No receive posted at b.
-    let s = write_wqe(1, WrOpcode::SEND, 0, 0);
+    let s = write_wqe(1, WrOpcode::Send, 0, 0);
     c.post_send(&mut a, s, sge(buf.as_ptr() as u64, 8, m.lkey).as_bytes());
     let wc = poll(&mut cq);
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RNR_RETRY_EXC_ERR.0));
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RnrRetryExcErr.raw()));
     assert!(dev.qp_counters(a.qpn).unwrap().rcvd_rnr_err >= 1);
     c.close();
 }
@@ -375,7 +378,7 @@ fn ud_and_srq_and_uc() {
     );
     let w = SendWqe {
         wr_id: 8,
-        opcode: WrOpcode::SEND.0,
+        opcode: WrOpcode::Send.raw(),
         send_flags: SendFlags::SIGNALED.0,
         num_sge: 1,
         ah,
@@ -409,7 +412,7 @@ fn ud_and_srq_and_uc() {
     c.post_recv(&mut srq.ring, 31, &[sge(ba + 3000, 64, m.lkey)]);
     c.post_send(
         &mut s,
-        write_wqe(30, WrOpcode::SEND, 0, 0),
+        write_wqe(30, WrOpcode::Send, 0, 0),
         sge(ba, 20, m.lkey).as_bytes(),
     );
     let mut got = [poll(&mut cq2), poll(&mut cq2)];
@@ -429,7 +432,7 @@ fn ud_and_srq_and_uc() {
     c.connect_qp(u1.handle, QpType::UC, u2.qpn, ip);
     c.connect_qp(u2.handle, QpType::UC, u1.qpn, ip);
     c.post_recv(u2.rq.as_mut().unwrap(), 41, &[]);
-    let mut w = write_wqe(40, WrOpcode::RDMA_WRITE_WITH_IMM, ba + 5000, m.rkey);
+    let mut w = write_wqe(40, WrOpcode::RdmaWriteWithImm, ba + 5000, m.rkey);
     w.set_imm_data(0x1234);
     c.post_send(&mut u1, w, sge(ba, 16, m.lkey).as_bytes());
     let mut got = [poll(&mut cq3), poll(&mut cq3)];
@@ -437,7 +440,7 @@ fn ud_and_srq_and_uc() {
     assert_eq!((got[0].wr_id, got[0].status), (40, 0));
     assert_eq!(
         (got[1].wr_id, got[1].opcode, got[1].byte_len),
-        (41, WcOpcode::RECV_RDMA_WITH_IMM.0, 16)
+        (41, WcOpcode::RecvRdmaWithImm.raw(), 16)
     );
     assert_eq!(got[1].imm_data(), 0x1234);
     assert_eq!(&buf[5000..5016], &[0x5a; 16]);
@@ -459,7 +462,7 @@ fn cq_overflow_raises_cq_err_and_moves_the_qp_to_err() {
     for i in 0..4 {
         c.post_send(
             &mut a,
-            write_wqe(i, WrOpcode::RDMA_WRITE, ba + 2048, m.rkey),
+            write_wqe(i, WrOpcode::RdmaWrite, ba + 2048, m.rkey),
             sge(ba, 8, m.lkey).as_bytes(),
         );
     }
@@ -467,7 +470,7 @@ fn cq_overflow_raises_cq_err_and_moves_the_qp_to_err() {
     let ev = c.async_event();
     assert_eq!((ev.event_type, ev.element), (nic::event::CQ_ERR, 0xcc));
     let deadline = std::time::Instant::now() + TIMEOUT;
-    while c.query_qp(a.handle).qp_state != abi::QpState::ERR.0 as u8 {
+    while c.query_qp(a.handle).qp_state != abi::QpState::Err.raw() as u8 {
         assert!(std::time::Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -506,7 +509,7 @@ fn completion_channel_gets_an_event_for_an_armed_cq() {
     .unwrap();
     c.post_send(
         &mut a,
-        write_wqe(1, WrOpcode::RDMA_WRITE, ba + 100, m.rkey),
+        write_wqe(1, WrOpcode::RdmaWrite, ba + 100, m.rkey),
         sge(ba, 8, m.lkey).as_bytes(),
     );
     let mut ev = [0u8; 8];
@@ -519,7 +522,7 @@ fn completion_channel_gets_an_event_for_an_armed_cq() {
     // Not re-armed: no second event.
     c.post_send(
         &mut a,
-        write_wqe(2, WrOpcode::RDMA_WRITE, ba + 100, m.rkey),
+        write_wqe(2, WrOpcode::RdmaWrite, ba + 100, m.rkey),
         sge(ba, 8, m.lkey).as_bytes(),
     );
     assert_eq!(poll(&mut cq).wr_id, 2);
@@ -528,7 +531,7 @@ fn completion_channel_gets_an_event_for_an_armed_cq() {
     // POLL_CQ as a command sees what the ring holds.
     c.post_send(
         &mut a,
-        write_wqe(3, WrOpcode::RDMA_WRITE, ba + 100, m.rkey),
+        write_wqe(3, WrOpcode::RdmaWrite, ba + 100, m.rkey),
         sge(ba, 8, m.lkey).as_bytes(),
     );
     let deadline = std::time::Instant::now() + TIMEOUT;
@@ -581,7 +584,7 @@ fn engine_parks_when_idle_and_a_doorbell_wakes_it() {
     for i in 0..3 {
         c.post_send(
             &mut a,
-            write_wqe(i, WrOpcode::RDMA_WRITE, ba + 1024, m.rkey),
+            write_wqe(i, WrOpcode::RdmaWrite, ba + 1024, m.rkey),
             sge(ba, 8, m.lkey).as_bytes(),
         );
         assert_eq!(poll(&mut cq).status, 0);
@@ -624,18 +627,18 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
     c.modify(&ModifyQp {
         qp_handle: b.handle,
         attr_mask: abi::QpAttrMask::STATE.0,
-        qp_state: abi::QpState::ERR.0 as u8,
+        qp_state: abi::QpState::Err.raw() as u8,
         ..ModifyQp::default()
     })
     .unwrap();
     let (w1, w2) = (poll(&mut cq), poll(&mut cq));
-    assert_eq!((w1.wr_id, w1.status), (1, WcStatus::WR_FLUSH_ERR.0));
-    assert_eq!((w2.wr_id, w2.status), (2, WcStatus::WR_FLUSH_ERR.0));
-    assert_eq!(w1.opcode, WcOpcode::RECV.0);
+    assert_eq!((w1.wr_id, w1.status), (1, WcStatus::WrFlushErr.raw()));
+    assert_eq!((w2.wr_id, w2.status), (2, WcStatus::WrFlushErr.raw()));
+    assert_eq!(w1.opcode, WcOpcode::Recv.raw());
     // A receive posted on the ring while in ERR flushes too (no doorbell for receives).
     c.post_recv(b.rq.as_mut().unwrap(), 3, &[sge(ba, 64, m.lkey)]);
     let w3 = poll(&mut cq);
-    assert_eq!((w3.wr_id, w3.status), (3, WcStatus::WR_FLUSH_ERR.0));
+    assert_eq!((w3.wr_id, w3.status), (3, WcStatus::WrFlushErr.raw()));
 
     // Dereg of an MR that WQEs still name: allowed; later use is a protection error.
     let mut other = vec![0u8; 64];
@@ -646,10 +649,10 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
     .unwrap();
     c.post_send(
         &mut a,
-        write_wqe(9, WrOpcode::RDMA_WRITE, ba, m.rkey),
+        write_wqe(9, WrOpcode::RdmaWrite, ba, m.rkey),
         sge(other.as_ptr() as u64, 8, m2.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cq).status, WcStatus::LOC_PROT_ERR.0);
+    assert_eq!(poll(&mut cq).status, WcStatus::LocProtErr.raw());
 
     // Destroying a QP with work outstanding: no completion, and the device stays sane.
     let mut x = c
@@ -662,7 +665,7 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
     // y never gets to RTR: x's SEND waits for an ACK that never comes.
     c.post_send(
         &mut x,
-        write_wqe(20, WrOpcode::SEND, 0, 0),
+        write_wqe(20, WrOpcode::Send, 0, 0),
         sge(ba, 8, m.lkey).as_bytes(),
     );
     std::thread::sleep(Duration::from_millis(20));
@@ -703,7 +706,7 @@ fn measure_loopback_write() {
         .unwrap();
     c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
     c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
-    let w = |i| write_wqe(i, WrOpcode::RDMA_WRITE, ba + 4096, m.rkey);
+    let w = |i| write_wqe(i, WrOpcode::RdmaWrite, ba + 4096, m.rkey);
     for i in 0..1000 {
         c.post_send(&mut a, w(i), sge(ba, 8, m.lkey).as_bytes());
         poll(&mut cq);
@@ -816,7 +819,7 @@ fn measure_syscall_loop() {
     let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 64, ip);
     let mut out = [0u8; 64];
     for i in 0..n {
-        let w = write_wqe(i, WrOpcode::RDMA_WRITE, ba + 4096, m.rkey);
+        let w = write_wqe(i, WrOpcode::RdmaWrite, ba + 4096, m.rkey);
         a.sq.stage_parts(&[w.as_bytes(), sge(ba, 8, m.lkey).as_bytes()])
             .unwrap();
         a.sq.publish().unwrap();
@@ -858,7 +861,7 @@ fn ipv6_device_uses_its_address_as_gid_and_loops_back() {
     buf[..4].copy_from_slice(b"six!");
     c.post_send(
         &mut a,
-        write_wqe(1, WrOpcode::RDMA_WRITE, ba + 2048, m.rkey),
+        write_wqe(1, WrOpcode::RdmaWrite, ba + 2048, m.rkey),
         sge(ba, 4, m.lkey).as_bytes(),
     );
     assert_eq!(poll(&mut cq).status, 0);
@@ -910,7 +913,7 @@ fn srq_limit_event_fires_once_when_armed() {
     for i in 0..2 {
         c.post_send(
             &mut s,
-            write_wqe(i, WrOpcode::SEND, 0, 0),
+            write_wqe(i, WrOpcode::Send, 0, 0),
             sge(ba, 8, m.lkey).as_bytes(),
         );
         poll(&mut cq);

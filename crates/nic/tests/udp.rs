@@ -59,7 +59,7 @@ fn rc_between_two_devices_over_udp() {
     let len = 100 * 1024;
     ca.post_send(
         &mut qa,
-        write_wqe(1, WrOpcode::RDMA_WRITE, ba, mb.rkey),
+        write_wqe(1, WrOpcode::RdmaWrite, ba, mb.rkey),
         sge(aa, len, ma.lkey).as_bytes(),
     );
     let wc = poll(&mut cqa);
@@ -69,13 +69,13 @@ fn rc_between_two_devices_over_udp() {
     // READ it back from b into a's second half.
     ca.post_send(
         &mut qa,
-        write_wqe(2, WrOpcode::RDMA_READ, ba + 1000, mb.rkey),
+        write_wqe(2, WrOpcode::RdmaRead, ba + 1000, mb.rkey),
         sge(aa + 128 * 1024, 5000, ma.lkey).as_bytes(),
     );
     let wc = poll(&mut cqa);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode),
-        (2, 0, WcOpcode::RDMA_READ.0)
+        (2, 0, WcOpcode::RdmaRead.raw())
     );
     assert_eq!(&abuf[128 * 1024..128 * 1024 + 5000], &abuf[1000..6000]);
 
@@ -87,7 +87,7 @@ fn rc_between_two_devices_over_udp() {
     );
     ca.post_send(
         &mut qa,
-        write_wqe(3, WrOpcode::SEND, 0, 0),
+        write_wqe(3, WrOpcode::Send, 0, 0),
         sge(aa + 7, 3000, ma.lkey).as_bytes(),
     );
     assert_eq!(poll(&mut cqa).status, 0);
@@ -98,10 +98,10 @@ fn rc_between_two_devices_over_udp() {
     // Remote access error over the wire.
     ca.post_send(
         &mut qa,
-        write_wqe(4, WrOpcode::RDMA_WRITE, ba, mb.rkey ^ 0x100),
+        write_wqe(4, WrOpcode::RdmaWrite, ba, mb.rkey ^ 0x100),
         sge(aa, 64, ma.lkey).as_bytes(),
     );
-    assert_eq!(poll(&mut cqa).status, abi::WcStatus::REM_ACCESS_ERR.0);
+    assert_eq!(poll(&mut cqa).status, abi::WcStatus::RemAccessErr.raw());
 
     let pa = dev_a.port_counters();
     let pb = dev_b.port_counters();
@@ -338,7 +338,7 @@ fn measure_udp_write() {
     cb.connect_qp(qb.handle, QpType::RC, qa.qpn, "127.77.2.11");
     let w = |i, len: u32| {
         (
-            write_wqe(i, WrOpcode::RDMA_WRITE, ba, mb.rkey),
+            write_wqe(i, WrOpcode::RdmaWrite, ba, mb.rkey),
             sge(aa, len, ma.lkey),
         )
     };

@@ -157,7 +157,7 @@ impl HeaderInfo {
             tx_depth: if kind == TestKind::Bw { 5 } else { 1 },
             rx_depth: 6,
             cq_mod: 1,
-            mtu: Mtu::MTU_1024,
+            mtu: Mtu::Mtu1024,
             link_type: "Ethernet".to_string(),
             gid_index: Some(1),
             inline_size: 0,

@@ -63,7 +63,7 @@ fn header_blocks_match_every_console_file() {
         ),
         (
             "mtu_512_from_peer.pcap.server.txt",
-            h(Write, Bw, Server, |i| i.mtu = Mtu::MTU_512),
+            h(Write, Bw, Server, |i| i.mtu = Mtu::Mtu512),
         ),
         (
             "pt_write_bw_bidir.pcap.client.txt",
@@ -175,7 +175,7 @@ fn header_blocks_match_every_console_file() {
     // Built from a test configuration.
     let mut cfg = oob::perftest::BenchConfig::new(Write, Bw);
     cfg.num_qps = 2;
-    let info = HeaderInfo::for_test(&cfg, Server, "rxe0", Mtu::MTU_1024);
+    let info = HeaderInfo::for_test(&cfg, Server, "rxe0", Mtu::Mtu1024);
     assert_eq!(
         header_block(&info),
         header_of(&console("pt_write_bw_q2.pcap.server.txt"))

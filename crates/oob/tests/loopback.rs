@@ -215,7 +215,7 @@ fn selective_repeat_only_when_both_offer_it() {
 fn mtu_negotiation_over_tcp() {
     let cfg = BenchConfig::new(Verb::Send, TestKind::Lat);
     let small = LocalSystem {
-        mtu: Mtu::MTU_512,
+        mtu: Mtu::Mtu512,
         page_size: 16384,
         cache_line: 128,
     };
@@ -223,7 +223,7 @@ fn mtu_negotiation_over_tcp() {
     let (client, server) = (client.expect("client"), server.expect("server"));
     for side in [&client, &server] {
         let n = side.negotiated.as_ref().expect("negotiated");
-        assert_eq!(n.mtu, Mtu::MTU_512, "both use the smaller MTU");
+        assert_eq!(n.mtu, Mtu::Mtu512, "both use the smaller MTU");
         assert_eq!(
             (n.cycle_buffer, n.cache_line),
             (16384, 128),

@@ -49,7 +49,7 @@ fn decode_direction(writes: &[Vec<u8>]) -> Decoded {
     assert_eq!(msg::encode_i32(d.cache_line).as_slice(), l.as_slice());
     let m = it.next().expect("MTU");
     d.mtu = decode_mtu(m).expect("MTU decodes");
-    if let Some(mtu) = Mtu::from_enum(d.mtu) {
+    if let Some(mtu) = oob::perftest::mtu_from_enum(d.mtu) {
         assert_eq!(msg::encode_mtu(mtu, m.len()), *m);
     }
     while let Some(w) = it.next() {
@@ -254,7 +254,7 @@ fn every_pt_capture_decodes_reencodes_and_replays() {
                 Role::Server => (&sd, &server_keys),
             };
             let mut expected = Vec::new();
-            for step in describe_plan(&c.cfg, role, Mtu::MTU_1024) {
+            for step in describe_plan(&c.cfg, role, Mtu::Mtu1024) {
                 match step.as_str() {
                     "K" | "INIT" | "SYNC" | "CLOSE" => expected.push(keys[0]),
                     s if s.starts_with("K×") => expected.extend(keys.iter().copied()),
@@ -383,7 +383,7 @@ fn check_hooks(c: &Case, hooks: &Recorder, peer_keys: &[KeyMessage], role: Role)
     let neg = hooks.negotiated.as_ref().expect("negotiated");
     assert_eq!(
         (neg.mtu, neg.cycle_buffer, neg.cache_line),
-        (Mtu::MTU_1024, 4096, 64)
+        (Mtu::Mtu1024, 4096, 64)
     );
     assert_eq!(neg.peer_version.text, "6.06");
     if c.cfg.connection == Connection::Ud {
@@ -407,7 +407,7 @@ fn check_hooks(c: &Case, hooks: &Recorder, peer_keys: &[KeyMessage], role: Role)
             vec![]
         }
         (TestKind::Lat, Verb::Read | Verb::Atomic, Role::Server) => vec![],
-        _ => c.cfg.sweep_sizes(Mtu::MTU_1024, neg.size),
+        _ => c.cfg.sweep_sizes(Mtu::Mtu1024, neg.size),
     };
     assert_eq!(hooks.runs, expect_runs, "{name}: runs");
     assert_eq!(hooks.prepares, expect_runs, "{name}: prepares");
@@ -519,8 +519,8 @@ fn neg_gid_type_mismatch_aborts_after_first_key_round() {
 #[test]
 fn mtu_from_peer_smaller_is_adopted_invalid_is_ignored() {
     for (pcap, mtu) in [
-        ("mtu_512_from_peer.pcap", Mtu::MTU_512),
-        ("mtu_invalid_from_peer.pcap", Mtu::MTU_1024),
+        ("mtu_512_from_peer.pcap", Mtu::Mtu512),
+        ("mtu_invalid_from_peer.pcap", Mtu::Mtu1024),
     ] {
         let (writes, hooks, err) = server_against(pcap, write_bw());
         let cap = TcpCapture::load(pcap);

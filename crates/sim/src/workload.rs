@@ -708,8 +708,14 @@ impl Workload {
                 let got = self.sim.endpoints[src].mem.read(lr.lsrc, lo, 8);
                 got == p.expect_orig.to_ne_bytes()
             }
-            // The workload posts none of these (it binds no memory windows).
-            WrOpcode::SendWithInv | WrOpcode::LocalInv | WrOpcode::BindMw => true,
+            // The workload posts none of these (it binds no memory windows, and the
+            // transport refuses the opcodes uroce does not implement).
+            WrOpcode::SendWithInv
+            | WrOpcode::LocalInv
+            | WrOpcode::BindMw
+            | WrOpcode::Tso
+            | WrOpcode::Flush
+            | WrOpcode::AtomicWrite => true,
         };
         if ok {
             if p.op.is_write() || p.op.is_read_or_atomic() {

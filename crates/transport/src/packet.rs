@@ -38,8 +38,11 @@ pub(crate) fn request_opcode(ty: QpType, op: WrOpcode, first: bool, last: bool) 
             (W::RdmaWrite | W::RdmaWriteWithImm, false, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
             (W::RdmaWrite, false, true) => Opcode::RC_RDMA_WRITE_LAST,
             (W::RdmaWriteWithImm, false, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-            // Local operations never become packets (`WrOpcode::is_local`).
-            (W::LocalInv | W::BindMw, _, _) => Opcode::RC_SEND_ONLY,
+            // Local operations never become packets (`WrOpcode::is_local`), and `post_send`
+            // refuses opcodes uroce does not implement (`WrOpcode::is_implemented`).
+            (W::LocalInv | W::BindMw | W::Tso | W::Flush | W::AtomicWrite, _, _) => {
+                Opcode::RC_SEND_ONLY
+            }
         },
         QpType::Uc => match (op, first, last) {
             (W::SendWithImm, true, true) => Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,

@@ -689,20 +689,21 @@ impl Qp {
             return Err(PostError::QueueFull);
         }
         let op = wr.opcode;
-        let op_ok = match ty {
-            QpType::Rc => true,
-            // rxe: local operations on RC and UC QPs (`rxe_wr_opcode_info`).
-            QpType::Uc => matches!(
-                op,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm
-                    | WrOpcode::RdmaWrite
-                    | WrOpcode::RdmaWriteWithImm
-                    | WrOpcode::LocalInv
-                    | WrOpcode::BindMw
-            ),
-            QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
-        };
+        let op_ok = op.is_implemented()
+            && match ty {
+                QpType::Rc => true,
+                // rxe: local operations on RC and UC QPs (`rxe_wr_opcode_info`).
+                QpType::Uc => matches!(
+                    op,
+                    WrOpcode::Send
+                        | WrOpcode::SendWithImm
+                        | WrOpcode::RdmaWrite
+                        | WrOpcode::RdmaWriteWithImm
+                        | WrOpcode::LocalInv
+                        | WrOpcode::BindMw
+                ),
+                QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
+            };
         if !op_ok {
             return Err(PostError::BadOpcode);
         }

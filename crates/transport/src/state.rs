@@ -7,63 +7,8 @@
 
 use core::fmt;
 
+pub use abi::{AccessFlags, Mtu, QpState};
 use wire::{Psn, Qkey, Qpn};
-
-/// `ibv_qp_state` (docs/wire.md §6.1), same numbers as the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-#[repr(u8)]
-pub enum QpState {
-    /// Freshly created or reset: no queues, no traffic.
-    #[default]
-    Reset = 0,
-    /// Receive WRs may be posted; packets are not yet accepted.
-    Init = 1,
-    /// Ready to receive: the responder is live.
-    Rtr = 2,
-    /// Ready to send: requester and responder live.
-    Rts = 3,
-    /// Send queue drain: no new send WRs start; outstanding ones finish.
-    Sqd = 4,
-    /// Send queue error (UC/UD only): sends flushed, receives still work.
-    Sqe = 5,
-    /// Error: everything flushed, packets dropped.
-    Err = 6,
-}
-
-impl QpState {
-    /// Decode an `ibv_qp_state` number.
-    pub fn from_u8(v: u8) -> Option<QpState> {
-        Some(match v {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            4 => QpState::Sqd,
-            5 => QpState::Sqe,
-            6 => QpState::Err,
-            _ => return None,
-        })
-    }
-
-    /// The name rdma-core's `ibv_qp_state` uses, without the prefix.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QpState::Reset => "RESET",
-            QpState::Init => "INIT",
-            QpState::Rtr => "RTR",
-            QpState::Rts => "RTS",
-            QpState::Sqd => "SQD",
-            QpState::Sqe => "SQE",
-            QpState::Err => "ERR",
-        }
-    }
-}
-
-impl fmt::Display for QpState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// `ibv_qp_type` values for the transports this crate implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,54 +31,6 @@ impl QpType {
             4 => Some(QpType::Ud),
             _ => None,
         }
-    }
-}
-
-/// Path MTU (`ibv_mtu`): 1 = 256 … 5 = 4096 bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-#[repr(u8)]
-pub enum Mtu {
-    /// 256 bytes.
-    Mtu256 = 1,
-    /// 512 bytes.
-    Mtu512 = 2,
-    /// 1024 bytes.
-    #[default]
-    Mtu1024 = 3,
-    /// 2048 bytes.
-    Mtu2048 = 4,
-    /// 4096 bytes.
-    Mtu4096 = 5,
-}
-
-impl Mtu {
-    /// Decode the `ibv_mtu` enum value.
-    pub fn from_u8(v: u8) -> Option<Mtu> {
-        Some(match v {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            3 => Mtu::Mtu1024,
-            4 => Mtu::Mtu2048,
-            5 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-
-    /// From a byte count (exactly 256, 512, 1024, 2048 or 4096).
-    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
-        Some(match bytes {
-            256 => Mtu::Mtu256,
-            512 => Mtu::Mtu512,
-            1024 => Mtu::Mtu1024,
-            2048 => Mtu::Mtu2048,
-            4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-
-    /// Payload bytes per packet.
-    pub fn bytes(self) -> u32 {
-        128u32 << (self as u8)
     }
 }
 
@@ -273,33 +170,6 @@ impl fmt::Debug for AttrMask {
             f.write_str("(none)")?;
         }
         Ok(())
-    }
-}
-
-/// `ibv_access_flags` bits the transport checks (docs/wire.md §7.3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct AccessFlags(pub u32);
-
-impl AccessFlags {
-    /// Local write (receive buffers, READ destinations, atomic results).
-    pub const LOCAL_WRITE: AccessFlags = AccessFlags(1);
-    /// Incoming RDMA WRITE.
-    pub const REMOTE_WRITE: AccessFlags = AccessFlags(2);
-    /// Incoming RDMA READ.
-    pub const REMOTE_READ: AccessFlags = AccessFlags(4);
-    /// Incoming atomics.
-    pub const REMOTE_ATOMIC: AccessFlags = AccessFlags(8);
-
-    /// Whether every bit of `other` is set.
-    pub const fn contains(self, other: AccessFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for AccessFlags {
-    type Output = AccessFlags;
-    fn bitor(self, rhs: AccessFlags) -> AccessFlags {
-        AccessFlags(self.0 | rhs.0)
     }
 }
 

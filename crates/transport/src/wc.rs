@@ -1,165 +1,7 @@
 //! Work completions (docs/wire.md §7).
 
-use core::fmt;
-
+pub use abi::{WcOpcode, WcStatus};
 use wire::{Qpn, Rkey};
-
-/// `ibv_wc_status`, same numbers as the kernel's `ib_wc_status` (docs/wire.md §7.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u32)]
-pub enum WcStatus {
-    /// The WR completed.
-    Success = 0,
-    /// Local length error (receive buffer too small).
-    LocLenErr = 1,
-    /// Local QP operation error (malformed WQE, opcode not allowed on this QP type).
-    LocQpOpErr = 2,
-    /// RD only.
-    LocEecOpErr = 3,
-    /// Local protection error: an SGE failed the MR check.
-    LocProtErr = 4,
-    /// Flushed because the QP is in ERR (or SQE for the send queue).
-    WrFlushErr = 5,
-    /// Memory window bind failed.
-    MwBindErr = 6,
-    /// Unexpected response opcode or length from the responder.
-    BadRespErr = 7,
-    /// Local access error.
-    LocAccessErr = 8,
-    /// NAK invalid request received.
-    RemInvReqErr = 9,
-    /// NAK remote access error received.
-    RemAccessErr = 10,
-    /// NAK remote operational error received.
-    RemOpErr = 11,
-    /// Transport retry counter exceeded (ACK timeouts / sequence-error NAKs).
-    RetryExcErr = 12,
-    /// RNR retry counter exceeded.
-    RnrRetryExcErr = 13,
-    /// RD only.
-    LocRddViolErr = 14,
-    /// NAK invalid RD request received.
-    RemInvRdReqErr = 15,
-    /// Remote aborted.
-    RemAbortErr = 16,
-    /// RD only.
-    InvEecnErr = 17,
-    /// RD only.
-    InvEecStateErr = 18,
-    /// Fatal.
-    FatalErr = 19,
-    /// Response timeout.
-    RespTimeoutErr = 20,
-    /// Other.
-    GeneralErr = 21,
-    /// Tag matching.
-    TmErr = 22,
-    /// Tag matching rendezvous.
-    TmRndvIncomplete = 23,
-}
-
-impl WcStatus {
-    /// Every status, in numeric order.
-    pub const ALL: [WcStatus; 24] = [
-        WcStatus::Success,
-        WcStatus::LocLenErr,
-        WcStatus::LocQpOpErr,
-        WcStatus::LocEecOpErr,
-        WcStatus::LocProtErr,
-        WcStatus::WrFlushErr,
-        WcStatus::MwBindErr,
-        WcStatus::BadRespErr,
-        WcStatus::LocAccessErr,
-        WcStatus::RemInvReqErr,
-        WcStatus::RemAccessErr,
-        WcStatus::RemOpErr,
-        WcStatus::RetryExcErr,
-        WcStatus::RnrRetryExcErr,
-        WcStatus::LocRddViolErr,
-        WcStatus::RemInvRdReqErr,
-        WcStatus::RemAbortErr,
-        WcStatus::InvEecnErr,
-        WcStatus::InvEecStateErr,
-        WcStatus::FatalErr,
-        WcStatus::RespTimeoutErr,
-        WcStatus::GeneralErr,
-        WcStatus::TmErr,
-        WcStatus::TmRndvIncomplete,
-    ];
-
-    /// The text rdma-core's `ibv_wc_status_str` returns for this status
-    /// (libibverbs `enum_strs.c`), e.g. "transport retry counter exceeded".
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WcStatus::Success => "success",
-            WcStatus::LocLenErr => "local length error",
-            WcStatus::LocQpOpErr => "local QP operation error",
-            WcStatus::LocEecOpErr => "local EE context operation error",
-            WcStatus::LocProtErr => "local protection error",
-            WcStatus::WrFlushErr => "Work Request Flushed Error",
-            WcStatus::MwBindErr => "memory management operation error",
-            WcStatus::BadRespErr => "bad response error",
-            WcStatus::LocAccessErr => "local access error",
-            WcStatus::RemInvReqErr => "remote invalid request error",
-            WcStatus::RemAccessErr => "remote access error",
-            WcStatus::RemOpErr => "remote operation error",
-            WcStatus::RetryExcErr => "transport retry counter exceeded",
-            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
-            WcStatus::LocRddViolErr => "local RDD violation error",
-            WcStatus::RemInvRdReqErr => "remote invalid RD request",
-            WcStatus::RemAbortErr => "aborted error",
-            WcStatus::InvEecnErr => "invalid EE context number",
-            WcStatus::InvEecStateErr => "invalid EE context state",
-            WcStatus::FatalErr => "fatal error",
-            WcStatus::RespTimeoutErr => "response timeout error",
-            WcStatus::GeneralErr => "general error",
-            WcStatus::TmErr => "TM error",
-            WcStatus::TmRndvIncomplete => "TM software rendezvous",
-        }
-    }
-
-    /// Decode the numeric value.
-    pub fn from_u32(v: u32) -> Option<WcStatus> {
-        WcStatus::ALL.get(usize::try_from(v).ok()?).copied()
-    }
-}
-
-impl fmt::Display for WcStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// `ibv_wc_opcode` (docs/wire.md §7.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WcOpcode {
-    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
-    Send = 0,
-    /// RDMA_WRITE, RDMA_WRITE_WITH_IMM.
-    RdmaWrite = 1,
-    /// RDMA_READ.
-    RdmaRead = 2,
-    /// ATOMIC_CMP_AND_SWP.
-    CompSwap = 3,
-    /// ATOMIC_FETCH_AND_ADD.
-    FetchAdd = 4,
-    /// BIND_MW.
-    BindMw = 5,
-    /// LOCAL_INV.
-    LocalInv = 6,
-    /// Receive of a SEND.
-    Recv = 128,
-    /// Receive of an RDMA WRITE WITH IMMEDIATE.
-    RecvRdmaWithImm = 129,
-}
-
-impl WcOpcode {
-    /// Whether this completion belongs on the receive CQ.
-    pub fn is_recv(self) -> bool {
-        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
-    }
-}
 
 /// `wc_flags` in the libibverbs numbering (docs/wire.md §7.4: user and kernel differ for bits
 /// 2/3; this crate uses the libibverbs values and the ABI layer converts if it must).
@@ -246,9 +88,9 @@ mod tests {
     fn status_numbers_and_strings() {
         for (i, s) in WcStatus::ALL.iter().enumerate() {
             assert_eq!(*s as u32, i as u32);
-            assert_eq!(WcStatus::from_u32(i as u32), Some(*s));
+            assert_eq!(WcStatus::from_raw(i as u32), Some(*s));
         }
-        assert_eq!(WcStatus::from_u32(24), None);
+        assert_eq!(WcStatus::from_raw(24), None);
         assert_eq!(
             WcStatus::RetryExcErr.as_str(),
             "transport retry counter exceeded"

@@ -2,135 +2,8 @@
 
 use core::fmt;
 
+pub use abi::{SendFlags, WrOpcode};
 use wire::{Lkey, Qkey, Qpn, Rkey};
-
-/// `ibv_wr_opcode` values of the operations this transport implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum WrOpcode {
-    /// RDMA WRITE.
-    RdmaWrite = 0,
-    /// RDMA WRITE WITH IMMEDIATE.
-    RdmaWriteWithImm = 1,
-    /// SEND.
-    Send = 2,
-    /// SEND WITH IMMEDIATE.
-    SendWithImm = 3,
-    /// RDMA READ.
-    RdmaRead = 4,
-    /// Atomic compare and swap.
-    AtomicCmpAndSwp = 5,
-    /// Atomic fetch and add.
-    AtomicFetchAndAdd = 6,
-    /// LOCAL INVALIDATE: invalidate a type 2 memory window of this QP's PD (no packet).
-    LocalInv = 7,
-    /// BIND MEMORY WINDOW (no packet); the binding is [`SendWr::mw_bind`].
-    BindMw = 8,
-    /// SEND WITH INVALIDATE (RC).
-    SendWithInv = 9,
-}
-
-impl WrOpcode {
-    /// Decode an `ibv_wr_opcode` number this transport supports.
-    pub fn from_u32(v: u32) -> Option<WrOpcode> {
-        Some(match v {
-            0 => WrOpcode::RdmaWrite,
-            1 => WrOpcode::RdmaWriteWithImm,
-            2 => WrOpcode::Send,
-            3 => WrOpcode::SendWithImm,
-            4 => WrOpcode::RdmaRead,
-            5 => WrOpcode::AtomicCmpAndSwp,
-            6 => WrOpcode::AtomicFetchAndAdd,
-            7 => WrOpcode::LocalInv,
-            8 => WrOpcode::BindMw,
-            9 => WrOpcode::SendWithInv,
-            _ => return None,
-        })
-    }
-
-    /// SEND, SEND_WITH_IMM, SEND_WITH_INV.
-    pub fn is_send(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv
-        )
-    }
-
-    /// RDMA WRITE (with or without immediate).
-    pub fn is_write(self) -> bool {
-        matches!(self, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm)
-    }
-
-    /// Compare-and-swap or fetch-and-add.
-    pub fn is_atomic(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
-        )
-    }
-
-    /// READ or atomic: counts against `max_rd_atomic` and expects a data-bearing response.
-    pub fn is_read_or_atomic(self) -> bool {
-        self == WrOpcode::RdmaRead || self.is_atomic()
-    }
-
-    /// Executed by the requester itself, without a packet (LOCAL_INV, BIND_MW): it waits
-    /// until every earlier WR of the SQ has completed, then completes at once.
-    pub fn is_local(self) -> bool {
-        matches!(self, WrOpcode::LocalInv | WrOpcode::BindMw)
-    }
-
-    /// Carries immediate data.
-    pub fn has_imm(self) -> bool {
-        matches!(self, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
-    }
-
-    /// Consumes a receive WQE at the responder.
-    pub fn consumes_rwqe(self) -> bool {
-        self.is_send() || self == WrOpcode::RdmaWriteWithImm
-    }
-
-    /// The completion opcode of a send-queue WR (docs/wire.md §7.2).
-    pub fn wc_opcode(self) -> crate::WcOpcode {
-        use crate::WcOpcode;
-        match self {
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
-            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
-            WrOpcode::LocalInv => WcOpcode::LocalInv,
-            WrOpcode::BindMw => WcOpcode::BindMw,
-        }
-    }
-}
-
-/// `ibv_send_flags`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct SendFlags(pub u32);
-
-impl SendFlags {
-    /// Wait for prior WRs before starting (rxe: all prior WRs complete).
-    pub const FENCE: SendFlags = SendFlags(1);
-    /// Generate a completion on success.
-    pub const SIGNALED: SendFlags = SendFlags(2);
-    /// Set the SE bit on the last packet.
-    pub const SOLICITED: SendFlags = SendFlags(4);
-    /// The payload is carried in the WR.
-    pub const INLINE: SendFlags = SendFlags(8);
-
-    /// Whether every bit of `other` is set.
-    pub const fn contains(self, other: SendFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl core::ops::BitOr for SendFlags {
-    type Output = SendFlags;
-    fn bitor(self, rhs: SendFlags) -> SendFlags {
-        SendFlags(self.0 | rhs.0)
-    }
-}
 
 /// A scatter/gather element: `length` bytes at `addr` under `lkey`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -573,10 +446,11 @@ mod tests {
         assert!(WrOpcode::RdmaWriteWithImm.consumes_rwqe());
         assert!(!WrOpcode::RdmaWrite.consumes_rwqe());
         assert!(WrOpcode::AtomicFetchAndAdd.is_read_or_atomic());
-        assert_eq!(WrOpcode::from_u32(9), Some(WrOpcode::SendWithInv));
-        assert_eq!(WrOpcode::from_u32(7), Some(WrOpcode::LocalInv));
-        assert_eq!(WrOpcode::from_u32(8), Some(WrOpcode::BindMw));
-        assert_eq!(WrOpcode::from_u32(10), None);
+        assert_eq!(WrOpcode::from_raw(9), Some(WrOpcode::SendWithInv));
+        assert_eq!(WrOpcode::from_raw(7), Some(WrOpcode::LocalInv));
+        assert_eq!(WrOpcode::from_raw(8), Some(WrOpcode::BindMw));
+        assert_eq!(WrOpcode::from_raw(11), None);
+        assert!(!WrOpcode::Tso.is_implemented() && WrOpcode::SendWithInv.is_implemented());
         assert!(WrOpcode::BindMw.is_local() && WrOpcode::LocalInv.is_local());
         assert!(!WrOpcode::SendWithInv.is_local());
         // A binding survives the trip through the WR's spare fields.

@@ -46,7 +46,7 @@ fn wait_one(mut poll: impl FnMut(&mut [Wc]) -> Result<usize>) {
     let mut deadline: Option<Instant> = None;
     loop {
         if poll(&mut wc).expect("poll") == 1 {
-            assert_eq!(wc[0].status, WcStatus::SUCCESS, "completion {:?}", wc[0]);
+            assert_eq!(wc[0].status, WcStatus::Success, "completion {:?}", wc[0]);
             return;
         }
         spins += 1;

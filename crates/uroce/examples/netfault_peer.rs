@@ -207,11 +207,11 @@ fn parse_u32(s: &str) -> Option<u32> {
 
 fn mtu_enum(bytes: u32) -> Option<Mtu> {
     Some(match bytes {
-        256 => Mtu::MTU_256,
-        512 => Mtu::MTU_512,
-        1024 => Mtu::MTU_1024,
-        2048 => Mtu::MTU_2048,
-        4096 => Mtu::MTU_4096,
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        1024 => Mtu::Mtu1024,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
         _ => return None,
     })
 }
@@ -480,7 +480,7 @@ fn wait_wc(s: &Setup, wc: &mut [Wc], line: &mut Line, deadline: Instant) -> Res<
 }
 
 fn check_wc(w: &Wc, op: WcOpcode, what: &str) -> Res<()> {
-    if w.status != WcStatus::SUCCESS {
+    if w.status != WcStatus::Success {
         return Err(format!(
             "{what} wr_id {} completed with {} (vendor_err {})",
             w.wr_id,
@@ -751,9 +751,9 @@ fn transfer(
                 check_wc(
                     w,
                     if is_write {
-                        WcOpcode::RDMA_WRITE
+                        WcOpcode::RdmaWrite
                     } else {
-                        WcOpcode::SEND
+                        WcOpcode::Send
                     },
                     what,
                 )?;
@@ -943,7 +943,7 @@ fn server(
                     });
                     e
                 };
-                if let Err(e) = check_wc(w, WcOpcode::RECV, "RECV") {
+                if let Err(e) = check_wc(w, WcOpcode::Recv, "RECV") {
                     return Err(reply_err(&mut line, fail(e, verified, sum)));
                 }
                 if w.wr_id != got || w.byte_len as usize != plan.msg {

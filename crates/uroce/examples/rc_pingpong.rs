@@ -98,25 +98,25 @@ fn run(end: End, size: usize, iters: u64, first: bool, events: bool) -> Result<D
             send[..8].copy_from_slice(&i.to_ne_bytes());
             end.qp
                 .post_send(&[SendWr::send(i, &[send.sge(0, size as u32)]).signaled()])?;
-            expect(next_wc(&end, events)?, WcOpcode::SEND)?;
-            let w = expect(next_wc(&end, events)?, WcOpcode::RECV)?;
+            expect(next_wc(&end, events)?, WcOpcode::Send)?;
+            let w = expect(next_wc(&end, events)?, WcOpcode::Recv)?;
             check(&recv, w, i, size)?;
             end.qp.post_recv(&[RecvWr::new(i + 1, &rsge)])?;
         } else {
-            let w = expect(next_wc(&end, events)?, WcOpcode::RECV)?;
+            let w = expect(next_wc(&end, events)?, WcOpcode::Recv)?;
             check(&recv, w, i, size)?;
             end.qp.post_recv(&[RecvWr::new(i + 1, &rsge)])?;
             send[..8].copy_from_slice(&i.to_ne_bytes());
             end.qp
                 .post_send(&[SendWr::send(i, &[send.sge(0, size as u32)]).signaled()])?;
-            expect(next_wc(&end, events)?, WcOpcode::SEND)?;
+            expect(next_wc(&end, events)?, WcOpcode::Send)?;
         }
     }
     Ok(start.elapsed())
 }
 
 fn expect(w: Wc, op: WcOpcode) -> Result<Wc> {
-    if w.status != WcStatus::SUCCESS || w.opcode != op {
+    if w.status != WcStatus::Success || w.opcode != op {
         return Err(Error::local(
             "rc_pingpong",
             Errno::EIO,

@@ -63,7 +63,7 @@ fn wait_wc(end: &End, deadline: Instant) -> Result<Wc> {
     let mut wc = [Wc::default()];
     loop {
         if end.cq.poll(&mut wc)? == 1 {
-            if wc[0].status != WcStatus::SUCCESS {
+            if wc[0].status != WcStatus::Success {
                 return Err(fail(format!(
                     "completion {:?}: {}",
                     wc[0],
@@ -125,7 +125,7 @@ fn serve(end: End, bufs: MrBuf, size: usize, count: u64) -> Result<()> {
             .post_send(&[SendWr::ud_send(u64::MAX, &reply, &ah, w.src_qp, QKEY).signaled()])?;
         // The reply reads the receive buffer: repost it only after the send completed.
         let s = wait_wc(&end, deadline)?;
-        if s.opcode != WcOpcode::SEND {
+        if s.opcode != WcOpcode::Send {
             return Err(fail(format!("expected the reply's completion, got {s:?}")));
         }
         end.qp.post_recv(&[RecvWr::new(i as u64, &sges[i])])?;
@@ -141,12 +141,7 @@ fn echo(size: usize, count: u64, pair: Option<&str>) -> Result<()> {
         ..PairOpts::default()
     };
     let (client, server) = connect(&da, &db, &opts)?;
-    let mtu = client
-        .ctx
-        .query_port(PORT)?
-        .active_mtu
-        .bytes()
-        .unwrap_or(1024) as usize;
+    let mtu = client.ctx.query_port(PORT)?.active_mtu.bytes() as usize;
     if size > mtu {
         return Err(fail(format!(
             "UD messages must fit the {mtu}-byte path MTU"

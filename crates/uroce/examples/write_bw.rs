@@ -135,7 +135,7 @@ fn bench(a: &Args) -> Result<()> {
         }
         let k = ea.cq.poll(&mut wc)?;
         for w in &wc[..k] {
-            if w.status != WcStatus::SUCCESS {
+            if w.status != WcStatus::Success {
                 return Err(Error::local(
                     "write_bw",
                     Errno::EIO,

@@ -905,7 +905,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "no completion");
             std::thread::yield_now();
         }
-        assert_eq!(wc[0].status, WcStatus::SUCCESS);
+        assert_eq!(wc[0].status, WcStatus::Success);
         let s = snapshot();
         let dev = s.device("statunit1").expect("device listed");
         let qpns: Vec<u32> = dev.qps.iter().map(|q| q.qpn).collect();

@@ -52,7 +52,7 @@ fn ping_pong(a: &End, b: &End, n: u32, len: usize) {
         let w = wait1(&b.cq);
         assert_eq!(
             (w.status, w.opcode, w.wr_id, w.byte_len),
-            (WcStatus::SUCCESS, WcOpcode::RECV, id, l)
+            (WcStatus::Success, WcOpcode::Recv, id, l)
         );
         sb.copy_from_slice(&rb);
         b.qp.post_send(&[SendWr::send(id, &[sb.sge(0, l)]).signaled()])
@@ -60,18 +60,18 @@ fn ping_pong(a: &End, b: &End, n: u32, len: usize) {
         let w = wait1(&b.cq);
         assert_eq!(
             (w.status, w.opcode, w.wr_id),
-            (WcStatus::SUCCESS, WcOpcode::SEND, id)
+            (WcStatus::Success, WcOpcode::Send, id)
         );
         let mut got: Vec<_> = wait(&a.cq, 2)
             .iter()
             .map(|w| (w.status, w.opcode, w.wr_id))
             .collect();
-        got.sort_by_key(|&(_, op, _)| op != WcOpcode::SEND);
+        got.sort_by_key(|&(_, op, _)| op != WcOpcode::Send);
         assert_eq!(
             got,
             [
-                (WcStatus::SUCCESS, WcOpcode::SEND, id),
-                (WcStatus::SUCCESS, WcOpcode::RECV, id)
+                (WcStatus::Success, WcOpcode::Send, id),
+                (WcStatus::Success, WcOpcode::Recv, id)
             ]
         );
         assert_eq!(&ra[..], &data[..], "round trip {i}");

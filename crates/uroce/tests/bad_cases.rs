@@ -37,12 +37,12 @@ topo_tests!(wrong_lkey_is_loc_prot_err, |t| {
     a.qp.post_send(&[SendWr::send(7, &[sge]).signaled()])
         .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status), (7, WcStatus::LOC_PROT_ERR));
+    assert_eq!((w.wr_id, w.status), (7, WcStatus::LocProtErr));
     // The requester's QP is in ERR now: later WRs flush.
-    wait_state(&a.qp, QpState::ERR);
+    wait_state(&a.qp, QpState::Err);
     a.qp.post_send(&[SendWr::send(8, &[src.sge(0, 8)]).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::WR_FLUSH_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::WrFlushErr);
     quiet(&b.cq, Duration::from_millis(50));
 });
 
@@ -57,7 +57,7 @@ topo_tests!(wrong_rkey_is_rem_access_err_and_writes_nothing, |t| {
     ])
     .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status), (1, WcStatus::REM_ACCESS_ERR));
+    assert_eq!((w.wr_id, w.status), (1, WcStatus::RemAccessErr));
     assert!(dst.iter().all(|&x| x == 0), "responder memory was written");
     // Out of bounds with the right rkey is the same error.
     let (a, b) = rc(t);
@@ -67,7 +67,7 @@ topo_tests!(wrong_rkey_is_rem_access_err_and_writes_nothing, |t| {
         SendWr::write(2, &[src.sge(0, 4096)], dst.remote().at(1), dst.rkey()).signaled(),
     ])
     .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemAccessErr);
     assert!(dst.iter().all(|&x| x == 0));
 });
 
@@ -83,7 +83,7 @@ topo_tests!(missing_remote_access_flag_is_rem_access_err, |t| {
     let rm = dst.remote();
     a.qp.post_send(&[SendWr::write(1, &[src.sge(0, 256)], rm.addr, rm.rkey).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemAccessErr);
     assert!(
         dst.iter().all(|&x| x == 0x11),
         "written without REMOTE_WRITE"
@@ -96,7 +96,7 @@ topo_tests!(missing_remote_access_flag_is_rem_access_err, |t| {
         SendWr::read(2, &[local.sge(0, 64)], hidden.addr(), hidden.rkey()).signaled(),
     ])
     .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemAccessErr);
     // Atomics need REMOTE_ATOMIC.
     let (a, b) = rc(t);
     let out = buf(&a, 8);
@@ -106,7 +106,7 @@ topo_tests!(missing_remote_access_flag_is_rem_access_err, |t| {
     let o = out.sge(0, 8);
     a.qp.post_send(&[SendWr::fetch_add(3, &o, no_atomic.addr(), no_atomic.rkey(), 1).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemAccessErr);
     assert!(no_atomic.iter().all(|&x| x == 0));
 });
 
@@ -120,9 +120,9 @@ topo_tests!(receive_buffer_too_small, |t| {
     a.qp.post_send(&[SendWr::send(4, &[src.sge(0, 100)]).signaled()])
         .unwrap();
     let r = wait1(&b.cq);
-    assert_eq!((r.wr_id, r.status), (3, WcStatus::LOC_LEN_ERR));
+    assert_eq!((r.wr_id, r.status), (3, WcStatus::LocLenErr));
     let s = wait1(&a.cq);
-    assert_eq!((s.wr_id, s.status), (4, WcStatus::REM_INV_REQ_ERR));
+    assert_eq!((s.wr_id, s.status), (4, WcStatus::RemInvReqErr));
     assert!(
         dst[16..].iter().all(|&x| x == 0),
         "wrote past the receive buffer"
@@ -139,7 +139,7 @@ topo_tests!(mr_of_another_pd, |t| {
         .unwrap();
     a.qp.post_send(&[SendWr::send(2, &[foreign.sge(0, 8)]).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::LOC_PROT_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::LocProtErr);
     // Remote side: an rkey of an MR in another PD of the responder.
     let (a, b) = rc(t);
     let other_pd = b.ctx.alloc_pd().unwrap();
@@ -149,7 +149,7 @@ topo_tests!(mr_of_another_pd, |t| {
         SendWr::write(3, &[src.sge(0, 64)], foreign.addr(), foreign.rkey()).signaled(),
     ])
     .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemAccessErr);
     assert!(foreign.iter().all(|&x| x == 0));
 });
 
@@ -182,7 +182,7 @@ fn posting_in_the_wrong_qp_state() {
     }
     // INIT: receives yes, sends no.
     let a = QpAttr {
-        qp_state: QpState::INIT,
+        qp_state: QpState::Init,
         port_num: PORT,
         qp_access_flags: AccessFlags::LOCAL_WRITE,
         ..QpAttr::default()
@@ -209,22 +209,19 @@ fn posting_in_the_wrong_qp_state() {
         Errno::EINVAL
     );
     // An illegal transition (INIT → RTS) is refused by the control plane.
-    let e = qp.set_state(QpState::RTS).unwrap_err();
+    let e = qp.set_state(QpState::Rts).unwrap_err();
     assert_eq!(
         (e.errno(), e.kind()),
         (Errno::EINVAL, ErrorKind::ControlPlane)
     );
     // ERR: posting is allowed and everything flushes (docs/wire.md §6.3).
-    qp.set_state(QpState::ERR).unwrap();
+    qp.set_state(QpState::Err).unwrap();
     qp.post_send(&[SendWr::send(5, &sge).signaled()]).unwrap();
     let w = wait(&cq, 3);
     let mut ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
     ids.sort();
     assert_eq!(ids, vec![2, 3, 5]);
-    assert!(
-        w.iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR),
-        "{w:?}"
-    );
+    assert!(w.iter().all(|w| w.status == WcStatus::WrFlushErr), "{w:?}");
 }
 
 topo_tests!(rnr_with_rnr_retry_zero, |t| {
@@ -237,7 +234,7 @@ topo_tests!(rnr_with_rnr_retry_zero, |t| {
     a.qp.post_send(&[SendWr::send(1, &[src.sge(0, 8)]).signaled()])
         .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status), (1, WcStatus::RNR_RETRY_EXC_ERR));
+    assert_eq!((w.wr_id, w.status), (1, WcStatus::RnrRetryExcErr));
     quiet(&b.cq, Duration::from_millis(20));
 });
 
@@ -266,7 +263,7 @@ topo_tests!(cq_overflow_raises_async_error_and_stops_the_qp, |t| {
         e.event_type == EventType::CQ_ERR && e.element == b.cq.user_handle()
     });
     assert_eq!(ev.element, b.cq.user_handle());
-    wait_state(&b.qp, QpState::ERR);
+    wait_state(&b.qp, QpState::Err);
     // The lost completion is counted on the CQ itself (and in the port's cq_overflow).
     let snap = uroce::stats::snapshot();
     let lost = snap
@@ -332,7 +329,7 @@ topo_tests!(destroy_qp_with_work_outstanding, |t| {
     b.qp.post_recv(&[RecvWr::new(9, &[d2.sge(0, 8)])]).unwrap();
     a.qp.post_send(&[SendWr::send(9, &[s2.sge(0, 8)]).signaled()])
         .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
 });
 
 topo_tests!(dereg_of_an_mr_in_use, |t| {
@@ -356,7 +353,7 @@ topo_tests!(dereg_of_an_mr_in_use, |t| {
     a.qp.post_send(&wrs).unwrap();
     // Let the first WRITE land, so the MR is in use while the rest are in flight.
     let first = wait1(&a.cq);
-    assert_eq!((first.wr_id, first.status), (0, WcStatus::SUCCESS));
+    assert_eq!((first.wr_id, first.status), (0, WcStatus::Success));
     match mr.dereg() {
         Ok(()) => {
             eprintln!("dereg_mr of an MR in use: accepted");
@@ -373,7 +370,7 @@ topo_tests!(dereg_of_an_mr_in_use, |t| {
                 assert!(
                     matches!(
                         w.status,
-                        WcStatus::SUCCESS | WcStatus::REM_ACCESS_ERR | WcStatus::WR_FLUSH_ERR
+                        WcStatus::Success | WcStatus::RemAccessErr | WcStatus::WrFlushErr
                     ),
                     "{w:?}"
                 );
@@ -385,7 +382,7 @@ topo_tests!(dereg_of_an_mr_in_use, |t| {
             // Or the device refuses while the MR is busy; the WRITEs then all land.
             assert_eq!(e.errno(), Errno::EBUSY, "{e}");
             let w = wait(&a.cq, n - 1);
-            assert!(w.iter().all(|w| w.status == WcStatus::SUCCESS), "{w:?}");
+            assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
             mr.dereg().unwrap();
             assert!(target.iter().all(|&x| x == 0xc3));
         }

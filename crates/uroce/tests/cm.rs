@@ -207,9 +207,9 @@ fn connect_through_cm(a: &Side, b: &Side, port: u16) {
         tx.qp
             .post_send(&[SendWr::send(2, &[src.sge(0, 4096)]).signaled()])
             .expect("post_send");
-        assert_eq!(wait1(&tx.cq).status, WcStatus::SUCCESS);
+        assert_eq!(wait1(&tx.cq).status, WcStatus::Success);
         let r = wait1(&rx.cq);
-        assert_eq!((r.status, r.byte_len), (WcStatus::SUCCESS, 4096));
+        assert_eq!((r.status, r.byte_len), (WcStatus::Success, 4096));
         assert_eq!(&dst[..], &data[..]);
     }
 
@@ -385,7 +385,7 @@ fn cm_channel_connects_and_keeps_ids_to_their_context() {
         .expect("recv");
     a.qp.post_send(&[SendWr::send(2, &[src.sge(0, 1000)]).signaled()])
         .expect("send");
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     assert_eq!(wait1(&b.cq).byte_len, 1000);
     assert_eq!(&dst[..], &pattern(9, 1000)[..]);
 

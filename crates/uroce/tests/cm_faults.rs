@@ -299,7 +299,7 @@ fn peer_killed_mid_connection_disconnects_and_leaks_no_id() {
         let d = nic::device("cmf2").expect("device");
         format!("{:?} {:?}", d.port_counters(), d.qp_counters(r.qp.qp_num()))
     });
-    assert_eq!(wc.status, WcStatus::RETRY_EXC_ERR, "{wc:?}");
+    assert_eq!(wc.status, WcStatus::RetryExcErr, "{wc:?}");
 
     // Disconnecting from it: the DREQ is never answered, the CM gives up.
     let t = Instant::now();

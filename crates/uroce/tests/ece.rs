@@ -171,9 +171,9 @@ fn connect(port: u16, client_ask: Ask, server_ask: Ask) -> (bool, bool) {
     cbuf.copy_from_slice(&data);
     c.qp.post_send(&[SendWr::send(2, &[cbuf.sge(0, 4096)]).signaled()])
         .expect("send");
-    assert_eq!(wait1(&c.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&c.cq).status, WcStatus::Success);
     let r = wait1(&s.cq);
-    assert_eq!((r.status, r.byte_len), (WcStatus::SUCCESS, 4096));
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 4096));
     assert_eq!(&sbuf[..], &data[..]);
 
     let sr = (device_sr(&client, &c.qp), device_sr(&conn, &s.qp));
@@ -219,7 +219,7 @@ fn connect_own_qp(port: u16) -> (bool, bool) {
     client
         .set_local_ece(Ece::uroce(ECE_SELECTIVE_REPEAT))
         .expect("rdma_set_local_ece");
-    let (a, m) = client.init_qp_attr(QpState::INIT).expect("INIT attributes");
+    let (a, m) = client.init_qp_attr(QpState::Init).expect("INIT attributes");
     cqp.modify(&a, m).expect("INIT");
     let p = ConnParam {
         qp_num: cqp.qp_num(),
@@ -236,7 +236,7 @@ fn connect_own_qp(port: u16) -> (bool, bool) {
     let rep = client.remote_ece();
     assert_eq!(rep, Ece::uroce(ECE_SELECTIVE_REPEAT), "the REP's ECE");
     cqp.set_ece(rep).expect("ibv_set_ece");
-    for st in [QpState::RTR, QpState::RTS] {
+    for st in [QpState::Rtr, QpState::Rts] {
         let (a, m) = client.init_qp_attr(st).expect("attributes");
         cqp.modify(&a, m).expect("modify");
     }

@@ -54,7 +54,7 @@ fn four_hundred_busy_qps_on_one_device_do_not_resend_what_is_queued() {
         let w = wait1(&a.cq);
         assert_eq!(
             (w.status, w.wr_id),
-            (WcStatus::SUCCESS, MSGS - 1),
+            (WcStatus::Success, MSGS - 1),
             "pair {i}"
         );
         assert!(

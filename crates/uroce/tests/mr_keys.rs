@@ -104,7 +104,7 @@ topo_tests!(keys_next_to_a_valid_one_are_rem_access_err, |t| {
         let w = wait1(&a.cq);
         assert_eq!(
             (w.wr_id, w.status),
-            (i as u64, WcStatus::REM_ACCESS_ERR),
+            (i as u64, WcStatus::RemAccessErr),
             "rkey {bad:#x} next to {:#x} was accepted",
             rm.rkey
         );
@@ -117,7 +117,7 @@ topo_tests!(keys_next_to_a_valid_one_are_rem_access_err, |t| {
         let rm = dst.remote();
         a.qp.post_send(&[SendWr::write(9, &[src.sge(0, 256)], rm.addr, rm.rkey).signaled()])
             .unwrap();
-        assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+        assert_eq!(wait1(&a.cq).status, WcStatus::Success);
         assert!(dst.iter().all(|&x| x == 0x3c));
     }
 });

@@ -58,19 +58,19 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
     let w = wait1(&b.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (5, WcStatus::SUCCESS, WcOpcode::BIND_MW)
+        (5, WcStatus::Success, WcOpcode::BindMw)
     );
     // Inside the window: lands there, nowhere else.
     assert_eq!(
         write(&a, dst.addr() + 1024, k, 0x11, 1024),
-        WcStatus::SUCCESS
+        WcStatus::Success
     );
     assert!(dst[1024..2048].iter().all(|&x| x == 0x11));
     assert!(dst[..1024].iter().all(|&x| x == 0) && dst[2048..].iter().all(|&x| x == 0));
     // One byte past its end: REM_ACCESS_ERR, nothing written.
     assert_eq!(
         write(&a, dst.addr() + 1025, k, 0x22, 1024),
-        WcStatus::REM_ACCESS_ERR
+        WcStatus::RemAccessErr
     );
     assert!(dst[2048..].iter().all(|&x| x == 0));
 
@@ -86,7 +86,7 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
             SendFlags::SIGNALED,
         )
         .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
     let new =
         b.qp.bind_mw(
             &mw,
@@ -95,13 +95,10 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
             SendFlags::SIGNALED,
         )
         .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
     assert_ne!(old, new);
-    assert_eq!(write(&a, dst.addr(), new, 0x33, 64), WcStatus::SUCCESS);
-    assert_eq!(
-        write(&a, dst.addr(), old, 0x44, 64),
-        WcStatus::REM_ACCESS_ERR
-    );
+    assert_eq!(write(&a, dst.addr(), new, 0x33, 64), WcStatus::Success);
+    assert_eq!(write(&a, dst.addr(), old, 0x44, 64), WcStatus::RemAccessErr);
     assert!(dst[..64].iter().all(|&x| x == 0x33));
 
     // A zero-length bind unbinds; a read the window never granted is refused.
@@ -115,12 +112,12 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
         SendFlags::SIGNALED,
     )
     .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
     let mut back = buf(&a, 64);
     back.fill(0);
     a.qp.post_send(&[SendWr::read(8, &[back.sge(0, 64)], dst.addr(), mw.rkey()).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemAccessErr);
     let (a, b2) = rc(t);
     let dst = target(&b2);
     let mw = b2.pd.alloc_mw(MwType::Type1).unwrap();
@@ -132,7 +129,7 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
             SendFlags::SIGNALED,
         )
         .unwrap();
-    assert_eq!(wait1(&b2.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b2.cq).status, WcStatus::Success);
     let k = b2
         .qp
         .bind_mw(
@@ -142,8 +139,8 @@ topo_tests!(type1_window_bounds_access_and_rebinding, |t| {
             SendFlags::SIGNALED,
         )
         .unwrap();
-    assert_eq!(wait1(&b2.cq).status, WcStatus::SUCCESS);
-    assert_eq!(write(&a, dst.addr(), k, 0x55, 64), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wait1(&b2.cq).status, WcStatus::Success);
+    assert_eq!(write(&a, dst.addr(), k, 0x55, 64), WcStatus::RemAccessErr);
     drop(b);
 });
 
@@ -161,17 +158,17 @@ topo_tests!(type2_window_bind_use_and_invalidation, |t| {
             info(&dst, 0, 4096, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!((w.status, w.opcode), (WcStatus::SUCCESS, WcOpcode::BIND_MW));
+    assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::BindMw));
     mw.set_rkey(k);
-    assert_eq!(write(&a, dst.addr() + 100, k, 0x66, 100), WcStatus::SUCCESS);
+    assert_eq!(write(&a, dst.addr() + 100, k, 0x66, 100), WcStatus::Success);
     assert!(dst[100..200].iter().all(|&x| x == 0x66));
     // LOCAL_INV: the window is dead.
     let w = local(&b, SendWr::local_inv(10, k));
     assert_eq!(
         (w.status, w.opcode),
-        (WcStatus::SUCCESS, WcOpcode::LOCAL_INV)
+        (WcStatus::Success, WcOpcode::LocalInv)
     );
-    assert_eq!(write(&a, dst.addr(), k, 0x77, 64), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write(&a, dst.addr(), k, 0x77, 64), WcStatus::RemAccessErr);
     assert!(dst[..100].iter().all(|&x| x == 0));
 
     // SEND_WITH_INV from the peer invalidates it too, and says so in the receive
@@ -189,20 +186,20 @@ topo_tests!(type2_window_bind_use_and_invalidation, |t| {
             info(&dst, 0, 4096, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::SUCCESS);
+    assert_eq!(w.status, WcStatus::Success);
     let rbuf = buf(&b, 64);
     b.qp.post_recv(&[RecvWr::new(2, &[rbuf.sge(0, 64)])])
         .unwrap();
     let src = buf(&a, 16);
     a.qp.post_send(&[SendWr::send_with_inv(3, &[src.sge(0, 16)], k).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     let r = wait1(&b.cq);
     assert_eq!(
         (r.wr_id, r.status, r.invalidated_rkey()),
-        (2, WcStatus::SUCCESS, Some(k))
+        (2, WcStatus::Success, Some(k))
     );
-    assert_eq!(write(&a, dst.addr(), k, 0x12, 64), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write(&a, dst.addr(), k, 0x12, 64), WcStatus::RemAccessErr);
 });
 
 topo_tests!(type2_window_answers_only_its_qp, |t| {
@@ -223,12 +220,9 @@ topo_tests!(type2_window_answers_only_its_qp, |t| {
             info(&dst, 0, 4096, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::SUCCESS);
-    assert_eq!(
-        write(&a2, dst.addr(), k, 0x21, 64),
-        WcStatus::REM_ACCESS_ERR
-    );
-    assert_eq!(write(&a, dst.addr(), k, 0x31, 64), WcStatus::SUCCESS);
+    assert_eq!(w.status, WcStatus::Success);
+    assert_eq!(write(&a2, dst.addr(), k, 0x21, 64), WcStatus::RemAccessErr);
+    assert_eq!(write(&a, dst.addr(), k, 0x31, 64), WcStatus::Success);
     assert!(dst[..64].iter().all(|&x| x == 0x31));
 });
 
@@ -246,7 +240,7 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
             info(&plain, 0, 64, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!((w.wr_id, w.status), (1, WcStatus::MW_BIND_ERR));
+    assert_eq!((w.wr_id, w.status), (1, WcStatus::MwBindErr));
     // A window of another PD.
     let (_a, b) = rc(t);
     let dst = target(&b);
@@ -261,7 +255,7 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
             info(&dst, 0, 64, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::MW_BIND_ERR);
+    assert_eq!(w.status, WcStatus::MwBindErr);
     // A range beyond the MR.
     let (_a, b) = rc(t);
     let dst = target(&b);
@@ -275,7 +269,7 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
             info(&dst, LEN as u64 - 8, 64, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::MW_BIND_ERR);
+    assert_eq!(w.status, WcStatus::MwBindErr);
     // A type 2 window bound twice, and a new rkey with other index bits.
     let (_a, b) = rc(t);
     let dst = target(&b);
@@ -290,7 +284,7 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
             info(&dst, 0, 64, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::SUCCESS);
+    assert_eq!(w.status, WcStatus::Success);
     let w = local(
         &b,
         SendWr::bind_mw(
@@ -300,7 +294,7 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
             info(&dst, 0, 64, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::MW_BIND_ERR);
+    assert_eq!(w.status, WcStatus::MwBindErr);
     let (_a, b) = rc(t);
     let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
     let dst = target(&b);
@@ -313,14 +307,14 @@ topo_tests!(bad_binds_are_mw_bind_err, |t| {
             info(&dst, 0, 64, AccessFlags::REMOTE_WRITE),
         ),
     );
-    assert_eq!(w.status, WcStatus::MW_BIND_ERR);
+    assert_eq!(w.status, WcStatus::MwBindErr);
     // LOCAL_INV of a type 1 window is LOC_QP_OP_ERR.
     let (_a, b) = rc(t);
     let mw = b.pd.alloc_mw(MwType::Type1).unwrap();
     let w = local(&b, SendWr::local_inv(7, mw.rkey()));
     assert_eq!(
         (w.status, w.opcode),
-        (WcStatus::LOC_QP_OP_ERR, WcOpcode::LOCAL_INV)
+        (WcStatus::LocQpOpErr, WcOpcode::LocalInv)
     );
 });
 
@@ -337,7 +331,7 @@ fn windows_hold_their_mr_and_pd_and_die_with_dealloc() {
             SendFlags::SIGNALED,
         )
         .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
     // Bound: its MR cannot be deregistered or re-registered.
     let mut dst = dst;
     assert_eq!(
@@ -350,7 +344,7 @@ fn windows_hold_their_mr_and_pd_and_die_with_dealloc() {
     assert_eq!(e.errno(), Errno::EBUSY);
     // Deallocated: its rkey is dead, and the MR can go.
     mw.dealloc().unwrap();
-    assert_eq!(write(&a, dst.addr(), k, 1, 64), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write(&a, dst.addr(), k, 1, 64), WcStatus::RemAccessErr);
     assert!(dst.dereg().is_ok());
     // Type 2 BIND_MW cannot travel in a POST_SEND command.
     let (_a, b) = rc(Topo::SameDevice);

@@ -22,12 +22,12 @@ topo_tests!(send_gather_scatter, |t| {
     let s = wait1(&a.cq);
     assert_eq!(
         (s.wr_id, s.status, s.opcode),
-        (5, WcStatus::SUCCESS, WcOpcode::SEND)
+        (5, WcStatus::Success, WcOpcode::Send)
     );
     let r = wait1(&b.cq);
     assert_eq!(
         (r.wr_id, r.status, r.opcode),
-        (77, WcStatus::SUCCESS, WcOpcode::RECV)
+        (77, WcStatus::Success, WcOpcode::Recv)
     );
     assert_eq!(r.byte_len, 3000);
     assert_eq!(r.qp_num, b.qp.qp_num());
@@ -54,7 +54,7 @@ topo_tests!(send_with_imm_and_inline, |t| {
     ])
     .unwrap();
     let sw = wait(&a.cq, 2);
-    assert!(sw.iter().all(|w| w.status == WcStatus::SUCCESS), "{sw:?}");
+    assert!(sw.iter().all(|w| w.status == WcStatus::Success), "{sw:?}");
     let rw = wait(&b.cq, 2);
     assert_eq!(rw[0].wr_id, 1);
     assert_eq!(rw[0].byte_len, 0);
@@ -79,7 +79,7 @@ topo_tests!(rdma_write_large_and_with_imm, |t| {
     let w = wait1(&a.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (1, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE)
+        (1, WcStatus::Success, WcOpcode::RdmaWrite)
     );
     assert!(dst[..] == data[..], "WRITE data differs");
     quiet(&b.cq, std::time::Duration::from_millis(20));
@@ -87,9 +87,9 @@ topo_tests!(rdma_write_large_and_with_imm, |t| {
         .with_imm(42)
         .signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     let r = wait1(&b.cq);
-    assert_eq!((r.wr_id, r.opcode), (9, WcOpcode::RECV_RDMA_WITH_IMM));
+    assert_eq!((r.wr_id, r.opcode), (9, WcOpcode::RecvRdmaWithImm));
     assert_eq!((r.byte_len, r.imm_data()), (100, Some(42)));
     assert_eq!(&dst[1000..1100], &data[..100]);
 });
@@ -108,7 +108,7 @@ topo_tests!(rdma_read, |t| {
     let w = wait1(&a.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (3, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
+        (3, WcStatus::Success, WcOpcode::RdmaRead)
     );
     assert_eq!(w.byte_len, len as u32);
     assert!(local[..] == data[..]);
@@ -131,9 +131,9 @@ topo_tests!(atomics, |t| {
     ])
     .unwrap();
     let w = wait(&a.cq, 3);
-    assert!(w.iter().all(|w| w.status == WcStatus::SUCCESS), "{w:?}");
-    assert_eq!(w[0].opcode, WcOpcode::COMP_SWAP);
-    assert_eq!(w[2].opcode, WcOpcode::FETCH_ADD);
+    assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
+    assert_eq!(w[0].opcode, WcOpcode::CompSwap);
+    assert_eq!(w[2].opcode, WcOpcode::FetchAdd);
     assert_eq!(w[0].byte_len, 8);
     let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
     assert_eq!(word(&res, 0), 100);
@@ -154,7 +154,7 @@ topo_tests!(send_with_invalidate_is_refused_for_user_mrs, |t| {
     a.qp.post_send(&[SendWr::send_with_inv(2, &[src.sge(0, 8)], dst.rkey()).signaled()])
         .unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status), (2, WcStatus::REM_INV_REQ_ERR));
+    assert_eq!((w.wr_id, w.status), (2, WcStatus::RemInvReqErr));
 });
 
 // A post list of 100 8-byte WRITEs, only the last one signaled: one completion,
@@ -175,7 +175,7 @@ topo_tests!(post_list_selective_signaling, |t| {
     wrs[n - 1] = wrs[n - 1].signaled();
     a.qp.post_send(&wrs).unwrap();
     let w = wait1(&a.cq);
-    assert_eq!((w.wr_id, w.status), (n as u64 - 1, WcStatus::SUCCESS));
+    assert_eq!((w.wr_id, w.status), (n as u64 - 1, WcStatus::Success));
     quiet(&a.cq, std::time::Duration::from_millis(20));
     assert!(dst[..] == src[..]);
 });
@@ -205,7 +205,7 @@ topo_tests!(slow_path_commands, |t| {
         got.extend_from_slice(&wc[..k]);
         assert!(std::time::Instant::now() < deadline, "{got:?}");
     }
-    assert!(got.iter().all(|w| w.status == WcStatus::SUCCESS), "{got:?}");
+    assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
     let r = wait1(&b.cq);
     assert_eq!((r.wr_id, r.byte_len), (5, 2048));
     assert_eq!(&dst[..100], &data[..100]);
@@ -225,7 +225,7 @@ fn queries_report_rxe_like_attributes_and_address_gids() {
         let port = ctx.query_port(PORT).unwrap();
         assert_eq!(port.state, PortState::ACTIVE);
         assert_eq!(port.link_layer, LinkLayer::ETHERNET);
-        assert_eq!(port.active_mtu, Mtu::MTU_1024);
+        assert_eq!(port.active_mtu, Mtu::Mtu1024);
         let g = ctx.query_gid_entry(PORT, 0).unwrap();
         assert_eq!(g.gid.to_ip(), ip.parse::<std::net::IpAddr>().unwrap());
         assert_eq!(g.gid_type, GidType::ROCE_V2);
@@ -279,7 +279,7 @@ fn a_polled_completion_frees_its_send_queue_slots() {
         }
         let k = a.cq.poll(&mut wc).unwrap();
         for w in &wc[..k] {
-            assert_eq!(w.status, WcStatus::SUCCESS);
+            assert_eq!(w.status, WcStatus::Success);
             done = w.wr_id + 1;
         }
         assert!(std::time::Instant::now() < deadline, "stuck at {done}");

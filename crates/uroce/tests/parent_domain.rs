@@ -121,7 +121,7 @@ fn queues_of_a_parent_domain_live_in_its_allocators_buffers() {
     a.post_send(&[SendWr::send(2, &[src.sge(0, 2048)]).signaled()])
         .unwrap();
     let wcs = wait(&cq, 2);
-    assert!(wcs.iter().all(|w| w.status == WcStatus::SUCCESS), "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
     assert_eq!(&dst[..], &pattern(4, 2048)[..]);
 
     // The PD cannot go while its parent domain lives; the parent domain goes alone.
@@ -205,7 +205,7 @@ fn wallclock_cqs_stamp_each_completion() {
     let mut wc = Default::default();
     while stamps.len() < 2 {
         if let Some(t) = cq.poll_raw_stamped(&mut wc).unwrap() {
-            assert_eq!(wc.status, WcStatus::SUCCESS.0);
+            assert_eq!(wc.status, WcStatus::Success.raw());
             stamps.push(t);
         }
     }

@@ -30,7 +30,7 @@ fn reset_drops_only_that_qps_completions_and_keeps_order() {
     let mr = pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let sge = [mr.sge(0, 8)];
     let init = QpAttr {
-        qp_state: QpState::INIT,
+        qp_state: QpState::Init,
         port_num: 1,
         qp_access_flags: AccessFlags::LOCAL_WRITE,
         ..QpAttr::default()
@@ -44,8 +44,8 @@ fn reset_drops_only_that_qps_completions_and_keeps_order() {
     for (q, id) in [(&q1, 1), (&q2, 2), (&q1, 3), (&q2, 4), (&q1, 5)] {
         q.post_recv(&[RecvWr::new(id, &sge)]).unwrap();
     }
-    q1.set_state(QpState::ERR).unwrap();
-    q2.set_state(QpState::ERR).unwrap();
+    q1.set_state(QpState::Err).unwrap();
+    q2.set_state(QpState::Err).unwrap();
     // Wait until all five flushes are in the CQ, without taking any (an empty poll does
     // the engine's work while it sleeps).
     let deadline = std::time::Instant::now() + common::TIMEOUT;
@@ -57,15 +57,15 @@ fn reset_drops_only_that_qps_completions_and_keeps_order() {
         let _ = cq.poll(&mut []);
         std::thread::yield_now();
     }
-    q1.set_state(QpState::RESET).unwrap();
+    q1.set_state(QpState::Reset).unwrap();
     let left = common::wait(&cq, 2);
     assert_eq!(
         left.iter()
             .map(|w| (w.wr_id, w.qp_num, w.status))
             .collect::<Vec<_>>(),
         vec![
-            (2, q2.qp_num(), WcStatus::WR_FLUSH_ERR),
-            (4, q2.qp_num(), WcStatus::WR_FLUSH_ERR)
+            (2, q2.qp_num(), WcStatus::WrFlushErr),
+            (4, q2.qp_num(), WcStatus::WrFlushErr)
         ]
     );
     common::quiet(&cq, std::time::Duration::from_millis(50));

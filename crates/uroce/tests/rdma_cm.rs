@@ -127,9 +127,9 @@ fn rdma_cm_connect_accept_send_disconnect() {
     cbuf.copy_from_slice(&data);
     c.qp.post_send(&[SendWr::send(2, &[cbuf.sge(0, 4096)]).signaled()])
         .expect("send");
-    assert_eq!(wait1(&c.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&c.cq).status, WcStatus::Success);
     let r = wait1(&s.cq);
-    assert_eq!((r.status, r.byte_len), (WcStatus::SUCCESS, 4096));
+    assert_eq!((r.status, r.byte_len), (WcStatus::Success, 4096));
     assert_eq!(&sbuf[..], &data[..]);
 
     client.disconnect().expect("disconnect");
@@ -185,7 +185,7 @@ fn rdma_cm_ud_sidr_resolve_send_reject() {
     let qa =
         c.qp.query(QpAttrMask::STATE | QpAttrMask::QKEY)
             .expect("query");
-    assert_eq!((qa.qp_state, qa.qkey), (QpState::RTS, RDMA_UDP_QKEY));
+    assert_eq!((qa.qp_state, qa.qkey), (QpState::Rts, RDMA_UDP_QKEY));
     client
         .connect(&param(b"ud hello"))
         .expect("connect (SIDR_REQ)");
@@ -223,11 +223,11 @@ fn rdma_cm_ud_sidr_resolve_send_reject() {
         SendWr::ud_send(2, &[cbuf.sge(0, len as u32)], &ah, ud.qp_num, ud.qkey).signaled(),
     ])
     .expect("send");
-    assert_eq!(wait1(&c.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&c.cq).status, WcStatus::Success);
     let r = wait1(&s.cq);
     assert_eq!(
         (r.status, r.byte_len),
-        (WcStatus::SUCCESS, (GRH_BYTES + len) as u32)
+        (WcStatus::Success, (GRH_BYTES + len) as u32)
     );
     assert_eq!(r.src_qp, c.qp.qp_num());
     assert_eq!(&sbuf[GRH_BYTES..], &data[..]);

@@ -42,7 +42,7 @@ fn modify_qp_refusals_name_state_and_attribute() {
 
     // RESET -> INIT without PKEY_INDEX, PORT and ACCESS_FLAGS.
     let init = QpAttr {
-        qp_state: QpState::INIT,
+        qp_state: QpState::Init,
         port_num: PORT,
         qp_access_flags: AccessFlags::LOCAL_WRITE,
         ..QpAttr::default()
@@ -64,8 +64,8 @@ fn modify_qp_refusals_name_state_and_attribute() {
 
     // INIT -> RTR with everything but DEST_QPN.
     let mut rtr = QpAttr {
-        qp_state: QpState::RTR,
-        path_mtu: Mtu::MTU_1024,
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
         dest_qp_num: qp.qp_num(),
         rq_psn: 1,
         max_dest_rd_atomic: 1,
@@ -88,7 +88,7 @@ fn modify_qp_refusals_name_state_and_attribute() {
     );
 
     // An illegal transition.
-    let e = qp.set_state(QpState::RTS).unwrap_err();
+    let e = qp.set_state(QpState::Rts).unwrap_err();
     let (rule, text) = reason(&e, Errno::EINVAL);
     assert_eq!(rule, Rule::ILLEGAL_TRANSITION);
     assert_eq!(

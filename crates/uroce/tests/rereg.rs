@@ -21,15 +21,12 @@ topo_tests!(access_change_is_enforced_and_keys_stay, |t| {
     let (a, b) = rc(t);
     let mut dst = buf(&b, 256);
     let rm = dst.remote();
-    assert_eq!(write(&a, rm.addr, rm.rkey, 1, 256), WcStatus::SUCCESS);
+    assert_eq!(write(&a, rm.addr, rm.rkey, 1, 256), WcStatus::Success);
     assert!(dst.iter().all(|&x| x == 1));
     dst.rereg_access(AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!((dst.lkey(), dst.rkey()), (rm.rkey, rm.rkey), "keys stay");
     assert_eq!(dst.mr().access(), AccessFlags::LOCAL_WRITE);
-    assert_eq!(
-        write(&a, rm.addr, rm.rkey, 2, 256),
-        WcStatus::REM_ACCESS_ERR
-    );
+    assert_eq!(write(&a, rm.addr, rm.rkey, 2, 256), WcStatus::RemAccessErr);
     assert!(dst.iter().all(|&x| x == 1), "written without REMOTE_WRITE");
     // Back to remote write, on a fresh pair (the first QP is in ERR now).
     let (a, b2) = rc(t);
@@ -39,14 +36,14 @@ topo_tests!(access_change_is_enforced_and_keys_stay, |t| {
     let rm2 = dst2.remote();
     assert_eq!(
         write(&a, rm2.addr, rm2.rkey, 3, 256),
-        WcStatus::REM_ACCESS_ERR
+        WcStatus::RemAccessErr
     );
     let (a, b3) = rc(t);
     let mut dst3 = buf(&b3, 256);
     dst3.rereg_access(AccessFlags::LOCAL_WRITE).unwrap();
     dst3.rereg_access(ALL_ACCESS).unwrap();
     let rm3 = dst3.remote();
-    assert_eq!(write(&a, rm3.addr, rm3.rkey, 4, 256), WcStatus::SUCCESS);
+    assert_eq!(write(&a, rm3.addr, rm3.rkey, 4, 256), WcStatus::Success);
     assert!(dst3.iter().all(|&x| x == 4));
 });
 
@@ -58,10 +55,7 @@ topo_tests!(pd_change_moves_the_region_out_of_the_qps_reach, |t| {
     dst.rereg_pd(&other).unwrap();
     assert_eq!(dst.mr().pd().handle(), other.handle());
     // The responder's QP is on b.pd: the rkey no longer names memory it may touch.
-    assert_eq!(
-        write(&a, rm.addr, rm.rkey, 5, 128),
-        WcStatus::REM_ACCESS_ERR
-    );
+    assert_eq!(write(&a, rm.addr, rm.rkey, 5, 128), WcStatus::RemAccessErr);
     assert!(dst.iter().all(|&x| x == 0));
     // There and back again, on a fresh pair: reachable.
     let (a2, b2) = rc(t);
@@ -70,7 +64,7 @@ topo_tests!(pd_change_moves_the_region_out_of_the_qps_reach, |t| {
     dst2.rereg_pd(&other2).unwrap();
     dst2.rereg_pd(&b2.pd).unwrap();
     let rm2 = dst2.remote();
-    assert_eq!(write(&a2, rm2.addr, rm2.rkey, 6, 128), WcStatus::SUCCESS);
+    assert_eq!(write(&a2, rm2.addr, rm2.rkey, 6, 128), WcStatus::Success);
     assert!(dst2.iter().all(|&x| x == 6));
     // The PD the MR left is free to go.
     assert!(other2.dealloc().is_ok());
@@ -91,9 +85,9 @@ topo_tests!(translation_change_redirects_the_rkey, |t| {
         (key, 8192, new.as_ptr() as u64)
     );
     let new_addr = new.as_ptr() as u64;
-    assert_eq!(write(&a, new_addr + 4096, key, 7, 4096), WcStatus::SUCCESS);
+    assert_eq!(write(&a, new_addr + 4096, key, 7, 4096), WcStatus::Success);
     // The old range is no longer the region's (two live vectors do not overlap).
-    assert_eq!(write(&a, old_addr, key, 8, 64), WcStatus::REM_ACCESS_ERR);
+    assert_eq!(write(&a, old_addr, key, 8, 64), WcStatus::RemAccessErr);
     drop(mr);
     assert!(new[4096..].iter().all(|&x| x == 7));
     assert!(new[..4096].iter().all(|&x| x == 0));

@@ -32,14 +32,14 @@ topo_tests!(uc_send_and_write, |t| {
     ])
     .unwrap();
     let s = wait(&a.cq, 3);
-    assert!(s.iter().all(|w| w.status == WcStatus::SUCCESS), "{s:?}");
+    assert!(s.iter().all(|w| w.status == WcStatus::Success), "{s:?}");
     let r = wait(&b.cq, 2);
     assert_eq!(
         (r[0].wr_id, r[0].byte_len, r[0].opcode),
-        (1, 3000, WcOpcode::RECV)
+        (1, 3000, WcOpcode::Recv)
     );
     assert_eq!((r[1].wr_id, r[1].imm_data()), (2, Some(5)));
-    assert_eq!(r[1].opcode, WcOpcode::RECV_RDMA_WITH_IMM);
+    assert_eq!(r[1].opcode, WcOpcode::RecvRdmaWithImm);
     assert_eq!(&dst[..3000], &data[..3000]);
     assert_eq!(&dst[4096..], &data[..]);
 });
@@ -68,11 +68,11 @@ topo_tests!(ud_send_recv_with_grh, |t| {
         .with_imm(99)
         .signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     let w = wait1(&b.cq);
     assert_eq!(
         (w.wr_id, w.status, w.opcode),
-        (1, WcStatus::SUCCESS, WcOpcode::RECV)
+        (1, WcStatus::Success, WcOpcode::Recv)
     );
     assert!(w.has_grh());
     assert_eq!(
@@ -99,17 +99,17 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     let echo = [dst.sge(GRH_BYTES, len as u32)];
     b.qp.post_send(&[SendWr::ud_send(7, &echo, &back_ah, w.src_qp, o.qkey).signaled()])
         .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
     let w2 = wait1(&a.cq);
     assert_eq!(
         (w2.wr_id, w2.status, w2.src_qp),
-        (6, WcStatus::SUCCESS, b.qp.qp_num())
+        (6, WcStatus::Success, b.qp.qp_num())
     );
     assert_eq!(&abuf[GRH_BYTES..], &data[..]);
     // A wrong Q_Key is dropped silently at the responder; the UD sender still completes.
     a.qp.post_send(&[SendWr::ud_send(4, &s, &ah, b.qp.qp_num(), o.qkey ^ 1).signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     quiet(&b.cq, Duration::from_millis(50));
     // A message larger than the path MTU is refused for UD.
     let big = buf(&a, 4096);
@@ -121,7 +121,7 @@ topo_tests!(ud_send_recv_with_grh, |t| {
         Ok(()) => {
             let w = wait1(&a.cq);
             assert_eq!(w.wr_id, 5);
-            assert_ne!(w.status, WcStatus::SUCCESS);
+            assert_ne!(w.status, WcStatus::Success);
         }
     }
 });
@@ -181,13 +181,13 @@ topo_tests!(srq_feeds_two_qps, |t| {
         .0
         .post_send(&[SendWr::send(1, &[sbuf.sge(0, 2)]).signaled()])
         .unwrap();
-    assert_eq!(wait1(&cqa).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&cqa).status, WcStatus::Success);
     sbuf[..2].copy_from_slice(b"q1");
     qps[1]
         .0
         .post_send(&[SendWr::send(2, &[sbuf.sge(0, 2)]).signaled()])
         .unwrap();
-    assert_eq!(wait1(&cqa).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&cqa).status, WcStatus::Success);
     let r = wait(&cqb, 2);
     assert_eq!((r[0].wr_id, r[0].qp_num), (50, qps[0].1.qp_num()));
     assert_eq!((r[1].wr_id, r[1].qp_num), (51, qps[1].1.qp_num()));
@@ -354,7 +354,7 @@ fn resize_cq_refuses_shrink_below_owed_completions() {
             w.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
             (0..7).collect::<Vec<_>>()
         );
-        assert!(w.iter().all(|w| w.status == WcStatus::SUCCESS));
+        assert!(w.iter().all(|w| w.status == WcStatus::Success));
         let n = a.cq.resize(2).expect("shrink with nothing owed");
         assert!(n >= 2);
         // One signaled WR behind unsignaled ones fits a CQ of two.
@@ -411,9 +411,9 @@ fn resize_cq_counts_sends_in_flight() {
         w.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
         (0..7).collect::<Vec<_>>()
     );
-    assert_eq!(w[0].status, WcStatus::RETRY_EXC_ERR, "{w:?}");
+    assert_eq!(w[0].status, WcStatus::RetryExcErr, "{w:?}");
     assert!(
-        w[1..].iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR),
+        w[1..].iter().all(|w| w.status == WcStatus::WrFlushErr),
         "{w:?}"
     );
 }

@@ -96,7 +96,7 @@ fn child_side() {
     let w = wait1(&s.cq);
     assert_eq!(
         (w.status, w.byte_len, w.imm_data()),
-        (WcStatus::SUCCESS, 5, Some(0x1234))
+        (WcStatus::Success, 5, Some(0x1234))
     );
     assert_eq!(&mr[LEN..LEN + 5], b"hello");
     // The WRITE was posted before the SEND on the same QP, so it has landed.
@@ -167,7 +167,7 @@ fn one_device_per_process_over_udp() {
     ])
     .unwrap();
     let w = wait1(&s.cq);
-    assert_eq!((w.wr_id, w.status), (2, WcStatus::SUCCESS));
+    assert_eq!((w.wr_id, w.status), (2, WcStatus::Success));
     assert_eq!(next_line(), "ok");
     writeln!(to_child, "bye").unwrap();
     let status = child.wait().unwrap();

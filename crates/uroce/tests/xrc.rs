@@ -133,13 +133,13 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
         .unwrap();
     let sent = wait(&a.cq, 2);
     assert!(
-        sent.iter().all(|w| w.status == WcStatus::SUCCESS),
+        sent.iter().all(|w| w.status == WcStatus::Success),
         "{sent:?}"
     );
     let got = wait(&b.cq, 2);
-    assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::SUCCESS));
+    assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::Success));
     assert_eq!(got[0].byte_len, MSG as u32);
-    assert_eq!(got[0].opcode, WcOpcode::RECV);
+    assert_eq!(got[0].opcode, WcOpcode::Recv);
     assert_eq!(got[0].qp_num, b.tgt.qp_num());
     assert_eq!((got[1].wr_id, got[1].byte_len), (2, 100));
     assert_eq!(got[1].imm_data(), Some(0xabcd));
@@ -158,11 +158,11 @@ topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
             .to_xrc_srq(a.srq.srq_num())
             .signaled()])
         .unwrap();
-    assert_eq!(wait1(&b.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&b.cq).status, WcStatus::Success);
     let w = wait1(&a.cq);
     assert_eq!(
         (w.wr_id, w.status, w.qp_num),
-        (5, WcStatus::SUCCESS, a.tgt.qp_num())
+        (5, WcStatus::Success, a.tgt.qp_num())
     );
     assert!(back.iter().all(|&x| x == 0x5a));
 });
@@ -182,7 +182,7 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
                 .signaled(),
         ])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     assert_eq!(&remote[..], &pattern(9, MSG)[..]);
     let mut rd = mr(&a, MSG);
     rd.fill(0);
@@ -196,7 +196,7 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
     let w = wait1(&a.cq);
     assert_eq!(
         (w.wr_id, w.status, w.byte_len),
-        (2, WcStatus::SUCCESS, MSG as u32)
+        (2, WcStatus::Success, MSG as u32)
     );
     assert_eq!(&rd[..], &pattern(9, MSG)[..]);
     // FETCH_AND_ADD and CMP_AND_SWP on the first 8 bytes.
@@ -208,7 +208,7 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
             .to_xrc_srq(srqn)
             .signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), 40);
     assert_eq!(u64::from_ne_bytes(remote[..8].try_into().unwrap()), 42);
     let s1 = old.sge(8, 8);
@@ -219,7 +219,7 @@ topo_tests!(rdma_and_atomics_over_xrc, |t| {
                 .signaled(),
         ])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     assert_eq!(u64::from_ne_bytes(old[8..16].try_into().unwrap()), 42);
     assert_eq!(u64::from_ne_bytes(remote[..8].try_into().unwrap()), 7);
     // No receive was consumed by any of it.
@@ -256,11 +256,11 @@ topo_tests!(the_srq_number_picks_among_srqs_of_the_domain, |t| {
             .to_xrc_srq(srq2.srq_num())
             .signaled()])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&a.cq).status, WcStatus::Success);
     let w = wait1(&cq2);
     assert_eq!(
         (w.wr_id, w.status, w.qp_num),
-        (2, WcStatus::SUCCESS, b.tgt.qp_num())
+        (2, WcStatus::Success, b.tgt.qp_num())
     );
     assert!(d2.iter().all(|&x| x == 0x77));
     assert!(d1.iter().all(|&x| x == 0));
@@ -292,9 +292,9 @@ fn send_to(a: &Side, b: &Side, srqn: u32) -> WcStatus {
 topo_tests!(an_srq_number_naming_no_srq_is_an_invalid_request, |t| {
     let (a, b) = xrc_pair(t);
     let bogus = b.srq.srq_num() + 1000;
-    assert_eq!(send_to(&a, &b, bogus), WcStatus::REM_INV_REQ_ERR);
+    assert_eq!(send_to(&a, &b, bogus), WcStatus::RemInvReqErr);
     // The initiator is in ERR now; a later WR flushes.
-    wait_state(&a.ini, QpState::ERR);
+    wait_state(&a.ini, QpState::Err);
 });
 
 topo_tests!(an_srq_of_another_domain_is_an_invalid_request, |t| {
@@ -317,10 +317,7 @@ topo_tests!(an_srq_of_another_domain_is_an_invalid_request, |t| {
     foreign
         .post_recv(&[RecvWr::new(8, &[f.sge(0, 64)])])
         .unwrap();
-    assert_eq!(
-        send_to(&a, &b, foreign.srq_num()),
-        WcStatus::REM_INV_REQ_ERR
-    );
+    assert_eq!(send_to(&a, &b, foreign.srq_num()), WcStatus::RemInvReqErr);
     assert!(
         f.iter().all(|&x| x == 0),
         "nothing lands in the foreign SRQ"
@@ -349,7 +346,7 @@ topo_tests!(an_srq_of_another_domain_is_an_invalid_request, |t| {
                 .signaled(),
         ])
         .unwrap();
-    assert_eq!(wait1(&a.cq).status, WcStatus::REM_INV_REQ_ERR);
+    assert_eq!(wait1(&a.cq).status, WcStatus::RemInvReqErr);
     assert!(remote.iter().all(|&x| x == 0));
 });
 
@@ -434,11 +431,11 @@ fn domains_stay_while_used_and_files_share_them() {
         .to_xrc_srq(srq2.srq_num())
         .signaled()])
         .unwrap();
-    assert_eq!(wait1(&cq).status, WcStatus::SUCCESS);
+    assert_eq!(wait1(&cq).status, WcStatus::Success);
     let w = wait1(&cq2);
     assert_eq!(
         (w.wr_id, w.status, w.qp_num),
-        (3, WcStatus::SUCCESS, tgt.qp_num())
+        (3, WcStatus::Success, tgt.qp_num())
     );
     assert!(d.iter().all(|&x| x == 0x42));
 }

@@ -309,7 +309,7 @@ impl Context {
             reserved: [0; 7],
         });
         self.cmd("query_port", &req, |mut r| {
-            Ok(PortAttr::from_resp(&take(&mut r)))
+            PortAttr::from_resp(&take(&mut r))
         })
     }
 
@@ -682,11 +682,15 @@ pub struct PortAttr {
 }
 
 impl PortAttr {
-    fn from_resp(r: &QueryPortResp) -> PortAttr {
-        PortAttr {
+    fn from_resp(r: &QueryPortResp) -> Result<PortAttr> {
+        let mtu = |v: u8| {
+            Mtu::from_raw(v.into())
+                .ok_or_else(|| Error::protocol("query_port", format!("MTU value {v}")))
+        };
+        Ok(PortAttr {
             state: PortState(u32::from(r.state)),
-            max_mtu: Mtu(u32::from(r.max_mtu)),
-            active_mtu: Mtu(u32::from(r.active_mtu)),
+            max_mtu: mtu(r.max_mtu)?,
+            active_mtu: mtu(r.active_mtu)?,
             gid_tbl_len: r.gid_tbl_len,
             port_cap_flags: r.port_cap_flags,
             max_msg_sz: r.max_msg_sz,
@@ -705,7 +709,7 @@ impl PortAttr {
             phys_state: r.phys_state,
             link_layer: LinkLayer(r.link_layer),
             flags: r.flags,
-        }
+        })
     }
 }
 

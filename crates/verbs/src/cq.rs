@@ -72,8 +72,13 @@ impl Wc {
     pub fn from_abi(w: &uverbs::Wc) -> Wc {
         Wc {
             wr_id: w.wr_id,
-            status: WcStatus(w.status),
-            opcode: WcOpcode(w.opcode),
+            // A status or opcode outside its enum (the engine writes none) is reported
+            // as a failed completion.
+            status: match (WcStatus::from_raw(w.status), WcOpcode::from_raw(w.opcode)) {
+                (Some(s), Some(_)) => s,
+                _ => WcStatus::GeneralErr,
+            },
+            opcode: WcOpcode::from_raw(w.opcode).unwrap_or_default(),
             vendor_err: w.vendor_err,
             byte_len: w.byte_len,
             ex: w.ex,
@@ -89,7 +94,7 @@ impl Wc {
 
     /// Whether the WR succeeded.
     pub fn is_success(&self) -> bool {
-        self.status == WcStatus::SUCCESS
+        self.status == WcStatus::Success
     }
 
     /// The immediate value in host order, if the completion carries one.

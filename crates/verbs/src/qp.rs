@@ -239,7 +239,7 @@ impl Default for ConnectOpts {
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
-            path_mtu: Mtu::MTU_1024,
+            path_mtu: Mtu::Mtu1024,
             sq_psn: 0,
             timeout: 14,
             retry_cnt: 7,
@@ -584,7 +584,7 @@ impl Qp {
             qp_type: attr.qp_type,
             sq_sig_all: attr.sq_sig_all,
             cap: granted,
-            state: AtomicU32::new(QpState::RESET.0),
+            state: AtomicU32::new(QpState::Reset.raw()),
             sq: Mutex::new(SendQueue {
                 prod: sq_prod,
                 mem: sq_mem,
@@ -646,7 +646,8 @@ impl Qp {
 
     /// The state last set by [`Qp::modify`] or seen by [`Qp::query`].
     pub fn state(&self) -> QpState {
-        QpState(self.0.state.load(Ordering::Acquire))
+        // Only values decoded as a `QpState` are stored.
+        QpState::from_raw(self.0.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
     }
 
     /// The `user_handle` async events carry for this QP.
@@ -729,8 +730,8 @@ impl Qp {
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         // Selective repeat set by the ECE exchange goes with the move from INIT to RTR.
         let flags = if mask.contains(QpAttrMask::STATE)
-            && attr.qp_state == QpState::RTR
-            && self.state() == QpState::INIT
+            && attr.qp_state == QpState::Rtr
+            && self.state() == QpState::Init
             && self.ece_state().apply & ECE_SELECTIVE_REPEAT != 0
         {
             abi::uverbs::MODIFY_QP_SELECTIVE_REPEAT
@@ -749,9 +750,9 @@ impl Qp {
             qp_access_flags: attr.qp_access_flags.bits(),
             pkey_index: attr.pkey_index,
             alt_pkey_index: attr.alt_pkey_index,
-            qp_state: attr.qp_state.0 as u8,
-            cur_qp_state: attr.cur_qp_state.0 as u8,
-            path_mtu: attr.path_mtu.0 as u8,
+            qp_state: attr.qp_state as u8,
+            cur_qp_state: attr.cur_qp_state as u8,
+            path_mtu: attr.path_mtu as u8,
             path_mig_state: attr.path_mig_state,
             en_sqd_async_notify: u8::from(attr.en_sqd_async_notify),
             max_rd_atomic: attr.max_rd_atomic,
@@ -768,8 +769,8 @@ impl Qp {
         });
         self.ctx().cmd("modify_qp", &req, |_| Ok(()))?;
         if mask.contains(QpAttrMask::STATE) {
-            self.0.state.store(attr.qp_state.0, Ordering::Release);
-            if attr.qp_state == QpState::RESET {
+            self.0.state.store(attr.qp_state.raw(), Ordering::Release);
+            if attr.qp_state == QpState::Reset {
                 // As mlx4/mlx5: the QP's completions not yet polled go with it.
                 if let Some(s) = &self.0.send_cq {
                     s.clean(self.qp_num())?;
@@ -798,10 +799,16 @@ impl Qp {
             attr_mask: mask.bits(),
         });
         let r: QueryQpResp = self.ctx().cmd("query_qp", &req, |mut r| Ok(take(&mut r)))?;
+        let state = |what: &str, v: u8| {
+            QpState::from_raw(v.into())
+                .ok_or_else(|| Error::protocol("query_qp", format!("{what} value {v}")))
+        };
         let attr = QpAttr {
-            qp_state: QpState(u32::from(r.qp_state)),
-            cur_qp_state: QpState(u32::from(r.cur_qp_state)),
-            path_mtu: Mtu(u32::from(r.path_mtu)),
+            qp_state: state("qp_state", r.qp_state)?,
+            cur_qp_state: state("cur_qp_state", r.cur_qp_state)?,
+            path_mtu: Mtu::from_raw(r.path_mtu.into()).ok_or_else(|| {
+                Error::protocol("query_qp", format!("path_mtu value {}", r.path_mtu))
+            })?,
             path_mig_state: r.path_mig_state,
             qkey: r.qkey,
             rq_psn: r.rq_psn,
@@ -832,7 +839,7 @@ impl Qp {
             alt_timeout: r.alt_timeout,
             sq_sig_all: r.sq_sig_all != 0,
         };
-        self.0.state.store(attr.qp_state.0, Ordering::Release);
+        self.0.state.store(attr.qp_state.raw(), Ordering::Release);
         Ok(attr)
     }
 
@@ -850,7 +857,7 @@ impl Qp {
     pub fn connect(&self, remote: &QpEndpoint, o: &ConnectOpts) -> Result<()> {
         let uc = self.0.qp_type == QpType::UC;
         let mut a = QpAttr {
-            qp_state: QpState::INIT,
+            qp_state: QpState::Init,
             port_num: o.port,
             qp_access_flags: if uc {
                 o.access & (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
@@ -866,7 +873,7 @@ impl Qp {
                 | QpAttrMask::PORT
                 | QpAttrMask::ACCESS_FLAGS,
         )?;
-        a.qp_state = QpState::RTR;
+        a.qp_state = QpState::Rtr;
         a.path_mtu = o.path_mtu;
         a.dest_qp_num = remote.qpn;
         a.rq_psn = remote.psn;
@@ -882,7 +889,7 @@ impl Qp {
             m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
         }
         self.modify(&a, m)?;
-        a.qp_state = QpState::RTS;
+        a.qp_state = QpState::Rts;
         a.sq_psn = o.sq_psn;
         a.timeout = o.timeout;
         a.retry_cnt = o.retry_cnt;
@@ -901,7 +908,7 @@ impl Qp {
     /// RESET → INIT → RTR → RTS for a UD QP with Q_Key `qkey` (ibv_ud_pingpong).
     pub fn ready_ud(&self, port: u8, qkey: u32, sq_psn: u32) -> Result<()> {
         let mut a = QpAttr {
-            qp_state: QpState::INIT,
+            qp_state: QpState::Init,
             port_num: port,
             qkey,
             ..QpAttr::default()
@@ -910,9 +917,9 @@ impl Qp {
             &a,
             QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
         )?;
-        a.qp_state = QpState::RTR;
+        a.qp_state = QpState::Rtr;
         self.modify(&a, QpAttrMask::STATE)?;
-        a.qp_state = QpState::RTS;
+        a.qp_state = QpState::Rts;
         a.sq_psn = sq_psn;
         self.modify(&a, QpAttrMask::STATE | QpAttrMask::SQ_PSN)
     }
@@ -932,7 +939,7 @@ impl Qp {
 
     fn check_send_state(&self, op: &'static str) -> Result<(), PostError> {
         let s = self.state();
-        if s.0 < QpState::RTS.0 {
+        if s < QpState::Rts {
             return Err(PostError {
                 index: 0,
                 error: Error::local(
@@ -947,7 +954,7 @@ impl Qp {
 
     fn check_recv_state(&self, op: &'static str) -> Result<(), PostError> {
         let s = self.state();
-        if s == QpState::RESET {
+        if s == QpState::Reset {
             return Err(PostError {
                 index: 0,
                 error: Error::local(op, Errno::EINVAL, format!("QP {} is in RESET", self.0.qpn)),

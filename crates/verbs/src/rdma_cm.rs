@@ -252,13 +252,19 @@ fn route(dev: &str, d: &Arc<DevCm>, e: CmEvent) {
             req,
             ece,
         } => {
+            // A REQ whose path MTU is outside `enum ibv_mtu` is rejected like one no
+            // listener takes.
+            let Some(path_mtu) = Mtu::from_raw(req.path_mtu.into()) else {
+                let _ = d.cm.reject(id, 28, &[]);
+                return;
+            };
             let Some((l, child)) = child_of(dev, listen, id, peer, &req.private_data) else {
                 let _ = d.cm.reject(id, 28, &[]);
                 return;
             };
             {
                 let mut st = child.state();
-                st.path_mtu = Mtu(req.path_mtu.into());
+                st.path_mtu = path_mtu;
                 st.peer_req = Some(req.clone());
                 st.remote_ece = ece;
             }
@@ -701,7 +707,7 @@ impl RdmaCmId {
             addr.port()
         };
         st.src = Some(SocketAddr::new(addr.ip(), port));
-        st.path_mtu = Mtu::MTU_1024;
+        st.path_mtu = Mtu::Mtu1024;
         st.dev = Some(d);
         Ok(())
     }
@@ -792,7 +798,7 @@ impl RdmaCmId {
     pub fn attach_qp(&self, qp: &Qp) -> Result<()> {
         if qp.qp_type() == crate::QpType::UD {
             let a = QpAttr {
-                qp_state: QpState::INIT,
+                qp_state: QpState::Init,
                 port_num: 1,
                 qkey: RDMA_UDP_QKEY,
                 ..QpAttr::default()
@@ -801,9 +807,9 @@ impl RdmaCmId {
                 &a,
                 QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
             )?;
-            qp.set_state(QpState::RTR)?;
+            qp.set_state(QpState::Rtr)?;
             let a = QpAttr {
-                qp_state: QpState::RTS,
+                qp_state: QpState::Rts,
                 sq_psn: 0,
                 ..QpAttr::default()
             };
@@ -812,7 +818,7 @@ impl RdmaCmId {
             return Ok(());
         }
         let a = QpAttr {
-            qp_state: QpState::INIT,
+            qp_state: QpState::Init,
             port_num: 1,
             qp_access_flags: AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
@@ -895,7 +901,7 @@ impl RdmaCmId {
         c.retry_count = p.retry_count.min(7);
         c.rnr_retry_count = p.rnr_retry_count.min(7);
         c.srq = p.srq;
-        c.path_mtu = st.path_mtu.0 as u8;
+        c.path_mtu = st.path_mtu as u8;
         c.flow_label = (u32::from(src.port()).wrapping_mul(31) + u32::from(dst.port())) & 0xF_FFFF;
         c.private_data = pd;
         let retry_count = c.retry_count;
@@ -1014,18 +1020,18 @@ impl RdmaCmId {
         };
         if self.is_ud() {
             let m = match state {
-                QpState::INIT => {
+                QpState::Init => {
                     a.qkey = RDMA_UDP_QKEY;
                     QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
                 }
-                QpState::RTR => QpAttrMask::STATE,
-                QpState::RTS => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+                QpState::Rtr => QpAttrMask::STATE,
+                QpState::Rts => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
                 _ => return Err(einval(OP, "state is not INIT, RTR or RTS")),
             };
             return Ok((a, m));
         }
         let mut st = self.state();
-        if state == QpState::INIT {
+        if state == QpState::Init {
             a.qp_access_flags = AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -1071,7 +1077,7 @@ impl RdmaCmId {
         };
         let (qpn, rq_psn, gid, sq_psn, rd_atomic, dest_rd_atomic, timeout, retry, rnr) = peer;
         let timeout = st.ack_timeout.unwrap_or(timeout);
-        if state == QpState::RTR {
+        if state == QpState::Rtr {
             a.path_mtu = st.path_mtu;
             a.dest_qp_num = qpn;
             a.rq_psn = rq_psn;
@@ -1091,7 +1097,7 @@ impl RdmaCmId {
                 | QpAttrMask::MIN_RNR_TIMER;
             return Ok((a, m));
         }
-        if state == QpState::RTS {
+        if state == QpState::Rts {
             a.sq_psn = sq_psn;
             a.timeout = timeout;
             a.retry_cnt = retry.min(7);
@@ -1177,7 +1183,7 @@ impl RdmaCmId {
             return Err(einval("rdma_disconnect", "not connected"));
         };
         if let Some(qp) = st.qp.as_ref().and_then(crate::WeakQp::upgrade) {
-            let _ = qp.set_state(QpState::ERR);
+            let _ = qp.set_state(QpState::Err);
         }
         d.cm.disconnect(id)
     }
@@ -1270,7 +1276,7 @@ impl RdmaCmId {
                     .as_ref()
                     .and_then(crate::WeakQp::upgrade_transient);
                 if let Some(qp) = qp {
-                    let _ = qp.set_state(QpState::ERR);
+                    let _ = qp.set_state(QpState::Err);
                 }
                 self.event(
                     K::Rejected,
@@ -1289,7 +1295,7 @@ impl RdmaCmId {
                     .as_ref()
                     .and_then(crate::WeakQp::upgrade_transient);
                 if let Some(qp) = qp {
-                    let _ = qp.set_state(QpState::ERR);
+                    let _ = qp.set_state(QpState::Err);
                 }
                 let status = if timed_out { -110 } else { 0 };
                 self.event(K::Disconnected, status, ConnParam::default());

@@ -108,7 +108,7 @@ impl<'a> SendWr<'a> {
 
     /// A SEND of `sges` (connected QPs).
     pub fn send(wr_id: u64, sges: &'a [Sge]) -> SendWr<'a> {
-        SendWr::base(wr_id, WrOpcode::SEND, sges, Remote::None)
+        SendWr::base(wr_id, WrOpcode::Send, sges, Remote::None)
     }
 
     /// A SEND of `data`, inline.
@@ -118,14 +118,14 @@ impl<'a> SendWr<'a> {
 
     /// A SEND_WITH_INV of `sges` that invalidates `rkey` at the responder.
     pub fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: u32) -> SendWr<'a> {
-        let mut wr = SendWr::base(wr_id, WrOpcode::SEND_WITH_INV, sges, Remote::None);
+        let mut wr = SendWr::base(wr_id, WrOpcode::SendWithInv, sges, Remote::None);
         wr.invalidate_rkey = rkey;
         wr
     }
 
     /// A LOCAL_INV of `rkey` (a type 2 memory window of the QP's PD).
     pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr<'a> {
-        let mut wr = SendWr::base(wr_id, WrOpcode::LOCAL_INV, &[], Remote::None);
+        let mut wr = SendWr::base(wr_id, WrOpcode::LocalInv, &[], Remote::None);
         wr.invalidate_rkey = rkey;
         wr
     }
@@ -135,7 +135,7 @@ impl<'a> SendWr<'a> {
     pub fn bind_mw(wr_id: u64, mw_rkey: u32, new_rkey: u32, info: MwBindInfo) -> SendWr<'a> {
         SendWr::base(
             wr_id,
-            WrOpcode::BIND_MW,
+            WrOpcode::BindMw,
             &[],
             Remote::MwBind {
                 mw_rkey,
@@ -152,7 +152,7 @@ impl<'a> SendWr<'a> {
     pub fn write(wr_id: u64, sges: &'a [Sge], addr: u64, rkey: u32) -> SendWr<'a> {
         SendWr::base(
             wr_id,
-            WrOpcode::RDMA_WRITE,
+            WrOpcode::RdmaWrite,
             sges,
             Remote::Rdma { addr, rkey },
         )
@@ -160,12 +160,7 @@ impl<'a> SendWr<'a> {
 
     /// An RDMA READ from `addr`/`rkey` into `sges`.
     pub fn read(wr_id: u64, sges: &'a [Sge], addr: u64, rkey: u32) -> SendWr<'a> {
-        SendWr::base(
-            wr_id,
-            WrOpcode::RDMA_READ,
-            sges,
-            Remote::Rdma { addr, rkey },
-        )
+        SendWr::base(wr_id, WrOpcode::RdmaRead, sges, Remote::Rdma { addr, rkey })
     }
 
     /// ATOMIC_CMP_AND_SWP on the 8 bytes at `addr`; the original value lands in `sge`.
@@ -179,7 +174,7 @@ impl<'a> SendWr<'a> {
     ) -> SendWr<'a> {
         SendWr::base(
             wr_id,
-            WrOpcode::ATOMIC_CMP_AND_SWP,
+            WrOpcode::AtomicCmpAndSwp,
             core::slice::from_ref(sge),
             Remote::Atomic {
                 addr,
@@ -194,7 +189,7 @@ impl<'a> SendWr<'a> {
     pub fn fetch_add(wr_id: u64, sge: &'a Sge, addr: u64, rkey: u32, add: u64) -> SendWr<'a> {
         SendWr::base(
             wr_id,
-            WrOpcode::ATOMIC_FETCH_AND_ADD,
+            WrOpcode::AtomicFetchAndAdd,
             core::slice::from_ref(sge),
             Remote::Atomic {
                 addr,
@@ -215,7 +210,7 @@ impl<'a> SendWr<'a> {
     ) -> SendWr<'a> {
         SendWr::base(
             wr_id,
-            WrOpcode::SEND,
+            WrOpcode::Send,
             sges,
             Remote::Ud {
                 ah,
@@ -235,8 +230,8 @@ impl<'a> SendWr<'a> {
     /// RDMA_WRITE_WITH_IMM; other opcodes only get the value.
     pub fn with_imm(mut self, imm: u32) -> SendWr<'a> {
         self.opcode = match self.opcode {
-            WrOpcode::SEND => WrOpcode::SEND_WITH_IMM,
-            WrOpcode::RDMA_WRITE => WrOpcode::RDMA_WRITE_WITH_IMM,
+            WrOpcode::Send => WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite => WrOpcode::RdmaWriteWithImm,
             other => other,
         };
         self.imm_data = imm;
@@ -278,7 +273,7 @@ impl<'a> SendWr<'a> {
     fn ex(&self) -> u32 {
         if self.opcode.has_imm() {
             u32::from_ne_bytes(self.imm_data.to_be_bytes())
-        } else if self.opcode == WrOpcode::SEND_WITH_INV || self.opcode == WrOpcode::LOCAL_INV {
+        } else if self.opcode == WrOpcode::SendWithInv || self.opcode == WrOpcode::LocalInv {
             self.invalidate_rkey
         } else if let Remote::MwBind { new_rkey, .. } = self.remote {
             new_rkey
@@ -353,7 +348,7 @@ pub(crate) fn send_wqe<'w>(
     const OP: &str = "post_send";
     let mut hdr = SendWqe {
         wr_id: wr.wr_id,
-        opcode: wr.opcode.0,
+        opcode: wr.opcode.raw(),
         send_flags: (wr.send_flags & !SendFlags::INLINE).bits(),
         ex: wr.ex(),
         ..SendWqe::default()
@@ -558,7 +553,7 @@ pub(crate) fn encode_send_cmd(
         let mut w = uverbs::SendWr {
             wr_id: wr.wr_id,
             num_sge: sges.len() as u32,
-            opcode: wr.opcode.0,
+            opcode: wr.opcode.raw(),
             send_flags: send_flags.bits(),
             ex: wr.ex(),
             wr: [0; 32],

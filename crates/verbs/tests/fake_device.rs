@@ -92,7 +92,7 @@ fn queries_decode_the_control_planes_answers() {
     assert_eq!(d.phys_port_cnt, 1);
     let port = ctx.query_port(1).unwrap();
     assert_eq!(port.state, PortState::ACTIVE);
-    assert_eq!(port.active_mtu, Mtu::MTU_1024);
+    assert_eq!(port.active_mtu, Mtu::Mtu1024);
     assert_eq!(port.link_layer, LinkLayer::ETHERNET);
     let e = ctx.query_port(2).unwrap_err();
     assert_eq!(e.errno(), Errno::EINVAL);
@@ -209,24 +209,24 @@ fn post_send_writes_every_opcode_into_the_ring_with_one_doorbell() {
     s.qp.post_send(&ah_less).unwrap();
     s.p.wait_for("11 WQEs", |sh| sh.seen.len() == 11);
     let seen = s.p.with(|sh| sh.seen.clone());
-    let op = |i: usize| WrOpcode(seen[i].wqe.opcode);
-    assert_eq!(op(0), WrOpcode::SEND);
+    let op = |i: usize| WrOpcode::from_raw(seen[i].wqe.opcode).expect("a known opcode");
+    assert_eq!(op(0), WrOpcode::Send);
     assert_eq!(seen[0].sges, sge.to_vec());
-    assert_eq!(op(1), WrOpcode::SEND_WITH_IMM);
+    assert_eq!(op(1), WrOpcode::SendWithImm);
     assert_eq!(seen[1].wqe.imm_data(), 0x1234_5678);
-    assert_eq!(op(2), WrOpcode::SEND_WITH_INV);
+    assert_eq!(op(2), WrOpcode::SendWithInv);
     assert_eq!(seen[2].wqe.ex, 0xabcd);
     assert_eq!(
         (op(3), seen[3].wqe.remote_addr, seen[3].wqe.rkey),
-        (WrOpcode::RDMA_WRITE, 0x1000, 0x77)
+        (WrOpcode::RdmaWrite, 0x1000, 0x77)
     );
     assert_eq!(
         (op(4), seen[4].wqe.imm_data()),
-        (WrOpcode::RDMA_WRITE_WITH_IMM, 7)
+        (WrOpcode::RdmaWriteWithImm, 7)
     );
     assert_eq!(
         (op(5), seen[5].wqe.remote_addr),
-        (WrOpcode::RDMA_READ, 0x3000)
+        (WrOpcode::RdmaRead, 0x3000)
     );
     assert_eq!(
         (
@@ -235,18 +235,18 @@ fn post_send_writes_every_opcode_into_the_ring_with_one_doorbell() {
             seen[6].wqe.swap,
             seen[6].sges.clone()
         ),
-        (WrOpcode::ATOMIC_CMP_AND_SWP, 10, 20, vec![one])
+        (WrOpcode::AtomicCmpAndSwp, 10, 20, vec![one])
     );
     assert_eq!(
         (op(7), seen[7].wqe.compare_add),
-        (WrOpcode::ATOMIC_FETCH_AND_ADD, 3)
+        (WrOpcode::AtomicFetchAndAdd, 3)
     );
     assert_eq!(seen[8].inline, b"hello inline");
     let f = SendFlags(seen[8].wqe.send_flags);
     assert!(f.contains(SendFlags::INLINE | SendFlags::SOLICITED | SendFlags::SIGNALED));
     assert_eq!(
         (op(9), seen[9].inline.as_slice()),
-        (WrOpcode::RDMA_WRITE, &b"xyz"[..])
+        (WrOpcode::RdmaWrite, &b"xyz"[..])
     );
     assert!(!SendFlags(seen[10].wqe.send_flags).contains(SendFlags::SIGNALED));
     let wcs = poll_n(&s.cq, 10);
@@ -255,8 +255,8 @@ fn post_send_writes_every_opcode_into_the_ring_with_one_doorbell() {
     assert!(wcs
         .iter()
         .all(|w| w.is_success() && w.qp_num == s.qp.qp_num()));
-    assert_eq!(wcs[5].opcode, WcOpcode::RDMA_READ);
-    assert_eq!(wcs[6].opcode, WcOpcode::COMP_SWAP);
+    assert_eq!(wcs[5].opcode, WcOpcode::RdmaRead);
+    assert_eq!(wcs[6].opcode, WcOpcode::CompSwap);
     std::thread::sleep(Duration::from_millis(20));
     let mut wc = [Wc::default(); 4];
     assert_eq!(s.cq.poll(&mut wc).unwrap(), 0, "unsignaled WR completed");
@@ -360,7 +360,7 @@ fn posting_in_the_wrong_state_is_einval() {
         .unwrap();
     let mr = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let sge = [mr.sge(0, 8)];
-    assert_eq!(qp.state(), QpState::RESET);
+    assert_eq!(qp.state(), QpState::Reset);
     let e = qp.post_send(&[SendWr::send(1, &sge)]).unwrap_err();
     assert_eq!(e.error.errno(), Errno::EINVAL);
     let e = qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap_err();
@@ -369,7 +369,7 @@ fn posting_in_the_wrong_state_is_einval() {
     assert_eq!(e.error.errno(), Errno::EINVAL);
     qp.modify(
         &QpAttr {
-            qp_state: QpState::INIT,
+            qp_state: QpState::Init,
             port_num: 1,
             ..QpAttr::default()
         },
@@ -378,7 +378,7 @@ fn posting_in_the_wrong_state_is_einval() {
     .unwrap();
     qp.post_recv(&[RecvWr::new(1, &sge)]).unwrap();
     assert!(qp.post_send(&[SendWr::send(1, &sge)]).is_err());
-    assert_eq!(qp.query(QpAttrMask::STATE).unwrap().qp_state, QpState::INIT);
+    assert_eq!(qp.query(QpAttrMask::STATE).unwrap().qp_state, QpState::Init);
 }
 
 #[test]

@@ -227,7 +227,7 @@ impl RdmaPp {
                 end.cq.poll(&mut wc)?
             };
             for w in wc.iter().take(n) {
-                if w.status != WcStatus::SUCCESS {
+                if w.status != WcStatus::Success {
                     bail!("WRITE failed: {}", w.status.as_str());
                 }
             }
@@ -437,7 +437,7 @@ fn bw_rdma(pp: &mut RdmaPp, secs: Duration) -> Result<(f64, u64)> {
             pp.a.cq.poll(&mut wc)?
         };
         for w in wc.iter().take(n) {
-            if w.status != WcStatus::SUCCESS {
+            if w.status != WcStatus::Success {
                 bail!("WRITE failed: {}", w.status.as_str());
             }
             done = done.max(w.wr_id + 1);

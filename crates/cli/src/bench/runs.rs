@@ -290,7 +290,7 @@ fn wc_error(w: &Wc, what: &str) -> anyhow::Error {
     anyhow!(
         "Completion with error at {what}: QP {qp} operation {seq}: {} ({}), vendor error {:#x}",
         w.status.as_str(),
-        w.status.0,
+        w.status.raw(),
         w.vendor_err
     )
 }
@@ -365,7 +365,7 @@ impl RecvState {
         } = res;
         let rx = rx.as_ref().ok_or_else(|| anyhow!("no receive buffer"))?;
         for w in wc.iter().take(n) {
-            if w.status != WcStatus::SUCCESS {
+            if w.status != WcStatus::Success {
                 return Err(wc_error(w, "receive"));
             }
             let (i, slot) = split_wr_id(w.wr_id);
@@ -642,7 +642,7 @@ fn bw_requester(
         if k > 0 {
             let t = now_ns();
             for w in wc.iter().take(k) {
-                if w.status != WcStatus::SUCCESS {
+                if w.status != WcStatus::Success {
                     return Err(wc_error(w, "send"));
                 }
                 let (i, seq) = split_wr_id(w.wr_id);
@@ -751,7 +751,7 @@ fn wait_send(res: &Res, p: &Params, dog: &mut Watchdog, what: &dyn Fn() -> Strin
     };
     wait_cq(&res.scq, ch, &mut wc, dog, what)?;
     let w = wc[0];
-    if w.status != WcStatus::SUCCESS {
+    if w.status != WcStatus::Success {
         return Err(wc_error(&w, "send"));
     }
     Ok(w)

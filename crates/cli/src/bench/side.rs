@@ -24,8 +24,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use oob::console::{self, HeaderInfo, PcieRelaxed, RESULT_LINE};
 use oob::json::{BwResult, LatResult};
 use oob::perftest::{
-    BenchHooks, BwReport, Connection, HookError, KeyMessage, LocalSystem, Mtu as PtMtu, Negotiated,
-    Role, TestKind, Verb,
+    BenchHooks, BwReport, Connection, HookError, KeyMessage, LocalSystem, Negotiated, Role,
+    TestKind, Verb,
 };
 use uroce::{
     AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, Device, Gid, GlobalRoute, MrBuf, Mtu, Pd,
@@ -72,7 +72,7 @@ pub struct Res {
     pub rx_slice: usize,
     pub local: Vec<KeyMessage>,
     pub remote: Vec<KeyMessage>,
-    pub mtu: PtMtu,
+    pub mtu: Mtu,
     pub cycle_buffer: u64,
     pub cache_line: u64,
     pub inline: u32,
@@ -134,7 +134,7 @@ impl Side {
         let port = ctx
             .query_port(p.ib_port)
             .with_context(|| format!("Unable to query port {}", p.ib_port))?;
-        let active = port.active_mtu.bytes().unwrap_or(1024);
+        let active = port.active_mtu.bytes();
         // perftest's set_mtu: -m if given, capped to the port's active MTU.
         let mtu_bytes = match p.mtu_req {
             None => active,
@@ -145,7 +145,7 @@ impl Side {
                 m.min(active)
             }
         };
-        let mtu = PtMtu::from_bytes(mtu_bytes).unwrap_or(PtMtu::MTU_1024);
+        let mtu = Mtu::from_bytes(mtu_bytes).unwrap_or(Mtu::Mtu1024);
         let sys = LocalSystem {
             page_size: 4096,
             cache_line: 64,
@@ -402,7 +402,7 @@ impl Side {
                         .context("Failed to modify UD QP to RTS")?;
                 } else {
                     let a = QpAttr {
-                        qp_state: QpState::INIT,
+                        qp_state: QpState::Init,
                         pkey_index: 0,
                         port_num: p.ib_port,
                         qp_access_flags: res.access & !AccessFlags::LOCAL_WRITE,
@@ -453,7 +453,7 @@ impl Side {
         keys
     }
 
-    fn header(&self, mtu: PtMtu, inline: u32, out_reads: u32) -> String {
+    fn header(&self, mtu: Mtu, inline: u32, out_reads: u32) -> String {
         let p = &self.p;
         let mut h = HeaderInfo::for_test(&p.cfg, self.role, self.dev.name(), mtu);
         h.atomic_type = p.atomic;
@@ -509,8 +509,8 @@ impl Side {
             }
             let rc = p.cfg.connection == Connection::Rc;
             let mut a = QpAttr {
-                qp_state: QpState::RTR,
-                path_mtu: Mtu(u32::from(res.mtu.value())),
+                qp_state: QpState::Rtr,
+                path_mtu: res.mtu,
                 dest_qp_num: rem.qpn,
                 rq_psn: rem.psn,
                 ah_attr: av,
@@ -531,7 +531,7 @@ impl Side {
             if !to_rts {
                 continue;
             }
-            a.qp_state = QpState::RTS;
+            a.qp_state = QpState::Rts;
             a.sq_psn = me.psn;
             a.timeout = p.qp_timeout;
             a.retry_cnt = 7;

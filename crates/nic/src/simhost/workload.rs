@@ -391,8 +391,10 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     // receives with finite RNR retries: RNR retries exhausted — and, once one QP is in
     // error, its peer's retries exhausted too (nobody answers it any more); then flushes.
     let fatal = |status: u32, any_error: bool| {
-        status == WcStatus::RETRY_EXC_ERR.0 && (cfg.partition_at_ns.is_some() || any_error)
-            || status == WcStatus::RNR_RETRY_EXC_ERR.0 && cfg.rnr_retry < 7 && cfg.recv_delay_ns > 0
+        status == WcStatus::RetryExcErr.raw() && (cfg.partition_at_ns.is_some() || any_error)
+            || status == WcStatus::RnrRetryExcErr.raw()
+                && cfg.rnr_retry < 7
+                && cfg.recv_delay_ns > 0
     };
     loop {
         if cfg
@@ -588,9 +590,9 @@ fn post(
             0 => {
                 h.write(from.dev, from.mr.addr + at, &pattern(key, len));
                 let opc = if with_imm {
-                    WrOpcode::SEND_WITH_IMM
+                    WrOpcode::SendWithImm
                 } else {
-                    WrOpcode::SEND
+                    WrOpcode::Send
                 };
                 let mut wr = send_wr(idx, opc, signaled);
                 let imm = with_imm.then_some(idx as u32 ^ 0x5a5a);
@@ -610,9 +612,9 @@ fn post(
                 h.write(from.dev, from.mr.addr + at, &pattern(key, len));
                 let target = lay.wtarget + (idx % lay.w) * lay.slot;
                 let opc = if with_imm {
-                    WrOpcode::RDMA_WRITE_WITH_IMM
+                    WrOpcode::RdmaWriteWithImm
                 } else {
-                    WrOpcode::RDMA_WRITE
+                    WrOpcode::RdmaWrite
                 };
                 let mut wr = rdma_wr(idx, opc, signaled, to.mr.addr + target, to.mr.rkey);
                 let arr = with_imm.then(|| {
@@ -636,7 +638,7 @@ fn post(
                 let len = len.min(lay.rsrc_len as usize);
                 let src = dice.below(lay.rsrc_len - len as u64 + 1);
                 let remote = to.mr.addr + lay.rsrc + src;
-                let wr = rdma_wr(idx, WrOpcode::RDMA_READ, signaled, remote, to.mr.rkey);
+                let wr = rdma_wr(idx, WrOpcode::RdmaRead, signaled, remote, to.mr.rkey);
                 let check = Check::Read {
                     slot: at,
                     from: src,
@@ -649,9 +651,9 @@ fn post(
                 let orig = f.model[k];
                 let cas = dice.below(2) == 0;
                 let opc = if cas {
-                    WrOpcode::ATOMIC_CMP_AND_SWP
+                    WrOpcode::AtomicCmpAndSwp
                 } else {
-                    WrOpcode::ATOMIC_FETCH_AND_ADD
+                    WrOpcode::AtomicFetchAndAdd
                 };
                 let mut wr = send_wr(idx, opc, signaled);
                 let (compare_add, swap) = if cas {
@@ -731,7 +733,7 @@ fn sent(
         return;
     }
     if f.error_seen {
-        if wc.status != WcStatus::WR_FLUSH_ERR.0 {
+        if wc.status != WcStatus::WrFlushErr.raw() {
             r.violation(format!(
                 "{} WR {idx} after the error: status {}",
                 name(f.from),
@@ -744,7 +746,7 @@ fn sent(
         f.error_seen = true;
         return;
     }
-    if wc.status != WcStatus::SUCCESS.0 {
+    if wc.status != WcStatus::Success.raw() {
         r.violation(format!("{} WR {idx}: status {}", name(f.from), wc.status));
         f.error_seen = true;
         return;
@@ -819,7 +821,7 @@ fn take_receives(
     repost: bool,
 ) {
     for wc in h.poll_cq(&mut to.rcq, 64) {
-        if wc.status == WcStatus::WR_FLUSH_ERR.0 && any_error {
+        if wc.status == WcStatus::WrFlushErr.raw() && any_error {
             // A receive its QP flushed when the QP went to ERR.
             continue;
         }
@@ -849,7 +851,7 @@ fn received(
     x: &Arrival,
     sabotage: u64,
 ) {
-    if wc.status != WcStatus::SUCCESS.0 || wc.byte_len != x.len {
+    if wc.status != WcStatus::Success.raw() || wc.byte_len != x.len {
         r.violation(format!("receive for WR {}: {wc:?}", x.idx));
         return;
     }

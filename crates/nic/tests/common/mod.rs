@@ -397,7 +397,7 @@ impl Client {
                     abi::AccessFlags::LOCAL_WRITE.0 | abi::AccessFlags::REMOTE_WRITE.0
                 },
                 port_num: 1,
-                path_mtu: abi::Mtu::MTU_1024.0 as u8,
+                path_mtu: abi::Mtu::Mtu1024.raw() as u8,
                 dest_qp_num: dest_qpn,
                 rq_psn: 100,
                 sq_psn: 100,
@@ -541,7 +541,7 @@ pub fn expect_empty(cq: &mut Cq, wait: Duration) {
 pub fn write_wqe(wr_id: u64, op: abi::WrOpcode, remote_addr: u64, rkey: u32) -> SendWqe {
     SendWqe {
         wr_id,
-        opcode: op.0,
+        opcode: op.raw(),
         send_flags: abi::SendFlags::SIGNALED.0,
         num_sge: 1,
         remote_addr,

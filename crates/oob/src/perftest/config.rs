@@ -190,7 +190,7 @@ impl BenchConfig {
         }
         let max_pow = if self.verb == Verb::Send && self.connection == Connection::Ud {
             // MSG_SZ_2_EXP(MTU_SIZE(curr_mtu)) + 1
-            u32::from(mtu.value()) + 7 + 1
+            mtu.raw() + 7 + 1
         } else {
             24
         };
@@ -214,7 +214,7 @@ impl Default for LocalSystem {
         LocalSystem {
             page_size: 4096,
             cache_line: 64,
-            mtu: Mtu::MTU_1024,
+            mtu: Mtu::Mtu1024,
         }
     }
 }
@@ -298,9 +298,9 @@ mod tests {
     #[test]
     fn sweeps() {
         let mut c = BenchConfig::new(Verb::Write, TestKind::Bw);
-        assert_eq!(c.sweep_sizes(Mtu::MTU_1024, 65536), vec![65536]);
+        assert_eq!(c.sweep_sizes(Mtu::Mtu1024, 65536), vec![65536]);
         c.run_all = true;
-        let s = c.sweep_sizes(Mtu::MTU_1024, 65536);
+        let s = c.sweep_sizes(Mtu::Mtu1024, 65536);
         assert_eq!(
             (s.len(), s.first(), s.last()),
             (23, Some(&2), Some(&8_388_608))
@@ -309,13 +309,13 @@ mod tests {
         ud.connection = Connection::Ud;
         ud.run_all = true;
         assert_eq!(
-            ud.sweep_sizes(Mtu::MTU_1024, 1024),
+            ud.sweep_sizes(Mtu::Mtu1024, 1024),
             vec![2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
         );
-        assert_eq!(ud.sweep_sizes(Mtu::MTU_512, 512).len(), 9);
+        assert_eq!(ud.sweep_sizes(Mtu::Mtu512, 512).len(), 9);
         let mut at = BenchConfig::new(Verb::Atomic, TestKind::Bw);
         at.run_all = true;
-        assert_eq!(at.sweep_sizes(Mtu::MTU_1024, 8), vec![8]);
+        assert_eq!(at.sweep_sizes(Mtu::Mtu1024, 8), vec![8]);
         assert!(BenchConfig::new(Verb::Write, TestKind::Bw).pauses_after_connect());
         assert!(!BenchConfig::new(Verb::Write, TestKind::Lat).pauses_after_connect());
         assert!(!BenchConfig::new(Verb::Read, TestKind::Bw).pauses_after_connect());

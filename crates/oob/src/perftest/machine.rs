@@ -558,16 +558,17 @@ impl Perftest {
             }
             Op::Negotiated => {
                 let mut notice = None;
-                if self.cfg.connection == Connection::Ud && self.size > self.mtu.bytes() {
+                if self.cfg.connection == Connection::Ud && self.size > u64::from(self.mtu.bytes())
+                {
                     if self.cfg.run_all || !self.cfg.size_explicit {
                         notice = Some(format!(
                             " Max msg size in UD is MTU {}\n Changing to this MTU",
                             self.mtu.bytes()
                         ));
-                        self.size = self.mtu.bytes();
+                        self.size = u64::from(self.mtu.bytes());
                     } else {
                         let e = PerftestError::UdSizeAboveMtu {
-                            mtu: self.mtu.bytes(),
+                            mtu: u64::from(self.mtu.bytes()),
                         };
                         return Err(self.fail(e));
                     }
@@ -685,7 +686,7 @@ impl Perftest {
             }
             After::MtuPick => {
                 // The peer's value wins only if valid and smaller (docs/perftest.md §3 M4).
-                if let Some(peer) = self.peer_mtu.and_then(Mtu::from_enum) {
+                if let Some(peer) = self.peer_mtu.and_then(super::msg::mtu_from_enum) {
                     if peer < self.sys.mtu {
                         self.mtu = peer;
                     }
@@ -1029,7 +1030,7 @@ mod tests {
     /// Bytes one side writes, from the plan (docs/perftest.md §4.1 "Byte totals").
     fn bytes(cfg: &BenchConfig, role: Role) -> usize {
         let n = cfg.qps();
-        26 + describe_plan(cfg, role, Mtu::MTU_1024)
+        26 + describe_plan(cfg, role, Mtu::Mtu1024)
             .iter()
             .map(|s| match s.as_str() {
                 "INIT" | "SYNC" | "CLOSE" | "K" => 108,
@@ -1081,7 +1082,7 @@ mod tests {
 
     #[test]
     fn plans_read_like_the_reference() {
-        let plan = |c: &BenchConfig, r| describe_plan(c, r, Mtu::MTU_1024).join(" ");
+        let plan = |c: &BenchConfig, r| describe_plan(c, r, Mtu::Mtu1024).join(" ");
         let w = cfg(Verb::Write, TestKind::Bw, |_| {});
         assert_eq!(
             plan(&w, Role::Client),
@@ -1282,7 +1283,7 @@ mod tests {
         assert_eq!(c.remote_keys()[0].qpn, 0x40);
         assert_eq!(s.remote_keys()[0].qpn, 0x20);
         assert_eq!(s.remote_keys()[0].gid[15], 0x20);
-        let plan = describe_plan(&cm, Role::Client, Mtu::MTU_1024);
+        let plan = describe_plan(&cm, Role::Client, Mtu::Mtu1024);
         assert_eq!(plan.first().map(String::as_str), Some("HS"));
         assert!(!plan.iter().any(|s| s == "DONE"), "{plan:?}");
         // The same test over TCP ends with DONE and 108-byte keys.

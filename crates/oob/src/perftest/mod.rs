@@ -46,4 +46,6 @@ pub use error::{Context, MsgClass, PerftestError};
 pub use machine::{
     describe_plan, Action, Event, Negotiated, Perftest, MIN_PEER_VERSION, WRITE_BW_PAUSE,
 };
-pub use msg::{BwReport, KeyMessage, MsgError, Mtu, PeerVersion, ReportLayout, VERSION};
+pub use msg::{
+    mtu_from_enum, BwReport, KeyMessage, MsgError, Mtu, PeerVersion, ReportLayout, VERSION,
+};

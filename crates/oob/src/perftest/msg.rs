@@ -11,8 +11,6 @@
 //! | M6 | REPORT | 5 (or 9) × 8 | [`BwReport`] |
 //! | M7 | DONE | 5 | [`DONE`] |
 
-use std::fmt;
-
 use crate::cfmt;
 use crate::gid::Gid;
 
@@ -164,57 +162,13 @@ pub fn decode_i32(bytes: &[u8]) -> Result<i32, MsgError> {
     Ok(i32::from_be_bytes(arr))
 }
 
-/// An `ibv_mtu` enum value: 1 = 256 … 5 = 4096 bytes.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Mtu(u8);
+/// The MTU perftest's M4 carries: an `ibv_mtu` value (1 = 256 … 5 = 4096 bytes), the type
+/// the verbs use.
+pub use abi::Mtu;
 
-impl Mtu {
-    /// 256 bytes.
-    pub const MTU_256: Mtu = Mtu(1);
-    /// 512 bytes.
-    pub const MTU_512: Mtu = Mtu(2);
-    /// 1024 bytes (the rxe lab's active MTU).
-    pub const MTU_1024: Mtu = Mtu(3);
-    /// 2048 bytes.
-    pub const MTU_2048: Mtu = Mtu(4);
-    /// 4096 bytes.
-    pub const MTU_4096: Mtu = Mtu(5);
-
-    /// From the enum value; `None` outside 1..=5 (perftest's `valid_mtu_size`).
-    pub fn from_enum(value: i64) -> Option<Mtu> {
-        u8::try_from(value)
-            .ok()
-            .filter(|v| (1..=5).contains(v))
-            .map(Mtu)
-    }
-
-    /// From a size in bytes (256, 512, 1024, 2048, 4096).
-    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
-        match bytes {
-            256 => Some(Mtu(1)),
-            512 => Some(Mtu(2)),
-            1024 => Some(Mtu(3)),
-            2048 => Some(Mtu(4)),
-            4096 => Some(Mtu(5)),
-            _ => None,
-        }
-    }
-
-    /// The enum value (1..=5).
-    pub fn value(self) -> u8 {
-        self.0
-    }
-
-    /// The size in bytes (`MTU_SIZE()`: `1 << (7 + value)`).
-    pub fn bytes(self) -> u64 {
-        1u64 << (7 + u32::from(self.0))
-    }
-}
-
-impl fmt::Display for Mtu {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.bytes())
-    }
+/// From the enum value M4 carries; `None` outside 1..=5 (perftest's `valid_mtu_size`).
+pub fn mtu_from_enum(value: i64) -> Option<Mtu> {
+    u32::try_from(value).ok().and_then(Mtu::from_raw)
 }
 
 /// M4: `sprintf("%d", mtu)` sent as `len` bytes (2 to a peer ≥ 5.31, 4 to an older one):
@@ -222,7 +176,7 @@ impl fmt::Display for Mtu {
 pub fn encode_mtu(own: Mtu, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len.max(2)];
     if let Some(first) = out.first_mut() {
-        *first = b'0' + own.0;
+        *first = b'0' + own as u8;
     }
     out.truncate(len.max(2));
     out
@@ -230,7 +184,7 @@ pub fn encode_mtu(own: Mtu, len: usize) -> Vec<u8> {
 
 /// Decodes the peer's M4 as perftest does: `strtol(text, NULL, 10)` over the bytes up to
 /// the first NUL. Returns the number read (0 when there is none); perftest silently
-/// ignores values outside 1..=5 (see [`Mtu::from_enum`]).
+/// ignores values outside 1..=5 (see [`mtu_from_enum`]).
 pub fn decode_mtu(bytes: &[u8]) -> Result<i64, MsgError> {
     if bytes.len() != MTU_LEN && bytes.len() != MTU_LEN_LEGACY {
         return Err(MsgError::WrongLength {
@@ -922,16 +876,16 @@ mod tests {
         assert_eq!(encode_i32(4096), [0, 0, 0x10, 0]);
         assert_eq!(decode_i32(&[0, 0, 0, 0x40]), Ok(64));
         assert!(decode_i32(&[0, 0, 0]).is_err());
-        assert_eq!(encode_mtu(Mtu::MTU_1024, MTU_LEN), b"3\0");
-        assert_eq!(encode_mtu(Mtu::MTU_1024, MTU_LEN_LEGACY), b"3\0\0\0");
+        assert_eq!(encode_mtu(Mtu::Mtu1024, MTU_LEN), b"3\0");
+        assert_eq!(encode_mtu(Mtu::Mtu1024, MTU_LEN_LEGACY), b"3\0\0\0");
         assert_eq!(decode_mtu(b"2\0"), Ok(2));
         assert_eq!(decode_mtu(b"9\0"), Ok(9));
         assert_eq!(decode_mtu(b"x\0"), Ok(0));
         assert_eq!(decode_mtu(b"-3"), Ok(-3));
         assert!(decode_mtu(b"333").is_err());
-        assert_eq!(Mtu::from_enum(9), None);
-        assert_eq!(Mtu::from_enum(2).map(Mtu::bytes), Some(512));
-        assert_eq!(Mtu::from_bytes(4096), Some(Mtu::MTU_4096));
+        assert_eq!(mtu_from_enum(9), None);
+        assert_eq!(mtu_from_enum(2).map(Mtu::bytes), Some(512));
+        assert_eq!(Mtu::from_bytes(4096), Some(Mtu::Mtu4096));
     }
 
     #[test]

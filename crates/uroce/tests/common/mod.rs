@@ -147,7 +147,7 @@ pub fn write_stream(
         }
         let k = a.cq.poll(&mut wc).expect("poll");
         for w in &wc[..k] {
-            assert_eq!(w.status, WcStatus::SUCCESS, "{w:?}");
+            assert_eq!(w.status, WcStatus::Success, "{w:?}");
             done = w.wr_id + 1;
         }
     }

@@ -19,7 +19,7 @@ use abi::provider::{DeviceSpec, Provider};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::*;
-use abi::{Errno, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use abi::{Errno, QpState, SendFlags, WcStatus, WrOpcode};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// What the engine saw: one consumed send WQE.
@@ -545,7 +545,7 @@ fn handle(
                     send_cq: q.send_cq_handle,
                     recv_cq: q.recv_cq_handle,
                     sq_sig_all: q.sq_sig_all != 0,
-                    state: QpState::RESET,
+                    state: QpState::Reset,
                     doorbell: h,
                     max_sge,
                     max_inline: max_inline.min(64),
@@ -575,14 +575,16 @@ fn handle(
         Request::ModifyQp(m) => {
             let qp = c.qps.get_mut(&m.qp_handle).ok_or(Errno::EINVAL)?;
             if m.mask().contains(abi::QpAttrMask::STATE) {
-                qp.state = m.state();
+                qp.state = m.state().ok_or(Errno::EINVAL)?;
             }
             Ok(vec![])
         }
         Request::QueryQp(q) => {
             let qp = c.qps.get(&q.qp_handle).ok_or(Errno::EINVAL)?;
             Ok(QueryQpResp {
-                qp_state: qp.state.0 as u8,
+                qp_state: qp.state as u8,
+                cur_qp_state: qp.state as u8,
+                path_mtu: abi::Mtu::Mtu1024 as u8,
                 sq_sig_all: u8::from(qp.sq_sig_all),
                 ..Default::default()
             }
@@ -595,7 +597,7 @@ fn handle(
         }
         Request::PostSend(p, list) => {
             let qp = c.qps.get(&p.qp_handle).ok_or(Errno::EINVAL)?;
-            if qp.state.0 < QpState::RTS.0 {
+            if qp.state < QpState::Rts {
                 return Err(Errno::EINVAL);
             }
             let (qpn, cq, all) = (qp.qpn, qp.send_cq, qp.sq_sig_all);
@@ -608,8 +610,8 @@ fn handle(
                     num_sge: wr.num_sge as u16,
                     ..Default::default()
                 };
-                match wr.op() {
-                    WrOpcode::ATOMIC_CMP_AND_SWP | WrOpcode::ATOMIC_FETCH_AND_ADD => {
+                match wr.op().ok_or(Errno::EINVAL)? {
+                    WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                         let a = wr.atomic();
                         wqe.remote_addr = a.remote_addr;
                         wqe.rkey = a.rkey;
@@ -695,7 +697,7 @@ fn complete_send(c: &mut Ctx, cq: u32, sig_all: bool, seen: &SeenWqe) {
     if !(sig_all || flags.contains(SendFlags::SIGNALED)) {
         return;
     }
-    let op = WrOpcode(seen.wqe.opcode);
+    let op = WrOpcode::from_raw(seen.wqe.opcode).expect("the library writes known opcodes");
     let byte_len = if flags.contains(SendFlags::INLINE) {
         seen.inline.len() as u32
     } else {
@@ -703,8 +705,8 @@ fn complete_send(c: &mut Ctx, cq: u32, sig_all: bool, seen: &SeenWqe) {
     };
     let wc = Wc {
         wr_id: seen.wqe.wr_id,
-        status: WcStatus::SUCCESS.0,
-        opcode: op.wc_opcode().unwrap_or(WcOpcode::SEND).0,
+        status: WcStatus::Success.raw(),
+        opcode: op.wc_opcode().raw(),
         byte_len,
         qp_num: seen.qpn,
         ..Default::default()
