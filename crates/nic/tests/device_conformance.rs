@@ -121,7 +121,27 @@ fn pair_with(
     }
 }
 
+/// A fate that loses the first datagram with `opcode` sent by A (`from_a`) or by B.
+fn drop_first(from_a: bool, opcode: u8) -> impl FnMut(&Seen, usize, &[u8]) -> Fate + Send {
+    move |s, before, _| {
+        if s.from_a == from_a && s.opcode == opcode && before == 0 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }
+}
+
 impl Pair {
+    /// Post `wr` on A with one SGE over the first `len` bytes of A's MR, and wait for its
+    /// completion (and a further second for any that should not come).
+    fn post_one(&mut self, wr: abi::uverbs::SendWr, len: usize) -> Vec<Wc> {
+        self.h
+            .post_send(self.a, self.qa, &[(wr, vec![sge(&self.ma, 0, len as u32)])])
+            .unwrap();
+        completions(&mut self.h, &mut self.cqa, 1)
+    }
+
     fn log(&self) -> Vec<Seen> {
         self.log.lock().unwrap().clone()
     }
@@ -158,19 +178,11 @@ fn a_lost_middle_packet_is_nakked_and_resent_from_its_psn() {
     // The first WRITE MIDDLE is lost: B sees the LAST out of sequence and answers with one
     // PSN sequence error NAK naming the missing PSN; A resends from there (go-back-N), not
     // the FIRST, and the WRITE completes once with every byte in place.
-    let mut p = pair(|s, before, _| {
-        if s.from_a && s.opcode == WRITE_MIDDLE && before == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = pair(drop_first(true, WRITE_MIDDLE));
     let data = pattern(1, 3 * MTU);
     p.h.write(p.a, p.ma.addr, &data);
     let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
-    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
-        .unwrap();
-    let got = completions(&mut p.h, &mut p.cqa, 1);
+    let got = p.post_one(wr, data.len());
     assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
     let middle = p.sent_by_a(WRITE_MIDDLE);
@@ -220,9 +232,7 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
         p.mb.addr + 4096,
         p.mb.rkey,
     );
-    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
-        .unwrap();
-    let got = completions(&mut p.h, &mut p.cqa, 1);
+    let got = p.post_one(wr, data.len());
     assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     let at_b = completions(&mut p.h, &mut p.cqb, 2);
     assert_eq!(
@@ -262,19 +272,11 @@ fn a_duplicated_request_is_acknowledged_again_and_not_executed_twice() {
 fn a_lost_ack_is_recovered_by_the_local_ack_timeout() {
     // B's only ACK is lost: A's local ACK timer (4.096 µs × 2^8) fires, A resends the
     // WRITE, B answers the duplicate with an ACK, and A completes once, successfully.
-    let mut p = pair(|s, before, _| {
-        if !s.from_a && s.opcode == ACKNOWLEDGE && before == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = pair(drop_first(false, ACKNOWLEDGE));
     let data = pattern(3, 512);
     p.h.write(p.a, p.ma.addr, &data);
     let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
-    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
-        .unwrap();
-    let got = completions(&mut p.h, &mut p.cqa, 1);
+    let got = p.post_one(wr, data.len());
     assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
     let writes = p.sent_by_a(WRITE_ONLY);
@@ -291,19 +293,11 @@ fn a_lost_read_response_is_read_again_from_the_missing_psn() {
     // The first READ RESPONSE MIDDLE of a 3 KiB READ is lost: A notices the gap when the
     // LAST arrives and issues the READ again for what is missing, starting at that PSN;
     // the READ completes once with every byte of B's memory.
-    let mut p = pair(|s, before, _| {
-        if !s.from_a && s.opcode == READ_RESPONSE_MIDDLE && before == 0 {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = pair(drop_first(false, READ_RESPONSE_MIDDLE));
     let data = pattern(4, 3 * MTU);
     p.h.write(p.b, p.mb.addr, &data);
     let wr = rdma_wr(1, WrOpcode::RdmaRead, SIGNALED, p.mb.addr, p.mb.rkey);
-    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
-        .unwrap();
-    let got = completions(&mut p.h, &mut p.cqa, 1);
+    let got = p.post_one(wr, data.len());
     assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
     assert_eq!(p.h.read(p.a, p.ma.addr, data.len()), data);
     let reads = p.sent_by_a(READ_REQUEST);
@@ -977,19 +971,11 @@ fn write(p: &mut Pair, id: u64, len: usize) -> Wc {
 fn no_probe_on_a_path_that_never_lost_anything() {
     // B's first ACK is lost on a path that never lost anything before: the retransmission
     // timer is off, so only the local ACK timer (67 ms) resends.
-    let mut lost = false;
     let opts = RcOpts {
         timeout: PERFTEST_TIMEOUT,
         ..RcOpts::default()
     };
-    let mut p = pair_with(opts, move |s, _, _| {
-        if !s.from_a && s.opcode == ACKNOWLEDGE && !lost {
-            lost = true;
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
+    let mut p = pair_with(opts, drop_first(false, ACKNOWLEDGE));
     let t0 = p.h.now();
     assert_eq!(write(&mut p, 1, 4 * MTU).status, WcStatus::Success.raw());
     let c = p.h.port_counters(p.a).transport;
