@@ -301,16 +301,17 @@ def analyze(path, uroce, timeout_us, pingpong):
     # A retransmission made while rxe was late is legitimate only if rxe did answer in the
     # end: a request it never answers was lost or refused, which the other checks explain.
     # So is a probe.
-    late_ok = 0
-    probe_ok = 0
-    for n, k in peer_late + probes:
-        if u_sent[k][2] is None:
-            problems.append(f"frame {n}: uroce retransmitted {k[0]} qp=0x{k[2]:06x} "
-                            f"psn=0x{k[3]:06x}, which rxe never answered")
-        elif (n, k) in probes:
-            probe_ok += 1
-        else:
-            late_ok += 1
+    def answered(resends):
+        ok = 0
+        for n, k in resends:
+            if u_sent[k][2] is None:
+                problems.append(f"frame {n}: uroce retransmitted {k[0]} qp=0x{k[2]:06x} "
+                                f"psn=0x{k[3]:06x}, which rxe never answered")
+            else:
+                ok += 1
+        return ok
+    late_ok = answered(peer_late)
+    probe_ok = answered(probes)
     counts = {"packets_uroce": packets["uroce"], "packets_rxe": packets["rxe"],
               "retx_uroce": retx["uroce"], "retx_uroce_peer_late": late_ok,
               "retx_uroce_probe": probe_ok,

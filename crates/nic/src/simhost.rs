@@ -151,8 +151,6 @@ pub struct PortStats {
     pub tail_drops: u64,
     /// Datagrams marked CE.
     pub ce_marks: u64,
-    /// The longest queue a datagram found (bytes).
-    pub max_queue: u64,
 }
 
 /// Bytes a datagram of `len` UDP payload bytes occupies on an Ethernet link: IPv4 and UDP
@@ -280,8 +278,6 @@ pub struct Datagram<'a> {
     pub to: IpAddr,
     /// The UDP payload: BTH first, ICRC last.
     pub bytes: &'a [u8],
-    /// How many datagrams the wire carried before this one (0 = the first).
-    pub seq: u64,
 }
 
 /// A test's per-datagram decision ([`Host::fate`]).
@@ -326,8 +322,6 @@ pub struct Host {
     /// (drop this one, duplicate that one), as the conformance tests of a bare transport
     /// pair do with their pipe.
     pub fate: Option<FateFn>,
-    /// Datagrams put on the wire so far ([`Datagram::seq`]).
-    carried: u64,
     /// Each device's own link rate (Mbit/s): what a device sends leaves one datagram after
     /// another at this rate (`None`: all at once).
     pub link_mbps: Option<u64>,
@@ -362,7 +356,6 @@ impl Host {
             window: WINDOW,
             alarm: None,
             fate: None,
-            carried: 0,
             link_mbps: None,
             bottleneck: None,
             port: PortStats::default(),
@@ -1045,14 +1038,11 @@ impl Host {
     /// Put a datagram on the wire at `now`: lost, corrupted, duplicated or held back as the
     /// wire's rates say; the wire stays ordered by arrival time.
     fn transmit(&mut self, now: u64, to: IpAddr, from: SocketAddr, mut bytes: Vec<u8>) {
-        let seq = self.carried;
-        self.carried += 1;
         let fate = self.fate.as_mut().map_or(Fate::Deliver, |f| {
             (f.0)(&Datagram {
                 from: from.ip(),
                 to,
                 bytes: &bytes,
-                seq,
             })
         });
         if fate == Fate::Drop || self.draw() < self.loss {
@@ -1072,8 +1062,8 @@ impl Host {
             Fate::Delay(ns) => ns,
             _ => 0,
         };
-        // Through the bottleneck's port (FIFO: datagrams reach it in the order they are
-        // sent, one wire delay later): queue, mark, drop.
+        let len = wire_len(bytes.len());
+        // Out of the sender's own link, one datagram after another at its rate.
         let mut depart = now + self.delay_ns;
         if let Some(rate) = self.link_mbps {
             if let Some(d) = self
@@ -1081,18 +1071,17 @@ impl Host {
                 .iter_mut()
                 .find(|d| IpAddr::V4(d.addr) == from.ip())
             {
-                d.egress_free =
-                    d.egress_free.max(now) + wire_len(bytes.len()) * 8_000 / rate.max(1);
+                d.egress_free = d.egress_free.max(now) + len * 8_000 / rate.max(1);
                 depart = d.egress_free + self.delay_ns;
             }
         }
+        // Through the bottleneck's port (FIFO: datagrams reach it in the order they are
+        // sent): queue, mark, drop.
         let mut ce = false;
         if let Some(b) = self.bottleneck.filter(|b| IpAddr::V4(b.to) == to) {
             let reach = depart;
             let rate = b.rate_mbps.max(1);
             let queued = self.port_free.saturating_sub(reach) * rate / 8_000;
-            self.port.max_queue = self.port.max_queue.max(queued);
-            let len = wire_len(bytes.len());
             if queued + len > b.queue_bytes {
                 self.port.tail_drops += 1;
                 self.lost += 1;
