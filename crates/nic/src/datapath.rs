@@ -879,13 +879,13 @@ pub(crate) fn handle_datagram(
             };
             let (ident, dont_frag) = if icrc::compute_for(&likely, &udp, transport_bytes) == Ok(crc)
             {
-                st.idents.expected(s);
+                st.idents.expected(s, likely_ident, now.0);
                 (likely_ident, true)
             } else {
                 // Solving for the hidden ID and DF accepts one corrupted packet in 2^15
                 // unless the solution is plausible for this sender (crate::ident).
                 match icrc::verify_udp_v4_unseen_ident(s, d, &udp, transport_bytes, crc)
-                    .filter(|u| st.idents.believe_solved(s, u.ident, u.dont_frag))
+                    .filter(|u| st.idents.believe_solved(s, u.ident, u.dont_frag, now.0))
                 {
                     Some(u) => (u.ident, u.dont_frag),
                     None => {

@@ -267,6 +267,16 @@ pub enum Fate {
     /// Deliver these bytes instead (BTH through pad, no ICRC): the wire seals them with
     /// a correct ICRC, as a forging peer would ([`Host::inject`]).
     Replace(Vec<u8>),
+    /// Deliver it as if the sender's kernel had given it this IPv4 Identification and DF
+    /// (the ICRC, which covers both, resealed for them): what a sender numbering its
+    /// packets from a counter, such as Linux rxe, puts on the wire. The receiver's socket
+    /// shows it neither.
+    Numbered {
+        /// The IPv4 Identification.
+        ident: u16,
+        /// The Don't Fragment bit.
+        dont_frag: bool,
+    },
 }
 
 /// A datagram on its way, as [`Host::fate`] sees it.
@@ -1049,14 +1059,24 @@ impl Host {
             self.lost += 1;
             return;
         }
-        if let Fate::Replace(forged) = &fate {
-            match sealed(from.ip(), to, forged) {
-                Some(b) => bytes = b,
-                None => {
-                    self.lost += 1;
-                    return;
-                }
+        let resealed = match &fate {
+            Fate::Replace(forged) => Some(sealed(from.ip(), to, forged, 0, true)),
+            Fate::Numbered { ident, dont_frag } => Some(sealed(
+                from.ip(),
+                to,
+                &bytes[..bytes.len().saturating_sub(4)],
+                *ident,
+                *dont_frag,
+            )),
+            _ => None,
+        };
+        match resealed {
+            Some(Some(b)) => bytes = b,
+            Some(None) => {
+                self.lost += 1;
+                return;
             }
+            None => {}
         }
         let held = match fate {
             Fate::Delay(ns) => ns,
@@ -1133,7 +1153,7 @@ impl Host {
     pub fn inject(&mut self, from: Ipv4Addr, to: Ipv4Addr, transport: &[u8]) {
         let now = self.now();
         let from = IpAddr::V4(from);
-        if let Some(b) = sealed(from, IpAddr::V4(to), transport) {
+        if let Some(b) = sealed(from, IpAddr::V4(to), transport, 0, true) {
             let fate = self.fate.take();
             self.transmit(now, IpAddr::V4(to), SocketAddr::new(from, ROCE_V2_PORT), b);
             self.fate = fate;
@@ -1177,13 +1197,27 @@ impl Host {
     }
 }
 
-/// `transport` (BTH through pad) followed by the ICRC a device at `from` sending to `to`
-/// would append (IPv4 only, as the host's devices are).
-fn sealed(from: IpAddr, to: IpAddr, transport: &[u8]) -> Option<Vec<u8>> {
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (from, to) else {
+/// `transport` (BTH through pad) followed by the ICRC a sender at `from` sending to `to`
+/// with IPv4 Identification `ident` and DF `dont_frag` would append (IPv4 only, as the
+/// host's devices are; a device sends Identification 0 with DF).
+fn sealed(
+    from: IpAddr,
+    to: IpAddr,
+    transport: &[u8],
+    ident: u16,
+    dont_frag: bool,
+) -> Option<Vec<u8>> {
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (from, to) else {
         return None;
     };
-    let ip = IpRepr::v4_socket(s, d, 0, 64);
+    let ip = IpRepr::V4 {
+        src,
+        dst,
+        dscp_ecn: 0,
+        ttl: 64,
+        ident,
+        dont_frag,
+    };
     let crc = icrc::compute_for(&ip, &UdpRepr::roce(ROCE_V2_PORT), transport).ok()?;
     let mut b = transport.to_vec();
     b.extend_from_slice(&icrc::icrc_wire_bytes(crc));

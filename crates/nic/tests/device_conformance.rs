@@ -43,13 +43,13 @@ struct Seen {
     syndrome: Option<u8>,
 }
 
-fn seen(d: &Datagram<'_>) -> Option<Seen> {
+fn seen(d: &Datagram<'_>, a: Ipv4Addr) -> Option<Seen> {
     let b = d.bytes;
     if b.len() < 12 {
         return None;
     }
     Some(Seen {
-        from_a: d.from == IpAddr::V4(A),
+        from_a: d.from == IpAddr::V4(a),
         opcode: b[0],
         dqpn: u32::from_be_bytes([0, b[5], b[6], b[7]]),
         psn: u32::from_be_bytes([0, b[9], b[10], b[11]]),
@@ -78,13 +78,19 @@ fn pair(pick: impl FnMut(&Seen, usize, &[u8]) -> Fate + Send + 'static) -> Pair 
 }
 
 /// [`pair`] with both QPs connected with `opts`.
-fn pair_with(
+fn pair_with(opts: RcOpts, pick: impl FnMut(&Seen, usize, &[u8]) -> Fate + Send + 'static) -> Pair {
+    pair_on([A, B], opts, pick)
+}
+
+/// [`pair_with`] on devices at these addresses (A's first).
+fn pair_on(
+    [addr_a, addr_b]: [Ipv4Addr; 2],
     opts: RcOpts,
     mut pick: impl FnMut(&Seen, usize, &[u8]) -> Fate + Send + 'static,
 ) -> Pair {
     let mut h = Host::new(7);
-    let a = h.add_device(A, Limits::default()).unwrap();
-    let b = h.add_device(B, Limits::default()).unwrap();
+    let a = h.add_device(addr_a, Limits::default()).unwrap();
+    let b = h.add_device(addr_b, Limits::default()).unwrap();
     let cqa = h.create_cq(a, 64).unwrap();
     let cqb = h.create_cq(b, 64).unwrap();
     let qa = h.create_rc_qp(a, &cqa, &cqa, 16).unwrap();
@@ -96,7 +102,7 @@ fn pair_with(
     let log = Arc::new(Mutex::new(Vec::<Seen>::new()));
     let l = log.clone();
     h.fate = Some(FateFn(Box::new(move |d| {
-        let Some(s) = seen(d) else {
+        let Some(s) = seen(d, addr_a) else {
             return Fate::Deliver;
         };
         let mut l = l.lock().unwrap();
@@ -1072,4 +1078,65 @@ fn a_bad_lkey_fails_locally_and_a_short_receive_is_an_invalid_request() {
         statuses(&completions(&mut p.h, &mut p.cqb, 1)),
         [(1, WcStatus::LocLenErr.raw())]
     );
+}
+
+/// A fate that numbers A's datagrams as a kernel's per-destination IPv4 Identification
+/// counter would (Linux rxe, `__ip_select_ident` in net/ipv4/route.c): consecutive values
+/// with DF from `next`, which the test may move to model the counter's jump after an idle
+/// spell.
+fn counted_by_a(next: Arc<Mutex<u16>>) -> impl FnMut(&Seen, usize, &[u8]) -> Fate + Send {
+    move |s, _, _| {
+        if !s.from_a {
+            return Fate::Deliver;
+        }
+        let mut n = next.lock().unwrap();
+        let ident = *n;
+        *n = n.wrapping_add(1);
+        Fate::Numbered {
+            ident,
+            dont_frag: true,
+        }
+    }
+}
+
+#[test]
+fn a_counting_senders_identification_may_run_through_zero_and_jump_after_idling() {
+    // A's packets carry counting Identifications, as rxe's do: B's socket hides them, so B
+    // solves for each (docs/wire.md §3.4a). The counter runs through 0 — which verifies
+    // on B's fast path, as a uroce peer's packets do — and no packet may be refused.
+    // Not loopback addresses: B would believe small Identifications from a loopback
+    // sender anyway (a GSO send's numbering). The devices are virtual; nothing leaves the
+    // process.
+    let next = Arc::new(Mutex::new(65_532u16));
+    let lan = [Ipv4Addr::new(10, 98, 0, 1), Ipv4Addr::new(10, 98, 0, 2)];
+    let mut p = pair_on(lan, RcOpts::default(), counted_by_a(next.clone()));
+    let write = |p: &mut Pair, seed: u64| {
+        let data = pattern(seed, 8 * MTU);
+        p.h.write(p.a, p.ma.addr, &data);
+        let wr = rdma_wr(seed, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
+        let got = p.post_one(wr, data.len());
+        assert_eq!(statuses(&got), [(seed, WcStatus::Success.raw())]);
+        assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
+    };
+    write(&mut p, 1);
+    assert_eq!(*next.lock().unwrap(), 4, "A's eight packets ran through 0");
+    assert_eq!(p.h.port_counters(p.b).engine.rcvd_icrc_err, 0);
+    assert_eq!(p.h.port_counters(p.a).transport.retransmissions, 0);
+
+    // A second of idling: the kernel may advance the counter by up to a thousand jiffies
+    // more than the back-to-back window.
+    let idle_until = p.h.now() + SECOND;
+    p.h.alarm = Some(idle_until);
+    p.h.run_until(2 * SECOND, |h| h.now() >= idle_until);
+    *next.lock().unwrap() += 2_048 + 900;
+    write(&mut p, 2);
+    assert_eq!(p.h.port_counters(p.b).engine.rcvd_icrc_err, 0);
+    assert_eq!(p.h.port_counters(p.a).transport.retransmissions, 0);
+
+    // A jump past what the idle time allows is still refused: one packet counted as an
+    // ICRC error (the next one corroborates the new numbering), resent, the data intact.
+    *next.lock().unwrap() += 20_000;
+    write(&mut p, 3);
+    assert_eq!(p.h.port_counters(p.b).engine.rcvd_icrc_err, 1);
+    assert!(p.h.port_counters(p.a).transport.retransmissions >= 1);
 }
