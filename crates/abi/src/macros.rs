@@ -112,6 +112,16 @@ macro_rules! open_flags {
             pub const fn is_empty(self) -> bool {
                 self.0 == 0
             }
+
+            /// The bits of `self` and `other` (`|`, usable in consts).
+            pub const fn union(self, other: $name) -> $name {
+                $name(self.0 | other.0)
+            }
+
+            /// The bits of `self` not in `other`.
+            pub const fn minus(self, other: $name) -> $name {
+                $name(self.0 & !other.0)
+            }
         }
 
         impl core::ops::BitOr for $name {

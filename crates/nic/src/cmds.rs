@@ -25,7 +25,7 @@ use abi::{
     AccessFlags, Errno, GidType, LinkLayer, PortState, Request, Rule, SendFlags, SrqAttrMask,
 };
 use transport::wire::{Psn, Qkey, Qpn};
-use transport::{AttrMask, Mtu, Qp, QpAttr, QpCaps, QpConfig, QpState, QpType};
+use transport::{Mtu, Qp, QpAttr, QpAttrMask, QpCaps, QpConfig, QpState, QpType};
 use zerocopy::IntoBytes;
 
 use crate::dma;
@@ -1894,7 +1894,7 @@ impl DevState {
         let max_rd = self.cfg.limits.max_qp_rd_atom;
         let port_mtu = self.cfg.mtu().unwrap_or(Mtu::Mtu1024);
         let qpo = own_mut(&mut self.qps, ctx, m.qp_handle, "qp_handle")?;
-        let mask = AttrMask(m.attr_mask);
+        let mask = QpAttrMask(m.attr_mask);
         let mut a = QpAttr::default();
         let bad = |field: &str, v: u32| refuse!(EINVAL, BAD_VALUE, "{field} {v} is out of range");
         if m.flags & !MODIFY_QP_SELECTIVE_REPEAT != 0 || m.reserved != 0 {
@@ -1910,7 +1910,7 @@ impl DevState {
         // move from INIT to RTR, before the QP exchanges packets.
         let sr = m.flags & MODIFY_QP_SELECTIVE_REPEAT != 0;
         if sr
-            && !(mask.contains(AttrMask::STATE)
+            && !(mask.contains(QpAttrMask::STATE)
                 && m.qp_state == QpState::Rtr as u8
                 && qpo.qp.state() == QpState::Init)
         {
@@ -1920,19 +1920,19 @@ impl DevState {
                 "selective repeat is turned on only with the move from INIT to RTR"
             ));
         }
-        if mask.contains(AttrMask::STATE) {
+        if mask.contains(QpAttrMask::STATE) {
             a.qp_state = QpState::from_raw(m.qp_state.into())
                 .ok_or_else(|| bad("qp_state", m.qp_state.into()))?;
         }
-        if mask.contains(AttrMask::CUR_STATE) {
+        if mask.contains(QpAttrMask::CUR_STATE) {
             a.cur_qp_state = QpState::from_raw(m.cur_qp_state.into())
                 .ok_or_else(|| bad("cur_qp_state", m.cur_qp_state.into()))?;
         }
-        if mask.contains(AttrMask::PATH_MTU) {
+        if mask.contains(QpAttrMask::PATH_MTU) {
             a.path_mtu = Mtu::from_raw(m.path_mtu.into())
                 .ok_or_else(|| bad("path_mtu", m.path_mtu.into()))?;
         }
-        if mask.contains(AttrMask::PKEY_INDEX) && m.pkey_index >= PKEY_TBL_LEN {
+        if mask.contains(QpAttrMask::PKEY_INDEX) && m.pkey_index >= PKEY_TBL_LEN {
             return Err(refuse!(
                 EINVAL,
                 BAD_INDEX,
@@ -1940,7 +1940,7 @@ impl DevState {
                 m.pkey_index
             ));
         }
-        if mask.contains(AttrMask::DEST_QPN) && m.dest_qp_num > 0xff_ffff {
+        if mask.contains(QpAttrMask::DEST_QPN) && m.dest_qp_num > 0xff_ffff {
             return Err(refuse!(
                 EINVAL,
                 BAD_VALUE,
@@ -1948,7 +1948,7 @@ impl DevState {
                 m.dest_qp_num
             ));
         }
-        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && u32::from(m.max_rd_atomic) > max_rd {
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && u32::from(m.max_rd_atomic) > max_rd {
             return Err(refuse!(
                 EINVAL,
                 OVER_LIMIT,
@@ -1956,7 +1956,8 @@ impl DevState {
                 m.max_rd_atomic
             ));
         }
-        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && u32::from(m.max_dest_rd_atomic) > max_rd {
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && u32::from(m.max_dest_rd_atomic) > max_rd
+        {
             return Err(refuse!(
                 EINVAL,
                 OVER_LIMIT,
@@ -1964,7 +1965,7 @@ impl DevState {
                 m.max_dest_rd_atomic
             ));
         }
-        let av = if mask.contains(AttrMask::AV) {
+        let av = if mask.contains(QpAttrMask::AV) {
             let dd = &m.dest;
             Some(
                 dest_from(
@@ -1984,7 +1985,7 @@ impl DevState {
         } else {
             None
         };
-        if mask.contains(AttrMask::ALT_PATH) {
+        if mask.contains(QpAttrMask::ALT_PATH) {
             let ad = &m.alt_dest;
             dest_from(
                 ad.dgid,
@@ -2026,7 +2027,7 @@ impl DevState {
         a.retry_cnt = m.retry_cnt;
         a.rnr_retry = m.rnr_retry;
         let cur = qpo.qp.state();
-        let to = if mask.contains(AttrMask::STATE) {
+        let to = if mask.contains(QpAttrMask::STATE) {
             a.qp_state
         } else {
             cur
@@ -2047,7 +2048,7 @@ impl DevState {
             qpo.dest_raw = m.dest;
         }
         let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.query().dest_qp_num.value()));
-        if mask.contains(AttrMask::ALT_PATH) {
+        if mask.contains(QpAttrMask::ALT_PATH) {
             qpo.alt_raw = m.alt_dest;
             qpo.alt_pkey_index = m.alt_pkey_index;
             qpo.alt_port = m.alt_port_num;
@@ -2068,7 +2069,7 @@ impl DevState {
             if let Some(rq) = qpo.rq.as_mut() {
                 rq.discard_all();
             }
-            if mask.contains(AttrMask::STATE) {
+            if mask.contains(QpAttrMask::STATE) {
                 qpo.av = None;
                 qpo.dest_raw = QpDest::default();
             }

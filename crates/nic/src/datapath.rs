@@ -33,7 +33,7 @@ use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    AttrMask, Grh, InlineData, LocalData, PostError, QpAttr, QpEvent, QpState, QpType, RxMeta,
+    Grh, InlineData, LocalData, PostError, QpAttr, QpAttrMask, QpEvent, QpState, QpType, RxMeta,
     SendFlags, SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
@@ -492,7 +492,7 @@ fn drain_completions(q: &mut QpObj, res: &mut Resources) -> bool {
             res.post_async(q.ctx, q.user_handle, ty);
         }
         if overflow && !matches!(q.qp.state(), QpState::Err | QpState::Reset) {
-            let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
+            let _ = q.qp.modify(&err_attr(), QpAttrMask::STATE);
             q.events_reported = q.events_reported.wrapping_add(1);
             res.post_async(q.ctx, q.user_handle, event::QP_FATAL);
             continue;

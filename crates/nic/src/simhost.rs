@@ -1228,10 +1228,10 @@ fn sealed(
 /// attributes it must set (the transport's transition table,
 /// `transport::state::transition_masks`).
 pub fn rts_steps(ty: transport::QpType) -> [(u8, u32); 3] {
-    use transport::{AttrMask, QpState as S};
+    use transport::{QpAttrMask, QpState as S};
     [(S::Reset, S::Init), (S::Init, S::Rtr), (S::Rtr, S::Rts)].map(|(from, to)| {
         let required = transport::state::transition_masks(from, to, ty).map_or(0, |t| t.required.0);
-        (to as u8, required | AttrMask::STATE.0)
+        (to as u8, required | QpAttrMask::STATE.0)
     })
 }
 

@@ -833,7 +833,7 @@ impl Workload {
         if self
             .sim
             .qp_mut(peer, 0)
-            .modify(&err, transport::AttrMask::STATE)
+            .modify(&err, transport::QpAttrMask::STATE)
             .is_err()
         {
             self.violation(format!("side {peer}: modify to ERR refused"));

@@ -6,7 +6,7 @@ use sim::pair::{Fate, Pair, BUF_VA, QPN};
 use sim::MrAccess;
 use transport::wire::{Opcode, Qkey, Qpn, RocePacketRepr};
 use transport::{
-    AttrMask, Completion, LocalData, Mtu, PostError, QpAttr, QpEvent, QpState, QpType, RecvWr,
+    Completion, LocalData, Mtu, PostError, QpAttr, QpAttrMask, QpEvent, QpState, QpType, RecvWr,
     SendFlags, SendWr, Sge, SgeList, Srq, UdDest, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
@@ -269,7 +269,7 @@ fn srq_feeds_the_responder_and_is_not_flushed() {
         qp_state: QpState::Err,
         ..QpAttr::default()
     };
-    p.qps[1].modify(&a, AttrMask::STATE).unwrap();
+    p.qps[1].modify(&a, QpAttrMask::STATE).unwrap();
     assert_eq!(p.srq[1].as_ref().map(transport::RecvQueue::len), Some(2));
     assert_eq!(p.qps[1].poll_event(), Some(QpEvent::LastWqeReached));
 }
@@ -357,7 +357,7 @@ fn sqd_drains_in_flight_work_then_resumes() {
         ..QpAttr::default()
     };
     p.qps[0]
-        .modify(&a, AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY)
+        .modify(&a, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY)
         .unwrap();
     assert!(p.qps[0].query().sq_draining);
     assert_eq!(p.transmit(0), 0, "SQD starts nothing new");
@@ -366,7 +366,7 @@ fn sqd_drains_in_flight_work_then_resumes() {
         ..QpAttr::default()
     };
     assert_eq!(
-        p.qps[0].modify(&rts, AttrMask::STATE),
+        p.qps[0].modify(&rts, QpAttrMask::STATE),
         Err(transport::ModifyError::Busy)
     );
     p.exchange(&mut |_, _| Fate::Deliver);
@@ -376,7 +376,7 @@ fn sqd_drains_in_flight_work_then_resumes() {
     );
     assert_eq!(p.qps[0].poll_event(), Some(QpEvent::SqDrained));
     assert_eq!(p.qps[0].poll_event(), None);
-    p.qps[0].modify(&rts, AttrMask::STATE).unwrap();
+    p.qps[0].modify(&rts, QpAttrMask::STATE).unwrap();
     p.run_clean();
     assert_eq!(st(&p.collect(0)[2..]), vec![(2, WcStatus::Success)]);
 }
@@ -596,7 +596,7 @@ fn modify_to_err_flushes_and_reset_discards() {
         qp_state: QpState::Err,
         ..QpAttr::default()
     };
-    p.qps[0].modify(&err, AttrMask::STATE).unwrap();
+    p.qps[0].modify(&err, QpAttrMask::STATE).unwrap();
     let cs = p.collect(0).to_vec();
     // Every WR — the unsignaled one too — and the receive WR are flushed, once each.
     assert_eq!(
@@ -622,7 +622,7 @@ fn modify_to_err_flushes_and_reset_discards() {
         qp_state: QpState::Rts,
         ..QpAttr::default()
     };
-    assert!(p.qps[0].modify(&rts, AttrMask::STATE).is_err());
+    assert!(p.qps[0].modify(&rts, QpAttrMask::STATE).is_err());
     p.qps[0]
         .post_send(wr(&p, 4, WrOpcode::Send, BUF_VA, 8, 0))
         .unwrap();
@@ -630,7 +630,7 @@ fn modify_to_err_flushes_and_reset_discards() {
         qp_state: QpState::Reset,
         ..QpAttr::default()
     };
-    p.qps[0].modify(&reset, AttrMask::STATE).unwrap();
+    p.qps[0].modify(&reset, QpAttrMask::STATE).unwrap();
     assert_eq!(p.qps[0].state(), QpState::Reset);
     assert_eq!(p.qps[0].poll_completion(), None, "RESET completes nothing");
     assert_eq!(p.qps[0].send_queue_len(), 0);

@@ -19,7 +19,7 @@ use sim::{LinkConfig, Sim};
 use transport::wire::cm::{CmaHdr, PortSpace, ServiceId, CMA_HDR_LEN};
 use transport::wire::{Lkey, Psn, Qpn};
 use transport::{
-    bring_up, AccessFlags, AttrMask, LocalData, Mtu, QpAttr, QpConfig, QpState, QpType, RecvWr,
+    bring_up, AccessFlags, LocalData, Mtu, QpAttr, QpAttrMask, QpConfig, QpState, QpType, RecvWr,
     SendWr, Sge, SgeList, Time, WcStatus, WrOpcode,
 };
 
@@ -138,7 +138,7 @@ impl World {
                         qp_state: QpState::Reset,
                         ..QpAttr::default()
                     };
-                    let r = self.sim.qp_mut(ep, qi).modify(&reset, AttrMask::STATE);
+                    let r = self.sim.qp_mut(ep, qi).modify(&reset, QpAttrMask::STATE);
                     assert_eq!(r, Ok(()), "reset for a new request");
                 }
                 let r = bring_up(

@@ -51,7 +51,7 @@ use crate::mem::Memory;
 use crate::recovery::Recovery;
 use crate::requester::Requester;
 use crate::responder::Responder;
-use crate::state::{check_modify, AttrMask, Mtu, QpAttr, QpState, QpType};
+use crate::state::{check_modify, Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use crate::{
     Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode, WcStatus,
     WrOpcode,
@@ -530,7 +530,7 @@ impl Qp {
 
     /// `ibv_modify_qp`. Implements the transition table and its masks exactly
     /// (docs/wire.md §6.2) and the side effects of each transition (rxe_qp.c).
-    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), crate::ModifyError> {
+    pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), crate::ModifyError> {
         use crate::ModifyError as E;
         let cur = self.attr.qp_state;
         let next = match self.cfg.xrc {
@@ -541,90 +541,91 @@ impl Qp {
             return Err(E::Busy);
         }
         // Value ranges (rxe_qp_chk_attr / ib_modify_qp).
-        if mask.contains(AttrMask::TIMEOUT) && attr.timeout > 31 {
+        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
             return Err(E::InvalidValue("timeout > 31"));
         }
-        if mask.contains(AttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+        if mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
             return Err(E::InvalidValue("retry_cnt > 7"));
         }
-        if mask.contains(AttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+        if mask.contains(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
             return Err(E::InvalidValue("rnr_retry > 7"));
         }
-        if mask.contains(AttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
             return Err(E::InvalidValue("min_rnr_timer > 31"));
         }
-        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > MAX_RD_ATOMIC {
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > MAX_RD_ATOMIC {
             return Err(E::InvalidValue("max_rd_atomic too large"));
         }
-        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC {
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC
+        {
             return Err(E::InvalidValue("max_dest_rd_atomic too large"));
         }
-        if mask.contains(AttrMask::PORT) && attr.port_num != 1 {
+        if mask.contains(QpAttrMask::PORT) && attr.port_num != 1 {
             return Err(E::InvalidValue("port_num must be 1"));
         }
-        if mask.contains(AttrMask::PATH_MIG_STATE) && attr.path_mig_state > 2 {
+        if mask.contains(QpAttrMask::PATH_MIG_STATE) && attr.path_mig_state > 2 {
             return Err(E::InvalidValue("path_mig_state"));
         }
-        if mask.contains(AttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !0xF != 0 {
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !0xF != 0 {
             // Only LOCAL_WRITE/REMOTE_WRITE/REMOTE_READ/REMOTE_ATOMIC are meaningful on a QP.
             return Err(E::InvalidValue("qp_access_flags"));
         }
 
         // Copy the attributes the mask names.
         let a = &mut self.attr;
-        if mask.contains(AttrMask::PATH_MTU) {
+        if mask.contains(QpAttrMask::PATH_MTU) {
             a.path_mtu = attr.path_mtu;
         }
-        if mask.contains(AttrMask::PATH_MIG_STATE) {
+        if mask.contains(QpAttrMask::PATH_MIG_STATE) {
             a.path_mig_state = attr.path_mig_state;
         }
-        if mask.contains(AttrMask::QKEY) {
+        if mask.contains(QpAttrMask::QKEY) {
             a.qkey = attr.qkey;
         }
-        if mask.contains(AttrMask::DEST_QPN) {
+        if mask.contains(QpAttrMask::DEST_QPN) {
             a.dest_qp_num = attr.dest_qp_num;
         }
-        if mask.contains(AttrMask::ACCESS_FLAGS) {
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
             a.qp_access_flags = attr.qp_access_flags;
         }
-        if mask.contains(AttrMask::PKEY_INDEX) {
+        if mask.contains(QpAttrMask::PKEY_INDEX) {
             a.pkey_index = attr.pkey_index;
         }
-        if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+        if mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
             a.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
-        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
             a.max_rd_atomic = attr.max_rd_atomic;
         }
-        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
             a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
             self.resp
                 .resources
                 .truncate(usize::from(attr.max_dest_rd_atomic));
         }
         let a = &mut self.attr;
-        if mask.contains(AttrMask::MIN_RNR_TIMER) {
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
             a.min_rnr_timer = attr.min_rnr_timer;
         }
-        if mask.contains(AttrMask::PORT) {
+        if mask.contains(QpAttrMask::PORT) {
             a.port_num = attr.port_num;
         }
-        if mask.contains(AttrMask::TIMEOUT) {
+        if mask.contains(QpAttrMask::TIMEOUT) {
             a.timeout = attr.timeout;
         }
-        if mask.contains(AttrMask::RETRY_CNT) {
+        if mask.contains(QpAttrMask::RETRY_CNT) {
             a.retry_cnt = attr.retry_cnt;
             self.comp.retry_left = attr.retry_cnt;
         }
-        if mask.contains(AttrMask::RNR_RETRY) {
+        if mask.contains(QpAttrMask::RNR_RETRY) {
             self.attr.rnr_retry = attr.rnr_retry;
             self.comp.rnr_left = attr.rnr_retry;
         }
-        if mask.contains(AttrMask::RQ_PSN) {
+        if mask.contains(QpAttrMask::RQ_PSN) {
             self.resp.epsn = attr.rq_psn;
             self.attr.rq_psn = attr.rq_psn;
         }
-        if mask.contains(AttrMask::SQ_PSN) {
+        if mask.contains(QpAttrMask::SQ_PSN) {
             self.attr.sq_psn = attr.sq_psn;
             self.req.next_psn = attr.sq_psn;
             self.req.sent_high = attr.sq_psn;
@@ -1197,8 +1198,12 @@ pub fn bring_up(
     let mut a = *attr_in;
     a.qp_state = QpState::Init;
     let init_mask = match ty {
-        QpType::Ud => AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
-        _ => AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+        QpType::Ud => {
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
+        }
+        _ => {
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS
+        }
     };
     qp.modify(&a, init_mask)?;
     a.qp_state = QpState::Rtr;
@@ -1207,22 +1212,22 @@ pub fn bring_up(
     a.rq_psn = rq_psn;
     let rtr_mask = match ty {
         QpType::Rc => {
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER
         }
         QpType::Uc => {
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
         }
-        QpType::Ud => AttrMask::STATE,
+        QpType::Ud => QpAttrMask::STATE,
     };
     qp.modify(&a, rtr_mask)?;
     if ty == QpType::Ud {
@@ -1233,14 +1238,14 @@ pub fn bring_up(
     a.sq_psn = sq_psn;
     let rts_mask = match ty {
         QpType::Rc => {
-            AttrMask::STATE
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::SQ_PSN
-                | AttrMask::MAX_QP_RD_ATOMIC
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC
         }
-        _ => AttrMask::STATE | AttrMask::SQ_PSN,
+        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
     };
     qp.modify(&a, rts_mask)
 }

@@ -7,7 +7,7 @@
 
 use core::fmt;
 
-pub use abi::{AccessFlags, Mtu, QpState};
+pub use abi::{AccessFlags, Mtu, QpAttrMask, QpState};
 use wire::{Psn, Qkey, Qpn};
 
 /// `ibv_qp_type` values for the transports this crate implements.
@@ -34,145 +34,6 @@ impl QpType {
     }
 }
 
-/// `ibv_qp_attr_mask` bits (docs/wire.md §6.1).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct AttrMask(pub u32);
-
-impl AttrMask {
-    /// The QP state field is valid.
-    pub const STATE: AttrMask = AttrMask(1 << 0);
-    /// `cur_qp_state` is valid.
-    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
-    /// `en_sqd_async_notify` is valid.
-    pub const EN_SQD_ASYNC_NOTIFY: AttrMask = AttrMask(1 << 2);
-    /// `qp_access_flags` is valid.
-    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
-    /// `pkey_index` is valid.
-    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
-    /// `port_num` is valid.
-    pub const PORT: AttrMask = AttrMask(1 << 5);
-    /// `qkey` is valid.
-    pub const QKEY: AttrMask = AttrMask(1 << 6);
-    /// The address vector is valid (stored by the caller, not the transport).
-    pub const AV: AttrMask = AttrMask(1 << 7);
-    /// `path_mtu` is valid.
-    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
-    /// `timeout` is valid.
-    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
-    /// `retry_cnt` is valid.
-    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
-    /// `rnr_retry` is valid.
-    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
-    /// `rq_psn` is valid.
-    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
-    /// `max_rd_atomic` is valid.
-    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
-    /// The alternate path is valid (stored by the caller).
-    pub const ALT_PATH: AttrMask = AttrMask(1 << 14);
-    /// `min_rnr_timer` is valid.
-    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
-    /// `sq_psn` is valid.
-    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
-    /// `max_dest_rd_atomic` is valid.
-    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
-    /// `path_mig_state` is valid.
-    pub const PATH_MIG_STATE: AttrMask = AttrMask(1 << 18);
-    /// The capabilities are valid (modify of caps is not supported; never legal here).
-    pub const CAP: AttrMask = AttrMask(1 << 19);
-    /// `dest_qp_num` is valid.
-    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
-    /// Rate limit (RAW_PACKET only; never legal here).
-    pub const RATE_LIMIT: AttrMask = AttrMask(1 << 25);
-
-    /// The empty mask.
-    pub const NONE: AttrMask = AttrMask(0);
-
-    /// Whether every bit of `other` is set in `self`.
-    pub const fn contains(self, other: AttrMask) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// Bits of `self` not in `other`.
-    pub const fn minus(self, other: AttrMask) -> AttrMask {
-        AttrMask(self.0 & !other.0)
-    }
-
-    /// Whether no bit is set.
-    pub const fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// Union (usable in consts).
-    pub const fn union(self, other: AttrMask) -> AttrMask {
-        AttrMask(self.0 | other.0)
-    }
-}
-
-impl core::ops::BitOr for AttrMask {
-    type Output = AttrMask;
-    fn bitor(self, rhs: AttrMask) -> AttrMask {
-        AttrMask(self.0 | rhs.0)
-    }
-}
-
-impl core::ops::BitOrAssign for AttrMask {
-    fn bitor_assign(&mut self, rhs: AttrMask) {
-        self.0 |= rhs.0;
-    }
-}
-
-impl fmt::Debug for AttrMask {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(u32, &str); 22] = [
-            (1 << 0, "STATE"),
-            (1 << 1, "CUR_STATE"),
-            (1 << 2, "EN_SQD_ASYNC_NOTIFY"),
-            (1 << 3, "ACCESS_FLAGS"),
-            (1 << 4, "PKEY_INDEX"),
-            (1 << 5, "PORT"),
-            (1 << 6, "QKEY"),
-            (1 << 7, "AV"),
-            (1 << 8, "PATH_MTU"),
-            (1 << 9, "TIMEOUT"),
-            (1 << 10, "RETRY_CNT"),
-            (1 << 11, "RNR_RETRY"),
-            (1 << 12, "RQ_PSN"),
-            (1 << 13, "MAX_QP_RD_ATOMIC"),
-            (1 << 14, "ALT_PATH"),
-            (1 << 15, "MIN_RNR_TIMER"),
-            (1 << 16, "SQ_PSN"),
-            (1 << 17, "MAX_DEST_RD_ATOMIC"),
-            (1 << 18, "PATH_MIG_STATE"),
-            (1 << 19, "CAP"),
-            (1 << 20, "DEST_QPN"),
-            (1 << 25, "RATE_LIMIT"),
-        ];
-        let mut first = true;
-        let mut rest = self.0;
-        for (bit, name) in NAMES {
-            if self.0 & bit != 0 {
-                if !first {
-                    f.write_str("|")?;
-                }
-                f.write_str(name)?;
-                first = false;
-                rest &= !bit;
-            }
-        }
-        if rest != 0 {
-            if !first {
-                f.write_str("|")?;
-            }
-            write!(f, "{rest:#x}")?;
-            first = false;
-        }
-        if first {
-            f.write_str("(none)")?;
-        }
-        Ok(())
-    }
-}
-
 /// The QP attributes the transport interprets (`ibv_qp_attr` subset).
 ///
 /// AV, alternate path, path migration state and port are accepted by the mask rules and
@@ -180,9 +41,9 @@ impl fmt::Debug for AttrMask {
 /// vector and maps `pkey_index` to a P_Key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpAttr {
-    /// Target state (with [`AttrMask::STATE`]).
+    /// Target state (with [`QpAttrMask::STATE`]).
     pub qp_state: QpState,
-    /// Asserted current state (with [`AttrMask::CUR_STATE`]).
+    /// Asserted current state (with [`QpAttrMask::CUR_STATE`]).
     pub cur_qp_state: QpState,
     /// Path MTU.
     pub path_mtu: Mtu,
@@ -258,9 +119,9 @@ pub enum ModifyError {
         to: QpState,
     },
     /// A required attribute bit is missing.
-    MissingAttr(AttrMask),
+    MissingAttr(QpAttrMask),
     /// A bit outside required ∪ optional ∪ STATE was set.
-    UnexpectedAttr(AttrMask),
+    UnexpectedAttr(QpAttrMask),
     /// CUR_STATE names a state the QP is not in.
     CurStateMismatch,
     /// An attribute value is out of range.
@@ -290,29 +151,30 @@ impl std::error::Error for ModifyError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransitionMasks {
     /// Bits that must be present.
-    pub required: AttrMask,
+    pub required: QpAttrMask,
     /// Bits that may be present.
-    pub optional: AttrMask,
+    pub optional: QpAttrMask,
 }
 
-const fn m(bits: &[AttrMask]) -> AttrMask {
+const fn m(bits: &[QpAttrMask]) -> QpAttrMask {
     let mut acc = 0u32;
     let mut i = 0;
     while i < bits.len() {
         acc |= bits[i].0;
         i += 1;
     }
-    AttrMask(acc)
+    QpAttrMask(acc)
 }
 
-use AttrMask as A;
+use QpAttrMask as A;
 
 /// The transition table (docs/wire.md §6.2, kernel `qp_state_table`). `None` = illegal.
 pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<TransitionMasks> {
     use QpState::*;
     use QpType::*;
-    let none = AttrMask::NONE;
-    let t = |required: AttrMask, optional: AttrMask| Some(TransitionMasks { required, optional });
+    let none = QpAttrMask::EMPTY;
+    let t =
+        |required: QpAttrMask, optional: QpAttrMask| Some(TransitionMasks { required, optional });
     match (from, to) {
         (_, Reset) => t(none, none),
         (Reset, Err) => None,
@@ -449,9 +311,9 @@ pub fn check_modify_xrc(
     cur: QpState,
     role: XrcRole,
     attr: &QpAttr,
-    mask: AttrMask,
+    mask: QpAttrMask,
 ) -> Result<QpState, ModifyError> {
-    let next = if mask.contains(AttrMask::STATE) {
+    let next = if mask.contains(QpAttrMask::STATE) {
         attr.qp_state
     } else {
         cur
@@ -466,7 +328,7 @@ pub fn check_modify_xrc(
         _ => return check_modify(cur, QpType::Rc, attr, mask),
     };
     // Fill the relaxed bits in for RC's check: they are neither required nor refused.
-    let filled = AttrMask(mask.0 | relaxed.0);
+    let filled = QpAttrMask(mask.0 | relaxed.0);
     check_modify(cur, QpType::Rc, attr, filled)
 }
 
@@ -476,12 +338,12 @@ pub fn check_modify(
     cur: QpState,
     ty: QpType,
     attr: &QpAttr,
-    mask: AttrMask,
+    mask: QpAttrMask,
 ) -> Result<QpState, ModifyError> {
-    if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+    if mask.contains(QpAttrMask::CUR_STATE) && attr.cur_qp_state != cur {
         return Err(ModifyError::CurStateMismatch);
     }
-    let next = if mask.contains(AttrMask::STATE) {
+    let next = if mask.contains(QpAttrMask::STATE) {
         attr.qp_state
     } else {
         cur
@@ -497,7 +359,7 @@ pub fn check_modify(
     let extra = mask
         .minus(masks.required)
         .minus(masks.optional)
-        .minus(AttrMask::STATE);
+        .minus(QpAttrMask::STATE);
     if !extra.is_empty() {
         return Err(ModifyError::UnexpectedAttr(extra));
     }
@@ -540,27 +402,27 @@ mod tests {
             qp_state: QpState::Rtr,
             ..QpAttr::default()
         };
-        let req = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER;
+        let req = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER;
         assert_eq!(
             check_modify(QpState::Init, QpType::Rc, &attr, req),
             Ok(QpState::Rtr)
         );
-        let short = AttrMask(req.0 & !AttrMask::MIN_RNR_TIMER.0);
+        let short = QpAttrMask(req.0 & !QpAttrMask::MIN_RNR_TIMER.0);
         assert_eq!(
             check_modify(QpState::Init, QpType::Rc, &attr, short),
-            Err(ModifyError::MissingAttr(AttrMask::MIN_RNR_TIMER))
+            Err(ModifyError::MissingAttr(QpAttrMask::MIN_RNR_TIMER))
         );
         // UC does not take MAX_DEST_RD_ATOMIC.
         assert_eq!(
             check_modify(QpState::Init, QpType::Uc, &attr, req),
             Err(ModifyError::UnexpectedAttr(
-                AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER
+                QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
             ))
         );
     }
@@ -572,7 +434,7 @@ mod tests {
             cur_qp_state: QpState::Init,
             ..QpAttr::default()
         };
-        let mask = AttrMask::STATE | AttrMask::CUR_STATE;
+        let mask = QpAttrMask::STATE | QpAttrMask::CUR_STATE;
         assert!(matches!(
             check_modify(QpState::Init, QpType::Rc, &attr, mask),
             Err(ModifyError::UnexpectedAttr(_))
@@ -601,12 +463,12 @@ mod tests {
         let attr = QpAttr::default();
         // RTS->RTS with MIN_RNR_TIMER is fine for RC, not for UC.
         assert_eq!(
-            check_modify(QpState::Rts, QpType::Rc, &attr, AttrMask::MIN_RNR_TIMER),
+            check_modify(QpState::Rts, QpType::Rc, &attr, QpAttrMask::MIN_RNR_TIMER),
             Ok(QpState::Rts)
         );
-        assert!(check_modify(QpState::Rts, QpType::Uc, &attr, AttrMask::MIN_RNR_TIMER).is_err());
+        assert!(check_modify(QpState::Rts, QpType::Uc, &attr, QpAttrMask::MIN_RNR_TIMER).is_err());
         // RTR->RTR is not in the table.
-        assert!(check_modify(QpState::Rtr, QpType::Rc, &attr, AttrMask::NONE).is_err());
+        assert!(check_modify(QpState::Rtr, QpType::Rc, &attr, QpAttrMask::EMPTY).is_err());
     }
 
     #[test]
@@ -616,8 +478,8 @@ mod tests {
         assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
         assert_eq!(Mtu::from_bytes(1500), None);
         assert_eq!(
-            format!("{:?}", AttrMask::STATE | AttrMask(1 << 30)),
-            "STATE|0x40000000"
+            format!("{:?}", QpAttrMask::STATE | QpAttrMask(1 << 30)),
+            "STATE | 0x40000000"
         );
     }
 }

@@ -2,7 +2,7 @@
 
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::{
-    AccessFlags, AttrMask, ModifyError, Mtu, PostError, Qp, QpAttr, QpConfig, QpState, QpType,
+    AccessFlags, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrMask, QpConfig, QpState, QpType,
     RecvWr, SendWr, WrOpcode,
 };
 
@@ -22,25 +22,28 @@ fn attr(state: QpState) -> QpAttr {
     }
 }
 
-const INIT_RC: AttrMask = AttrMask(
-    AttrMask::STATE.0 | AttrMask::PKEY_INDEX.0 | AttrMask::PORT.0 | AttrMask::ACCESS_FLAGS.0,
+const INIT_RC: QpAttrMask = QpAttrMask(
+    QpAttrMask::STATE.0
+        | QpAttrMask::PKEY_INDEX.0
+        | QpAttrMask::PORT.0
+        | QpAttrMask::ACCESS_FLAGS.0,
 );
-const RTR_RC: AttrMask = AttrMask(
-    AttrMask::STATE.0
-        | AttrMask::AV.0
-        | AttrMask::PATH_MTU.0
-        | AttrMask::DEST_QPN.0
-        | AttrMask::RQ_PSN.0
-        | AttrMask::MAX_DEST_RD_ATOMIC.0
-        | AttrMask::MIN_RNR_TIMER.0,
+const RTR_RC: QpAttrMask = QpAttrMask(
+    QpAttrMask::STATE.0
+        | QpAttrMask::AV.0
+        | QpAttrMask::PATH_MTU.0
+        | QpAttrMask::DEST_QPN.0
+        | QpAttrMask::RQ_PSN.0
+        | QpAttrMask::MAX_DEST_RD_ATOMIC.0
+        | QpAttrMask::MIN_RNR_TIMER.0,
 );
-const RTS_RC: AttrMask = AttrMask(
-    AttrMask::STATE.0
-        | AttrMask::TIMEOUT.0
-        | AttrMask::RETRY_CNT.0
-        | AttrMask::RNR_RETRY.0
-        | AttrMask::SQ_PSN.0
-        | AttrMask::MAX_QP_RD_ATOMIC.0,
+const RTS_RC: QpAttrMask = QpAttrMask(
+    QpAttrMask::STATE.0
+        | QpAttrMask::TIMEOUT.0
+        | QpAttrMask::RETRY_CNT.0
+        | QpAttrMask::RNR_RETRY.0
+        | QpAttrMask::SQ_PSN.0
+        | QpAttrMask::MAX_QP_RD_ATOMIC.0,
 );
 
 fn rc() -> Qp {
@@ -64,7 +67,7 @@ fn rc_bring_up_and_illegal_steps() {
         })
     );
     assert_eq!(
-        q.modify(&attr(QpState::Err), AttrMask::STATE),
+        q.modify(&attr(QpState::Err), QpAttrMask::STATE),
         Err(ModifyError::IllegalTransition {
             from: QpState::Reset,
             to: QpState::Err
@@ -73,9 +76,9 @@ fn rc_bring_up_and_illegal_steps() {
     assert_eq!(
         q.modify(
             &attr(QpState::Init),
-            AttrMask(INIT_RC.0 & !AttrMask::ACCESS_FLAGS.0)
+            QpAttrMask(INIT_RC.0 & !QpAttrMask::ACCESS_FLAGS.0)
         ),
-        Err(ModifyError::MissingAttr(AttrMask::ACCESS_FLAGS))
+        Err(ModifyError::MissingAttr(QpAttrMask::ACCESS_FLAGS))
     );
     // A refused modify changes nothing.
     assert_eq!(q.state(), QpState::Reset);
@@ -97,8 +100,8 @@ fn rc_bring_up_and_illegal_steps() {
         })
     );
     assert_eq!(
-        q.modify(&attr(QpState::Rtr), RTR_RC | AttrMask::SQ_PSN),
-        Err(ModifyError::UnexpectedAttr(AttrMask::SQ_PSN))
+        q.modify(&attr(QpState::Rtr), RTR_RC | QpAttrMask::SQ_PSN),
+        Err(ModifyError::UnexpectedAttr(QpAttrMask::SQ_PSN))
     );
     q.modify(&attr(QpState::Rtr), RTR_RC).unwrap();
     assert_eq!(
@@ -133,29 +136,29 @@ fn cur_state_rule_and_rts_options() {
     let mut a = attr(QpState::Rts);
     a.cur_qp_state = QpState::Rtr;
     assert_eq!(
-        q.modify(&a, AttrMask::STATE | AttrMask::CUR_STATE),
+        q.modify(&a, QpAttrMask::STATE | QpAttrMask::CUR_STATE),
         Err(ModifyError::CurStateMismatch)
     );
     a.cur_qp_state = QpState::Rts;
     a.min_rnr_timer = 20;
     q.modify(
         &a,
-        AttrMask::STATE | AttrMask::CUR_STATE | AttrMask::MIN_RNR_TIMER,
+        QpAttrMask::STATE | QpAttrMask::CUR_STATE | QpAttrMask::MIN_RNR_TIMER,
     )
     .unwrap();
     assert_eq!(q.query().min_rnr_timer, 20);
     // RTS->RTS may not change the path MTU or the PSNs.
     assert!(matches!(
-        q.modify(&a, AttrMask::PATH_MTU),
+        q.modify(&a, QpAttrMask::PATH_MTU),
         Err(ModifyError::UnexpectedAttr(_))
     ));
     // RTS->SQD->RTS with nothing in flight.
-    q.modify(&attr(QpState::Sqd), AttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Sqd), QpAttrMask::STATE).unwrap();
     assert_eq!(q.state(), QpState::Sqd);
-    q.modify(&attr(QpState::Sqd), AttrMask::TIMEOUT).unwrap();
-    q.modify(&attr(QpState::Rts), AttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Sqd), QpAttrMask::TIMEOUT).unwrap();
+    q.modify(&attr(QpState::Rts), QpAttrMask::STATE).unwrap();
     // Any state but RESET -> ERR; ERR -> only RESET/ERR.
-    q.modify(&attr(QpState::Err), AttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Err), QpAttrMask::STATE).unwrap();
     for s in [
         QpState::Init,
         QpState::Rtr,
@@ -163,10 +166,10 @@ fn cur_state_rule_and_rts_options() {
         QpState::Sqd,
         QpState::Sqe,
     ] {
-        assert!(q.modify(&attr(s), AttrMask::STATE).is_err(), "ERR -> {s}");
+        assert!(q.modify(&attr(s), QpAttrMask::STATE).is_err(), "ERR -> {s}");
     }
-    q.modify(&attr(QpState::Err), AttrMask::STATE).unwrap();
-    q.modify(&attr(QpState::Reset), AttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Err), QpAttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Reset), QpAttrMask::STATE).unwrap();
     assert_eq!(q.query().timeout, 14, "RESET restores defaults");
 }
 
@@ -177,14 +180,14 @@ fn ud_masks_and_post_rules() {
         q.modify(&attr(QpState::Init), INIT_RC).is_err(),
         "UD takes QKEY, not ACCESS_FLAGS"
     );
-    let init = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+    let init = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
     q.modify(&attr(QpState::Init), init).unwrap();
-    q.modify(&attr(QpState::Rtr), AttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Rtr), QpAttrMask::STATE).unwrap();
     assert!(
-        q.modify(&attr(QpState::Rts), AttrMask::STATE).is_err(),
+        q.modify(&attr(QpState::Rts), QpAttrMask::STATE).is_err(),
         "SQ_PSN required"
     );
-    q.modify(&attr(QpState::Rts), AttrMask::STATE | AttrMask::SQ_PSN)
+    q.modify(&attr(QpState::Rts), QpAttrMask::STATE | QpAttrMask::SQ_PSN)
         .unwrap();
     assert_eq!(q.query().qkey, Qkey(7));
     // UD: SEND only, with a destination.
@@ -198,15 +201,18 @@ fn ud_masks_and_post_rules() {
     );
     // UC: no READ or atomics.
     let mut u = Qp::new(QpConfig::new(Qpn::new(0x34), QpType::Uc));
-    let rtr_uc =
-        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
+    let rtr_uc = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
     u.modify(&attr(QpState::Init), INIT_RC).unwrap();
     assert!(
         u.modify(&attr(QpState::Rtr), RTR_RC).is_err(),
         "UC takes no MAX_DEST_RD_ATOMIC"
     );
     u.modify(&attr(QpState::Rtr), rtr_uc).unwrap();
-    u.modify(&attr(QpState::Rts), AttrMask::STATE | AttrMask::SQ_PSN)
+    u.modify(&attr(QpState::Rts), QpAttrMask::STATE | QpAttrMask::SQ_PSN)
         .unwrap();
     assert_eq!(
         u.post_send(SendWr::new(1, WrOpcode::RdmaRead)),
@@ -236,7 +242,7 @@ fn queue_limits() {
         Err(PostError::QueueFull)
     );
     // Flushed completions keep their slots until polled.
-    q.modify(&attr(QpState::Err), AttrMask::STATE).unwrap();
+    q.modify(&attr(QpState::Err), QpAttrMask::STATE).unwrap();
     assert_eq!(
         q.post_send(SendWr::new(3, WrOpcode::Send)),
         Err(PostError::QueueFull)

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 use transport::wire::ROCE_V2_PORT;
-use transport::{AttrMask, QpState, Time};
+use transport::{QpAttrMask, QpState, Time};
 
 use crate::datapath::*;
 use crate::device::Device;
@@ -306,7 +306,7 @@ fn daemon_gone(
     for idx in qps.indices_where(|_| true) {
         if let Some(q) = qps.get_mut(idx) {
             if !matches!(q.qp.state(), QpState::Err | QpState::Reset) {
-                let _ = q.qp.modify(&err_attr(), AttrMask::STATE);
+                let _ = q.qp.modify(&err_attr(), QpAttrMask::STATE);
             }
         }
         make_ready(qps, ready, idx);
