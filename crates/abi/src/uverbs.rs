@@ -765,9 +765,9 @@ abi_struct! {
 offsets!(CreateQp { pd_handle = 16, max_send_wr = 32, max_inline_data = 48, sq_sig_all = 52, qp_type = 53, is_srq = 54 });
 
 impl CreateQp {
-    /// The QP type as an enum.
-    pub fn qp_type(&self) -> QpType {
-        QpType(u32::from(self.qp_type))
+    /// The QP type as an enum; `None` for a number `ibv_qp_type` does not name.
+    pub fn qp_type(&self) -> Option<QpType> {
+        QpType::from_raw(u32::from(self.qp_type))
     }
 }
 

@@ -33,21 +33,28 @@ impl core::fmt::Display for QpState {
     }
 }
 
-open_enum! {
+closed_enum! {
     /// `enum ibv_qp_type` / kernel `ib_qp_type` for user QPs (docs/wire.md §6.1).
-    pub struct QpType(u32) {
+    pub enum QpType: u8 {
         /// Reliable connected.
-        RC = 2,
+        Rc = 2 => "RC",
         /// Unreliable connected.
-        UC = 3,
+        Uc = 3 => "UC",
         /// Unreliable datagram.
-        UD = 4,
+        Ud = 4 => "UD",
         /// Raw packet (not supported by uroce).
-        RAW_PACKET = 8,
+        RawPacket = 8 => "RAW_PACKET",
         /// XRC initiator: a send queue only; each WR names the responder's XRC SRQ.
-        XRC_SEND = 9,
+        XrcSend = 9 => "XRC_SEND",
         /// XRC target: no queues; receives land in the XRC SRQ its requests name.
-        XRC_RECV = 10,
+        XrcRecv = 10 => "XRC_RECV",
+    }
+}
+
+impl core::fmt::Display for QpType {
+    /// The name rdma-core's `ibv_qp_type` uses, without the prefix (`RC`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -266,7 +266,7 @@ fn wc_status_strings_are_rdma_cores() {
 #[test]
 fn enum_values_and_debug() {
     assert_eq!(QpState::Err.raw(), 6);
-    assert_eq!(QpType::UD.0, 4);
+    assert_eq!(QpType::Ud.raw(), 4);
     assert_eq!(QpAttrMask::DEST_QPN.0, 1 << 20);
     assert_eq!(QpAttrMask::RATE_LIMIT.0, 1 << 25);
     // perftest's INIT mask 0x39 = STATE|ACCESS_FLAGS|PKEY_INDEX|PORT.

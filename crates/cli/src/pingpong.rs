@@ -278,9 +278,9 @@ impl Ctx {
             None
         };
         let qp_type = if o.variant == Variant::Ud {
-            QpType::UD
+            QpType::Ud
         } else {
-            QpType::RC
+            QpType::Rc
         };
         let mut qps = Vec::with_capacity(o.num_qp);
         for _ in 0..o.num_qp {

@@ -18,8 +18,8 @@ use capture::pcap::PcapWriter;
 use serde_json::Value;
 use sim::transport::wire::{self, IpRepr, Opcode, Psn, Qpn, RocePacketRepr, UdpRepr};
 use sim::transport::{
-    bring_up, AccessFlags, DcqcnParams, LocalData, Mtu, Qp, QpAttr, QpConfig, QpType, RxMeta,
-    SendWr, Sge, SgeList, Time, WrOpcode,
+    bring_up, AccessFlags, DcqcnParams, LocalData, Mtu, Qp, QpAttr, QpConfig, RxMeta, SendWr,
+    Service, Sge, SgeList, Time, WrOpcode,
 };
 use sim::{MrAccess, SimMemory};
 
@@ -44,7 +44,7 @@ fn packets() -> (Vec<u8>, Vec<u8>) {
     mem[1].register(0x8000, 4096, MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE);
     let (qa, qb) = (Qpn::new(0x11), Qpn::new(0x12));
     let mut qps = [qa, qb].map(|n| {
-        let mut c = QpConfig::new(n, QpType::Rc);
+        let mut c = QpConfig::new(n, Service::Rc);
         c.cc = Some(DcqcnParams::default());
         Qp::new(c)
     });

@@ -81,8 +81,8 @@ impl UQp {
     }
 
     /// `qp->qp_type`.
-    pub(crate) fn ex_qp_type(&self) -> QpType {
-        QpType(self.ibv.qp_type)
+    pub(crate) fn ex_qp_type(&self) -> Option<QpType> {
+        QpType::from_raw(self.ibv.qp_type)
     }
 
     /// Record a state the QP was moved to outside `ibv_modify_qp` (`qp->state`).
@@ -277,7 +277,7 @@ pub(crate) unsafe extern "C" fn op_post_send(
         return fail(wr, libc::EINVAL);
     };
     // SAFETY: live QP.
-    let ud = unsafe { (*qp).qp_type } == QpType::UD.0;
+    let ud = unsafe { (*qp).qp_type } == QpType::Ud.raw();
     let mut cur = wr;
     while !cur.is_null() {
         let chunk_start = cur;
@@ -546,10 +546,14 @@ pub(crate) unsafe extern "C" fn op_create_qp_ex(
     } else {
         0
     };
-    if send_ops & !crate::qp_ex::supported_send_ops(QpType(a.qp_type)) != 0 {
+    // A number `enum ibv_qp_type` does not name: EINVAL, as the kernel's create_qp.
+    let Some(qp_type) = QpType::from_raw(a.qp_type) else {
+        return fail(libc::EINVAL);
+    };
+    if send_ops & !crate::qp_ex::supported_send_ops(qp_type) != 0 {
         return fail(libc::EOPNOTSUPP);
     }
-    if QpType(a.qp_type) == QpType::XRC_RECV {
+    if qp_type == QpType::XrcRecv {
         // An XRC target: of an XRC domain, without PD, CQs or queues.
         if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
             return fail(libc::EINVAL);
@@ -602,8 +606,12 @@ unsafe fn create_qp(
         let (Some(p), Some(a)) = (unsafe { upd(pd) }, unsafe { init_attr.as_mut() }) else {
             return inval();
         };
+        // A number `enum ibv_qp_type` does not name: EINVAL, as the kernel's create_qp.
+        let Some(qp_type) = QpType::from_raw(a.qp_type) else {
+            return inval();
+        };
         // An XRC initiator has no receive side: its receive CQ is its send CQ.
-        if QpType(a.qp_type) == QpType::XRC_SEND {
+        if qp_type == QpType::XrcSend {
             a.recv_cq = a.send_cq;
             a.srq = core::ptr::null_mut();
         }
@@ -625,7 +633,7 @@ unsafe fn create_qp(
             }
         };
         let attr = QpInitAttr {
-            qp_type: QpType(a.qp_type),
+            qp_type,
             send_cq: scq,
             recv_cq: rcq,
             srq,

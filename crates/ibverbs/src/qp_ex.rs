@@ -48,11 +48,11 @@ pub(crate) fn supported_send_ops(t: QpType) -> u64 {
         | LOCAL_INV
         | BIND_MW;
     match t {
-        QpType::RC => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
-        QpType::UC => uc,
-        QpType::UD => SEND | SEND_WITH_IMM,
+        QpType::Rc => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
+        QpType::Uc => uc,
+        QpType::Ud => SEND | SEND_WITH_IMM,
         // An XRC initiator sends what RC sends, to an SRQ named per WR.
-        QpType::XRC_SEND => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
+        QpType::XrcSend => uc | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD,
         _ => 0,
     }
 }
@@ -668,7 +668,7 @@ fn post_batch(q: &UQp, b: &Batch) -> c_int {
     if b.wrs.is_empty() {
         return 0;
     }
-    let ud = q.ex_qp_type() == QpType::UD;
+    let ud = q.ex_qp_type() == Some(QpType::Ud);
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(b.wrs.len());
     for w in &b.wrs {
         let payload = match &w.inline {

@@ -710,7 +710,7 @@ pub unsafe extern "C" fn uroce_rdma_create_qp(
             unsafe { crate::qp::ibv_destroy_qp(qp) };
             return fail_with(&e);
         }
-        q.set_state(if vq.qp_type() == uroce::QpType::UD {
+        q.set_state(if vq.qp_type() == uroce::QpType::Ud {
             QP_STATE_RTS
         } else {
             QP_STATE_INIT

@@ -11,7 +11,7 @@ use abi::{Errno, Rule};
 use cm::{AcceptParams, CmError, CmId, ConnectParams};
 use transport::wire::cm::{Ece, RejReason, ServiceId, SidrStatus};
 use transport::wire::{Psn, Qkey, Qpn};
-use transport::QpType;
+use transport::Service;
 
 use crate::cmds::Refusal;
 use crate::state::{gid_to_ip, CtxId, DevState};
@@ -61,7 +61,9 @@ impl DevState {
     /// `qpn` is one of `ctx`'s connected-service QPs.
     fn cm_qp(&self, ctx: CtxId, qpn: u32) -> Res<Qpn> {
         match self.qps.get(qpn) {
-            Some(q) if q.ctx == ctx && matches!(q.ty, QpType::Rc | QpType::Uc) => Ok(Qpn::new(qpn)),
+            Some(q) if q.ctx == ctx && matches!(q.ty, Service::Rc | Service::Uc) => {
+                Ok(Qpn::new(qpn))
+            }
             _ => Err(inval(
                 Rule::BAD_HANDLE,
                 format!("qpn {qpn} is no RC or UC QP of this context"),

@@ -25,7 +25,7 @@ use abi::{
     AccessFlags, Errno, GidType, LinkLayer, PortState, Request, Rule, SendFlags, SrqAttrMask,
 };
 use transport::wire::{Psn, Qkey, Qpn};
-use transport::{Mtu, Qp, QpAttr, QpAttrMask, QpCaps, QpConfig, QpState, QpType};
+use transport::{Mtu, Qp, QpAttr, QpAttrMask, QpCaps, QpConfig, QpState, Service};
 use zerocopy::IntoBytes;
 
 use crate::dma;
@@ -1546,38 +1546,35 @@ impl DevState {
         let l = self.cfg.limits;
         // XRC (IBTA XRC annex): an initiator is an RC send queue; a target has no queues,
         // its `pd_handle` names an XRCD (the kernel's `create_qp`).
-        let xrc = match abi::QpType(u32::from(c.qp_type)) {
-            abi::QpType::XRC_SEND => Some(QpXrc::Initiator),
-            abi::QpType::XRC_RECV => {
+        let Some(qp_type) = c.qp_type() else {
+            return Err(refuse!(
+                EINVAL,
+                BAD_VALUE,
+                "qp_type {} is unknown",
+                c.qp_type
+            ));
+        };
+        let Some((ty, role)) = Service::of(qp_type) else {
+            return Err(refuse!(
+                EOPNOTSUPP,
+                UNSUPPORTED,
+                "qp_type {qp_type} is not supported (RC, UC, UD and XRC are)"
+            ));
+        };
+        // XRC (IBTA XRC annex): an initiator is an RC send queue; a target has no queues,
+        // its `pd_handle` names an XRCD (the kernel's `create_qp`).
+        let xrc = match role {
+            Some(transport::XrcRole::Initiator) => Some(QpXrc::Initiator),
+            Some(transport::XrcRole::Target) => {
                 let x = own(&self.res.xrcds, ctx, c.pd_handle, "xrcd_handle (pd_handle)")?;
                 Some(QpXrc::Target {
                     xrcd: c.pd_handle,
                     domain: x.domain,
                 })
             }
-            _ => None,
+            None => None,
         };
         let target = matches!(xrc, Some(QpXrc::Target { .. }));
-        let ty = match QpType::from_u8(c.qp_type) {
-            _ if xrc.is_some() => QpType::Rc,
-            Some(t) => t,
-            None if abi::QpType(u32::from(c.qp_type)).is_known() => {
-                return Err(refuse!(
-                    EOPNOTSUPP,
-                    UNSUPPORTED,
-                    "qp_type {} is not supported (RC, UC and UD are)",
-                    abi::QpType(u32::from(c.qp_type))
-                ))
-            }
-            None => {
-                return Err(refuse!(
-                    EINVAL,
-                    BAD_VALUE,
-                    "qp_type {} is unknown",
-                    c.qp_type
-                ))
-            }
-        };
         if c.reserved != 0 || c.is_srq > 1 || c.sq_sig_all > 1 {
             return Err(refuse!(
                 EINVAL,
@@ -1598,7 +1595,7 @@ impl DevState {
                 d.reserved
             ));
         }
-        if sr && (ty != QpType::Rc || xrc.is_some()) {
+        if sr && (ty != Service::Rc || xrc.is_some()) {
             return Err(refuse!(
                 EINVAL,
                 BAD_VALUE,
@@ -2082,7 +2079,7 @@ impl DevState {
             let window = if self.ensure_peer_ring(ip, qpn) {
                 crate::peer_ring::SLOTS
             } else {
-                QpConfig::new(Qpn::new(0), QpType::Rc).max_unacked_psns
+                QpConfig::new(Qpn::new(0), Service::Rc).max_unacked_psns
             };
             if let Some(q) = self.qps.get_mut(idx) {
                 if q.qp.config().max_unacked_psns != window {
@@ -2194,8 +2191,8 @@ impl DevState {
             ));
         }
         let ok = match qpo.ty {
-            QpType::Rc => true,
-            QpType::Uc => {
+            Service::Rc => true,
+            Service::Uc => {
                 op.is_write()
                     || matches!(
                         op,
@@ -2204,7 +2201,7 @@ impl DevState {
                             | transport::WrOpcode::LocalInv
                     )
             }
-            QpType::Ud => matches!(
+            Service::Ud => matches!(
                 op,
                 transport::WrOpcode::Send | transport::WrOpcode::SendWithImm
             ),
@@ -2248,7 +2245,7 @@ impl DevState {
             hdr.remote_addr = r.remote_addr;
             hdr.rkey = r.rkey;
         }
-        if qpo.ty == QpType::Ud {
+        if qpo.ty == Service::Ud {
             let u = wr.ud();
             let ah = own(&self.res.ahs, ctx, u.ah, "ah")?;
             if ah.pd != qpo.pd {

@@ -33,8 +33,8 @@ use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    Grh, InlineData, LocalData, PostError, QpAttr, QpAttrMask, QpEvent, QpState, QpType, RxMeta,
-    SendFlags, SendWr, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
+    Grh, InlineData, LocalData, PostError, QpAttr, QpAttrMask, QpEvent, QpState, RxMeta, SendFlags,
+    SendWr, Service, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
 use crate::state::*;
@@ -328,7 +328,7 @@ fn wqe_to_wr(
         }
         wr.xrc_srqn = hdr.remote_qpn;
     }
-    if q.ty == QpType::Ud {
+    if q.ty == Service::Ud {
         // The AH must exist in the QP's context and PD (IBA: same PD).
         match res.ahs.get(hdr.ah) {
             Some(a) if a.ctx == q.ctx && a.pd == q.pd => {}
@@ -972,7 +972,7 @@ pub(crate) fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferL
     let ud = st
         .qps
         .get(pkt.bth.dest_qp.value())
-        .is_some_and(|q| q.ty == QpType::Ud);
+        .is_some_and(|q| q.ty == Service::Ud);
     let grh = match ip {
         _ if !ud => RxMeta::default().grh,
         IpAddr::V4(v4) => v4_grh(v4, v4, 0, true, udp_len),
@@ -1016,7 +1016,7 @@ fn deliver(
         res.counters.rcvd_unknown_qp += 1;
         return;
     };
-    if q.ty != QpType::Ud && q.av.map(|d| d.ip) != Some(src) {
+    if q.ty != Service::Ud && q.av.map(|d| d.ip) != Some(src) {
         res.counters.rcvd_addr_mismatch += 1;
         return;
     }

@@ -365,7 +365,7 @@ fn create_qp(qp_type: abi::QpType, sq_at: u64, rq: RingDesc, srq: Option<u32>) -
             max_send_sge: 4,
             max_recv_sge: if srq.is_some() { 0 } else { 4 },
             max_inline_data: 64,
-            qp_type: qp_type.0 as u8,
+            qp_type: qp_type.raw() as u8,
             is_srq: u8::from(srq.is_some()),
             ..CreateQp::default()
         },
@@ -379,7 +379,7 @@ fn create_qp(qp_type: abi::QpType, sq_at: u64, rq: RingDesc, srq: Option<u32>) -
 
 /// RESET → INIT → RTR → RTS of an RC QP toward `dest_qpn` on the fuzz device.
 fn connect_rc(qp: u32, dest_qpn: u32) -> Vec<Vec<u8>> {
-    crate::simhost::rts_steps(transport::QpType::Rc)
+    crate::simhost::rts_steps(transport::Service::Rc)
         .iter()
         .map(|&(state, mask)| {
             let mut q = ModifyQp {
@@ -450,7 +450,7 @@ fn prelude(level: u8) -> Vec<Vec<u8>> {
     }
     for i in 0..2u64 {
         let (sq, rq) = qp_rings(i);
-        v.push(create_qp(abi::QpType::RC, sq, rq_layout().desc(rq), None));
+        v.push(create_qp(abi::QpType::Rc, sq, rq_layout().desc(rq), None));
     }
     v.extend(connect_rc(QPNS[0], QPNS[1]));
     v.extend(connect_rc(QPNS[1], QPNS[0]));
@@ -729,7 +729,7 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
             srq_handle: 1,
             ..QuerySrq::default()
         })),
-        create_qp(abi::QpType::UD, sq, RingDesc::default(), Some(1)),
+        create_qp(abi::QpType::Ud, sq, RingDesc::default(), Some(1)),
         enc(&Request::ModifyQp(ModifyQp {
             qp_handle: 16,
             attr_mask: QpAttrMask::STATE.0
@@ -820,8 +820,8 @@ pub fn sample_inputs() -> Vec<Vec<u8>> {
                 ring: srq_ring.desc(xrc_rq),
             },
         )),
-        create_qp(abi::QpType::XRC_RECV, xrc_sq, RingDesc::default(), None),
-        create_qp(abi::QpType::XRC_SEND, xrc_sq2, RingDesc::default(), None),
+        create_qp(abi::QpType::XrcRecv, xrc_sq, RingDesc::default(), None),
+        create_qp(abi::QpType::XrcSend, xrc_sq2, RingDesc::default(), None),
     ];
     let mut input = vec![1u8];
     for c in &cmds {

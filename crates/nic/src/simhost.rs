@@ -606,7 +606,7 @@ impl Host {
         depth: u32,
         srq: Option<Srq>,
     ) -> Result<Qp, Refused> {
-        self.create_qp_of(id, send_cq, recv_cq, depth, srq, abi::QpType::RC)
+        self.create_qp_of(id, send_cq, recv_cq, depth, srq, abi::QpType::Rc)
     }
 
     fn create_qp_of(
@@ -639,7 +639,7 @@ impl Host {
                     max_send_sge: 4,
                     max_recv_sge: if srq.is_some() { 0 } else { 4 },
                     max_inline_data: 64,
-                    qp_type: ty.0 as u8,
+                    qp_type: ty.raw() as u8,
                     is_srq: u8::from(srq.is_some()),
                     ..CreateQp::default()
                 },
@@ -669,8 +669,8 @@ impl Host {
         depth: u32,
         qkey: u32,
     ) -> Result<Qp, Refused> {
-        let qp = self.create_qp_of(id, cq, cq, depth, None, abi::QpType::UD)?;
-        for (state, mask) in rts_steps(transport::QpType::Ud) {
+        let qp = self.create_qp_of(id, cq, cq, depth, None, abi::QpType::Ud)?;
+        for (state, mask) in rts_steps(transport::Service::Ud) {
             self.command(
                 id,
                 &Request::ModifyQp(ModifyQp {
@@ -755,7 +755,7 @@ impl Host {
         o: RcOpts,
     ) -> Result<(), Refused> {
         let gid = self.dev(dest).addr.to_ipv6_mapped().octets();
-        for (state, mask) in rts_steps(transport::QpType::Rc) {
+        for (state, mask) in rts_steps(transport::Service::Rc) {
             let mut q = ModifyQp {
                 qp_handle: qp.handle,
                 attr_mask: mask,
@@ -1227,7 +1227,7 @@ fn sealed(
 /// RESET → INIT → RTR → RTS of a QP of type `ty`: each step's `ibv_qp_state` and the
 /// attributes it must set (the transport's transition table,
 /// `transport::state::transition_masks`).
-pub fn rts_steps(ty: transport::QpType) -> [(u8, u32); 3] {
+pub fn rts_steps(ty: transport::Service) -> [(u8, u32); 3] {
     use transport::{QpAttrMask, QpState as S};
     [(S::Reset, S::Init), (S::Init, S::Rtr), (S::Rtr, S::Rts)].map(|(from, to)| {
         let required = transport::state::transition_masks(from, to, ty).map_or(0, |t| t.required.0);

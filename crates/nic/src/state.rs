@@ -20,7 +20,7 @@ use abi::shm::SharedMem;
 use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
 use transport::wire::{Lkey, Qpn, Rkey};
 use transport::{
-    AtomicOp, Completion, MemError, Memory, Qp, QpState, QpType, RecvQueue, RecvWr, RemoteAccess,
+    AtomicOp, Completion, MemError, Memory, Qp, QpState, RecvQueue, RecvWr, RemoteAccess, Service,
     SgeList, Time, WcStatus,
 };
 use zerocopy::IntoBytes;
@@ -260,7 +260,7 @@ pub(crate) struct QpObj {
     pub(crate) xrc: Option<QpXrc>,
     pub(crate) user_handle: u64,
     pub(crate) qp: Qp,
-    pub(crate) ty: QpType,
+    pub(crate) ty: Service,
     pub(crate) sq_mem: Arc<SharedMem>,
     pub(crate) sq_layout: RingLayout,
     pub(crate) sq: Consumer,
@@ -297,7 +297,7 @@ impl QpObj {
     /// — on a device attached to a daemon — a peer QP of another process (`own`: this
     /// process's QP-number window).
     pub(crate) fn remote_capable(&self, dev_ip: IpAddr, own: Option<(u32, u32)>) -> bool {
-        self.ty == QpType::Ud
+        self.ty == Service::Ud
             || self.av.is_some_and(|d| {
                 d.ip != dev_ip
                     || own.is_some_and(|w| !in_window(w, self.qp.query().dest_qp_num.value()))

@@ -422,7 +422,7 @@ fn args(s: &mut String, r: &Request<'_>) {
                 s,
                 " pd={} type={} send_cq={} recv_cq={}",
                 q.pd_handle,
-                q.qp_type(),
+                abi::QpType::raw_name(u32::from(q.qp_type)),
                 q.send_cq_handle,
                 q.recv_cq_handle
             );

@@ -242,7 +242,7 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
     }
     let cq_other = other.create_cq(8, -1, 0).unwrap();
     let e = c
-        .create_qp(pd, cq_other.handle, cq_other.handle, QpType::RC, 4, None)
+        .create_qp(pd, cq_other.handle, cq_other.handle, QpType::Rc, 4, None)
         .err();
     assert_eq!(e, Some(Errno::EINVAL));
     let e = c
@@ -363,7 +363,7 @@ fn hostile_commands_get_errnos_and_the_plane_survives() {
         )
     };
     assert_eq!(
-        c.call(&qp_req(QpType::RAW_PACKET.0 as u8, 4, 1))
+        c.call(&qp_req(QpType::RawPacket.raw() as u8, 4, 1))
             .unwrap_err(),
         Errno::EOPNOTSUPP
     );
@@ -645,7 +645,7 @@ fn xrc_commands_refuse_hostile_input() {
             h,
             0,
             0,
-            QpType::XRC_RECV,
+            QpType::XrcRecv,
             1,
             is_srq.then_some(srq.srq_handle),
         )
@@ -654,7 +654,7 @@ fn xrc_commands_refuse_hostile_input() {
         .call(&Request::CreateQp(
             CreateQp {
                 pd_handle: pd + 1000,
-                qp_type: QpType::XRC_RECV.0 as u8,
+                qp_type: QpType::XrcRecv.raw() as u8,
                 max_send_wr: 1,
                 ..Default::default()
             },
@@ -680,7 +680,7 @@ fn xrc_commands_refuse_hostile_input() {
         c.call(&Request::CreateQp(
             CreateQp {
                 pd_handle: h,
-                qp_type: QpType::XRC_RECV.0 as u8,
+                qp_type: QpType::XrcRecv.raw() as u8,
                 max_send_wr: 1,
                 max_send_sge: 1,
                 ..Default::default()
@@ -741,9 +741,9 @@ fn selective_repeat_flag_goes_with_init_to_rtr_only() {
     let cq_ring = c.create_cq(16, -1, 0).unwrap();
     let cq = cq_ring.handle;
     let qp = |c: &mut Client, ty| c.create_qp(pd, cq, cq, ty, 4, None).unwrap();
-    let a = qp(&mut c, QpType::RC);
-    let b = qp(&mut c, QpType::RC);
-    let u = qp(&mut c, QpType::UD);
+    let a = qp(&mut c, QpType::Rc);
+    let b = qp(&mut c, QpType::Rc);
+    let u = qp(&mut c, QpType::Ud);
     let step = |h: u32, ty: QpType, dest: u32, i: usize, flags: u8, reserved: u8| {
         let (state, mask) = init_rtr_rts(ty)[i];
         let mut m = ModifyQp {
@@ -772,44 +772,44 @@ fn selective_repeat_flag_goes_with_init_to_rtr_only() {
     };
     inval(
         &mut c,
-        &step(a.handle, QpType::RC, b.qpn, 0, sr, 0),
+        &step(a.handle, QpType::Rc, b.qpn, 0, sr, 0),
         "RESET->INIT",
     );
-    c.modify(&step(a.handle, QpType::RC, b.qpn, 0, 0, 0))
+    c.modify(&step(a.handle, QpType::Rc, b.qpn, 0, 0, 0))
         .unwrap();
     inval(
         &mut c,
-        &step(a.handle, QpType::RC, b.qpn, 1, 0x80, 0),
+        &step(a.handle, QpType::Rc, b.qpn, 1, 0x80, 0),
         "unknown flag",
     );
     inval(
         &mut c,
-        &step(a.handle, QpType::RC, b.qpn, 1, 0, 1),
+        &step(a.handle, QpType::Rc, b.qpn, 1, 0, 1),
         "reserved",
     );
     assert_eq!(d.qp_selective_repeat(a.qpn), Some(false));
-    c.modify(&step(a.handle, QpType::RC, b.qpn, 1, sr, 0))
+    c.modify(&step(a.handle, QpType::Rc, b.qpn, 1, sr, 0))
         .unwrap();
     assert_eq!(d.qp_selective_repeat(a.qpn), Some(true), "on at RTR");
     inval(
         &mut c,
-        &step(a.handle, QpType::RC, b.qpn, 2, sr, 0),
+        &step(a.handle, QpType::Rc, b.qpn, 2, sr, 0),
         "RTR->RTS",
     );
-    c.modify(&step(a.handle, QpType::RC, b.qpn, 2, 0, 0))
+    c.modify(&step(a.handle, QpType::Rc, b.qpn, 2, 0, 0))
         .unwrap();
     assert_eq!(d.qp_selective_repeat(a.qpn), Some(true), "stays on at RTS");
 
     // Without the flag a QP keeps go-back-N.
     for i in 0..3 {
-        c.modify(&step(b.handle, QpType::RC, a.qpn, i, 0, 0))
+        c.modify(&step(b.handle, QpType::Rc, a.qpn, i, 0, 0))
             .unwrap();
     }
     assert_eq!(d.qp_selective_repeat(b.qpn), Some(false));
 
     // UD: refused, and the QP is still in INIT (the refused modify changed nothing).
-    c.modify(&step(u.handle, QpType::UD, 0, 0, 0, 0)).unwrap();
-    inval(&mut c, &step(u.handle, QpType::UD, 0, 1, sr, 0), "UD");
+    c.modify(&step(u.handle, QpType::Ud, 0, 0, 0, 0)).unwrap();
+    inval(&mut c, &step(u.handle, QpType::Ud, 0, 1, sr, 0), "UD");
     assert_eq!(c.query_qp(u.handle).qp_state, 1);
     assert_eq!(d.qp_selective_repeat(u.qpn), Some(false));
 }

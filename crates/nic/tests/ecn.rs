@@ -88,10 +88,10 @@ fn setup(name: &str, ip: &str, peer_ip: &str, ecn: bool) -> Setup {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let cq = c.create_cq(16, -1, 1).unwrap();
     let mut q = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
     let peer = marked_peer(peer_ip);
-    c.connect_qp(q.handle, QpType::RC, PEER_QPN, peer_ip);
+    c.connect_qp(q.handle, QpType::Rc, PEER_QPN, peer_ip);
     for i in 0..4 {
         c.post_recv(
             q.rq.as_mut().unwrap(),

@@ -95,9 +95,9 @@ fn a_held_up_pass_does_not_fire_the_deadline_of_the_packet_it_builds() {
     let m = c.reg_mr(pd, &mut buf, AccessFlags::LOCAL_WRITE.0).unwrap();
     let mut cq = c.create_cq(16, -1, 1).unwrap();
     let mut q = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
-    for (state, mask) in init_rtr_rts(QpType::RC) {
+    for (state, mask) in init_rtr_rts(QpType::Rc) {
         let mut a = ModifyQp {
             qp_handle: q.handle,
             attr_mask: mask,

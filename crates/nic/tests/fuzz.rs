@@ -52,7 +52,7 @@ fn seeds(c: &mut Client, arena: &mut [u8]) -> Vec<Vec<u8>> {
     let mr = c.reg_mr(pd, arena, all).unwrap();
     let base = arena.as_ptr() as u64;
     let cq = c.create_cq(64, -1, 1).unwrap();
-    let (a, b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 16, IP);
+    let (a, b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 16, IP);
     let srq = c.create_srq(pd, 8);
     let ah = c.create_ah(pd, IP).unwrap();
     let cq_l = RingLayout::for_depth(8, CQE_BYTES).unwrap();

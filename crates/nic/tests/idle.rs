@@ -42,7 +42,7 @@ fn idle_engine_parks_and_uses_no_cpu() {
     let m = c.reg_mr(pd, &mut buf, all).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, -1, 1).unwrap();
-    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 8, ip);
     for i in 0..100 {
         c.post_send(
             &mut a,

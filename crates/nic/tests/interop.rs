@@ -166,12 +166,12 @@ fn zero_checksum_ud_datagram_from_rxe_is_delivered() {
     let m = c.reg_mr(pd, &mut buf, AccessFlags::LOCAL_WRITE.0).unwrap();
     let mut cq = c.create_cq(16, -1, 1).unwrap();
     let mut q = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::UD, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Ud, 8, None)
         .unwrap();
     // The Q_Key ibv_ud_pingpong (and perftest) use; it is in the captured DETH.
     let qkey = u32::from_be_bytes(captured.transport[12..16].try_into().unwrap());
     assert_eq!(qkey, 0x1111_1111);
-    for (state, mask) in init_rtr_rts(QpType::UD) {
+    for (state, mask) in init_rtr_rts(QpType::Ud) {
         let m = ModifyQp {
             qp_handle: q.handle,
             attr_mask: mask,

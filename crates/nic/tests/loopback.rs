@@ -47,7 +47,7 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     let mut src = vec![0u8; 8192];
     let mut dst = vec![0u8; 8192];
     let mut c = Client::connect(&dev);
-    let mut p = pair(&mut c, QpType::RC);
+    let mut p = pair(&mut c, QpType::Rc);
     let ms = c.reg_mr(p.pd, &mut src, ALL).unwrap();
     let md = c.reg_mr(p.pd, &mut dst, ALL).unwrap();
     for (i, b) in src.iter_mut().enumerate() {
@@ -225,7 +225,7 @@ fn protection_and_length_errors_complete_with_the_prescribed_status() {
     let mk = |c: &mut Client| {
         let cq_a = c.create_cq(64, -1, 1).unwrap();
         let cq_b = c.create_cq(64, -1, 2).unwrap();
-        let (a, b) = c.connected(pd, (cq_a.handle, cq_b.handle), QpType::RC, 8, ip);
+        let (a, b) = c.connected(pd, (cq_a.handle, cq_b.handle), QpType::Rc, 8, ip);
         (a, b, cq_a, cq_b)
     };
 
@@ -310,14 +310,14 @@ fn rnr_retry_zero_fails_with_rnr_retry_exc_err() {
     let cq = c.create_cq(16, -1, 1).unwrap();
     let mut cq = cq;
     let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
     let b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    c.connect_qp(b.handle, QpType::Rc, a.qpn, ip);
     // Bring `a` up with rnr_retry = 0.
-    for (state, mask) in init_rtr_rts(QpType::RC) {
+    for (state, mask) in init_rtr_rts(QpType::Rc) {
         let mut mq = ModifyQp {
             qp_handle: a.handle,
             attr_mask: mask,
@@ -363,13 +363,13 @@ fn ud_and_srq_and_uc() {
     // UD: a → b through an AH naming our own address.
     let mut cq = c.create_cq(32, -1, 3).unwrap();
     let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::UD, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Ud, 8, None)
         .unwrap();
     let mut b = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::UD, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Ud, 8, None)
         .unwrap();
-    c.connect_qp(a.handle, QpType::UD, 0, ip);
-    c.connect_qp(b.handle, QpType::UD, 0, ip);
+    c.connect_qp(a.handle, QpType::Ud, 0, ip);
+    c.connect_qp(b.handle, QpType::Ud, 0, ip);
     let ah = c.create_ah(pd, ip).unwrap();
     c.post_recv(
         b.rq.as_mut().unwrap(),
@@ -401,14 +401,14 @@ fn ud_and_srq_and_uc() {
     let mut srq = c.create_srq(pd, 8);
     let mut cq2 = c.create_cq(32, -1, 4).unwrap();
     let mut s = c
-        .create_qp(pd, cq2.handle, cq2.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq2.handle, cq2.handle, QpType::Rc, 8, None)
         .unwrap();
     let r = c
-        .create_qp(pd, cq2.handle, cq2.handle, QpType::RC, 8, Some(srq.handle))
+        .create_qp(pd, cq2.handle, cq2.handle, QpType::Rc, 8, Some(srq.handle))
         .unwrap();
     assert_eq!(r.resp.max_recv_wr, 0);
-    c.connect_qp(s.handle, QpType::RC, r.qpn, ip);
-    c.connect_qp(r.handle, QpType::RC, s.qpn, ip);
+    c.connect_qp(s.handle, QpType::Rc, r.qpn, ip);
+    c.connect_qp(r.handle, QpType::Rc, s.qpn, ip);
     c.post_recv(&mut srq.ring, 31, &[sge(ba + 3000, 64, m.lkey)]);
     c.post_send(
         &mut s,
@@ -424,13 +424,13 @@ fn ud_and_srq_and_uc() {
     // UC WRITE with immediate: consumes a receive at the target.
     let mut cq3 = c.create_cq(32, -1, 5).unwrap();
     let mut u1 = c
-        .create_qp(pd, cq3.handle, cq3.handle, QpType::UC, 8, None)
+        .create_qp(pd, cq3.handle, cq3.handle, QpType::Uc, 8, None)
         .unwrap();
     let mut u2 = c
-        .create_qp(pd, cq3.handle, cq3.handle, QpType::UC, 8, None)
+        .create_qp(pd, cq3.handle, cq3.handle, QpType::Uc, 8, None)
         .unwrap();
-    c.connect_qp(u1.handle, QpType::UC, u2.qpn, ip);
-    c.connect_qp(u2.handle, QpType::UC, u1.qpn, ip);
+    c.connect_qp(u1.handle, QpType::Uc, u2.qpn, ip);
+    c.connect_qp(u2.handle, QpType::Uc, u1.qpn, ip);
     c.post_recv(u2.rq.as_mut().unwrap(), 41, &[]);
     let mut w = write_wqe(40, WrOpcode::RdmaWriteWithImm, ba + 5000, m.rkey);
     w.set_imm_data(0x1234);
@@ -458,7 +458,7 @@ fn cq_overflow_raises_cq_err_and_moves_the_qp_to_err() {
     let ba = buf.as_ptr() as u64;
     let mut small = c.create_cq(2, -1, 0xcc).unwrap();
     let big = c.create_cq(16, -1, 0xdd).unwrap();
-    let (mut a, _b) = c.connected(pd, (small.handle, big.handle), QpType::RC, 8, ip);
+    let (mut a, _b) = c.connected(pd, (small.handle, big.handle), QpType::Rc, 8, ip);
     for i in 0..4 {
         c.post_send(
             &mut a,
@@ -501,7 +501,7 @@ fn completion_channel_gets_an_event_for_an_armed_cq() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, fd, 0xfeed).unwrap();
-    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 8, ip);
     c.call(&Request::ReqNotifyCq(ReqNotifyCq {
         cq_handle: cq.handle,
         solicited_only: 0,
@@ -573,7 +573,7 @@ fn engine_parks_when_idle_and_a_doorbell_wakes_it() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, -1, 1).unwrap();
-    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 8, ip);
     // Idle: the engine announces `parked` on our doorbell page (other tests in this
     // process may keep it busy for a while).
     let deadline = std::time::Instant::now() + TIMEOUT;
@@ -601,7 +601,7 @@ fn closing_the_connection_destroys_the_context() {
     let pd = c.alloc_pd();
     c.reg_mr(pd, &mut buf, ALL).unwrap();
     let cq = c.create_cq(16, -1, 1).unwrap();
-    c.create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+    c.create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
     let s = dev.stats();
     assert_eq!((s.contexts, s.pds, s.mrs, s.cqs, s.qps), (1, 1, 1, 1, 1));
@@ -619,7 +619,7 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(32, -1, 1).unwrap();
-    let (mut a, mut b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, ip);
+    let (mut a, mut b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 8, ip);
 
     // Two receives posted, then the QP is moved to ERR: both flush, in order.
     c.post_recv(b.rq.as_mut().unwrap(), 1, &[sge(ba, 64, m.lkey)]);
@@ -656,12 +656,12 @@ fn err_state_flushes_receives_and_dereg_and_destroy_with_work_outstanding() {
 
     // Destroying a QP with work outstanding: no completion, and the device stays sane.
     let mut x = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
     let y = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
-    c.connect_qp(x.handle, QpType::RC, y.qpn, ip);
+    c.connect_qp(x.handle, QpType::Rc, y.qpn, ip);
     // y never gets to RTR: x's SEND waits for an ACK that never comes.
     c.post_send(
         &mut x,
@@ -699,13 +699,13 @@ fn measure_loopback_write() {
     let mut cq = c.create_cq(1024, -1, 1).unwrap();
     let cqb = c.create_cq(16, -1, 2).unwrap();
     let mut a = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 256, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 256, None)
         .unwrap();
     let b = c
-        .create_qp(pd, cqb.handle, cqb.handle, QpType::RC, 16, None)
+        .create_qp(pd, cqb.handle, cqb.handle, QpType::Rc, 16, None)
         .unwrap();
-    c.connect_qp(a.handle, QpType::RC, b.qpn, ip);
-    c.connect_qp(b.handle, QpType::RC, a.qpn, ip);
+    c.connect_qp(a.handle, QpType::Rc, b.qpn, ip);
+    c.connect_qp(b.handle, QpType::Rc, a.qpn, ip);
     let w = |i| write_wqe(i, WrOpcode::RdmaWrite, ba + 4096, m.rkey);
     for i in 0..1000 {
         c.post_send(&mut a, w(i), sge(ba, 8, m.lkey).as_bytes());
@@ -816,7 +816,7 @@ fn measure_syscall_loop() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(64, -1, 1).unwrap();
-    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 64, ip);
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 64, ip);
     let mut out = [0u8; 64];
     for i in 0..n {
         let w = write_wqe(i, WrOpcode::RdmaWrite, ba + 4096, m.rkey);
@@ -857,7 +857,7 @@ fn ipv6_device_uses_its_address_as_gid_and_loops_back() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let ba = buf.as_ptr() as u64;
     let mut cq = c.create_cq(16, -1, 1).unwrap();
-    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::RC, 8, "::1");
+    let (mut a, _b) = c.connected(pd, (cq.handle, cq.handle), QpType::Rc, 8, "::1");
     buf[..4].copy_from_slice(b"six!");
     c.post_send(
         &mut a,
@@ -883,13 +883,13 @@ fn srq_limit_event_fires_once_when_armed() {
     let mut srq = c.create_srq(pd, 8);
     let mut cq = c.create_cq(32, -1, 1).unwrap();
     let mut s = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
     let r = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, Some(srq.handle))
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, Some(srq.handle))
         .unwrap();
-    c.connect_qp(s.handle, QpType::RC, r.qpn, ip);
-    c.connect_qp(r.handle, QpType::RC, s.qpn, ip);
+    c.connect_qp(s.handle, QpType::Rc, r.qpn, ip);
+    c.connect_qp(r.handle, QpType::Rc, s.qpn, ip);
     for i in 0..4 {
         c.post_recv(&mut srq.ring, 100 + i, &[sge(ba + 2048, 64, m.lkey)]);
     }

@@ -47,13 +47,13 @@ fn rc_between_two_devices_over_udp() {
     let mut cqa = ca.create_cq(64, -1, 1).unwrap();
     let mut cqb = cb.create_cq(64, -1, 2).unwrap();
     let mut qa = ca
-        .create_qp(pda, cqa.handle, cqa.handle, QpType::RC, 32, None)
+        .create_qp(pda, cqa.handle, cqa.handle, QpType::Rc, 32, None)
         .unwrap();
     let mut qb = cb
-        .create_qp(pdb, cqb.handle, cqb.handle, QpType::RC, 32, None)
+        .create_qp(pdb, cqb.handle, cqb.handle, QpType::Rc, 32, None)
         .unwrap();
-    ca.connect_qp(qa.handle, QpType::RC, qb.qpn, IP_B);
-    cb.connect_qp(qb.handle, QpType::RC, qa.qpn, IP_A);
+    ca.connect_qp(qa.handle, QpType::Rc, qb.qpn, IP_B);
+    cb.connect_qp(qb.handle, QpType::Rc, qa.qpn, IP_A);
 
     // A 100 KiB WRITE: 100 packets at MTU 1024.
     let len = 100 * 1024;
@@ -160,11 +160,11 @@ fn receive_path_drops_bad_icrc_unknown_qp_and_wrong_source() {
     let cq = c.create_cq(16, -1, 1).unwrap();
     let mut cq = cq;
     let mut q = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
     // Connected to a "peer" at 127.77.2.6 that is just a UDP socket of this test.
     let peer_ip = "127.77.2.6";
-    c.connect_qp(q.handle, QpType::RC, 0x99, peer_ip);
+    c.connect_qp(q.handle, QpType::Rc, 0x99, peer_ip);
     c.post_recv(
         q.rq.as_mut().unwrap(),
         5,
@@ -250,9 +250,9 @@ fn a_corrupted_packet_that_solves_for_an_id_is_not_delivered() {
     let m = c.reg_mr(pd, &mut buf, ALL).unwrap();
     let mut cq = c.create_cq(16, -1, 1).unwrap();
     let mut q = c
-        .create_qp(pd, cq.handle, cq.handle, QpType::RC, 8, None)
+        .create_qp(pd, cq.handle, cq.handle, QpType::Rc, 8, None)
         .unwrap();
-    c.connect_qp(q.handle, QpType::RC, 0x99, peer_ip);
+    c.connect_qp(q.handle, QpType::Rc, 0x99, peer_ip);
     for wr_id in [1, 2] {
         c.post_recv(
             q.rq.as_mut().unwrap(),
@@ -329,13 +329,13 @@ fn measure_udp_write() {
     let mut cqa = ca.create_cq(256, -1, 1).unwrap();
     let cqb = cb.create_cq(16, -1, 2).unwrap();
     let mut qa = ca
-        .create_qp(pda, cqa.handle, cqa.handle, QpType::RC, 64, None)
+        .create_qp(pda, cqa.handle, cqa.handle, QpType::Rc, 64, None)
         .unwrap();
     let qb = cb
-        .create_qp(pdb, cqb.handle, cqb.handle, QpType::RC, 16, None)
+        .create_qp(pdb, cqb.handle, cqb.handle, QpType::Rc, 16, None)
         .unwrap();
-    ca.connect_qp(qa.handle, QpType::RC, qb.qpn, "127.77.2.12");
-    cb.connect_qp(qb.handle, QpType::RC, qa.qpn, "127.77.2.11");
+    ca.connect_qp(qa.handle, QpType::Rc, qb.qpn, "127.77.2.12");
+    cb.connect_qp(qb.handle, QpType::Rc, qa.qpn, "127.77.2.11");
     let w = |i, len: u32| {
         (
             write_wqe(i, WrOpcode::RdmaWrite, ba, mb.rkey),

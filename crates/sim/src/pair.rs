@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use transport::wire::{Psn, Qpn, RocePacketRepr};
 use transport::{
-    bring_up, AccessFlags, Completion, Grh, Mtu, Qp, QpAttr, QpConfig, QpType, RecvQueue, RxMeta,
+    bring_up, AccessFlags, Completion, Grh, Mtu, Qp, QpAttr, QpConfig, RecvQueue, RxMeta, Service,
     Srq, Time,
 };
 
@@ -75,7 +75,7 @@ impl Pair {
     /// Two connected QPs of type `ty`, brought up to RTS with `attr` (path MTU `mtu`), the
     /// requester PSN of side `i` being `psn[i]`; `tweak` may adjust each side's config.
     pub fn new(
-        ty: QpType,
+        ty: Service,
         mtu: Mtu,
         attr: &QpAttr,
         psn: [u32; 2],
@@ -125,7 +125,7 @@ impl Pair {
     /// retry_cnt 7 (infinite, rxe), rnr_retry 7, both PSNs 0.
     pub fn rc() -> Pair {
         Pair::new(
-            QpType::Rc,
+            Service::Rc,
             Mtu::Mtu1024,
             &Pair::rc_attr(),
             [0, 0],

@@ -24,8 +24,8 @@ use std::net::Ipv4Addr;
 
 use transport::wire::{Psn, Qpn};
 use transport::{
-    bring_up, AccessFlags, Completion, Counters, LocalData, Mtu, QpAttr, QpConfig, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, SgeList, Time, WcOpcode, WcStatus, WrOpcode,
+    bring_up, AccessFlags, Completion, Counters, LocalData, Mtu, QpAttr, QpConfig, QpState, RecvWr,
+    SendFlags, SendWr, Service, Sge, SgeList, Time, WcOpcode, WcStatus, WrOpcode,
 };
 
 use crate::net::{LinkConfig, NetStats, Sim, Step};
@@ -357,7 +357,7 @@ impl Workload {
         }
         let qpns = [Qpn::new(0x11), Qpn::new(0x12)];
         for side in 0..2 {
-            let mut qc = QpConfig::new(qpns[side], QpType::Rc);
+            let mut qc = QpConfig::new(qpns[side], Service::Rc);
             qc.caps.max_send_wr = cfg.window + cfg.after_error_posts + 1;
             qc.caps.max_recv_wr = cfg.recv_depth;
             qc.caps.max_send_sge = 1;

@@ -6,8 +6,8 @@ use sim::pair::{Fate, Pair, BUF_VA, QPN};
 use sim::MrAccess;
 use transport::wire::{Opcode, Qkey, Qpn, RocePacketRepr};
 use transport::{
-    Completion, LocalData, Mtu, PostError, QpAttr, QpAttrMask, QpEvent, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, SgeList, Srq, UdDest, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Completion, LocalData, Mtu, PostError, QpAttr, QpAttrMask, QpEvent, QpState, RecvWr, SendFlags,
+    SendWr, Service, Sge, SgeList, Srq, UdDest, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -49,7 +49,7 @@ fn ud_send_grh_area_and_qkey() {
         qkey: Qkey(0x1234),
         ..Pair::rc_attr()
     };
-    let mut p = Pair::new(QpType::Ud, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});
+    let mut p = Pair::new(Service::Ud, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});
     let data = pattern(500, 1);
     p.fill(0, BUF_VA, &data);
     p.qps[1]
@@ -132,7 +132,7 @@ fn ud_send_grh_area_and_qkey() {
 #[test]
 fn uc_loss_drops_the_message_and_resyncs() {
     let mut p = Pair::new(
-        QpType::Uc,
+        Service::Uc,
         Mtu::Mtu1024,
         &Pair::rc_attr(),
         [0, 0],
@@ -239,7 +239,7 @@ fn send_with_invalidate() {
 #[test]
 fn srq_feeds_the_responder_and_is_not_flushed() {
     let mut p = Pair::new(
-        QpType::Rc,
+        Service::Rc,
         Mtu::Mtu1024,
         &Pair::rc_attr(),
         [0, 0],
@@ -387,7 +387,7 @@ fn fence_and_max_rd_atomic() {
         max_rd_atomic: 2,
         ..Pair::rc_attr()
     };
-    let mut p = Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});
+    let mut p = Pair::new(Service::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});
     for id in 0..4 {
         p.qps[0]
             .post_send(wr(&p, id, WrOpcode::RdmaRead, BUF_VA + id * 64, 64, BUF_VA))
@@ -420,7 +420,7 @@ fn segmentation_and_padding() {
         (Mtu::Mtu512, 512),
         (Mtu::Mtu2048, 2),
     ] {
-        let mut p = Pair::new(QpType::Rc, mtu, &Pair::rc_attr(), [0, 0], |_, _| {});
+        let mut p = Pair::new(Service::Rc, mtu, &Pair::rc_attr(), [0, 0], |_, _| {});
         let data = pattern(len as usize, 5);
         p.fill(0, BUF_VA, &data);
         p.qps[1]
@@ -462,7 +462,7 @@ fn a_turn_that_ends_mid_message_asks_for_an_ack() {
     // full) says so with request_ack_next: the packet it takes next carries AckReq, the
     // responder acknowledges what arrived, and later packets go back to the usual rule.
     let mut p = Pair::new(
-        QpType::Rc,
+        Service::Rc,
         Mtu::Mtu1024,
         &Pair::rc_attr(),
         [0, 0],

@@ -19,8 +19,8 @@ use sim::{LinkConfig, Sim};
 use transport::wire::cm::{CmaHdr, PortSpace, ServiceId, CMA_HDR_LEN};
 use transport::wire::{Lkey, Psn, Qpn};
 use transport::{
-    bring_up, AccessFlags, LocalData, Mtu, QpAttr, QpAttrMask, QpConfig, QpState, QpType, RecvWr,
-    SendWr, Sge, SgeList, Time, WcStatus, WrOpcode,
+    bring_up, AccessFlags, LocalData, Mtu, QpAttr, QpAttrMask, QpConfig, QpState, RecvWr, SendWr,
+    Service, Sge, SgeList, Time, WcStatus, WrOpcode,
 };
 
 const IPS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2)];
@@ -269,7 +269,7 @@ fn one_seed(seed: u64, link: LinkConfig, allow_unconfirmed: bool) -> (usize, usi
             MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE,
         );
         for k in 0..n {
-            sim.add_qp(ep, QpConfig::new(Qpn::new(qpn(ep, k)), QpType::Rc), 1 - ep);
+            sim.add_qp(ep, QpConfig::new(Qpn::new(qpn(ep, k)), Service::Rc), 1 - ep);
         }
     }
     let mut w = World {

@@ -7,8 +7,8 @@ use transport::wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, Msn, NakCode, Opcode, Psn, Qpn, RocePacketRepr, Syndrome,
 };
 use transport::{
-    local_ack_timeout_ns, rnr_timer_ns, Completion, LocalData, Mtu, QpAttr, QpState, QpType,
-    RecvWr, SendFlags, SendWr, Sge, SgeList, WcOpcode, WcStatus, WrOpcode,
+    local_ack_timeout_ns, rnr_timer_ns, Completion, LocalData, Mtu, QpAttr, QpState, RecvWr,
+    SendFlags, SendWr, Service, Sge, SgeList, WcOpcode, WcStatus, WrOpcode,
 };
 
 const MTU: usize = 1024;
@@ -68,7 +68,7 @@ fn finite_pair(retry_cnt: u8, rnr_retry: u8) -> Pair {
         rnr_retry,
         ..Pair::rc_attr()
     };
-    Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+    Pair::new(Service::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
         c.retry_cnt_7_infinite = false
     })
 }
@@ -215,7 +215,7 @@ fn ack_timer_only_pair(retry_cnt: u8, rnr_retry: u8, finite: bool) -> Pair {
         rnr_retry,
         ..Pair::rc_attr()
     };
-    Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+    Pair::new(Service::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
         c.retry_cnt_7_infinite = !finite;
         c.min_rto_ns = 0;
     })
@@ -506,7 +506,7 @@ fn unexpected_opcode() {
         qp_access_flags: transport::AccessFlags::REMOTE_READ,
         ..Pair::rc_attr()
     };
-    let mut p = Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});
+    let mut p = Pair::new(Service::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});
     p.qps[0]
         .post_send(rdma_wr(&p, 1, WrOpcode::RdmaWrite, BUF_VA, BUF_VA, 8))
         .unwrap();
@@ -520,7 +520,7 @@ fn partially_written_write_retried() {
     // is lost, packet 3 arrives out of sequence. The retry resumes at PSN 2 with
     // RDMA_WRITE_MIDDLE (no RETH): the placed half is not rewritten, the result is exact.
     let mut p = Pair::new(
-        QpType::Rc,
+        Service::Rc,
         Mtu::Mtu1024,
         &Pair::rc_attr(),
         [0, 0],
@@ -721,7 +721,7 @@ fn psn_wraparound_mid_message() {
     // Both requesters start 2 PSNs before 2^24: a 5-packet SEND, a 4-packet READ and a WRITE
     // cross the wrap, with a loss right at PSN 0.
     let mut p = Pair::new(
-        QpType::Rc,
+        Service::Rc,
         Mtu::Mtu1024,
         &Pair::rc_attr(),
         [0xFF_FFFE, 0xFF_FFFD],

@@ -13,7 +13,7 @@ use sim::net::Bottleneck;
 use sim::{LinkConfig, NetStats, Sim};
 use transport::wire::{Psn, Qpn};
 use transport::{
-    bring_up, AccessFlags, DcqcnParams, LocalData, Mtu, QpAttr, QpConfig, QpType, SendWr, Sge,
+    bring_up, AccessFlags, DcqcnParams, LocalData, Mtu, QpAttr, QpConfig, SendWr, Service, Sge,
     SgeList, Time, WcStatus, WrOpcode,
 };
 
@@ -126,11 +126,11 @@ fn run(sc: Scenario) -> Outcome {
             sim::MrAccess::LOCAL_WRITE | sim::MrAccess::REMOTE_READ,
         );
         let (sq, rq) = (Qpn::new(0x100 + i as u32), Qpn::new(0x200 + i as u32));
-        let mut cfg = QpConfig::new(sq, QpType::Rc);
+        let mut cfg = QpConfig::new(sq, Service::Rc);
         cfg.max_unacked_psns = WINDOW_PKTS;
         cfg.cc = cc.then_some(params);
         let sqi = sim.add_qp(ep, cfg, rx);
-        let mut rcfg = QpConfig::new(rq, QpType::Rc);
+        let mut rcfg = QpConfig::new(rq, Service::Rc);
         rcfg.cc = cc.then_some(params);
         let rqi = sim.add_qp(rx, rcfg, ep);
         bring_up(

@@ -8,7 +8,7 @@
 use sim::pair::{Fate, Pair, BUF_VA};
 use transport::wire::{AckKind, NakCode, Psn};
 use transport::{
-    local_ack_timeout_ns, LocalData, Mtu, QpAttr, QpState, QpType, SendWr, Sge, SgeList, WcStatus,
+    local_ack_timeout_ns, LocalData, Mtu, QpAttr, QpState, SendWr, Service, Sge, SgeList, WcStatus,
     WrOpcode,
 };
 
@@ -114,7 +114,7 @@ fn pair(retry_cnt: u8) -> Pair {
         retry_cnt,
         ..Pair::rc_attr()
     };
-    Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+    Pair::new(Service::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
         c.retry_cnt_7_infinite = false;
         c.min_rto_ns = 1_000_000;
         c.min_window = 2;
@@ -271,7 +271,7 @@ fn peer_gone_after_the_last_request(retry_cnt_7_infinite: bool) -> Pair {
         retry_cnt: 7,
         ..Pair::rc_attr()
     };
-    let mut p = Pair::new(QpType::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
+    let mut p = Pair::new(Service::Rc, Mtu::Mtu1024, &attr, [0, 0], |_, c| {
         c.retry_cnt_7_infinite = retry_cnt_7_infinite;
         c.min_rto_ns = 1_000_000;
         c.min_window = 2;

@@ -10,8 +10,8 @@ use sim::workload::{run, Op, WorkloadConfig};
 use sim::{LinkConfig, Sim, Step};
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::{
-    bring_up, LocalData, Mtu, QpAttr, QpConfig, QpType, RecvWr, SendWr, Sge, SgeList, Time, UdDest,
-    WcFlags, WcStatus, WrOpcode,
+    bring_up, LocalData, Mtu, QpAttr, QpConfig, RecvWr, SendWr, Service, Sge, SgeList, Time,
+    UdDest, WcFlags, WcStatus, WrOpcode,
 };
 
 #[test]
@@ -184,7 +184,7 @@ fn ud_over_real_frames_carries_the_ipv4_header() {
         sim.endpoints[ep]
             .mem
             .register(0x1000, 0x10000, sim::MrAccess::LOCAL_WRITE);
-        sim.add_qp(ep, QpConfig::new(Qpn::new(qpn), QpType::Ud), 1 - ep);
+        sim.add_qp(ep, QpConfig::new(Qpn::new(qpn), Service::Ud), 1 - ep);
         bring_up(
             sim.qp_mut(ep, 0),
             Qpn::new(0),

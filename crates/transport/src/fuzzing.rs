@@ -15,7 +15,7 @@ use wire::{Lkey, Psn, Qpn, Rkey, RocePacketRepr};
 
 use crate::{
     bring_up, AccessFlags, AtomicOp, LocalData, MemError, Memory, Mtu, Qp, QpAttr, QpConfig,
-    QpState, QpType, RecvWr, RemoteAccess, RxMeta, SendWr, Sge, SgeList, Time, WrOpcode,
+    QpState, RecvWr, RemoteAccess, RxMeta, SendWr, Service, Sge, SgeList, Time, WrOpcode,
 };
 
 /// Base address and size of the one valid region.
@@ -157,7 +157,7 @@ impl Subject {
     fn new(
         qpn: u32,
         peer: u32,
-        ty: QpType,
+        ty: Service,
         mtu: Mtu,
         cc: bool,
         xrc: Option<XrcRole>,
@@ -218,9 +218,9 @@ impl Subject {
         }
     }
 
-    fn post_sends(&mut self, ty: QpType) {
+    fn post_sends(&mut self, ty: Service) {
         let ops: &[WrOpcode] = match ty {
-            QpType::Rc => &[
+            Service::Rc => &[
                 WrOpcode::Send,
                 WrOpcode::RdmaWrite,
                 WrOpcode::RdmaRead,
@@ -229,21 +229,21 @@ impl Subject {
                 WrOpcode::SendWithImm,
                 WrOpcode::RdmaRead,
             ],
-            QpType::Uc => &[WrOpcode::Send, WrOpcode::RdmaWriteWithImm],
-            QpType::Ud => &[WrOpcode::Send, WrOpcode::SendWithImm],
+            Service::Uc => &[WrOpcode::Send, WrOpcode::RdmaWriteWithImm],
+            Service::Ud => &[WrOpcode::Send, WrOpcode::SendWithImm],
         };
         for (i, &op) in ops.iter().enumerate() {
             let mut wr = SendWr::new(i as u64, op);
             let len = match ty {
                 _ if op.is_atomic() => 8,
-                QpType::Ud => 100 + 50 * i as u32,
+                Service::Ud => 100 + 50 * i as u32,
                 _ => 300 + 700 * (i as u32 % 3),
             };
             wr.local = LocalData::Sges(sge(VA + (i as u64) * 0x100, len));
             wr.remote_addr = VA + 0x1000;
             wr.rkey = RKEY;
             wr.xrc_srqn = XRC_SRQN;
-            if ty == QpType::Ud {
+            if ty == Service::Ud {
                 wr.ud = Some(crate::UdDest {
                     ah: 0,
                     remote_qpn: Qpn::new(0x12),
@@ -295,7 +295,7 @@ impl Subject {
         }
         // RC: a refused remote access is a NAK and ERR (class C/J). UC drops the message
         // silently and stays up (docs/wire.md §5.4).
-        if self.mem.refused_remote > before && self.qp.qp_type() == QpType::Rc {
+        if self.mem.refused_remote > before && self.qp.service() == Service::Rc {
             assert_eq!(
                 self.qp.state(),
                 QpState::Err,
@@ -354,20 +354,20 @@ pub fn sample_requests(kind: u8) -> Vec<Vec<u8>> {
 
 /// (transport, path MTU, DCQCN, XRC, selective repeat) of a script kind: bit 3 turns
 /// selective repeat on at both ends (RC without XRC only).
-fn kind_of(kind: u8) -> (QpType, Mtu, bool, bool, bool) {
+fn kind_of(kind: u8) -> (Service, Mtu, bool, bool, bool) {
     let (ty, mtu, cc, xrc) = match kind % 8 {
-        0 => (QpType::Rc, Mtu::Mtu256, false, false),
-        1 => (QpType::Rc, Mtu::Mtu256, false, true),
-        2..=4 => (QpType::Rc, Mtu::Mtu256, true, false),
-        5 => (QpType::Rc, Mtu::Mtu1024, false, false),
-        6 => (QpType::Uc, Mtu::Mtu256, false, false),
-        _ => (QpType::Ud, Mtu::Mtu256, false, false),
+        0 => (Service::Rc, Mtu::Mtu256, false, false),
+        1 => (Service::Rc, Mtu::Mtu256, false, true),
+        2..=4 => (Service::Rc, Mtu::Mtu256, true, false),
+        5 => (Service::Rc, Mtu::Mtu1024, false, false),
+        6 => (Service::Uc, Mtu::Mtu256, false, false),
+        _ => (Service::Ud, Mtu::Mtu256, false, false),
     };
-    (ty, mtu, cc, xrc, kind & 8 != 0 && ty == QpType::Rc && !xrc)
+    (ty, mtu, cc, xrc, kind & 8 != 0 && ty == Service::Rc && !xrc)
 }
 
 /// The requester subject of a script (QPN 0x11 toward 0x12).
-fn requester(ty: QpType, mtu: Mtu, cc: bool, xrc: bool, sr: bool) -> Subject {
+fn requester(ty: Service, mtu: Mtu, cc: bool, xrc: bool, sr: bool) -> Subject {
     Subject::new(
         0x11,
         0x12,

@@ -81,7 +81,9 @@ pub use qp::{
     bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, RxMeta, Srq, Transmit, GRH_LEN,
     MAX_HEADER_LEN, MAX_MSG_LEN, MAX_RD_ATOMIC,
 };
-pub use state::{AccessFlags, ModifyError, Mtu, QpAttr, QpAttrMask, QpState, QpType, XrcRole};
+pub use state::{
+    AccessFlags, ModifyError, Mtu, QpAttr, QpAttrMask, QpState, QpType, Service, XrcRole,
+};
 pub use time::{local_ack_timeout_ns, rnr_timer_ns, Time};
 pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};
 pub use wr::{

@@ -6,21 +6,21 @@
 
 use wire::{bth, Opcode, RocePacketRepr};
 
-use crate::{QpType, WrOpcode};
+use crate::{Service, WrOpcode};
 
 /// The wire opcode of one request packet (rxe `next_opcode_rc/uc`, docs/wire.md §2.7).
 /// `first`/`last` say where the packet sits in its message.
-pub(crate) fn request_opcode(ty: QpType, op: WrOpcode, first: bool, last: bool) -> Opcode {
+pub(crate) fn request_opcode(ty: Service, op: WrOpcode, first: bool, last: bool) -> Opcode {
     use WrOpcode as W;
     match ty {
-        QpType::Ud => {
+        Service::Ud => {
             if op == W::SendWithImm {
                 Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
             } else {
                 Opcode::UD_SEND_ONLY
             }
         }
-        QpType::Rc => match (op, first, last) {
+        Service::Rc => match (op, first, last) {
             (W::RdmaRead, _, _) => Opcode::RC_RDMA_READ_REQUEST,
             (W::AtomicCmpAndSwp, _, _) => Opcode::RC_COMPARE_SWAP,
             (W::AtomicFetchAndAdd, _, _) => Opcode::RC_FETCH_ADD,
@@ -44,7 +44,7 @@ pub(crate) fn request_opcode(ty: QpType, op: WrOpcode, first: bool, last: bool) 
                 Opcode::RC_SEND_ONLY
             }
         },
-        QpType::Uc => match (op, first, last) {
+        Service::Uc => match (op, first, last) {
             (W::SendWithImm, true, true) => Opcode::UC_SEND_ONLY_WITH_IMMEDIATE,
             (_, true, true) if op.is_send() => Opcode::UC_SEND_ONLY,
             (_, true, false) if op.is_send() => Opcode::UC_SEND_FIRST,
@@ -106,7 +106,7 @@ mod tests {
     #[test]
     fn opcode_selection_matches_table_positions() {
         use WrOpcode as W;
-        for ty in [QpType::Rc, QpType::Uc] {
+        for ty in [Service::Rc, Service::Uc] {
             for op in [W::Send, W::SendWithImm, W::RdmaWrite, W::RdmaWriteWithImm] {
                 for (first, last) in [(true, true), (true, false), (false, false), (false, true)] {
                     let o = request_opcode(ty, op, first, last);
@@ -115,7 +115,7 @@ mod tests {
                     assert_eq!(info.position.is_last(), last, "{o}");
                     assert_eq!(info.headers.has_immdt(), op.has_imm() && last, "{o}");
                     assert_eq!(info.headers.has_reth(), op.is_write() && first, "{o}");
-                    let want = if ty == QpType::Rc {
+                    let want = if ty == Service::Rc {
                         wire::Transport::Rc
                     } else {
                         wire::Transport::Uc
@@ -124,10 +124,10 @@ mod tests {
                 }
             }
         }
-        let inv = request_opcode(QpType::Rc, W::SendWithInv, false, true);
+        let inv = request_opcode(Service::Rc, W::SendWithInv, false, true);
         assert!(inv.info().expect("known").headers.has_ieth());
         assert_eq!(
-            request_opcode(QpType::Ud, W::SendWithImm, true, true),
+            request_opcode(Service::Ud, W::SendWithImm, true, true),
             Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
         );
     }

@@ -51,7 +51,7 @@ use crate::mem::Memory;
 use crate::recovery::Recovery;
 use crate::requester::Requester;
 use crate::responder::Responder;
-use crate::state::{check_modify, Mtu, QpAttr, QpAttrMask, QpState, QpType};
+use crate::state::{check_modify, Mtu, QpAttr, QpAttrMask, QpState, Service};
 use crate::{
     Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode, WcStatus,
     WrOpcode,
@@ -104,7 +104,7 @@ pub struct QpConfig {
     /// This QP's number.
     pub qpn: Qpn,
     /// RC, UC or UD.
-    pub qp_type: QpType,
+    pub service: Service,
     /// Queue limits.
     pub caps: QpCaps,
     /// Receive WQEs come from a shared receive queue passed to
@@ -135,7 +135,7 @@ pub struct QpConfig {
     /// CE-marked packet makes it send its peer a CNP, at most one per
     /// `min_time_between_cnps_ns`). `None`: CNPs are counted and ignored, CE marks too.
     pub cc: Option<crate::dcqcn::DcqcnParams>,
-    /// An XRC QP (IBTA XRC annex) with `qp_type` RC: its requests use the XRC opcodes with an
+    /// An XRC QP (IBTA XRC annex), of service RC: its requests use the XRC opcodes with an
     /// XRCETH naming the responder's SRQ ([`SendWr::xrc_srqn`]), its responses the XRC
     /// opcodes, and it accepts only XRC packets. As a responder (an XRC target) the SRQ the
     /// XRCETH names is the one passed to [`Qp::handle_packet`]; `None` there means the
@@ -150,11 +150,11 @@ pub struct QpConfig {
 }
 
 impl QpConfig {
-    /// Defaults for a QP of `qp_type` numbered `qpn`.
-    pub fn new(qpn: Qpn, qp_type: QpType) -> QpConfig {
+    /// Defaults for a QP of transport service `service` numbered `qpn`.
+    pub fn new(qpn: Qpn, service: Service) -> QpConfig {
         QpConfig {
             qpn,
-            qp_type,
+            service,
             caps: QpCaps::default(),
             uses_srq: false,
             pkey: wire::bth::DEFAULT_PKEY,
@@ -462,8 +462,8 @@ impl Qp {
     }
 
     /// RC, UC or UD.
-    pub fn qp_type(&self) -> QpType {
-        self.cfg.qp_type
+    pub fn service(&self) -> Service {
+        self.cfg.service
     }
 
     /// Current state.
@@ -535,7 +535,7 @@ impl Qp {
         let cur = self.attr.qp_state;
         let next = match self.cfg.xrc {
             Some(role) => crate::state::check_modify_xrc(cur, role, attr, mask)?,
-            None => check_modify(cur, self.cfg.qp_type, attr, mask)?,
+            None => check_modify(cur, self.cfg.service, attr, mask)?,
         };
         if cur == QpState::Sqd && self.sq_busy() && !matches!(next, QpState::Err | QpState::Reset) {
             return Err(E::Busy);
@@ -654,7 +654,7 @@ impl Qp {
                 "selective repeat changes only in RESET or INIT",
             ));
         }
-        if on && (self.cfg.qp_type != QpType::Rc || self.cfg.xrc.is_some()) {
+        if on && (self.cfg.service != Service::Rc || self.cfg.xrc.is_some()) {
             return Err(crate::ModifyError::InvalidValue(
                 "selective repeat is for RC QPs that are not XRC",
             ));
@@ -681,7 +681,7 @@ impl Qp {
     /// `ibv_post_send` for one WR. Validation failures are returned (EINVAL/ENOMEM at the
     /// edge); in ERR (and SQE) the WR is accepted and completes with `WR_FLUSH_ERR`.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        let ty = self.cfg.qp_type;
+        let ty = self.cfg.service;
         let state = self.attr.qp_state;
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(PostError::InvalidState);
@@ -692,9 +692,9 @@ impl Qp {
         let op = wr.opcode;
         let op_ok = op.is_implemented()
             && match ty {
-                QpType::Rc => true,
+                Service::Rc => true,
                 // rxe: local operations on RC and UC QPs (`rxe_wr_opcode_info`).
-                QpType::Uc => matches!(
+                Service::Uc => matches!(
                     op,
                     WrOpcode::Send
                         | WrOpcode::SendWithImm
@@ -703,7 +703,7 @@ impl Qp {
                         | WrOpcode::LocalInv
                         | WrOpcode::BindMw
                 ),
-                QpType::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
+                Service::Ud => matches!(op, WrOpcode::Send | WrOpcode::SendWithImm),
             };
         if !op_ok {
             return Err(PostError::BadOpcode);
@@ -736,7 +736,7 @@ impl Qp {
         if op.is_atomic() && len != 8 {
             return Err(PostError::BadLength);
         }
-        if ty == QpType::Ud {
+        if ty == Service::Ud {
             if wr.ud.is_none() {
                 return Err(PostError::BadDestination);
             }
@@ -881,7 +881,7 @@ impl Qp {
             // Reaction point (docs/wire.md §11.3): a connected QP sending requests.
             let mtu = u64::from(self.mtu());
             if let Some(cc) = self.cc.as_mut() {
-                if self.cfg.qp_type != QpType::Ud
+                if self.cfg.service != Service::Ud
                     && matches!(self.attr.qp_state, QpState::Rts | QpState::Sqd)
                 {
                     // What the path delivers: the bytes in flight over the round trip.
@@ -904,11 +904,11 @@ impl Qp {
             self.counters.dropped_pkts += 1;
             return;
         }
-        let want = match self.cfg.qp_type {
-            QpType::Rc if self.cfg.xrc.is_some() => Transport::Xrc,
-            QpType::Rc => Transport::Rc,
-            QpType::Uc => Transport::Uc,
-            QpType::Ud => Transport::Ud,
+        let want = match self.cfg.service {
+            Service::Rc if self.cfg.xrc.is_some() => Transport::Xrc,
+            Service::Rc => Transport::Rc,
+            Service::Uc => Transport::Uc,
+            Service::Ud => Transport::Ud,
         };
         if info.transport != want {
             self.counters.dropped_pkts += 1;
@@ -929,7 +929,7 @@ impl Qp {
             self.counters.rcvd_pkts += 1;
             self.responder_handle(now, pkt, info, meta, mem, srq);
         } else {
-            if !matches!(state, QpState::Rts | QpState::Sqd) || self.cfg.qp_type != QpType::Rc {
+            if !matches!(state, QpState::Rts | QpState::Sqd) || self.cfg.service != Service::Rc {
                 self.counters.dropped_pkts += 1;
                 return;
             }
@@ -1010,7 +1010,7 @@ impl Qp {
         let Some(p) = self.cfg.cc else {
             return;
         };
-        if self.cfg.qp_type == QpType::Ud {
+        if self.cfg.service == Service::Ud {
             return;
         }
         if self.cnp_gate.allow(now, p.min_time_between_cnps_ns) {
@@ -1117,9 +1117,9 @@ impl Qp {
         if let Some(wqe) = self.sq.pop_front() {
             self.complete_send(&wqe, err.wc_status());
         }
-        match self.cfg.qp_type {
-            QpType::Rc => self.enter_error(true),
-            QpType::Uc | QpType::Ud => self.enter_sq_error(),
+        match self.cfg.service {
+            Service::Rc => self.enter_error(true),
+            Service::Uc | Service::Ud => self.enter_sq_error(),
         }
     }
 
@@ -1194,11 +1194,11 @@ pub fn bring_up(
     mtu: Mtu,
     attr_in: &QpAttr,
 ) -> Result<(), crate::ModifyError> {
-    let ty = qp.qp_type();
+    let ty = qp.service();
     let mut a = *attr_in;
     a.qp_state = QpState::Init;
     let init_mask = match ty {
-        QpType::Ud => {
+        Service::Ud => {
             QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY
         }
         _ => {
@@ -1211,7 +1211,7 @@ pub fn bring_up(
     a.dest_qp_num = dest_qpn;
     a.rq_psn = rq_psn;
     let rtr_mask = match ty {
-        QpType::Rc => {
+        Service::Rc => {
             QpAttrMask::STATE
                 | QpAttrMask::AV
                 | QpAttrMask::PATH_MTU
@@ -1220,24 +1220,24 @@ pub fn bring_up(
                 | QpAttrMask::MAX_DEST_RD_ATOMIC
                 | QpAttrMask::MIN_RNR_TIMER
         }
-        QpType::Uc => {
+        Service::Uc => {
             QpAttrMask::STATE
                 | QpAttrMask::AV
                 | QpAttrMask::PATH_MTU
                 | QpAttrMask::DEST_QPN
                 | QpAttrMask::RQ_PSN
         }
-        QpType::Ud => QpAttrMask::STATE,
+        Service::Ud => QpAttrMask::STATE,
     };
     qp.modify(&a, rtr_mask)?;
-    if ty == QpType::Ud {
+    if ty == Service::Ud {
         // UD has no PATH_MTU attribute in the table; the port MTU applies.
         qp.set_port_mtu(mtu);
     }
     a.qp_state = QpState::Rts;
     a.sq_psn = sq_psn;
     let rts_mask = match ty {
-        QpType::Rc => {
+        Service::Rc => {
             QpAttrMask::STATE
                 | QpAttrMask::TIMEOUT
                 | QpAttrMask::RETRY_CNT
@@ -1253,7 +1253,7 @@ pub fn bring_up(
 impl Qp {
     /// Set the MTU a UD QP uses (the port's active MTU; UD has no path MTU attribute).
     pub fn set_port_mtu(&mut self, mtu: Mtu) {
-        if self.cfg.qp_type == QpType::Ud {
+        if self.cfg.service == Service::Ud {
             self.attr.path_mtu = mtu;
         }
     }

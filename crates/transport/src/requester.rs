@@ -11,7 +11,7 @@ use crate::error::TransportError;
 use crate::mem::{for_each_piece, Memory};
 use crate::packet::{finish_in_place, header_len, request_opcode};
 use crate::qp::{Qp, Transmit};
-use crate::state::{QpState, QpType};
+use crate::state::{QpState, Service};
 use crate::time::{local_ack_timeout_ns, Time};
 use crate::{LocalData, SendFlags, WcStatus, WrOpcode};
 
@@ -97,7 +97,7 @@ impl Qp {
             if !matches!(state, QpState::Rts | QpState::Sqd) || self.rnr_until.is_some() {
                 return None;
             }
-            let ty = self.cfg.qp_type;
+            let ty = self.cfg.service;
             // DCQCN's pacer (docs/wire.md §11.3): while the rate is limited, a request
             // leaves no earlier than its schedule; `poll_timeout` then names that time.
             if let Some(cc) = self.cc.as_mut() {
@@ -110,7 +110,7 @@ impl Qp {
                 }
             }
             self.paced = false;
-            if self.rec.probe_one && ty == QpType::Rc {
+            if self.rec.probe_one && ty == Service::Rc {
                 if let Some(t) = self.send_probe(now, mem, buf) {
                     return Some(t);
                 }
@@ -148,7 +148,7 @@ impl Qp {
                 if wqe.wr.flags.contains(SendFlags::FENCE) && idx > 0 {
                     return None;
                 }
-                if ty == QpType::Rc && wqe.wr.opcode.is_read_or_atomic() {
+                if ty == Service::Rc && wqe.wr.opcode.is_read_or_atomic() {
                     if self.attr.max_rd_atomic == 0 {
                         // No initiator depth at all: this WQE can never be sent.
                         self.fail_at(idx, TransportError::LocalQpOperation);
@@ -161,7 +161,7 @@ impl Qp {
                 // End-to-end credits (docs/wire.md §4.2): a receive-consuming message waits
                 // while SSN > LSN, unless nothing is outstanding (then it probes; the
                 // responder answers RNR NAK if it really has no WQE).
-                if ty == QpType::Rc && wqe.wr.opcode.consumes_rwqe() {
+                if ty == Service::Rc && wqe.wr.opcode.consumes_rwqe() {
                     if let Some(lsn) = self.comp.lsn {
                         if self.req.next_ssn.diff(lsn) > 0 && idx > 0 {
                             return None;
@@ -169,7 +169,8 @@ impl Qp {
                     }
                 }
             }
-            if ty == QpType::Rc && self.req.next_psn.diff(self.comp.unacked) >= self.window() as i32
+            if ty == Service::Rc
+                && self.req.next_psn.diff(self.comp.unacked) >= self.window() as i32
             {
                 return None;
             }
@@ -227,7 +228,7 @@ impl Qp {
         buf: &mut [u8],
     ) -> Result<Transmit, BuildError> {
         let mtu = self.mtu();
-        let ty = self.cfg.qp_type;
+        let ty = self.cfg.service;
         let idx = self.req.cursor;
         let next_psn = self.req.next_psn;
         let wqe = self
@@ -238,7 +239,7 @@ impl Qp {
             (wqe.first_psn, wqe.last_psn)
         } else {
             let npkts = match ty {
-                QpType::Ud => 1,
+                Service::Ud => 1,
                 _ => wqe.npkts(mtu),
             };
             (next_psn, next_psn.add(npkts - 1))
@@ -315,7 +316,7 @@ impl Qp {
         if self.cc.as_ref().is_some_and(crate::Dcqcn::is_active) {
             every = every.min(PACED_ACK_EVERY);
         }
-        let ack_req = ty == QpType::Rc
+        let ack_req = ty == Service::Rc
             && (last
                 || fills_window
                 || self.req.ack_req_next
@@ -421,7 +422,7 @@ impl Qp {
             ack_req,
             last,
         } = sent;
-        let ty = self.cfg.qp_type;
+        let ty = self.cfg.service;
         let is_read = op == WrOpcode::RdmaRead;
         let Some(wqe) = self.sq.get_mut(idx) else {
             return Err(BuildError::Wqe(TransportError::Internal));
@@ -432,7 +433,7 @@ impl Qp {
             wqe.last_psn = last_psn;
             wqe.ssn = self.req.next_ssn;
             self.req.next_ssn = self.req.next_ssn.next();
-            if ty == QpType::Rc && op.is_read_or_atomic() {
+            if ty == Service::Rc && op.is_read_or_atomic() {
                 self.req.rd_atomic_outstanding += 1;
             }
             if is_read || op.is_write() {
@@ -443,7 +444,7 @@ impl Qp {
         if !fresh {
             self.counters.retransmissions += 1;
         }
-        if ty == QpType::Rc && ack_req {
+        if ty == Service::Rc && ack_req {
             // With selective repeat a packet sent behind a known hole is acknowledged when
             // the hole is repaired: not a sample of the path's round trip.
             let timed = fresh && !self.sr_hole_known();
@@ -457,7 +458,7 @@ impl Qp {
         if self.req.next_psn.is_after(self.req.sent_high) {
             self.req.sent_high = self.req.next_psn;
         }
-        if ty == QpType::Rc {
+        if ty == Service::Rc {
             self.rec.on_sent(self.req.next_psn);
         }
         self.req.ack_req_next = false;
@@ -468,19 +469,19 @@ impl Qp {
         };
         if last {
             match ty {
-                QpType::Rc => self.req.cursor += 1,
+                Service::Rc => self.req.cursor += 1,
                 // Unreliable: the WR is done once its last packet is on the wire.
-                QpType::Uc | QpType::Ud => {
+                Service::Uc | Service::Ud => {
                     if let Some(done) = self.sq.pop_front() {
                         self.complete_send(&done, WcStatus::Success);
                     }
                 }
             }
         }
-        if ty == QpType::Rc && self.retrans_deadline.is_none() {
+        if ty == Service::Rc && self.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
-        if ty == QpType::Rc && self.rec.probe_deadline.is_none() {
+        if ty == Service::Rc && self.rec.probe_deadline.is_none() {
             self.arm_probe(now);
         }
         Ok(())

@@ -14,7 +14,7 @@ use crate::packet::{finish_in_place, header_len, read_response_opcode};
 use std::collections::VecDeque;
 
 use crate::qp::{HeldRecv, Qp, RecvQueue, RxMeta, Transmit, MAX_MSG_LEN};
-use crate::state::{AccessFlags, QpState, QpType};
+use crate::state::{AccessFlags, QpState, Service};
 use crate::time::Time;
 use crate::{WcFlags, WcOpcode, WcStatus};
 
@@ -108,15 +108,15 @@ impl Qp {
         mem: &mut M,
         srq: Option<&mut dyn RecvQueue>,
     ) {
-        match self.cfg.qp_type {
-            QpType::Rc => {
+        match self.cfg.service {
+            Service::Rc => {
                 if self.sr_active() {
                     self.resp.sr_rx.tick(now);
                 }
                 self.rc_request(pkt, info, mem, srq)
             }
-            QpType::Uc => self.uc_request(pkt, info, mem, srq),
-            QpType::Ud => self.ud_request(pkt, meta, mem, srq),
+            Service::Uc => self.uc_request(pkt, info, mem, srq),
+            Service::Ud => self.ud_request(pkt, meta, mem, srq),
         }
     }
 

@@ -23,7 +23,7 @@ use wire::{NakCode, OpKind, Psn, RocePacketRepr, Syndrome};
 use crate::mem::Memory;
 use crate::qp::{Qp, RecvQueue};
 use crate::responder::Response;
-use crate::state::{QpState, QpType};
+use crate::state::{QpState, Service};
 use crate::time::Time;
 
 /// The responder keeps requests at most this many PSNs ahead of ePSN.
@@ -335,7 +335,7 @@ impl Qp {
     /// Selective repeat is on for this QP (RC, not XRC: an XRC target's SRQ is chosen per
     /// packet by the caller).
     pub(crate) fn sr_active(&self) -> bool {
-        self.cfg.selective_repeat && self.cfg.qp_type == QpType::Rc && self.cfg.xrc.is_none()
+        self.cfg.selective_repeat && self.cfg.service == Service::Rc && self.cfg.xrc.is_none()
     }
 
     fn sr_push_nak(&mut self, psn: Psn) {
@@ -630,7 +630,7 @@ mod tests {
 
     #[test]
     fn the_window_is_the_store_with_selective_repeat() {
-        let mut qp = Qp::new(crate::QpConfig::new(wire::Qpn::new(0x11), QpType::Rc));
+        let mut qp = Qp::new(crate::QpConfig::new(wire::Qpn::new(0x11), Service::Rc));
         assert_eq!(qp.window(), 128, "rxe's window without it");
         qp.set_selective_repeat(true).unwrap();
         assert_eq!(qp.window(), SR_WINDOW);

@@ -7,29 +7,43 @@
 
 use core::fmt;
 
-pub use abi::{AccessFlags, Mtu, QpAttrMask, QpState};
+pub use abi::{AccessFlags, Mtu, QpAttrMask, QpState, QpType};
 use wire::{Psn, Qkey, Qpn};
 
-/// `ibv_qp_type` values for the transports this crate implements.
+/// The transport service a QP runs (IBTA Vol 1 §9.8: reliable connected, unreliable
+/// connected, unreliable datagram) — what decides its opcodes, acknowledgements and
+/// retries. The verbs type of a QP is [`abi::QpType`]; [`Service::of`] is the one mapping
+/// (XRC initiators and targets run the RC service in an [`XrcRole`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum QpType {
+pub enum Service {
     /// Reliable connected.
-    Rc = 2,
+    Rc,
     /// Unreliable connected.
-    Uc = 3,
+    Uc,
     /// Unreliable datagram.
-    Ud = 4,
+    Ud,
 }
 
-impl QpType {
-    /// Decode an `ibv_qp_type` number (only RC, UC and UD are supported).
-    pub fn from_u8(v: u8) -> Option<QpType> {
-        match v {
-            2 => Some(QpType::Rc),
-            3 => Some(QpType::Uc),
-            4 => Some(QpType::Ud),
-            _ => None,
+impl Service {
+    /// The service and XRC role of a QP of verbs type `ty`; `None` for a type this crate
+    /// does not implement (RAW_PACKET).
+    pub const fn of(ty: QpType) -> Option<(Service, Option<XrcRole>)> {
+        match ty {
+            QpType::Rc => Some((Service::Rc, None)),
+            QpType::Uc => Some((Service::Uc, None)),
+            QpType::Ud => Some((Service::Ud, None)),
+            QpType::XrcSend => Some((Service::Rc, Some(XrcRole::Initiator))),
+            QpType::XrcRecv => Some((Service::Rc, Some(XrcRole::Target))),
+            QpType::RawPacket => None,
+        }
+    }
+
+    /// The verbs type of a QP of this service outside XRC.
+    pub const fn qp_type(self) -> QpType {
+        match self {
+            Service::Rc => QpType::Rc,
+            Service::Uc => QpType::Uc,
+            Service::Ud => QpType::Ud,
         }
     }
 }
@@ -169,9 +183,9 @@ const fn m(bits: &[QpAttrMask]) -> QpAttrMask {
 use QpAttrMask as A;
 
 /// The transition table (docs/wire.md §6.2, kernel `qp_state_table`). `None` = illegal.
-pub fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option<TransitionMasks> {
+pub fn transition_masks(from: QpState, to: QpState, ty: Service) -> Option<TransitionMasks> {
     use QpState::*;
-    use QpType::*;
+    use Service::*;
     let none = QpAttrMask::EMPTY;
     let t =
         |required: QpAttrMask, optional: QpAttrMask| Some(TransitionMasks { required, optional });
@@ -325,18 +339,18 @@ pub fn check_modify_xrc(
         (XrcRole::Target, QpState::Rtr, QpState::Rts) => {
             m(&[A::RETRY_CNT, A::RNR_RETRY, A::MAX_QP_RD_ATOMIC])
         }
-        _ => return check_modify(cur, QpType::Rc, attr, mask),
+        _ => return check_modify(cur, Service::Rc, attr, mask),
     };
     // Fill the relaxed bits in for RC's check: they are neither required nor refused.
     let filled = QpAttrMask(mask.0 | relaxed.0);
-    check_modify(cur, QpType::Rc, attr, filled)
+    check_modify(cur, Service::Rc, attr, filled)
 }
 
 /// `ib_modify_qp_is_ok`: check the mask for a modify from `cur` (the QP's actual state).
 /// Returns the target state on success. Value ranges are checked separately.
 pub fn check_modify(
     cur: QpState,
-    ty: QpType,
+    ty: Service,
     attr: &QpAttr,
     mask: QpAttrMask,
 ) -> Result<QpState, ModifyError> {
@@ -382,7 +396,7 @@ mod tests {
 
     #[test]
     fn listed_illegal_transitions() {
-        for ty in [QpType::Rc, QpType::Uc, QpType::Ud] {
+        for ty in [Service::Rc, Service::Uc, Service::Ud] {
             assert!(transition_masks(QpState::Reset, QpState::Err, ty).is_none());
             assert!(transition_masks(QpState::Reset, QpState::Rtr, ty).is_none());
             assert!(transition_masks(QpState::Init, QpState::Rts, ty).is_none());
@@ -410,17 +424,17 @@ mod tests {
             | QpAttrMask::MAX_DEST_RD_ATOMIC
             | QpAttrMask::MIN_RNR_TIMER;
         assert_eq!(
-            check_modify(QpState::Init, QpType::Rc, &attr, req),
+            check_modify(QpState::Init, Service::Rc, &attr, req),
             Ok(QpState::Rtr)
         );
         let short = QpAttrMask(req.0 & !QpAttrMask::MIN_RNR_TIMER.0);
         assert_eq!(
-            check_modify(QpState::Init, QpType::Rc, &attr, short),
+            check_modify(QpState::Init, Service::Rc, &attr, short),
             Err(ModifyError::MissingAttr(QpAttrMask::MIN_RNR_TIMER))
         );
         // UC does not take MAX_DEST_RD_ATOMIC.
         assert_eq!(
-            check_modify(QpState::Init, QpType::Uc, &attr, req),
+            check_modify(QpState::Init, Service::Uc, &attr, req),
             Err(ModifyError::UnexpectedAttr(
                 QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER
             ))
@@ -436,7 +450,7 @@ mod tests {
         };
         let mask = QpAttrMask::STATE | QpAttrMask::CUR_STATE;
         assert!(matches!(
-            check_modify(QpState::Init, QpType::Rc, &attr, mask),
+            check_modify(QpState::Init, Service::Rc, &attr, mask),
             Err(ModifyError::UnexpectedAttr(_))
         ));
         let attr = QpAttr {
@@ -445,7 +459,7 @@ mod tests {
             ..attr
         };
         assert_eq!(
-            check_modify(QpState::Rts, QpType::Rc, &attr, mask),
+            check_modify(QpState::Rts, Service::Rc, &attr, mask),
             Ok(QpState::Rts)
         );
         let wrong = QpAttr {
@@ -453,7 +467,7 @@ mod tests {
             ..attr
         };
         assert_eq!(
-            check_modify(QpState::Rts, QpType::Rc, &wrong, mask),
+            check_modify(QpState::Rts, Service::Rc, &wrong, mask),
             Err(ModifyError::CurStateMismatch)
         );
     }
@@ -463,12 +477,12 @@ mod tests {
         let attr = QpAttr::default();
         // RTS->RTS with MIN_RNR_TIMER is fine for RC, not for UC.
         assert_eq!(
-            check_modify(QpState::Rts, QpType::Rc, &attr, QpAttrMask::MIN_RNR_TIMER),
+            check_modify(QpState::Rts, Service::Rc, &attr, QpAttrMask::MIN_RNR_TIMER),
             Ok(QpState::Rts)
         );
-        assert!(check_modify(QpState::Rts, QpType::Uc, &attr, QpAttrMask::MIN_RNR_TIMER).is_err());
+        assert!(check_modify(QpState::Rts, Service::Uc, &attr, QpAttrMask::MIN_RNR_TIMER).is_err());
         // RTR->RTR is not in the table.
-        assert!(check_modify(QpState::Rtr, QpType::Rc, &attr, QpAttrMask::EMPTY).is_err());
+        assert!(check_modify(QpState::Rtr, Service::Rc, &attr, QpAttrMask::EMPTY).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use transport::wire::{Lkey, Psn, Qkey, Qpn, Rkey, RocePacketRepr};
 use transport::{
     bring_up, AccessFlags, AtomicOp, Completion, InlineData, LocalData, MemError, Memory, Mtu, Qp,
-    QpAttr, QpConfig, QpEvent, QpState, QpType, RecvWr, RemoteAccess, RxMeta, SendFlags, SendWr,
+    QpAttr, QpConfig, QpEvent, QpState, RecvWr, RemoteAccess, RxMeta, SendFlags, SendWr, Service,
     Sge, SgeList, Time, UdDest, WcOpcode, WcStatus, WrOpcode,
 };
 
@@ -72,7 +72,7 @@ struct End {
     mem: Mem,
 }
 
-fn pair(ty: QpType) -> (End, End) {
+fn pair(ty: Service) -> (End, End) {
     let mk = |qpn: u32| {
         let mut cfg = QpConfig::new(Qpn::new(qpn), ty);
         cfg.caps.max_send_wr = 16;
@@ -164,7 +164,7 @@ fn recv(q: &mut Qp, id: u64) {
 
 #[test]
 fn receive_completions_carry_the_solicited_event_bit() {
-    for ty in [QpType::Rc, QpType::Uc] {
+    for ty in [Service::Rc, Service::Uc] {
         let (mut a, mut b) = pair(ty);
         for id in 0..4 {
             recv(&mut b.qp, id);
@@ -219,7 +219,7 @@ fn receive_completions_carry_the_solicited_event_bit() {
 
 #[test]
 fn ud_receives_carry_the_solicited_event_bit() {
-    let (mut a, mut b) = pair(QpType::Ud);
+    let (mut a, mut b) = pair(Service::Ud);
     for id in 0..2 {
         recv(&mut b.qp, id);
     }
@@ -244,7 +244,7 @@ fn ud_receives_carry_the_solicited_event_bit() {
 
 #[test]
 fn query_reports_the_current_psns() {
-    let (mut a, mut b) = pair(QpType::Rc);
+    let (mut a, mut b) = pair(Service::Rc);
     assert_eq!(
         (a.qp.query().sq_psn, a.qp.query().rq_psn),
         (Psn::new(100), Psn::new(500))
@@ -269,7 +269,7 @@ fn query_reports_the_current_psns() {
 
 #[test]
 fn inline_data_travels_in_the_wr() {
-    let (mut a, mut b) = pair(QpType::Rc);
+    let (mut a, mut b) = pair(Service::Rc);
     recv(&mut b.qp, 0);
     let text = b"inline payload in a fixed array, longer than one 256-byte MTU? no: 66";
     let mut s = SendWr::new(9, WrOpcode::Send);
@@ -294,7 +294,7 @@ fn inline_data_travels_in_the_wr() {
 
 #[test]
 fn a_failed_send_joins_the_ordered_completion_stream() {
-    let (mut a, _b) = pair(QpType::Rc);
+    let (mut a, _b) = pair(Service::Rc);
     for id in 1..=2 {
         let mut w = SendWr::new(id, WrOpcode::RdmaWrite);
         w.local = sge(0, 8);

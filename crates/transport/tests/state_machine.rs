@@ -2,8 +2,8 @@
 
 use transport::wire::{Psn, Qkey, Qpn};
 use transport::{
-    AccessFlags, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrMask, QpConfig, QpState, QpType,
-    RecvWr, SendWr, WrOpcode,
+    AccessFlags, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrMask, QpConfig, QpState, RecvWr,
+    SendWr, Service, WrOpcode,
 };
 
 fn attr(state: QpState) -> QpAttr {
@@ -47,7 +47,7 @@ const RTS_RC: QpAttrMask = QpAttrMask(
 );
 
 fn rc() -> Qp {
-    Qp::new(QpConfig::new(Qpn::new(0x11), QpType::Rc))
+    Qp::new(QpConfig::new(Qpn::new(0x11), Service::Rc))
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn cur_state_rule_and_rts_options() {
 
 #[test]
 fn ud_masks_and_post_rules() {
-    let mut q = Qp::new(QpConfig::new(Qpn::new(0x33), QpType::Ud));
+    let mut q = Qp::new(QpConfig::new(Qpn::new(0x33), Service::Ud));
     assert!(
         q.modify(&attr(QpState::Init), INIT_RC).is_err(),
         "UD takes QKEY, not ACCESS_FLAGS"
@@ -200,7 +200,7 @@ fn ud_masks_and_post_rules() {
         Err(PostError::BadDestination)
     );
     // UC: no READ or atomics.
-    let mut u = Qp::new(QpConfig::new(Qpn::new(0x34), QpType::Uc));
+    let mut u = Qp::new(QpConfig::new(Qpn::new(0x34), Service::Uc));
     let rtr_uc = QpAttrMask::STATE
         | QpAttrMask::AV
         | QpAttrMask::PATH_MTU
@@ -226,7 +226,7 @@ fn ud_masks_and_post_rules() {
 
 #[test]
 fn queue_limits() {
-    let mut cfg = QpConfig::new(Qpn::new(0x11), QpType::Rc);
+    let mut cfg = QpConfig::new(Qpn::new(0x11), Service::Rc);
     cfg.caps.max_send_wr = 2;
     cfg.caps.max_recv_wr = 1;
     let mut q = Qp::new(cfg);

@@ -103,7 +103,7 @@ fn end_on(id: &RdmaCmId, size: usize) -> std::result::Result<End, String> {
         max_inline_data: 0,
     };
     let qp = id
-        .create_qp(&pd, &QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq, cap))
         .map_err(|e| e.to_string())?;
     let tx = pd
         .alloc_mr(size, AccessFlags::LOCAL_WRITE)

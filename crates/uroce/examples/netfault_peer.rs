@@ -414,7 +414,7 @@ fn setup(a: &Args, max_send_wr: u32, max_recv_wr: u32) -> Res<Setup> {
     let cq = ctx.create_cq(cqe, Some(&chan), 0).ctx("create_cq")?;
     let qp = pd
         .create_qp(&QpInitAttr::new(
-            QpType::RC,
+            QpType::Rc,
             &cq,
             QpCap {
                 max_send_wr,

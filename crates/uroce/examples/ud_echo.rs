@@ -136,7 +136,7 @@ fn serve(end: End, bufs: MrBuf, size: usize, count: u64) -> Result<()> {
 fn echo(size: usize, count: u64, pair: Option<&str>) -> Result<()> {
     let (da, db) = uroce::pair_devices(pair)?;
     let opts = PairOpts {
-        qp_type: QpType::UD,
+        qp_type: QpType::Ud,
         qkey: QKEY,
         ..PairOpts::default()
     };

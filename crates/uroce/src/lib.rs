@@ -13,7 +13,7 @@
 //! let mut buf = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
 //! buf[..5].copy_from_slice(b"hello");
 //! let cq = ctx.create_cq(16, None, 0)?;
-//! let qp = pd.create_qp(&QpInitAttr::new(QpType::RC, &cq, QpCap {
+//! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, QpCap {
 //!     max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64,
 //! }))?;
 //! # Ok::<(), uroce::Error>(())

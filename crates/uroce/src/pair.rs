@@ -54,7 +54,7 @@ pub struct PairOpts {
 impl Default for PairOpts {
     fn default() -> PairOpts {
         PairOpts {
-            qp_type: QpType::RC,
+            qp_type: QpType::Rc,
             cap: QpCap {
                 max_send_wr: 128,
                 max_recv_wr: 128,
@@ -115,7 +115,7 @@ pub fn connect_in(ctx_a: &Context, ctx_b: &Context, o: &PairOpts) -> Result<(End
         o.connect.sq_psn.wrapping_add(1000) & 0xff_ffff,
     );
     match o.qp_type {
-        QpType::UD => {
+        QpType::Ud => {
             ea.qp.ready_ud(o.connect.port, o.qkey, psn_a)?;
             eb.qp.ready_ud(o.connect.port, o.qkey, psn_b)?;
         }

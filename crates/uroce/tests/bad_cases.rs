@@ -167,7 +167,7 @@ fn posting_in_the_wrong_qp_state() {
         max_inline_data: 0,
     };
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap))
         .unwrap();
     let mr = pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let sge = [mr.sge(0, 8)];

@@ -40,7 +40,7 @@ fn side(d: &Device) -> Side {
         max_inline_data: 0,
     };
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap))
         .expect("qp");
     let gid = ctx.query_gid(1, 0).expect("gid");
     let dev = nic::device(d.name()).expect("the embedded device runs");

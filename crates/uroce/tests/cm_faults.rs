@@ -85,7 +85,7 @@ fn qp_on(id: &RdmaCmId) -> Res {
         max_inline_data: 0,
     };
     let qp = id
-        .create_qp(&pd, &QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq, cap))
         .expect("rdma_create_qp");
     Res { pd, cq, qp }
 }

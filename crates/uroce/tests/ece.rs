@@ -68,7 +68,7 @@ fn pd_cq(id: &RdmaCmId) -> (Pd, Cq) {
 fn qp_on(id: &RdmaCmId, ask: bool) -> Res {
     let (pd, cq) = pd_cq(id);
     let qp = id
-        .create_qp(&pd, &QpInitAttr::new(QpType::RC, &cq, CAP))
+        .create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq, CAP))
         .expect("rdma_create_qp");
     if ask {
         qp.set_ece(Ece::uroce(ECE_SELECTIVE_REPEAT))
@@ -207,7 +207,7 @@ fn connect_own_qp(port: u16) -> (bool, bool) {
     expect(&cchan, K::RouteResolved);
     let (cpd, ccq) = pd_cq(&client);
     let cqp = cpd
-        .create_qp(&QpInitAttr::new(QpType::RC, &ccq, CAP))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &ccq, CAP))
         .expect("own QP");
     assert_eq!(
         client

@@ -83,9 +83,9 @@ fn queues_of_a_parent_domain_live_in_its_allocators_buffers() {
         })
         .unwrap();
     let a = parent
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap()))
         .unwrap();
-    let mut bi = QpInitAttr::new(QpType::RC, &cq, cap());
+    let mut bi = QpInitAttr::new(QpType::Rc, &cq, cap());
     bi.srq = Some(&srq);
     let b = parent.create_qp(&bi).unwrap();
     {
@@ -155,7 +155,7 @@ fn an_allocator_may_leave_buffers_to_the_library() {
     let parent = pd.parent_domain(Some(alloc.clone()));
     let cq = ctx.create_cq(16, None, 0).unwrap();
     let qp = parent
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap()))
         .unwrap();
     assert_eq!(
         alloc.calls.load(Ordering::SeqCst),
@@ -170,7 +170,7 @@ fn an_allocator_may_leave_buffers_to_the_library() {
     // Without an allocator, a parent domain is its PD.
     let plain = pd.parent_domain(None);
     plain
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap()))
         .unwrap();
 }
 
@@ -181,7 +181,7 @@ fn wallclock_cqs_stamp_each_completion() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq_ex(16, None, 0, None, true).unwrap();
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap()))
         .unwrap();
     let gid = ctx.query_gid(1, 0).unwrap();
     let o = ConnectOpts {
@@ -218,7 +218,7 @@ fn wallclock_cqs_stamp_each_completion() {
     // A plain CQ's completions carry none.
     let plain = ctx.create_cq(4, None, 0).unwrap();
     let qp2 = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &plain, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &plain, cap()))
         .unwrap();
     qp2.connect(&qp2.endpoint(o.sq_psn, gid), &o).unwrap();
     qp2.post_send(&[SendWr::write(3, &[buf.sge(0, 8)], buf.addr() + 40, buf.rkey()).signaled()])

@@ -22,10 +22,10 @@ fn reset_drops_only_that_qps_completions_and_keeps_order() {
         max_inline_data: 0,
     };
     let q1 = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap))
         .unwrap();
     let q2 = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap))
         .unwrap();
     let mr = pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let sge = [mr.sge(0, 8)];

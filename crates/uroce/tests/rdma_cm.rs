@@ -44,7 +44,7 @@ struct Res {
 }
 
 fn qp_on(id: &RdmaCmId) -> Res {
-    qp_of(id, QpType::RC)
+    qp_of(id, QpType::Rc)
 }
 
 fn qp_of(id: &RdmaCmId, ty: QpType) -> Res {
@@ -177,7 +177,7 @@ fn rdma_cm_ud_sidr_resolve_send_reject() {
         expect(chan, K::AddrResolved);
         id.resolve_route().expect("resolve_route");
         expect(chan, K::RouteResolved);
-        let r = qp_of(&id, QpType::UD);
+        let r = qp_of(&id, QpType::Ud);
         (id, r)
     };
     let (client, c) = ud_client(&cchan, server);
@@ -200,7 +200,7 @@ fn rdma_cm_ud_sidr_resolve_send_reject() {
     assert_eq!(&req.param.private_data[..8], b"ud hello");
     let conn = req.id.clone();
     assert_eq!(conn.dst_addr().map(|a| a.ip()), Some(client_ip.ip()));
-    let s = qp_of(&conn, QpType::UD);
+    let s = qp_of(&conn, QpType::Ud);
     let len = 256usize;
     let sbuf = s.pd.alloc_mr(GRH_BYTES + len, ALL_ACCESS).expect("mr");
     s.qp.post_recv(&[RecvWr::new(1, &[sbuf.sge(0, (GRH_BYTES + len) as u32)])])

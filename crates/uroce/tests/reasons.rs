@@ -37,7 +37,7 @@ fn modify_qp_refusals_name_state_and_attribute() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, None, 0).unwrap();
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap()))
         .unwrap();
 
     // RESET -> INIT without PKEY_INDEX, PORT and ACCESS_FLAGS.
@@ -146,7 +146,7 @@ fn create_qp_over_the_device_limits() {
     let mut c = cap();
     c.max_send_wr = max_qp_wr + 1;
     let e = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, c))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, c))
         .map(|_| ())
         .unwrap_err();
     let (rule, text) = reason(&e, Errno::EINVAL);
@@ -163,7 +163,7 @@ fn create_qp_over_the_device_limits() {
 #[test]
 fn ud_send_with_an_ah_of_another_pd() {
     let o = PairOpts {
-        qp_type: QpType::UD,
+        qp_type: QpType::Ud,
         ..PairOpts::default()
     };
     let (a, b) = pair(Topo::SameDevice, &o);
@@ -194,7 +194,7 @@ fn local_refusals_have_no_device_reason() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, None, 0).unwrap();
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap()))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap()))
         .unwrap();
     let mr = pd.alloc_mr(64, ALL_ACCESS).unwrap();
     let sge = [mr.sge(0, 8)];

@@ -12,7 +12,7 @@ use uroce::*;
 
 topo_tests!(uc_send_and_write, |t| {
     let o = PairOpts {
-        qp_type: QpType::UC,
+        qp_type: QpType::Uc,
         ..PairOpts::default()
     };
     let (a, b) = pair(t, &o);
@@ -46,7 +46,7 @@ topo_tests!(uc_send_and_write, |t| {
 
 topo_tests!(ud_send_recv_with_grh, |t| {
     let o = PairOpts {
-        qp_type: QpType::UD,
+        qp_type: QpType::Ud,
         ..PairOpts::default()
     };
     let (a, b) = pair(t, &o);
@@ -156,9 +156,9 @@ topo_tests!(srq_feeds_two_qps, |t| {
     let mut qps = Vec::new();
     for _ in 0..2 {
         let qa = pa
-            .create_qp(&QpInitAttr::new(QpType::RC, &cqa, cap))
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cqa, cap))
             .unwrap();
-        let mut attr = QpInitAttr::new(QpType::RC, &cqb, cap);
+        let mut attr = QpInitAttr::new(QpType::Rc, &cqb, cap);
         attr.srq = Some(&srq);
         let qb = pb.create_qp(&attr).unwrap();
         let (ga, gb) = (
@@ -385,7 +385,7 @@ fn resize_cq_counts_sends_in_flight() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None, 0).unwrap();
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, PairOpts::default().cap))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, PairOpts::default().cap))
         .unwrap();
     let nobody = QpEndpoint {
         qpn: 0x77,

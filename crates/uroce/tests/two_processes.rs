@@ -36,7 +36,7 @@ fn side(name: &str, addr: &str) -> Side {
         max_inline_data: 0,
     };
     let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::RC, &cq, cap))
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, cap))
         .unwrap();
     Side { ctx, pd, cq, qp }
 }

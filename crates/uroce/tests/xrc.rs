@@ -55,7 +55,7 @@ fn side(dev: &Device, ctx: Option<&Context>) -> Side {
         max_inline_data: 0,
     };
     let ini = pd
-        .create_qp(&QpInitAttr::new(QpType::XRC_SEND, &cq, cap))
+        .create_qp(&QpInitAttr::new(QpType::XrcSend, &cq, cap))
         .unwrap();
     let gid = ctx.query_gid(1, 0).unwrap();
     Side {
@@ -106,8 +106,8 @@ fn mr(s: &Side, len: usize) -> MrBuf {
 
 topo_tests!(send_lands_in_the_named_srq_and_completes_on_its_cq, |t| {
     let (a, b) = xrc_pair(t);
-    assert_eq!(a.ini.qp_type(), QpType::XRC_SEND);
-    assert_eq!(b.tgt.qp_type(), QpType::XRC_RECV);
+    assert_eq!(a.ini.qp_type(), QpType::XrcSend);
+    assert_eq!(b.tgt.qp_type(), QpType::XrcRecv);
     assert!(b.tgt.pd().is_none() && b.tgt.xrcd().is_some());
     let mut dst = mr(&b, 2 * MSG);
     dst.fill(0);
@@ -404,7 +404,7 @@ fn domains_stay_while_used_and_files_share_them() {
     let tgt = x1.create_recv_qp().unwrap();
     let ini = pd
         .create_qp(&QpInitAttr::new(
-            QpType::XRC_SEND,
+            QpType::XrcSend,
             &cq,
             QpCap {
                 max_send_wr: 4,

@@ -131,7 +131,7 @@ impl CmConnect {
     /// READ/atomic each way, 7 retries, 7 RNR retries (infinite), MTU 1024, hop limit 64.
     pub fn new(qp: &Qp, peer: IpAddr, service_id: ServiceId, rq_psn: u32) -> CmConnect {
         CmConnect {
-            uc: qp.qp_type() == QpType::UC,
+            uc: qp.qp_type() == QpType::Uc,
             ..CmConnect::new_for_qpn(qp.qp_num(), peer, service_id, rq_psn)
         }
     }

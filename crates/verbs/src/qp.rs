@@ -365,7 +365,7 @@ struct RecvQueue {
 
 impl Pd {
     /// `ibv_create_qp`. The granted capacities are in [`Qp::cap`]. An XRC initiator
-    /// (`QpType::XRC_SEND`) has a send queue only: `recv_cq` and `srq` are ignored, and each
+    /// (`QpType::XrcSend`) has a send queue only: `recv_cq` and `srq` are ignored, and each
     /// send WR names the responder's XRC SRQ ([`SendWr::xrc_remote_srqn`]).
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
         Qp::create(&Spec {
@@ -395,7 +395,7 @@ impl crate::Xrcd {
             send_cq: None,
             recv_cq: None,
             srq: None,
-            qp_type: QpType::XRC_RECV,
+            qp_type: QpType::XrcRecv,
             cap: QpCap {
                 max_send_wr: 1,
                 max_recv_wr: 0,
@@ -432,8 +432,8 @@ impl Qp {
     fn create(spec: &Spec<'_>) -> Result<Qp> {
         const OP: &str = "create_qp";
         let ctx = spec.ctx;
-        let xrc_send = spec.qp_type == QpType::XRC_SEND;
-        let xrc_recv = spec.qp_type == QpType::XRC_RECV;
+        let xrc_send = spec.qp_type == QpType::XrcSend;
+        let xrc_recv = spec.qp_type == QpType::XrcRecv;
         // An XRC initiator has no receive side (the kernel ignores what is given for it).
         let (recv_cq, srq) = if xrc_send {
             (spec.send_cq, None)
@@ -472,7 +472,7 @@ impl Qp {
         }
         if !matches!(
             attr.qp_type,
-            QpType::RC | QpType::UC | QpType::UD | QpType::XRC_SEND | QpType::XRC_RECV
+            QpType::Rc | QpType::Uc | QpType::Ud | QpType::XrcSend | QpType::XrcRecv
         ) {
             return Err(Error::local(
                 OP,
@@ -509,7 +509,7 @@ impl Qp {
                 max_recv_sge: cap.max_recv_sge,
                 max_inline_data: cap.max_inline_data,
                 sq_sig_all: u8::from(attr.sq_sig_all),
-                qp_type: attr.qp_type.0 as u8,
+                qp_type: attr.qp_type.raw() as u8,
                 is_srq: u8::from(attr.srq.is_some()),
                 reserved: 0,
             },
@@ -601,7 +601,7 @@ impl Qp {
             destroyed: false,
             transient: Arc::new(AtomicU32::new(0)),
             ece: Mutex::new({
-                let rc = attr.qp_type == QpType::RC;
+                let rc = attr.qp_type == QpType::Rc;
                 let sr = |on: bool| if rc && on { ECE_SELECTIVE_REPEAT } else { 0 };
                 EceState {
                     offer: sr(attr.selective_repeat || sr_env()),
@@ -687,7 +687,7 @@ impl Qp {
 
     /// The ECE options this QP knows: selective repeat on an RC QP, none on others.
     fn ece_supported(&self) -> u32 {
-        if self.0.qp_type == QpType::RC {
+        if self.0.qp_type == QpType::Rc {
             UROCE_ECE_OPTIONS
         } else {
             0
@@ -855,7 +855,7 @@ impl Qp {
     /// RESET → INIT → RTR → RTS for an RC or UC QP talking to `remote`, as
     /// ibv_rc_pingpong does (UC ignores the READ/atomic and retry fields).
     pub fn connect(&self, remote: &QpEndpoint, o: &ConnectOpts) -> Result<()> {
-        let uc = self.0.qp_type == QpType::UC;
+        let uc = self.0.qp_type == QpType::Uc;
         let mut a = QpAttr {
             qp_state: QpState::Init,
             port_num: o.port,

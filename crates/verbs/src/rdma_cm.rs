@@ -796,7 +796,7 @@ impl RdmaCmId {
     /// RC/UC QP in INIT with every remote access right; a UD QP through INIT (Q_Key
     /// [`RDMA_UDP_QKEY`]) and RTR to RTS, ready to send (librdmacm's `ucma_init_ud_qp`).
     pub fn attach_qp(&self, qp: &Qp) -> Result<()> {
-        if qp.qp_type() == crate::QpType::UD {
+        if qp.qp_type() == crate::QpType::Ud {
             let a = QpAttr {
                 qp_state: QpState::Init,
                 port_num: 1,
@@ -954,7 +954,7 @@ impl RdmaCmId {
         let rep_ece = (st.remote_ece.vendor_id == crate::UROCE_ECE_VENDOR_ID).then_some(agreed);
         let qpn = match qp {
             Some(qp) => {
-                if qp.qp_type() == crate::QpType::RC {
+                if qp.qp_type() == crate::QpType::Rc {
                     qp.set_ece(Ece::uroce(agreed))?;
                 }
                 let remote = QpEndpoint {
@@ -1239,7 +1239,7 @@ impl RdmaCmId {
                 };
                 // ECE: what our REQ offered and the REP agreed to (docs/wire.md §5.6), set
                 // before the move to RTR.
-                let ece_set = if qp.qp_type() == crate::QpType::RC {
+                let ece_set = if qp.qp_type() == crate::QpType::Rc {
                     qp.set_ece(Ece::uroce(agreed_ece(offered, ece)))
                 } else {
                     Ok(())

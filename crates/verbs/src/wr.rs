@@ -376,14 +376,14 @@ pub(crate) fn send_wqe<'w>(
             data
         }
     };
-    if lim.qp_type == QpType::XRC_SEND {
+    if lim.qp_type == QpType::XrcSend {
         // The engine reads an XRC WQE's SRQ number from the UD destination QPN slot.
         if wr.xrc_remote_srqn > 0xff_ffff {
             return Err(bad(OP, "xrc_remote_srqn beyond 24 bits"));
         }
         hdr.remote_qpn = wr.xrc_remote_srqn;
     }
-    match (wr.remote, lim.qp_type == QpType::UD) {
+    match (wr.remote, lim.qp_type == QpType::Ud) {
         (
             Remote::Ud {
                 ah,

@@ -38,7 +38,7 @@ fn setup(parking: bool, sq_sig_all: bool) -> Setup {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None, 0).unwrap();
     let mut attr = QpInitAttr::new(
-        QpType::RC,
+        QpType::Rc,
         &cq,
         QpCap {
             max_send_wr: 16,
@@ -309,7 +309,7 @@ fn ring_full_is_enomem_at_the_overflowing_wr() {
     let cq = ctx.create_cq(64, None, 0).unwrap();
     let qp = pd
         .create_qp(&QpInitAttr::new(
-            QpType::RC,
+            QpType::Rc,
             &cq,
             QpCap {
                 max_send_wr: 4,
@@ -347,7 +347,7 @@ fn posting_in_the_wrong_state_is_einval() {
     let cq = ctx.create_cq(8, None, 0).unwrap();
     let qp = pd
         .create_qp(&QpInitAttr::new(
-            QpType::RC,
+            QpType::Rc,
             &cq,
             QpCap {
                 max_send_wr: 4,
@@ -437,7 +437,7 @@ fn event_mode_with_poll_epoll_style_and_async() {
     let pd = ctx.alloc_pd().unwrap();
     let qp = pd
         .create_qp(&QpInitAttr::new(
-            QpType::RC,
+            QpType::Rc,
             &cq,
             QpCap {
                 max_send_wr: 4,
@@ -549,7 +549,7 @@ fn srq_posts_into_its_ring() {
         .unwrap();
     let cq = ctx.create_cq(8, None, 0).unwrap();
     let mut attr = QpInitAttr::new(
-        QpType::RC,
+        QpType::Rc,
         &cq,
         QpCap {
             max_send_wr: 4,

@@ -220,7 +220,7 @@ impl Comm {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let mut init = QpInitAttr::new(QpType::RC, &scq, cap);
+        let mut init = QpInitAttr::new(QpType::Rc, &scq, cap);
         init.recv_cq = &rcq;
         let qp = id.create_qp(&pd, &init).context("Couldn't create QP")?;
         let buf = pd

@@ -260,9 +260,9 @@ impl Side {
         };
         let ud = p.cfg.connection == Connection::Ud;
         let qp_type = match p.cfg.connection {
-            Connection::Rc => QpType::RC,
-            Connection::Uc => QpType::UC,
-            Connection::Ud => QpType::UD,
+            Connection::Rc => QpType::Rc,
+            Connection::Uc => QpType::Uc,
+            Connection::Ud => QpType::Ud,
         };
         let cycle_buffer = u64::try_from(n.cycle_buffer.max(64)).unwrap_or(4096);
         let cache_line = u64::try_from(n.cache_line.max(8)).unwrap_or(64);
@@ -356,7 +356,7 @@ impl Side {
             rx_posted: vec![0; q],
             rx_slots: 1,
             rx_size: 0,
-            selective_repeat: n.selective_repeat && qp_type == QpType::RC,
+            selective_repeat: n.selective_repeat && qp_type == QpType::Rc,
             qp_type,
             qp_cap: cap,
             access,
@@ -397,7 +397,7 @@ impl Side {
                 .context("Failed to create QP on the rdma_cm ID")?,
             None => {
                 let qp = res.pd.create_qp(&init).context("Couldn't create QP")?;
-                if res.qp_type == QpType::UD {
+                if res.qp_type == QpType::Ud {
                     qp.ready_ud(p.ib_port, QKEY, psn)
                         .context("Failed to modify UD QP to RTS")?;
                 } else {

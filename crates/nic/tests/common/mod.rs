@@ -264,7 +264,7 @@ impl Client {
                 max_recv_sge: if srq.is_some() { 0 } else { 4 },
                 max_inline_data: 64,
                 sq_sig_all: 0,
-                qp_type: qp_type.0 as u8,
+                qp_type: qp_type.raw() as u8,
                 is_srq: u8::from(srq.is_some()),
                 reserved: 0,
             },
@@ -385,7 +385,7 @@ impl Client {
             | abi::AccessFlags::REMOTE_WRITE.0
             | abi::AccessFlags::REMOTE_READ.0
             | abi::AccessFlags::REMOTE_ATOMIC.0;
-        let rc = ty == abi::QpType::RC;
+        let rc = ty == abi::QpType::Rc;
         for (state, mask) in init_rtr_rts(ty) {
             let mut m = ModifyQp {
                 qp_handle: qp,
@@ -489,7 +489,7 @@ impl Drop for Client {
 }
 
 pub fn init_rtr_rts(ty: abi::QpType) -> Vec<(u32, u32)> {
-    let ty = transport::QpType::from_u8(ty.0 as u8).expect("an RC, UC or UD QP");
+    let (ty, _) = transport::Service::of(ty).expect("an RC, UC or UD QP");
     nic::simhost::rts_steps(ty)
         .iter()
         .map(|&(state, mask)| (u32::from(state), mask))
