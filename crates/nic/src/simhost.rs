@@ -606,17 +606,19 @@ impl Host {
         depth: u32,
         srq: Option<Srq>,
     ) -> Result<Qp, Refused> {
-        self.create_qp_of(id, send_cq, recv_cq, depth, srq, abi::QpType::Rc)
+        self.create_qp(id, abi::QpType::Rc, send_cq, recv_cq, depth, srq)
     }
 
-    fn create_qp_of(
+    /// A QP of type `ty` (RC, UC or UD) on device `id` with `depth` send and receive WRs
+    /// (4 SGEs, 64 inline bytes), its receives taken from `srq` if given; in RESET.
+    pub fn create_qp(
         &mut self,
         id: DevId,
+        ty: abi::QpType,
         send_cq: &Cq,
         recv_cq: &Cq,
         depth: u32,
         srq: Option<Srq>,
-        ty: abi::QpType,
     ) -> Result<Qp, Refused> {
         let sq = RingLayout::for_depth(depth, send_wqe_size(4, 64).unwrap_or(512))
             .map_err(|e| Refused(e.errno()))?;
@@ -669,7 +671,7 @@ impl Host {
         depth: u32,
         qkey: u32,
     ) -> Result<Qp, Refused> {
-        let qp = self.create_qp_of(id, cq, cq, depth, None, abi::QpType::Ud)?;
+        let qp = self.create_qp(id, abi::QpType::Ud, cq, cq, depth, None)?;
         for (state, mask) in rts_steps(transport::Service::Ud) {
             self.command(
                 id,
@@ -754,8 +756,23 @@ impl Host {
         dest_qpn: u32,
         o: RcOpts,
     ) -> Result<(), Refused> {
+        self.connect_with(id, qp, transport::Service::Rc, dest, dest_qpn, o)
+    }
+
+    /// Move connected QP `qp` (of service RC or UC) of device `id` through INIT and RTR to
+    /// RTS toward `dest_qpn` on device `dest`, with the attributes its transitions take
+    /// from `o` (a UC QP takes no timers, retry counts or READ/atomic depths).
+    pub fn connect_with(
+        &mut self,
+        id: DevId,
+        qp: Qp,
+        service: transport::Service,
+        dest: DevId,
+        dest_qpn: u32,
+        o: RcOpts,
+    ) -> Result<(), Refused> {
         let gid = self.dev(dest).addr.to_ipv6_mapped().octets();
-        for (state, mask) in rts_steps(transport::Service::Rc) {
+        for (state, mask) in rts_steps(service) {
             let mut q = ModifyQp {
                 qp_handle: qp.handle,
                 attr_mask: mask,
