@@ -343,6 +343,16 @@ pub struct Host {
     port_free: u64,
 }
 
+/// The wire's xorshift64 state for `seed`: SplitMix64's finaliser, so that neighbouring
+/// seeds give unrelated draws (and never the all-zero state xorshift cannot leave).
+fn rng_state(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z.max(1)
+}
+
 /// A command the device refused, with its errno.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refused(pub Errno);
@@ -354,7 +364,7 @@ impl Host {
             clock: Arc::new(AtomicU64::new(1)),
             devs: Vec::new(),
             wire: VecDeque::new(),
-            rng: seed | 1,
+            rng: rng_state(seed),
             delay_ns: 5_000,
             loss: 0.0,
             dup: 0.0,
