@@ -52,8 +52,7 @@ fn hostile_runs_pass_with_selective_repeat_over_op_mixes() {
 
 #[test]
 fn selective_repeat_resends_fewer_packets_than_go_back_n() {
-    // perftest's defaults (64 KiB messages, path MTU 1024; 64 outstanding, the most the
-    // workload keeps, against perftest's 128) one way over
+    // perftest's defaults (64 KiB messages, 128 outstanding, path MTU 1024) one way over
     // the netfault "hostile" profile: 5 % loss, 2 % duplication, 25 % reordering, 1 %
     // corruption. Go-back-N resends everything after each hole; selective repeat only the
     // holes.
@@ -67,7 +66,7 @@ fn selective_repeat_resends_fewer_packets_than_go_back_n() {
             messages: 128,
             size_min: 65536,
             size_max: 65536,
-            window: 64,
+            window: 128,
             ops,
             loss: 0.05,
             dup: 0.02,

@@ -58,8 +58,10 @@ pub struct RunConfig {
     pub corrupt: f64,
     /// One-way delay (ns).
     pub delay_ns: u64,
-    /// Work requests outstanding at once (at most 64).
+    /// Work requests outstanding at once (at most 128, perftest's default depth).
     pub window: u32,
+    /// Each device's link rate (Mbit/s; `None`: no serialisation delay).
+    pub link_mbps: Option<u64>,
     /// Cut the wire for good at this virtual time (ns).
     pub partition_at_ns: Option<u64>,
     /// Transport retry count (IBTA: 0–7).
@@ -103,6 +105,7 @@ impl Default for RunConfig {
             corrupt: 0.0,
             delay_ns: 1_000,
             window: 32,
+            link_mbps: None,
             partition_at_ns: None,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -149,6 +152,8 @@ pub struct RunReport {
     pub details: Vec<String>,
     /// Virtual time at the end (ns).
     pub virtual_time_ns: u64,
+    /// Each device's port counters at the end (A's first).
+    pub counters: Vec<crate::PortCounters>,
 }
 
 impl RunReport {
@@ -281,7 +286,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         seed: cfg.seed,
         ..RunReport::default()
     };
-    let w = u64::from(cfg.window.clamp(1, 64));
+    let w = u64::from(cfg.window.clamp(1, 128));
     let slot = u64::from(cfg.size_max.max(8)).next_multiple_of(4096);
     let recvs = match cfg.recv_depth {
         0 => 2 * w,
@@ -307,6 +312,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
     let mut h = Host::new(cfg.seed);
     h.window = (lay.len as usize + (1 << 20)).next_multiple_of(1 << 20);
     h.delay_ns = cfg.delay_ns;
+    h.link_mbps = cfg.link_mbps;
     h.loss = cfg.loss;
     h.dup = cfg.dup;
     h.reorder = cfg.reorder;
@@ -546,6 +552,7 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         r.timeouts += pc.transport.local_ack_timeouts;
         r.rnr_naks += pc.transport.rcvd_rnr_err;
         r.icrc_errors += pc.engine.rcvd_icrc_err;
+        r.counters.push(pc);
     }
     r.virtual_time_ns = h.now();
     r
