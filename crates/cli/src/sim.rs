@@ -359,7 +359,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
         timeout: w.timeout,
         rnr_retry: w.rnr_retry,
         path_mtu: w.mtu as u8,
-        selective_repeat: w.selective_repeat[0],
+        selective_repeat: w.selective_repeat,
         recv_depth: w.recv_depth,
         recv_delay_ns: w.recv_delay_ns,
         two_way: w.bidirectional,

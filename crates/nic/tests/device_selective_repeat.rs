@@ -1,7 +1,8 @@
 //! Selective repeat (docs/wire.md §5.6) on real device datapaths (`nic::simhost::workload`,
 //! virtual time): with it agreed at both ends, hostile wires still deliver every message
 //! once, in order and intact, and a perftest-like stream resends far fewer packets than
-//! go-back-N on the same seed.
+//! go-back-N on the same seed; forced on one end only (negotiation never does that) the
+//! transfer is still correct.
 
 use nic::simhost::workload::{run, RunConfig, RunReport};
 
@@ -40,7 +41,7 @@ fn hostile_runs_pass_with_selective_repeat_over_op_mixes() {
                 dup: 0.05,
                 reorder: 0.1,
                 corrupt: 0.01,
-                selective_repeat: true,
+                selective_repeat: [true; 2],
                 ..RunConfig::default()
             });
             assert_clean(&r, &format!("seed {seed} ops {ops:?}"), 400);
@@ -72,7 +73,7 @@ fn selective_repeat_resends_fewer_packets_than_go_back_n() {
             dup: 0.02,
             reorder: 0.25,
             corrupt: 0.01,
-            selective_repeat: sr,
+            selective_repeat: [sr; 2],
             ..RunConfig::default()
         };
         let gbn = run(&cfg(false));
@@ -93,5 +94,30 @@ fn selective_repeat_resends_fewer_packets_than_go_back_n() {
             sr.retransmissions,
             gbn.retransmissions
         );
+    }
+}
+
+#[test]
+fn selective_repeat_forced_on_one_end_only_is_still_correct() {
+    // A requester that resends single packets facing a go-back-N responder, and the
+    // reverse: whatever one end assumes, the other's rules keep the data right.
+    for sr in [[true, false], [false, true]] {
+        for ops in [[true, true, true, true], [false, true, false, false]] {
+            let r = run(&RunConfig {
+                seed: 31,
+                messages: 400,
+                size_max: 16384,
+                window: 16,
+                ops,
+                loss: 0.1,
+                dup: 0.05,
+                reorder: 0.1,
+                corrupt: 0.01,
+                selective_repeat: sr,
+                two_way: true,
+                ..RunConfig::default()
+            });
+            assert_clean(&r, &format!("{sr:?} {ops:?}"), 400);
+        }
     }
 }

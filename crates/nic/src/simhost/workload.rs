@@ -71,8 +71,10 @@ pub struct RunConfig {
     pub rnr_retry: u8,
     /// Path MTU as an `ibv_mtu` code (1 = 256 … 5 = 4096).
     pub path_mtu: u8,
-    /// Selective repeat instead of go-back-N on both ends.
-    pub selective_repeat: bool,
+    /// Selective repeat instead of go-back-N, per end (A's, B's): on both is what the CM's
+    /// negotiation agrees to; on one end only it never does, and the transfer must still
+    /// be correct.
+    pub selective_repeat: [bool; 2],
     /// Receives B keeps posted (0: twice the window).
     pub recv_depth: u32,
     /// B re-posts a consumed receive this long after its completion (0: at once); with a
@@ -110,7 +112,7 @@ impl Default for RunConfig {
             retry_cnt: 7,
             rnr_retry: 7,
             path_mtu: 3,
-            selective_repeat: false,
+            selective_repeat: [false; 2],
             recv_depth: 0,
             recv_delay_ns: 0,
             timeout: 8,
@@ -323,8 +325,11 @@ pub fn run(cfg: &RunConfig) -> RunReport {
         retry_cnt: cfg.retry_cnt,
         rnr_retry: cfg.rnr_retry,
         path_mtu: cfg.path_mtu,
-        selective_repeat: cfg.selective_repeat,
         ..RcOpts::default()
+    };
+    let opts_of = |end: usize| RcOpts {
+        selective_repeat: cfg.selective_repeat[end],
+        ..opts
     };
     let setup = (|| {
         let mut ends = Vec::new();
@@ -343,8 +348,8 @@ pub fn run(cfg: &RunConfig) -> RunReport {
             });
         }
         let (a, b) = (&ends[0], &ends[1]);
-        h.connect_rc_with(a.dev, a.qp, b.dev, b.qp.qpn, opts)?;
-        h.connect_rc_with(b.dev, b.qp, a.dev, a.qp.qpn, opts)?;
+        h.connect_rc_with(a.dev, a.qp, b.dev, b.qp.qpn, opts_of(0))?;
+        h.connect_rc_with(b.dev, b.qp, a.dev, a.qp.qpn, opts_of(1))?;
         Ok::<_, super::Refused>(ends)
     })();
     let mut ends = match setup {
