@@ -134,7 +134,10 @@ impl Recovery {
                 self.cwnd += step;
                 n -= step;
             } else {
-                let need = self.cwnd - self.ca_acked;
+                // The window may have shrunk under what was counted toward its growth
+                // (a timeout inside a loss episode, a smaller limit): then the next
+                // acknowledged packet completes the round.
+                let need = self.cwnd.saturating_sub(self.ca_acked).max(1);
                 if n >= need {
                     n -= need;
                     self.ca_acked = 0;
@@ -181,6 +184,7 @@ impl Recovery {
         }
         if timeout {
             self.cwnd = LOSS_WINDOW;
+            self.ca_acked = 0;
         } else if !in_episode {
             self.cwnd = self.ssthresh;
         }
@@ -350,6 +354,39 @@ mod tests {
         r.set_max(8);
         assert_eq!(r.cwnd, cut.min(8));
         assert!(r.ssthresh <= 8);
+    }
+
+    #[test]
+    fn a_timeout_inside_a_loss_episode_restarts_the_growth_count() {
+        // A NAK with 20 packets in flight cuts the window to 10 and opens an episode that
+        // lasts until PSN 1000 is acknowledged. Partial ACKs grow it to 12 with 11 packets
+        // counted toward the next step; a timeout in the same episode drops it to one
+        // packet, and the count must restart with it: slow start back to the threshold
+        // (10), then one packet per window — the stale count of 11 underflowed there.
+        let mut r = Recovery::new(MAX);
+        r.on_loss(20, Psn::new(1000), false, FLOOR);
+        assert_eq!((r.cwnd, r.ssthresh), (10, 10));
+        r.on_ack(10, Psn::new(10), MAX);
+        r.on_ack(11, Psn::new(21), MAX);
+        r.on_ack(11, Psn::new(32), MAX);
+        assert_eq!((r.cwnd, r.ca_acked), (12, 11));
+        r.on_loss(12, Psn::new(1000), true, FLOOR);
+        assert_eq!((r.cwnd, r.ca_acked), (LOSS_WINDOW, 0));
+        r.on_ack(9, Psn::new(41), MAX);
+        assert_eq!((r.cwnd, r.ca_acked), (10, 0));
+        r.on_ack(10, Psn::new(51), MAX);
+        assert_eq!((r.cwnd, r.ca_acked), (11, 0));
+    }
+
+    #[test]
+    fn a_growth_count_above_the_window_completes_the_round() {
+        // However the count came to exceed the window, the next acknowledged packet grows
+        // the window by one and restarts the count.
+        let mut r = Recovery::new(MAX);
+        r.on_loss(16, Psn::new(16), false, FLOOR);
+        (r.cwnd, r.ssthresh, r.ca_acked) = (8, 8, 20);
+        r.on_ack(1, Psn::new(17), MAX);
+        assert_eq!((r.cwnd, r.ca_acked), (9, 0));
     }
 
     #[test]
