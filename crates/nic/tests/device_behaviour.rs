@@ -324,3 +324,38 @@ fn inline_data_is_taken_at_post_time_and_bounded_by_max_inline_data() {
         "only the first SEND"
     );
 }
+
+#[test]
+fn a_send_with_invalidate_naming_a_key_that_may_not_be_invalidated_fails_both_ends() {
+    // SEND WITH INVALIDATE may name only a memory window's R_Key (IBTA Vol 1 §10.6.7.2.3):
+    // naming an ordinary MR's is an invalid request — B's receive completes in error, B
+    // NAKs Invalid Request, A's SEND completes with REM_INV_REQ_ERR — and the MR is not
+    // invalidated: a WRITE over a new connection still lands in it.
+    let mut p = pair(QpType::Rc, |_, _| Fate::Deliver);
+    p.h.post_recv(p.b, p.qb, &[(1, sge(&p.mb, 0, 64))]).unwrap();
+    let mut w = send_wr(1, WrOpcode::SendWithInv, SIGNALED);
+    w.ex = p.mb.rkey;
+    p.h.post_send(p.a, p.qa, &[(w, vec![sge(&p.ma, 0, 16)])])
+        .unwrap();
+    let bad = WcStatus::RemInvReqErr.raw();
+    assert_eq!(statuses(&completions(&mut p.h, &mut p.cqa, 1)), [(1, bad)]);
+    assert_eq!(statuses(&completions(&mut p.h, &mut p.cqb, 1)), [(1, bad)]);
+    assert_eq!(p.h.port_counters(p.a).transport.rcvd_nak_invalid_request, 1);
+    let qa = p.h.create_rc_qp(p.a, &p.cqa, &p.cqa, 8).unwrap();
+    let qb = p.h.create_rc_qp(p.b, &p.cqb, &p.cqb, 8).unwrap();
+    p.h.connect_rc(p.a, qa, p.b, qb.qpn, 8, 7).unwrap();
+    p.h.connect_rc(p.b, qb, p.a, qa.qpn, 8, 7).unwrap();
+    p.h.write(p.a, p.ma.addr, b"still valid");
+    let wr = rdma_wr(
+        2,
+        WrOpcode::RdmaWrite,
+        SIGNALED,
+        p.mb.addr + 0x100,
+        p.mb.rkey,
+    );
+    p.h.post_send(p.a, qa, &[(wr, vec![sge(&p.ma, 0, 11)])])
+        .unwrap();
+    let ok = WcStatus::Success.raw();
+    assert_eq!(statuses(&completions(&mut p.h, &mut p.cqa, 1)), [(2, ok)]);
+    assert_eq!(p.h.read(p.b, p.mb.addr + 0x100, 11), b"still valid");
+}
