@@ -1140,3 +1140,138 @@ fn a_counting_senders_identification_may_run_through_zero_and_jump_after_idling(
     assert_eq!(p.h.port_counters(p.b).engine.rcvd_icrc_err, 1);
     assert!(p.h.port_counters(p.a).transport.retransmissions >= 1);
 }
+
+/// The longest run of consecutive datagrams A sent in `log` after position `from`.
+fn longest_burst_from_a(log: &[Seen], from: usize) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for s in &log[from..] {
+        run = if s.from_a { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
+}
+
+#[test]
+fn a_late_ack_after_a_timeout_shows_it_spurious_and_gives_the_window_back() {
+    // Every packet of a 32-packet WRITE arrives, but B's acknowledgements are held back
+    // past A's local ACK timeout (a stalled peer): A times out and goes back with a window
+    // of one packet. The late ACK covers PSNs the go-back has not resent, so the timeout
+    // was spurious (RFC 4015's idea): counted, and the window it cut is restored — a
+    // 64-packet WRITE then leaves in one burst, not in slow start.
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let h2 = hold.clone();
+    let mut p = pair(move |s, _, _| {
+        if !s.from_a && h2.load(std::sync::atomic::Ordering::Relaxed) {
+            // Past the first local ACK timeout (4.096 µs × 2^8 ≈ 1.05 ms), before the
+            // second.
+            Fate::Delay(1_500_000)
+        } else {
+            Fate::Deliver
+        }
+    });
+    let first = pattern(6, 32 * MTU);
+    p.h.write(p.a, p.ma.addr, &first);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
+    assert_eq!(
+        statuses(&p.post_one(wr, first.len())),
+        [(1, WcStatus::Success.raw())]
+    );
+    let ca = p.h.port_counters(p.a).transport;
+    assert_eq!((ca.local_ack_timeouts, ca.spurious_timeouts), (1, 1));
+    assert_eq!(ca.retransmissions, 1, "only the go-back's first packet");
+    hold.store(false, std::sync::atomic::Ordering::Relaxed);
+    let mark = p.log().len();
+    let second = pattern(7, 64 * MTU);
+    p.h.write(p.a, p.ma.addr, &second);
+    let wr = rdma_wr(2, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
+    assert_eq!(
+        statuses(&p.post_one(wr, second.len())),
+        [(2, WcStatus::Success.raw())]
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr, second.len()), second);
+    assert_eq!(
+        longest_burst_from_a(&p.log(), mark),
+        64,
+        "the whole window at once"
+    );
+    assert_eq!(p.h.port_counters(p.a).transport.retransmissions, 1);
+}
+
+#[test]
+fn a_real_tail_loss_keeps_the_window_cut() {
+    // The whole 32-packet WRITE is lost: A times out and resends its first packet alone;
+    // the ACK for it covers nothing else, so the timeout was real — not counted spurious —
+    // and A goes on in slow start (two packets, then four, ...), never the whole window.
+    let mut sent_by_a = 0;
+    let mut p = pair(move |s, _, _| {
+        if s.from_a {
+            sent_by_a += 1;
+            if sent_by_a <= 32 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    let data = pattern(8, 32 * MTU);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
+    assert_eq!(
+        statuses(&p.post_one(wr, data.len())),
+        [(1, WcStatus::Success.raw())]
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
+    let ca = p.h.port_counters(p.a).transport;
+    assert_eq!((ca.local_ack_timeouts, ca.spurious_timeouts), (1, 0));
+    // After the 32 lost originals: the resend of the first alone, then bursts that grow.
+    let log = p.log();
+    let resends = &log[32..];
+    assert!(
+        resends[0].from_a && !resends[1].from_a,
+        "one packet, then its ACK"
+    );
+    let burst = longest_burst_from_a(&log, 33);
+    assert!(
+        (2..32).contains(&burst),
+        "slow start, not the whole window: {burst}"
+    );
+}
+
+#[test]
+fn retry_cnt_7_retries_for_as_long_as_the_peer_is_gone_as_rxe_does() {
+    // B vanishes (nothing of A's arrives) for far longer than 7 local ACK timeouts; A
+    // keeps retrying (retry_cnt 7 is treated as unlimited, as rxe does: docs/wire.md
+    // §5.2), and when B comes back the WRITE completes, intact.
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let g2 = gone.clone();
+    let mut p = pair(move |s, _, _| {
+        if s.from_a && g2.load(std::sync::atomic::Ordering::Relaxed) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let data = pattern(9, 4 * MTU);
+    p.h.write(p.a, p.ma.addr, &data);
+    let wr = rdma_wr(1, WrOpcode::RdmaWrite, SIGNALED, p.mb.addr, p.mb.rkey);
+    p.h.post_send(p.a, p.qa, &[(wr, vec![sge(&p.ma, 0, data.len() as u32)])])
+        .unwrap();
+    // 4.096 µs × 2^8 ≈ 1 ms per timeout: two virtual seconds are hundreds of them.
+    let got = completions(&mut p.h, &mut p.cqa, 1);
+    p.h.alarm = Some(p.h.now() + SECOND);
+    let until = p.h.now() + SECOND;
+    p.h.run_until(2 * SECOND, |h| h.now() >= until);
+    assert!(got.is_empty() && p.h.poll_cq(&mut p.cqa, 8).is_empty());
+    let ca = p.h.port_counters(p.a).transport;
+    assert!(
+        ca.local_ack_timeouts > 8,
+        "{} timeouts",
+        ca.local_ack_timeouts
+    );
+    assert_eq!(ca.retry_exceeded_err, 0);
+    gone.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        statuses(&completions(&mut p.h, &mut p.cqa, 1)),
+        [(1, WcStatus::Success.raw())]
+    );
+    assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
+}
