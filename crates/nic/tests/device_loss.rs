@@ -6,11 +6,11 @@
 //!
 //! A device pushes what its window allows into its own link's queue (as the engine does
 //! into its UDP socket), so at the moment of a loss the whole window is in flight and a
-//! go-back-N resends all of it: about 1 + p × window packets per payload packet, with the
-//! window held at or above half the mean gap between losses (docs/wire.md §5.5). At 1 %
-//! loss that is 1.67–1.72 here and 1.41–1.71 through netfault; the bare-transport
-//! simulation, whose link pulls packets only as fast as it carries them, resends far less
-//! (1.09–1.10) because little beyond the path's few packets is ever in flight.
+//! go-back-N resends all of it: about 1 + p × window packets per payload packet. The
+//! window's loss floor is held to twice the measured bandwidth-delay product, so that
+//! queue stays short (docs/wire.md §5.5): 1.29–1.55 at 1 % loss here, where half the loss
+//! gap alone gave 1.67–1.72; the bare-transport simulation, whose link pulls packets only
+//! as fast as it carries them, resends less (1.09–1.10) because it never queues.
 
 use nic::simhost::workload::{run, RunConfig, RunReport};
 
@@ -76,8 +76,8 @@ fn one_percent_loss_costs_little_retransmission_and_no_ack_timeouts() {
                  per payload packet, {} sequence NAKs, {} local ACK timeouts",
                 r.counters[0].transport.rcvd_seq_err, r.timeouts
             );
-            assert!(g >= 0.5, "{name} seed {seed}: {g:.3} x");
-            assert!(ratio < 1.8, "{name} seed {seed}: {ratio:.3}");
+            assert!(g >= 0.75, "{name} seed {seed}: {g:.3} x");
+            assert!(ratio < 1.6, "{name} seed {seed}: {ratio:.3}");
             assert!(
                 r.timeouts <= 1,
                 "{name} seed {seed}: {} timeouts",

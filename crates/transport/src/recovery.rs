@@ -22,6 +22,11 @@ use crate::time::Time;
 
 /// Window after a timeout: one packet, then slow start.
 pub(crate) const LOSS_WINDOW: u32 = 1;
+/// Packets the loss floor keeps above twice the bandwidth-delay product (ACK coalescing
+/// and the responder's batching hold a few back).
+const BDP_SLACK: u32 = 4;
+/// How long the smallest round trip measured stands for the path's (ns).
+const MIN_RTT_LIFETIME_NS: u64 = 10_000_000_000;
 /// At most this many doublings of the retransmission timeout while nothing advances.
 const MAX_BACKOFF: u32 = 3;
 
@@ -57,8 +62,15 @@ pub(crate) struct Recovery {
     /// Smoothed round trip time and its mean deviation (RFC 6298), once measured.
     srtt_ns: Option<u64>,
     rttvar_ns: u64,
-    /// The packet being timed: a first transmission carrying AckReq, and when it left.
-    sample: Option<(Psn, Time)>,
+    /// The packet being timed: a first transmission carrying AckReq, when it left, and the
+    /// oldest unacknowledged PSN then (what the path delivers while it is out).
+    sample: Option<(Psn, Time, Psn)>,
+    /// The smallest round trip measured, and when: the path's own delay, without the
+    /// queue the window builds (forgotten after [`MIN_RTT_LIFETIME_NS`]).
+    min_rtt: Option<(u64, Time)>,
+    /// The path's bandwidth-delay product in packets (delivery rate × smallest round
+    /// trip), a maximum that decays by an eighth per sample; `None` until measured.
+    bdp: Option<u32>,
     /// Doublings of the retransmission timeout since the last progress.
     backoff: u32,
     /// Packets acknowledged since the current (or last) loss episode began.
@@ -91,6 +103,8 @@ impl Recovery {
             srtt_ns: None,
             rttvar_ns: 0,
             sample: None,
+            min_rtt: None,
+            bdp: None,
             backoff: 0,
             since_loss: 0,
             loss_gap8: 0,
@@ -228,10 +242,16 @@ impl Recovery {
     /// G / 2: random loss on a long path then leaves the window large (halving on every
     /// loss would shrink it far below what the path holds, 1.22 / sqrt(p) packets), and
     /// frequent loss or reordering shrinks it to a few packets.
+    ///
+    /// Nor does the floor exceed twice the path's bandwidth-delay product (plus a few
+    /// packets), once measured: a window beyond it only queues behind the sender (in its
+    /// socket or link), and a go-back resends that whole queue after each loss.
     pub(crate) fn floor(&self) -> u32 {
-        u32::try_from(self.loss_gap8 / 16)
-            .unwrap_or(u32::MAX)
-            .min(self.max)
+        let gap = u32::try_from(self.loss_gap8 / 16).unwrap_or(u32::MAX);
+        let path = self
+            .bdp
+            .map_or(u32::MAX, |b| b.saturating_mul(2).saturating_add(BDP_SLACK));
+        gap.min(path).min(self.max)
     }
 
     /// A packet carrying AckReq left; `fresh` when it was never sent before (only those
@@ -241,7 +261,7 @@ impl Recovery {
     /// sample each time would leave the round trip never measured).
     pub(crate) fn on_send(&mut self, psn: Psn, now: Time, fresh: bool) {
         if fresh && self.sample.is_none() {
-            self.sample = Some((psn, now));
+            self.sample = Some((psn, now, self.una));
         }
     }
 
@@ -249,7 +269,7 @@ impl Recovery {
     /// is being timed already).
     pub(crate) fn time_resend(&mut self, psn: Psn, now: Time) {
         if self.sample.is_none() {
-            self.sample = Some((psn, now));
+            self.sample = Some((psn, now, self.una));
         }
     }
 
@@ -257,7 +277,7 @@ impl Recovery {
     /// acknowledged only once the hole is repaired, so its sample would measure the repair
     /// (a NAK, a resend, perhaps a lost resend) rather than the path: drop it.
     pub(crate) fn discard_sample_behind(&mut self, hole: Psn) {
-        if self.sample.is_some_and(|(p, _)| !p.is_before(hole)) {
+        if self.sample.is_some_and(|(p, _, _)| !p.is_before(hole)) {
             self.sample = None;
         }
     }
@@ -265,7 +285,7 @@ impl Recovery {
     /// The oldest unacknowledged PSN is now `unacked`: finish the timing of a packet it
     /// covers.
     pub(crate) fn measure(&mut self, unacked: Psn, now: Time) {
-        let Some((psn, sent)) = self.sample else {
+        let Some((psn, sent, una_then)) = self.sample else {
             return;
         };
         if !unacked.is_after(psn) {
@@ -273,6 +293,21 @@ impl Recovery {
         }
         self.sample = None;
         let r = now.nanos_since(sent);
+        let min = match self.min_rtt {
+            Some((m, at)) if m <= r && now.nanos_since(at) < MIN_RTT_LIFETIME_NS => m,
+            _ => {
+                self.min_rtt = Some((r, now));
+                r
+            }
+        };
+        // Packets acknowledged while the timed one was out, over its round trip: the
+        // delivery rate, whatever queue the window built; times the path's own delay.
+        let delivered = u64::try_from(unacked.diff(una_then)).unwrap_or(0);
+        if let Some(per_rtt) = delivered.saturating_mul(min).checked_div(r) {
+            let sample = u32::try_from(per_rtt).unwrap_or(u32::MAX);
+            let decayed = self.bdp.map_or(0, |b| b - b / 8);
+            self.bdp = Some(sample.max(decayed));
+        }
         match self.srtt_ns {
             None => {
                 self.srtt_ns = Some(r);
@@ -387,6 +422,34 @@ mod tests {
         (r.cwnd, r.ssthresh, r.ca_acked) = (8, 8, 20);
         r.on_ack(1, Psn::new(17), MAX);
         assert_eq!((r.cwnd, r.ca_acked), (9, 0));
+    }
+
+    #[test]
+    fn the_floor_stays_within_twice_the_paths_bandwidth_delay_product() {
+        // Timed packet 1: out for 100 µs (the path's own delay) while 11 packets were
+        // acknowledged: 11 packets per round trip. Timed packet 2: out for 400 µs behind a
+        // queue the window built, 40 acknowledged meanwhile: the same rate, so about 10
+        // packets per 100 µs — the queue does not inflate the estimate.
+        let mut r = Recovery::new(MAX);
+        r.on_send(Psn::new(10), at(0), true);
+        r.measure(Psn::new(11), at(100));
+        assert_eq!(r.bdp, Some(11));
+        r.una = Psn::new(11);
+        r.on_send(Psn::new(50), at(100), true);
+        r.measure(Psn::new(51), at(500));
+        assert_eq!(
+            r.bdp,
+            Some(10),
+            "40 x 100 / 400, the decayed 11 not above it"
+        );
+        // Losses 100 packets apart would hold the window at 50; the path needs about
+        // 10, so the floor is 2 x 10 + 4.
+        r.loss_gap8 = 100 * 8;
+        assert_eq!(r.floor(), 24);
+        // Without a measured path the loss gap alone sets it.
+        let mut fresh = Recovery::new(MAX);
+        fresh.loss_gap8 = 100 * 8;
+        assert_eq!(fresh.floor(), 50);
     }
 
     #[test]
