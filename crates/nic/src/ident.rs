@@ -110,7 +110,7 @@ struct Peer {
     /// The last verified packet's Identification if it had to be solved for (or continued
     /// a counting sender's numbering); `None` if it carried the expected one.
     last_solved: Option<Ident>,
-    /// When (nanoseconds, the caller's clock) `last_solved` was last moved.
+    /// When (nanoseconds, the caller's clock) a packet of this sender was last believed.
     at_ns: u64,
     /// The last packet whose solved Identification was not believed.
     doubted: Option<Ident>,
