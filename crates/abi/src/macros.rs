@@ -113,11 +113,6 @@ macro_rules! open_flags {
                 self.0 == 0
             }
 
-            /// The bits of `self` and `other` (`|`, usable in consts).
-            pub const fn union(self, other: $name) -> $name {
-                $name(self.0 | other.0)
-            }
-
             /// The bits of `self` not in `other`.
             pub const fn minus(self, other: $name) -> $name {
                 $name(self.0 & !other.0)

@@ -80,11 +80,6 @@ impl UQp {
         self.qp.clone()
     }
 
-    /// `qp->qp_type`.
-    pub(crate) fn ex_qp_type(&self) -> Option<QpType> {
-        QpType::from_raw(self.ibv.qp_type)
-    }
-
     /// Record a state the QP was moved to outside `ibv_modify_qp` (`qp->state`).
     pub(crate) fn set_state(&mut self, state: u32) {
         self.ibv.state = state;
@@ -276,8 +271,7 @@ pub(crate) unsafe extern "C" fn op_post_send(
     let Some(q) = (unsafe { qp.cast::<UQp>().as_ref() }).and_then(|q| q.qp.as_ref()) else {
         return fail(wr, libc::EINVAL);
     };
-    // SAFETY: live QP.
-    let ud = unsafe { (*qp).qp_type } == QpType::Ud.raw();
+    let ud = q.qp_type() == QpType::Ud;
     let mut cur = wr;
     while !cur.is_null() {
         let chunk_start = cur;

@@ -668,7 +668,7 @@ fn post_batch(q: &UQp, b: &Batch) -> c_int {
     if b.wrs.is_empty() {
         return 0;
     }
-    let ud = q.ex_qp_type() == Some(QpType::Ud);
+    let ud = inner.qp_type() == QpType::Ud;
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(b.wrs.len());
     for w in &b.wrs {
         let payload = match &w.inline {

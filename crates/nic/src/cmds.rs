@@ -1544,8 +1544,6 @@ impl DevState {
         resp: &mut Vec<u8>,
     ) -> Res<()> {
         let l = self.cfg.limits;
-        // XRC (IBTA XRC annex): an initiator is an RC send queue; a target has no queues,
-        // its `pd_handle` names an XRCD (the kernel's `create_qp`).
         let Some(qp_type) = c.qp_type() else {
             return Err(refuse!(
                 EINVAL,

@@ -108,10 +108,9 @@ fn ahead_after(idle_ns: u64) -> u16 {
 #[derive(Clone, Copy, Debug)]
 struct Peer {
     /// The last verified packet's Identification if it had to be solved for (or continued
-    /// a counting sender's numbering); `None` if it carried the expected one.
-    last_solved: Option<Ident>,
-    /// When (nanoseconds, the caller's clock) a packet of this sender was last believed.
-    at_ns: u64,
+    /// a counting sender's numbering), and when (nanoseconds, the caller's clock) a packet
+    /// of the sender was last believed; `None` if it carried the expected one.
+    last_solved: Option<(Ident, u64)>,
     /// The last packet whose solved Identification was not believed.
     doubted: Option<Ident>,
 }
@@ -145,9 +144,8 @@ impl IdentGuard {
             // A counting sender whose counter just passed the expected Identification:
             // still counting (its next packet solves to the one after). Strictly ahead, so
             // a sender that keeps carrying the expected one drops back to `None` next time.
-            Some(p) if p.last_solved.is_some_and(|l| l.corroborated_by(now)) => {
-                p.last_solved = Some(now);
-                p.at_ns = now_ns;
+            Some(p) if p.last_solved.is_some_and(|(l, _)| l.corroborated_by(now)) => {
+                p.last_solved = Some((now, now_ns));
                 return;
             }
             Some(p) => p.last_solved = None,
@@ -155,7 +153,6 @@ impl IdentGuard {
                 src,
                 Peer {
                     last_solved: None,
-                    at_ns: now_ns,
                     doubted: None,
                 },
             ),
@@ -168,23 +165,24 @@ impl IdentGuard {
     pub(crate) fn believe_solved(&mut self, src: Ipv4Addr, id: u16, df: bool, now_ns: u64) -> bool {
         let now = Ident { id, df };
         let believed = Peer {
-            last_solved: Some(now),
-            at_ns: now_ns,
+            last_solved: Some((now, now_ns)),
             doubted: None,
         };
         let Some(p) = self.peers.get_mut(&src) else {
             self.remember(src, believed);
             return true;
         };
-        let ahead = ahead_after(now_ns.saturating_sub(p.at_ns));
-        let counting = p.last_solved.filter(|l| l.leads_to(now, ahead));
+        let counting = p
+            .last_solved
+            .filter(|&(l, at)| l.leads_to(now, ahead_after(now_ns.saturating_sub(at))))
+            .map(|(l, _)| l);
         let plausible = counting.is_some()
             || (src.is_loopback() && df && id < GSO_IDS)
             || p.doubted.is_some_and(|d| d.corroborated_by(now));
         if plausible {
             // A packet numbered a little earlier does not move the reference back.
             *p = Peer {
-                last_solved: Some(counting.map_or(now, |l| l.later(now))),
+                last_solved: Some((counting.map_or(now, |l| l.later(now)), now_ns)),
                 ..believed
             };
             if self.hot == Some(src) {

@@ -67,19 +67,23 @@ impl KeyGen {
         loop {
             let k = match src {
                 Source::Os(rng) => rng.next_u32(),
-                Source::Hermetic(state) => {
-                    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                    let mut z = *state;
-                    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                    (z ^ (z >> 31)) as u32
-                }
+                Source::Hermetic(state) => splitmix64(state) as u32,
             };
             if k != 0 && k != u32::MAX && !taken(k) {
                 return k;
             }
         }
     }
+}
+
+/// One SplitMix64 step (Steele, Lea and Flood 2014): advance `state` and return its next
+/// output.
+pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Keys are uniformly random and never chosen by the peer (lookups of foreign keys do not

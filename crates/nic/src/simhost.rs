@@ -343,14 +343,11 @@ pub struct Host {
     port_free: u64,
 }
 
-/// The wire's xorshift64 state for `seed`: SplitMix64's finaliser, so that neighbouring
-/// seeds give unrelated draws (and never the all-zero state xorshift cannot leave).
+/// The wire's xorshift64 state for `seed`: one SplitMix64 step, so that neighbouring seeds
+/// give unrelated draws (and never the all-zero state xorshift cannot leave).
 fn rng_state(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    z.max(1)
+    let mut s = seed;
+    crate::keys::splitmix64(&mut s).max(1)
 }
 
 /// A command the device refused, with its errno.
@@ -1091,7 +1088,7 @@ impl Host {
             Fate::Numbered { ident, dont_frag } => Some(sealed(
                 from.ip(),
                 to,
-                &bytes[..bytes.len().saturating_sub(4)],
+                &bytes[..bytes.len().saturating_sub(icrc::ICRC_LEN)],
                 *ident,
                 *dont_frag,
             )),

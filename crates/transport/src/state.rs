@@ -37,15 +37,6 @@ impl Service {
             QpType::RawPacket => None,
         }
     }
-
-    /// The verbs type of a QP of this service outside XRC.
-    pub const fn qp_type(self) -> QpType {
-        match self {
-            Service::Rc => QpType::Rc,
-            Service::Uc => QpType::Uc,
-            Service::Ud => QpType::Ud,
-        }
-    }
 }
 
 /// The QP attributes the transport interprets (`ibv_qp_attr` subset).
