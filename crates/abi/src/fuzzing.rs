@@ -3,7 +3,8 @@
 use crate::cmd::{encode_refusal, Reply};
 use crate::error::Result;
 use crate::fastpath::{RecvWqe, SendWqe, WqeLimits, MAX_INLINE_DATA, MAX_SGE};
-use crate::uverbs::{decode_poll_cq_resp, decode_request, Request};
+use crate::uverbs::{decode_poll_cq_resp, decode_request, ModifyQp, QueryQpResp, Request};
+use zerocopy::FromBytes;
 
 /// Decode arbitrary bytes as a command (header + payload), the way the control plane does.
 ///
@@ -24,6 +25,12 @@ pub fn decode_command(data: &[u8]) -> Result<Request<'_>> {
         let _ = payload.sges().count();
     }
     let _ = RecvWqe::parse(data, MAX_SGE);
+    if let Ok((resp, _)) = QueryQpResp::read_from_prefix(data) {
+        // What the library makes of a QUERY_QP reply must survive its own re-encoding.
+        if let Ok(a) = resp.attr() {
+            assert_eq!(QueryQpResp::from(&a).attr(), Ok(a), "query_qp attr codec");
+        }
+    }
 
     let (frame, req) = decode_request(data)?;
     if let Request::PostSend(_, list) = req {
@@ -31,6 +38,18 @@ pub fn decode_command(data: &[u8]) -> Result<Request<'_>> {
             .send_wrs()
             .map(|(_, s)| s.iter().count())
             .sum::<usize>();
+    }
+    if let Request::ModifyQp(m) = &req {
+        // The control plane's decode and value checks, and the attr codec's stability.
+        if let Ok(a) = m.attr() {
+            let limits = crate::AttrLimits {
+                max_rd_atomic: 128,
+                pkey_tbl_len: 1,
+            };
+            let _ = a.check(m.mask(), &limits);
+            let again = ModifyQp::new(m.qp_handle, &a, m.mask(), m.flags);
+            assert_eq!(again.attr(), Ok(a), "modify_qp attr codec");
+        }
     }
     let mut again = Vec::new();
     req.encode(&mut again)

@@ -55,6 +55,7 @@
 mod macros;
 
 pub mod attach;
+pub mod attr;
 pub mod cmd;
 pub mod daemon;
 pub mod doorbell;
@@ -68,6 +69,7 @@ pub mod shm;
 pub mod uverbs;
 pub mod verbs_consts;
 
+pub use attr::{AhAttr, AttrError, AttrErrorKind, AttrLimits, Gid, GlobalRoute, QpAttr, QpCap};
 pub use cmd::{Command, Frame, Reply};
 pub use error::{AbiError, Errno};
 pub use reason::{Reason, Rule};

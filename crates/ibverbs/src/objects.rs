@@ -691,7 +691,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         let bytes = unsafe {
             core::slice::from_raw_parts(grh.cast::<u8>(), core::mem::size_of::<ibv_grh>())
         };
-        match AhAttr::from_grh(&w, bytes, 0, port) {
+        match uroce::init_ah_from_wc(&w, bytes, 0, port) {
             Some(a) => {
                 // SAFETY: valid for a write per the contract.
                 unsafe { ah_attr.write(ah_attr_to_c(&a)) };

@@ -22,9 +22,10 @@ use abi::fastpath::{
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::uverbs::*;
 use abi::{
-    AccessFlags, Errno, GidType, LinkLayer, PortState, Request, Rule, SendFlags, SrqAttrMask,
+    AccessFlags, AhAttr, AttrError, AttrErrorKind, AttrLimits, Errno, GidType, LinkLayer,
+    PortState, QpCap, Request, Rule, SendFlags, SrqAttrMask,
 };
-use transport::wire::{Psn, Qkey, Qpn};
+use transport::wire::Qpn;
 use transport::{Mtu, Qp, QpAttr, QpAttrMask, QpCaps, QpConfig, QpState, Service};
 use zerocopy::IntoBytes;
 
@@ -1761,11 +1762,6 @@ impl DevState {
             sq_sig_all: c.sq_sig_all != 0,
             db_slot,
             av: None,
-            dest_raw: QpDest::default(),
-            alt_raw: QpDest::default(),
-            alt_pkey_index: 0,
-            alt_port: 0,
-            alt_timeout: 0,
             events_reported: 0,
             in_ready: false,
             timer: None,
@@ -1843,55 +1839,33 @@ impl DevState {
 
     fn query_qp(&self, ctx: CtxId, q: &QueryQp, resp: &mut Vec<u8>) -> Res<()> {
         let qpo = own(&self.qps, ctx, q.qp_handle, "qp_handle")?;
-        let a = qpo.qp.query();
-        push(
-            resp,
-            &QueryQpResp {
-                dest: qpo.dest_raw,
-                alt_dest: qpo.alt_raw,
+        let a = QpAttr {
+            cap: QpCap {
                 max_send_wr: qpo.caps.max_send_wr,
                 max_recv_wr: qpo.caps.max_recv_wr,
                 max_send_sge: qpo.caps.max_send_sge,
                 max_recv_sge: qpo.caps.max_recv_sge,
                 max_inline_data: qpo.caps.max_inline,
-                qkey: a.qkey.0,
-                rq_psn: a.rq_psn.value(),
-                sq_psn: a.sq_psn.value(),
-                dest_qp_num: a.dest_qp_num.value(),
-                qp_access_flags: a.qp_access_flags.0,
-                pkey_index: a.pkey_index,
-                alt_pkey_index: qpo.alt_pkey_index,
-                qp_state: a.qp_state as u8,
-                cur_qp_state: a.qp_state as u8,
-                path_mtu: a.path_mtu as u8,
-                path_mig_state: a.path_mig_state,
-                sq_draining: u8::from(a.sq_draining),
-                max_rd_atomic: a.max_rd_atomic,
-                max_dest_rd_atomic: a.max_dest_rd_atomic,
-                min_rnr_timer: a.min_rnr_timer,
-                port_num: a.port_num,
-                timeout: a.timeout,
-                retry_cnt: a.retry_cnt,
-                rnr_retry: a.rnr_retry,
-                alt_port_num: qpo.alt_port,
-                alt_timeout: qpo.alt_timeout,
-                sq_sig_all: u8::from(qpo.sq_sig_all),
-                reserved: [0; 5],
             },
-        );
+            sq_sig_all: qpo.sq_sig_all,
+            ..qpo.qp.query()
+        };
+        push(resp, &QueryQpResp::from(&a));
         Ok(())
     }
 
-    /// MODIFY_QP: device checks (AV, P_Key index, RD atomic limits), then the transport's
-    /// transition table and value checks (docs/wire.md §6.2); any failure is EINVAL.
+    /// MODIFY_QP: the attributes decoded and their values checked against the device
+    /// ([`QpAttr::check`]), the address vectors resolved, then the transport's transition
+    /// table (docs/wire.md §6.2); any failure is EINVAL and changes nothing.
     fn modify_qp(&mut self, ctx: CtxId, m: &ModifyQp) -> Res<()> {
         let dev_ip = self.dev_ip();
-        let max_rd = self.cfg.limits.max_qp_rd_atom;
+        let limits = AttrLimits {
+            max_rd_atomic: self.cfg.limits.max_qp_rd_atom,
+            pkey_tbl_len: PKEY_TBL_LEN,
+        };
         let port_mtu = self.cfg.mtu().unwrap_or(Mtu::Mtu1024);
         let qpo = own_mut(&mut self.qps, ctx, m.qp_handle, "qp_handle")?;
-        let mask = QpAttrMask(m.attr_mask);
-        let mut a = QpAttr::default();
-        let bad = |field: &str, v: u32| refuse!(EINVAL, BAD_VALUE, "{field} {v} is out of range");
+        let mask = m.mask();
         if m.flags & !MODIFY_QP_SELECTIVE_REPEAT != 0 || m.reserved != 0 {
             return Err(refuse!(
                 EINVAL,
@@ -1901,12 +1875,14 @@ impl DevState {
                 m.reserved
             ));
         }
+        let a = m.attr().map_err(attr_refusal)?;
+        a.check(mask, &limits).map_err(attr_refusal)?;
         // Selective repeat agreed in the CM's ECE exchange (docs/wire.md §5.6): only with the
         // move from INIT to RTR, before the QP exchanges packets.
         let sr = m.flags & MODIFY_QP_SELECTIVE_REPEAT != 0;
         if sr
             && !(mask.contains(QpAttrMask::STATE)
-                && m.qp_state == QpState::Rtr as u8
+                && a.qp_state == QpState::Rtr
                 && qpo.qp.state() == QpState::Init)
         {
             return Err(refuse!(
@@ -1915,112 +1891,30 @@ impl DevState {
                 "selective repeat is turned on only with the move from INIT to RTR"
             ));
         }
-        if mask.contains(QpAttrMask::STATE) {
-            a.qp_state = QpState::from_raw(m.qp_state.into())
-                .ok_or_else(|| bad("qp_state", m.qp_state.into()))?;
-        }
-        if mask.contains(QpAttrMask::CUR_STATE) {
-            a.cur_qp_state = QpState::from_raw(m.cur_qp_state.into())
-                .ok_or_else(|| bad("cur_qp_state", m.cur_qp_state.into()))?;
-        }
-        if mask.contains(QpAttrMask::PATH_MTU) {
-            a.path_mtu = Mtu::from_raw(m.path_mtu.into())
-                .ok_or_else(|| bad("path_mtu", m.path_mtu.into()))?;
-        }
-        if mask.contains(QpAttrMask::PKEY_INDEX) && m.pkey_index >= PKEY_TBL_LEN {
-            return Err(refuse!(
-                EINVAL,
-                BAD_INDEX,
-                "pkey_index {} >= pkey_tbl_len {PKEY_TBL_LEN}",
-                m.pkey_index
-            ));
-        }
-        if mask.contains(QpAttrMask::DEST_QPN) && m.dest_qp_num > 0xff_ffff {
-            return Err(refuse!(
-                EINVAL,
-                BAD_VALUE,
-                "dest_qp_num {:#x} > 24 bits",
-                m.dest_qp_num
-            ));
-        }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && u32::from(m.max_rd_atomic) > max_rd {
-            return Err(refuse!(
-                EINVAL,
-                OVER_LIMIT,
-                "max_rd_atomic {} > max_qp_rd_atom {max_rd}",
-                m.max_rd_atomic
-            ));
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && u32::from(m.max_dest_rd_atomic) > max_rd
-        {
-            return Err(refuse!(
-                EINVAL,
-                OVER_LIMIT,
-                "max_dest_rd_atomic {} > max_qp_rd_atom {max_rd}",
-                m.max_dest_rd_atomic
-            ));
-        }
-        let av = if mask.contains(QpAttrMask::AV) {
-            let dd = &m.dest;
-            Some(
-                dest_from(
-                    dd.dgid,
-                    dd.flow_label,
-                    dd.sgid_index,
-                    dd.hop_limit,
-                    dd.traffic_class,
-                    dd.is_global,
-                    dev_ip,
-                )
-                .map_err(|r| Refusal {
-                    detail: format!("ah_attr: {}", r.detail),
-                    ..r
-                })?,
+        let resolve = |what: &str, av: &AhAttr| {
+            let g = &av.grh;
+            dest_from(
+                g.dgid.0,
+                g.flow_label,
+                g.sgid_index,
+                g.hop_limit,
+                g.traffic_class,
+                u8::from(av.is_global),
+                dev_ip,
             )
+            .map_err(|r| Refusal {
+                detail: format!("{what}: {}", r.detail),
+                ..r
+            })
+        };
+        let av = if mask.contains(QpAttrMask::AV) {
+            Some(resolve("ah_attr", &a.ah_attr)?)
         } else {
             None
         };
         if mask.contains(QpAttrMask::ALT_PATH) {
-            let ad = &m.alt_dest;
-            dest_from(
-                ad.dgid,
-                ad.flow_label,
-                ad.sgid_index,
-                ad.hop_limit,
-                ad.traffic_class,
-                ad.is_global,
-                dev_ip,
-            )
-            .map_err(|r| Refusal {
-                detail: format!("alt_ah_attr: {}", r.detail),
-                ..r
-            })?;
-            if m.alt_pkey_index >= PKEY_TBL_LEN || m.alt_port_num != 1 || m.alt_timeout > 31 {
-                return Err(refuse!(
-                    EINVAL,
-                    BAD_VALUE,
-                    "alt_pkey_index {}, alt_port_num {}, alt_timeout {}: must be < {PKEY_TBL_LEN}, 1, <= 31",
-                    m.alt_pkey_index,
-                    m.alt_port_num,
-                    m.alt_timeout
-                ));
-            }
+            resolve("alt_ah_attr", &a.alt_ah_attr)?;
         }
-        a.path_mig_state = m.path_mig_state;
-        a.qkey = Qkey(m.qkey);
-        a.rq_psn = Psn::new(m.rq_psn);
-        a.sq_psn = Psn::new(m.sq_psn);
-        a.dest_qp_num = Qpn::new(m.dest_qp_num);
-        a.qp_access_flags = transport::AccessFlags(m.qp_access_flags);
-        a.pkey_index = m.pkey_index;
-        a.en_sqd_async_notify = m.en_sqd_async_notify != 0;
-        a.max_rd_atomic = m.max_rd_atomic;
-        a.max_dest_rd_atomic = m.max_dest_rd_atomic;
-        a.min_rnr_timer = m.min_rnr_timer;
-        a.port_num = m.port_num;
-        a.timeout = m.timeout;
-        a.retry_cnt = m.retry_cnt;
-        a.rnr_retry = m.rnr_retry;
         let cur = qpo.qp.state();
         let to = if mask.contains(QpAttrMask::STATE) {
             a.qp_state
@@ -2038,20 +1932,14 @@ impl DevState {
             let _ = qpo.qp.set_selective_repeat(sr_before);
             return Err(modify_refusal(e, cur, to, m.cur_qp_state));
         }
-        if let Some(av) = av {
-            qpo.av = Some(av);
-            qpo.dest_raw = m.dest;
+        if av.is_some() {
+            qpo.av = av;
         }
-        let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.query().dest_qp_num.value()));
-        if mask.contains(QpAttrMask::ALT_PATH) {
-            qpo.alt_raw = m.alt_dest;
-            qpo.alt_pkey_index = m.alt_pkey_index;
-            qpo.alt_port = m.alt_port_num;
-            qpo.alt_timeout = m.alt_timeout;
-        }
+        let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.query().dest_qp_num));
         qpo.qp.set_port_mtu(port_mtu);
         if qpo.qp.state() == QpState::Reset {
-            // RESET empties the rings without completions (docs/wire.md §6.2 notes).
+            // RESET empties the rings without completions (docs/wire.md §6.2 notes) and
+            // forgets the path.
             if let Ok(n) = qpo.sq.available() {
                 let _ = qpo.sq.release(n);
             }
@@ -2064,10 +1952,7 @@ impl DevState {
             if let Some(rq) = qpo.rq.as_mut() {
                 rq.discard_all();
             }
-            if mask.contains(QpAttrMask::STATE) {
-                qpo.av = None;
-                qpo.dest_raw = QpDest::default();
-            }
+            qpo.av = None;
         }
         let idx = m.qp_handle;
         if let Some((ip, qpn)) = ring_to {
@@ -2521,12 +2406,22 @@ fn modify_refusal(e: transport::ModifyError, cur: QpState, to: QpState, cur_raw:
             CUR_STATE_MISMATCH,
             "cur_qp_state {cur_raw} but the QP is in {cur}"
         ),
+        E::BadAttr(e) => attr_refusal(e),
         E::InvalidValue(what) => refuse!(EINVAL, BAD_VALUE, "{cur} -> {to}: {what}"),
         E::Busy => refuse!(
             EINVAL,
             QP_BUSY,
             "{cur} -> {to}: the send queue is still draining"
         ),
+    }
+}
+
+/// An attribute value a modify may not carry, as the rule it broke.
+fn attr_refusal(e: AttrError) -> Refusal {
+    match e.kind {
+        AttrErrorKind::BadIndex => refuse!(EINVAL, BAD_INDEX, "{e}"),
+        AttrErrorKind::OverLimit => refuse!(EINVAL, OVER_LIMIT, "{e}"),
+        AttrErrorKind::OutOfRange => refuse!(EINVAL, BAD_VALUE, "{e}"),
     }
 }
 

@@ -17,7 +17,7 @@ use abi::doorbell::DoorbellReceiver;
 use abi::fastpath::{Cqe, RecvWqe, RECV_WQE_HDR_BYTES};
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
-use abi::uverbs::{AsyncEventDesc, CompEventDesc, QpDest, Sge as AbiSge, Wc};
+use abi::uverbs::{AsyncEventDesc, CompEventDesc, Sge as AbiSge, Wc};
 use transport::wire::{Lkey, Qpn, Rkey};
 use transport::{
     AtomicOp, Completion, MemError, Memory, Qp, QpState, RecvQueue, RecvWr, RemoteAccess, Service,
@@ -274,11 +274,6 @@ pub(crate) struct QpObj {
     pub(crate) sq_sig_all: bool,
     pub(crate) db_slot: u32,
     pub(crate) av: Option<Dest>,
-    pub(crate) dest_raw: QpDest,
-    pub(crate) alt_raw: QpDest,
-    pub(crate) alt_pkey_index: u16,
-    pub(crate) alt_port: u8,
-    pub(crate) alt_timeout: u8,
     pub(crate) events_reported: u32,
     pub(crate) in_ready: bool,
     pub(crate) timer: Option<Time>,
@@ -299,8 +294,7 @@ impl QpObj {
     pub(crate) fn remote_capable(&self, dev_ip: IpAddr, own: Option<(u32, u32)>) -> bool {
         self.ty == Service::Ud
             || self.av.is_some_and(|d| {
-                d.ip != dev_ip
-                    || own.is_some_and(|w| !in_window(w, self.qp.query().dest_qp_num.value()))
+                d.ip != dev_ip || own.is_some_and(|w| !in_window(w, self.qp.query().dest_qp_num))
             })
     }
 }
@@ -562,9 +556,7 @@ impl DevState {
         let ringed = |q: &QpObj| {
             q.av.is_some_and(|d| {
                 d.ip == ip
-                    && rings.contains_key(
-                        &(q.qp.query().dest_qp_num.value() >> crate::daemon::WINDOW_BITS),
-                    )
+                    && rings.contains_key(&(q.qp.query().dest_qp_num >> crate::daemon::WINDOW_BITS))
             })
         };
         self.remote_qps = self

@@ -46,7 +46,7 @@ fn st(cs: &[Completion]) -> Vec<(u64, WcStatus)> {
 #[test]
 fn ud_send_grh_area_and_qkey() {
     let attr = QpAttr {
-        qkey: Qkey(0x1234),
+        qkey: 0x1234,
         ..Pair::rc_attr()
     };
     let mut p = Pair::new(Service::Ud, Mtu::Mtu1024, &attr, [0, 0], |_, _| {});

@@ -177,7 +177,7 @@ fn ud_over_real_frames_carries_the_ipv4_header() {
     let a = sim.add_endpoint(Ipv4Addr::new(10, 1, 0, 1));
     let b = sim.add_endpoint(Ipv4Addr::new(10, 1, 0, 2));
     let attr = QpAttr {
-        qkey: Qkey(0x42),
+        qkey: 0x42,
         ..QpAttr::default()
     };
     for (ep, qpn) in [(a, 0x21), (b, 0x22)] {

@@ -181,7 +181,7 @@ impl Subject {
             timeout: 5,
             retry_cnt: 3,
             rnr_retry: 3,
-            qkey: wire::Qkey(0x1111),
+            qkey: 0x1111,
             ..QpAttr::default()
         };
         let r = bring_up(

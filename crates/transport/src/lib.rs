@@ -78,11 +78,12 @@ pub use counters::Counters;
 pub use dcqcn::{CnpGate, Dcqcn, DcqcnParams};
 pub use mem::{AtomicOp, MemError, Memory, RemoteAccess};
 pub use qp::{
-    bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, RxMeta, Srq, Transmit, GRH_LEN,
-    MAX_HEADER_LEN, MAX_MSG_LEN, MAX_RD_ATOMIC,
+    bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, RxMeta, Srq, Transmit, ATTR_LIMITS,
+    GRH_LEN, MAX_HEADER_LEN, MAX_MSG_LEN, MAX_RD_ATOMIC,
 };
 pub use state::{
-    AccessFlags, ModifyError, Mtu, QpAttr, QpAttrMask, QpState, QpType, Service, XrcRole,
+    AccessFlags, AttrError, AttrErrorKind, ModifyError, Mtu, QpAttr, QpAttrMask, QpState, QpType,
+    Service, XrcRole,
 };
 pub use time::{local_ack_timeout_ns, rnr_timer_ns, Time};
 pub use wc::{Completion, WcFlags, WcOpcode, WcStatus};

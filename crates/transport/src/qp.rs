@@ -56,11 +56,19 @@ use crate::{
     Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode, WcStatus,
     WrOpcode,
 };
+use abi::AttrLimits;
 
 /// Largest RDMA message (IBTA: 2^31 bytes; docs/wire.md §1.6).
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 /// Largest `max_rd_atomic` / `max_dest_rd_atomic` accepted (rxe device cap).
 pub const MAX_RD_ATOMIC: u8 = 128;
+
+/// The bounds a modify's values are checked against ([`QpAttr::check`]): [`MAX_RD_ATOMIC`]
+/// and one P_Key (index 0, the default P_Key 0xFFFF, as rxe).
+pub const ATTR_LIMITS: AttrLimits = AttrLimits {
+    max_rd_atomic: MAX_RD_ATOMIC as u32,
+    pkey_tbl_len: 1,
+};
 /// Bytes of the GRH area at the start of a UD receive buffer (docs/wire.md §1.6).
 pub const GRH_LEN: usize = 40;
 /// Longest header any packet this transport sends carries (BTH + XRCETH + AtomicETH = 44;
@@ -491,8 +499,8 @@ impl Qp {
         let mut a = self.attr;
         a.cur_qp_state = a.qp_state;
         a.sq_draining = self.attr.qp_state == QpState::Sqd && self.sq_busy();
-        a.sq_psn = self.sq_psn();
-        a.rq_psn = self.rq_psn();
+        a.sq_psn = self.sq_psn().value();
+        a.rq_psn = self.rq_psn().value();
         a
     }
 
@@ -506,6 +514,16 @@ impl Qp {
     /// accepts.
     pub fn rq_psn(&self) -> Psn {
         self.resp.epsn
+    }
+
+    /// The connected peer's QP number (RC/UC).
+    pub(crate) fn dest_qpn(&self) -> Qpn {
+        Qpn::new(self.attr.dest_qp_num)
+    }
+
+    /// The UD Q_Key.
+    pub(crate) fn qkey(&self) -> wire::Qkey {
+        wire::Qkey(self.attr.qkey)
     }
 
     /// Counters.
@@ -540,97 +558,29 @@ impl Qp {
         if cur == QpState::Sqd && self.sq_busy() && !matches!(next, QpState::Err | QpState::Reset) {
             return Err(E::Busy);
         }
-        // Value ranges (rxe_qp_chk_attr / ib_modify_qp).
-        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
-            return Err(E::InvalidValue("timeout > 31"));
-        }
-        if mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
-            return Err(E::InvalidValue("retry_cnt > 7"));
-        }
-        if mask.contains(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
-            return Err(E::InvalidValue("rnr_retry > 7"));
-        }
-        if mask.contains(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
-            return Err(E::InvalidValue("min_rnr_timer > 31"));
-        }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > MAX_RD_ATOMIC {
-            return Err(E::InvalidValue("max_rd_atomic too large"));
-        }
-        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC
-        {
-            return Err(E::InvalidValue("max_dest_rd_atomic too large"));
-        }
-        if mask.contains(QpAttrMask::PORT) && attr.port_num != 1 {
-            return Err(E::InvalidValue("port_num must be 1"));
-        }
-        if mask.contains(QpAttrMask::PATH_MIG_STATE) && attr.path_mig_state > 2 {
-            return Err(E::InvalidValue("path_mig_state"));
-        }
-        if mask.contains(QpAttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !0xF != 0 {
-            // Only LOCAL_WRITE/REMOTE_WRITE/REMOTE_READ/REMOTE_ATOMIC are meaningful on a QP.
-            return Err(E::InvalidValue("qp_access_flags"));
-        }
-
-        // Copy the attributes the mask names.
-        let a = &mut self.attr;
-        if mask.contains(QpAttrMask::PATH_MTU) {
-            a.path_mtu = attr.path_mtu;
-        }
-        if mask.contains(QpAttrMask::PATH_MIG_STATE) {
-            a.path_mig_state = attr.path_mig_state;
-        }
-        if mask.contains(QpAttrMask::QKEY) {
-            a.qkey = attr.qkey;
-        }
-        if mask.contains(QpAttrMask::DEST_QPN) {
-            a.dest_qp_num = attr.dest_qp_num;
-        }
-        if mask.contains(QpAttrMask::ACCESS_FLAGS) {
-            a.qp_access_flags = attr.qp_access_flags;
-        }
-        if mask.contains(QpAttrMask::PKEY_INDEX) {
-            a.pkey_index = attr.pkey_index;
-        }
-        if mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
-            a.en_sqd_async_notify = attr.en_sqd_async_notify;
-        }
-        if mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = attr.max_rd_atomic;
-        }
+        attr.check(mask, &ATTR_LIMITS).map_err(E::BadAttr)?;
+        self.attr.apply(attr, mask);
+        // What a stored attribute sets in motion.
         if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
             self.resp
                 .resources
                 .truncate(usize::from(attr.max_dest_rd_atomic));
         }
-        let a = &mut self.attr;
-        if mask.contains(QpAttrMask::MIN_RNR_TIMER) {
-            a.min_rnr_timer = attr.min_rnr_timer;
-        }
-        if mask.contains(QpAttrMask::PORT) {
-            a.port_num = attr.port_num;
-        }
-        if mask.contains(QpAttrMask::TIMEOUT) {
-            a.timeout = attr.timeout;
-        }
         if mask.contains(QpAttrMask::RETRY_CNT) {
-            a.retry_cnt = attr.retry_cnt;
             self.comp.retry_left = attr.retry_cnt;
         }
         if mask.contains(QpAttrMask::RNR_RETRY) {
-            self.attr.rnr_retry = attr.rnr_retry;
             self.comp.rnr_left = attr.rnr_retry;
         }
         if mask.contains(QpAttrMask::RQ_PSN) {
-            self.resp.epsn = attr.rq_psn;
-            self.attr.rq_psn = attr.rq_psn;
+            self.resp.epsn = Psn::new(attr.rq_psn);
         }
         if mask.contains(QpAttrMask::SQ_PSN) {
-            self.attr.sq_psn = attr.sq_psn;
-            self.req.next_psn = attr.sq_psn;
-            self.req.sent_high = attr.sq_psn;
-            self.comp.unacked = attr.sq_psn;
-            self.rec.una = attr.sq_psn;
+            let psn = Psn::new(attr.sq_psn);
+            self.req.next_psn = psn;
+            self.req.sent_high = psn;
+            self.comp.unacked = psn;
+            self.rec.una = psn;
         }
 
         match next {
@@ -783,7 +733,7 @@ impl Qp {
             imm_data: None,
             invalidated_rkey: None,
             qp_num: self.cfg.qpn,
-            src_qp: self.attr.dest_qp_num,
+            src_qp: self.dest_qpn(),
             wc_flags: WcFlags::default(),
             solicited: false,
         };
@@ -1022,7 +972,7 @@ impl Qp {
     /// 0x81, the B bit set, P_Key of the QP, PSN 0, then 16 reserved zero bytes (the caller
     /// appends the ICRC).
     fn build_cnp(&mut self, buf: &mut [u8]) -> Option<Transmit> {
-        let dest = self.attr.dest_qp_num;
+        let dest = self.dest_qpn();
         let mut bth = wire::BthRepr::new(Opcode::CNP, dest, wire::Psn::new(0));
         bth.pkey = self.cfg.pkey;
         bth.becn = true;
@@ -1070,7 +1020,7 @@ impl Qp {
     fn peer_qpn(&self, wqe: &SendWqe) -> Qpn {
         match wqe.wr.ud {
             Some(ud) => ud.remote_qpn,
-            None => self.attr.dest_qp_num,
+            None => self.dest_qpn(),
         }
     }
 
@@ -1105,7 +1055,7 @@ impl Qp {
             imm_data: None,
             invalidated_rkey: None,
             qp_num: self.cfg.qpn,
-            src_qp: self.attr.dest_qp_num,
+            src_qp: self.dest_qpn(),
             wc_flags: WcFlags::default(),
             solicited: false,
         }
@@ -1208,8 +1158,8 @@ pub fn bring_up(
     qp.modify(&a, init_mask)?;
     a.qp_state = QpState::Rtr;
     a.path_mtu = mtu;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = rq_psn;
+    a.dest_qp_num = dest_qpn.value();
+    a.rq_psn = rq_psn.value();
     let rtr_mask = match ty {
         Service::Rc => {
             QpAttrMask::STATE
@@ -1235,7 +1185,7 @@ pub fn bring_up(
         qp.set_port_mtu(mtu);
     }
     a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
+    a.sq_psn = sq_psn.value();
     let rts_mask = match ty {
         Service::Rc => {
             QpAttrMask::STATE

@@ -298,7 +298,7 @@ impl Qp {
 
         let dest_qpn = match wqe.wr.ud {
             Some(ud) => ud.remote_qpn,
-            None => self.attr.dest_qp_num,
+            None => self.dest_qpn(),
         };
         let mut bth = BthRepr::new(opcode, dest_qpn, next_psn);
         bth.pkey = self.cfg.pkey;
@@ -377,7 +377,7 @@ impl Qp {
         if let Some(ud) = w.ud {
             // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own Q_Key".
             let qkey = if ud.remote_qkey.0 & 0x8000_0000 != 0 {
-                self.attr.qkey
+                self.qkey()
             } else {
                 ud.remote_qkey
             };

@@ -832,7 +832,7 @@ impl Qp {
             return;
         };
         // Q_Key must match (docs/wire.md §5.3).
-        if deth.qkey != self.attr.qkey {
+        if deth.qkey != self.qkey() {
             self.counters.qkey_violation += 1;
             return;
         }
@@ -987,7 +987,7 @@ impl Qp {
         Some(Transmit {
             len,
             ah: None,
-            dest_qpn: self.attr.dest_qp_num,
+            dest_qpn: self.dest_qpn(),
         })
     }
 
@@ -998,7 +998,7 @@ impl Qp {
         } else {
             op
         };
-        let mut bth = BthRepr::new(op, self.attr.dest_qp_num, psn);
+        let mut bth = BthRepr::new(op, self.dest_qpn(), psn);
         bth.pkey = self.cfg.pkey;
         bth
     }
@@ -1032,7 +1032,7 @@ impl Qp {
         Some(Transmit {
             len,
             ah: None,
-            dest_qpn: self.attr.dest_qp_num,
+            dest_qpn: self.dest_qpn(),
         })
     }
 }

@@ -7,8 +7,7 @@
 
 use core::fmt;
 
-pub use abi::{AccessFlags, Mtu, QpAttrMask, QpState, QpType};
-use wire::{Psn, Qkey, Qpn};
+pub use abi::{AccessFlags, AttrError, AttrErrorKind, Mtu, QpAttr, QpAttrMask, QpState, QpType};
 
 /// The transport service a QP runs (IBTA Vol 1 §9.8: reliable connected, unreliable
 /// connected, unreliable datagram) — what decides its opcodes, acknowledgements and
@@ -39,79 +38,6 @@ impl Service {
     }
 }
 
-/// The QP attributes the transport interprets (`ibv_qp_attr` subset).
-///
-/// AV, alternate path, path migration state and port are accepted by the mask rules and
-/// validated for range, but their contents belong to the caller (the NIC keeps the address
-/// vector and maps `pkey_index` to a P_Key).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpAttr {
-    /// Target state (with [`QpAttrMask::STATE`]).
-    pub qp_state: QpState,
-    /// Asserted current state (with [`QpAttrMask::CUR_STATE`]).
-    pub cur_qp_state: QpState,
-    /// Path MTU.
-    pub path_mtu: Mtu,
-    /// Path migration state (`ibv_mig_state`: 0 MIGRATED, 1 REARM, 2 ARMED).
-    pub path_mig_state: u8,
-    /// UD Q_Key.
-    pub qkey: Qkey,
-    /// Responder's first expected PSN.
-    pub rq_psn: Psn,
-    /// Requester's first PSN.
-    pub sq_psn: Psn,
-    /// Connected peer QPN (RC/UC).
-    pub dest_qp_num: Qpn,
-    /// Remote access rights granted to the peer.
-    pub qp_access_flags: AccessFlags,
-    /// P_Key table index.
-    pub pkey_index: u16,
-    /// Raise `SqDrained` when SQD drains.
-    pub en_sqd_async_notify: bool,
-    /// Whether the send queue is still draining (query output only).
-    pub sq_draining: bool,
-    /// Initiator depth: outstanding READ/ATOMIC this QP may have (RC).
-    pub max_rd_atomic: u8,
-    /// Responder resources: READ/ATOMIC results kept for duplicates (RC).
-    pub max_dest_rd_atomic: u8,
-    /// RNR NAK timer code this QP's responder sends.
-    pub min_rnr_timer: u8,
-    /// Port number (1).
-    pub port_num: u8,
-    /// Local ACK timeout exponent (0 = infinite).
-    pub timeout: u8,
-    /// Transport retry count (0..=7).
-    pub retry_cnt: u8,
-    /// RNR retry count (0..=7; 7 = infinite).
-    pub rnr_retry: u8,
-}
-
-impl Default for QpAttr {
-    fn default() -> QpAttr {
-        QpAttr {
-            qp_state: QpState::Reset,
-            cur_qp_state: QpState::Reset,
-            path_mtu: Mtu::Mtu1024,
-            path_mig_state: 0,
-            qkey: Qkey(0),
-            rq_psn: Psn::new(0),
-            sq_psn: Psn::new(0),
-            dest_qp_num: Qpn::new(0),
-            qp_access_flags: AccessFlags(0),
-            pkey_index: 0,
-            en_sqd_async_notify: false,
-            sq_draining: false,
-            max_rd_atomic: 1,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            port_num: 1,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-        }
-    }
-}
-
 /// Why a modify was refused. The NIC maps every variant to EINVAL (as rxe and the kernel do),
 /// except [`ModifyError::Busy`], which the kernel reports as EBUSY/EINVAL depending on version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +55,10 @@ pub enum ModifyError {
     UnexpectedAttr(QpAttrMask),
     /// CUR_STATE names a state the QP is not in.
     CurStateMismatch,
-    /// An attribute value is out of range.
+    /// An attribute value is out of range ([`QpAttr::check`]).
+    BadAttr(AttrError),
+    /// A request the QP's service or state does not allow (selective repeat on a QP
+    /// that is not plain RC, or once it has left INIT).
     InvalidValue(&'static str),
     /// SQD is still draining: only SQD→ERR/RESET are accepted (rxe rule).
     Busy,
@@ -144,7 +73,8 @@ impl fmt::Display for ModifyError {
             ModifyError::MissingAttr(m) => write!(f, "missing required attribute(s) {m:?}"),
             ModifyError::UnexpectedAttr(m) => write!(f, "attribute(s) not allowed here {m:?}"),
             ModifyError::CurStateMismatch => f.write_str("cur_qp_state does not match"),
-            ModifyError::InvalidValue(what) => write!(f, "invalid attribute value: {what}"),
+            ModifyError::BadAttr(e) => write!(f, "invalid attribute value: {e}"),
+            ModifyError::InvalidValue(what) => write!(f, "not allowed: {what}"),
             ModifyError::Busy => f.write_str("send queue still draining"),
         }
     }

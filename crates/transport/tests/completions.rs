@@ -86,7 +86,7 @@ fn pair(ty: Service) -> (End, End) {
     let (mut a, mut b) = (mk(0x11), mk(0x12));
     let attr = QpAttr {
         qp_access_flags: AccessFlags(0xF),
-        qkey: Qkey(0x1234),
+        qkey: 0x1234,
         max_rd_atomic: 4,
         max_dest_rd_atomic: 4,
         timeout: 14,
@@ -245,10 +245,7 @@ fn ud_receives_carry_the_solicited_event_bit() {
 #[test]
 fn query_reports_the_current_psns() {
     let (mut a, mut b) = pair(Service::Rc);
-    assert_eq!(
-        (a.qp.query().sq_psn, a.qp.query().rq_psn),
-        (Psn::new(100), Psn::new(500))
-    );
+    assert_eq!((a.qp.query().sq_psn, a.qp.query().rq_psn), (100, 500));
     let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
     w.local = sge(0, 600); // 3 packets at MTU 256
     w.remote_addr = VA + 0x400;
@@ -256,14 +253,11 @@ fn query_reports_the_current_psns() {
     a.qp.post_send(w).unwrap();
     shuttle(&mut a, &mut b);
     assert_eq!(a.qp.sq_psn(), Psn::new(103));
-    assert_eq!(a.qp.query().sq_psn, Psn::new(103));
+    assert_eq!(a.qp.query().sq_psn, 103);
     assert_eq!(b.qp.rq_psn(), Psn::new(103));
-    assert_eq!(b.qp.query().rq_psn, Psn::new(103));
+    assert_eq!(b.qp.query().rq_psn, 103);
     // The other direction is untouched.
-    assert_eq!(
-        (b.qp.query().sq_psn, a.qp.query().rq_psn),
-        (Psn::new(500), Psn::new(500))
-    );
+    assert_eq!((b.qp.query().sq_psn, a.qp.query().rq_psn), (500, 500));
     assert_eq!(&b.mem.0[0x400..0x400 + 600], &a.mem.0[..600]);
 }
 

@@ -1,19 +1,19 @@
 //! The QP state machine through `Qp::modify` and the post rules (docs/wire.md §6).
 
-use transport::wire::{Psn, Qkey, Qpn};
+use transport::wire::Qpn;
 use transport::{
-    AccessFlags, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrMask, QpConfig, QpState, RecvWr,
-    SendWr, Service, WrOpcode,
+    AccessFlags, AttrError, AttrErrorKind, ModifyError, Mtu, PostError, Qp, QpAttr, QpAttrMask,
+    QpConfig, QpState, RecvWr, SendWr, Service, WrOpcode,
 };
 
 fn attr(state: QpState) -> QpAttr {
     QpAttr {
         qp_state: state,
         path_mtu: Mtu::Mtu2048,
-        qkey: Qkey(7),
-        rq_psn: Psn::new(100),
-        sq_psn: Psn::new(0xFF_FFFF + 5),
-        dest_qp_num: Qpn::new(0x22),
+        qkey: 7,
+        rq_psn: 100,
+        sq_psn: 0xFF_FFFF + 5,
+        dest_qp_num: 0x22,
         qp_access_flags: AccessFlags::REMOTE_WRITE,
         timeout: 12,
         retry_cnt: 5,
@@ -114,16 +114,21 @@ fn rc_bring_up_and_illegal_steps() {
     };
     assert_eq!(
         q.modify(&bad, RTS_RC),
-        Err(ModifyError::InvalidValue("timeout > 31"))
+        Err(ModifyError::BadAttr(AttrError {
+            field: "timeout",
+            value: 32,
+            kind: AttrErrorKind::OutOfRange,
+            bound: Some(31),
+        }))
     );
     q.modify(&attr(QpState::Rts), RTS_RC).unwrap();
     let a = q.query();
     assert_eq!(a.qp_state, QpState::Rts);
     assert_eq!(a.path_mtu, Mtu::Mtu2048);
-    assert_eq!(a.sq_psn, Psn::new(4), "PSNs are 24-bit");
-    assert_eq!(a.rq_psn, Psn::new(100));
+    assert_eq!(a.sq_psn, 4, "PSNs are 24-bit");
+    assert_eq!(a.rq_psn, 100);
     assert_eq!((a.timeout, a.retry_cnt, a.rnr_retry), (12, 5, 6));
-    assert_eq!(a.dest_qp_num, Qpn::new(0x22));
+    assert_eq!(a.dest_qp_num, 0x22);
     assert_eq!(q.max_packet_len(), 2048 + transport::MAX_HEADER_LEN);
 }
 
@@ -189,7 +194,7 @@ fn ud_masks_and_post_rules() {
     );
     q.modify(&attr(QpState::Rts), QpAttrMask::STATE | QpAttrMask::SQ_PSN)
         .unwrap();
-    assert_eq!(q.query().qkey, Qkey(7));
+    assert_eq!(q.query().qkey, 7);
     // UD: SEND only, with a destination.
     assert_eq!(
         q.post_send(SendWr::new(1, WrOpcode::RdmaWrite)),

@@ -109,7 +109,7 @@ fn serve(end: End, bufs: MrBuf, size: usize, count: u64) -> Result<()> {
         let i = w.wr_id as usize;
         let base = i * slot;
         let grh = &bufs[base..base + GRH_BYTES];
-        let attr = AhAttr::from_grh(&w, grh, 0, PORT)
+        let attr = uroce::init_ah_from_wc(&w, grh, 0, PORT)
             .ok_or_else(|| fail("receive without a usable GRH".into()))?;
         let ah = match ahs.get(&attr.grh.dgid) {
             Some(ah) => ah.clone(),

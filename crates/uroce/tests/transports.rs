@@ -90,7 +90,7 @@ topo_tests!(ud_send_recv_with_grh, |t| {
     assert_eq!(src_ip, a.gid.to_ip());
     assert_eq!(dst_ip, b.gid.to_ip());
     // The reply path: an AH built from the received GRH reaches A.
-    let back = AhAttr::from_grh(&w, &dst[..GRH_BYTES], 0, PORT).unwrap();
+    let back = uroce::init_ah_from_wc(&w, &dst[..GRH_BYTES], 0, PORT).unwrap();
     assert_eq!(back.grh.dgid, a.gid);
     let back_ah = b.pd.create_ah(&back).unwrap();
     let abuf = buf(&a, GRH_BYTES + len);

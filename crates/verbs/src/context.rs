@@ -19,7 +19,6 @@
 
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,7 +32,7 @@ use abi::uverbs::{
     QueryGidResp, QueryPkey, QueryPkeyResp, QueryPort, QueryPortResp, Request, UroceGetContext,
     UroceGetContextResp, UROCE_ABI_VERSION,
 };
-use abi::{AtomicCap, Errno, GidType, LinkLayer, Mtu, PortState};
+use abi::{AtomicCap, Errno, Gid, GidType, LinkLayer, Mtu, PortState};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::device::Device;
@@ -493,57 +492,6 @@ impl fmt::Debug for Context {
             .field("device", &self.0.device.name())
             .field("max_inline", &self.0.max_inline)
             .finish()
-    }
-}
-
-/// A GID: 16 bytes; for RoCEv2 the IPv4-mapped or IPv6 address of the device.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Gid(pub [u8; 16]);
-
-impl Gid {
-    /// The address this GID stands for (IPv4-mapped GIDs give an IPv4 address).
-    pub fn to_ip(&self) -> IpAddr {
-        let v6 = Ipv6Addr::from(self.0);
-        match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        }
-    }
-
-    /// Whether all bytes are zero (an empty GID table slot).
-    pub fn is_zero(&self) -> bool {
-        self.0 == [0; 16]
-    }
-}
-
-impl From<IpAddr> for Gid {
-    /// RoCEv2 GID of an address: `::ffff:a.b.c.d` for IPv4, the address itself for IPv6.
-    fn from(ip: IpAddr) -> Gid {
-        match ip {
-            IpAddr::V4(v4) => Gid(v4.to_ipv6_mapped().octets()),
-            IpAddr::V6(v6) => Gid(v6.octets()),
-        }
-    }
-}
-
-impl fmt::Display for Gid {
-    /// As `ibv_devinfo -v` prints GIDs: eight groups of four hex digits.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, pair) in self.0.chunks_exact(2).enumerate() {
-            if i > 0 {
-                write!(f, ":")?;
-            }
-            if let [a, b] = pair {
-                write!(f, "{a:02x}{b:02x}")?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Gid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Gid({self} = {})", self.to_ip())
     }
 }
 

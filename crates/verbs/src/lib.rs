@@ -64,21 +64,16 @@ mod xrc;
 
 pub use abi::Rule;
 pub use asyncio::{block_on, Readable};
-pub use context::{
-    AsyncEvent, Context, DeviceAttr, EventType, Gid, GidEntry, PortAttr, DOORBELL_SLOTS,
-};
+pub use context::{AsyncEvent, Context, DeviceAttr, EventType, GidEntry, PortAttr, DOORBELL_SLOTS};
 pub use cq::{CompChannel, Cq, Wc};
 pub use device::{devices, open_device, provider, set_provider, Device};
 pub use error::{Error, ErrorKind, PostError, Reason, Result};
 pub use mem::PAGE_SIZE;
 pub use pd::{
-    grh_addresses, Ah, AhAttr, Buffer, BufferAllocator, BufferKind, GlobalRoute, Mr, MrBuf, Mw,
-    MwType, Pd, RemoteMr, Rereg,
+    grh_addresses, init_ah_from_wc, Ah, Buffer, BufferAllocator, BufferKind, Mr, MrBuf, Mw, MwType,
+    Pd, RemoteMr, Rereg,
 };
-pub use qp::{
-    ConnectOpts, Qp, QpAttr, QpCap, QpEndpoint, QpInitAttr, TransientQp, WeakQp,
-    SELECTIVE_REPEAT_ENV,
-};
+pub use qp::{ConnectOpts, Qp, QpEndpoint, QpInitAttr, TransientQp, WeakQp, SELECTIVE_REPEAT_ENV};
 pub use srq::{Srq, SrqAttr};
 pub use wire::cm::{Ece, ECE_SELECTIVE_REPEAT, UROCE_ECE_VENDOR_ID};
 pub use wr::{inc_rkey, MwBindInfo, Payload, RecvWr, Remote, SendWr};
@@ -87,8 +82,9 @@ pub use xrc::Xrcd;
 pub use abi::provider::{DeviceSpec, Provider};
 pub use abi::uverbs::Sge;
 pub use abi::{
-    AccessFlags, AtomicCap, Errno, GidType, LinkLayer, Mtu, PortState, QpAttrMask, QpState, QpType,
-    SendFlags, SrqAttrMask, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, AhAttr, AtomicCap, Errno, Gid, GidType, GlobalRoute, LinkLayer, Mtu, PortState,
+    QpAttr, QpAttrMask, QpCap, QpState, QpType, SendFlags, SrqAttrMask, WcFlags, WcOpcode,
+    WcStatus, WrOpcode,
 };
 
 /// Bytes of the Global Routing Header area at the start of every UD receive buffer

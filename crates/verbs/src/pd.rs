@@ -24,12 +24,11 @@ use std::sync::Arc;
 
 use abi::uverbs::{
     AhAttr as AbiAhAttr, AllocMw, AllocMwResp, AllocPd, AllocPdResp, CreateAh, CreateAhResp,
-    DeallocMw, DeallocPd, DeregMr, DestroyAh, GlobalRoute as AbiGlobalRoute, RegMr, RegMrResp,
-    Request, ReregMr, ReregMrResp, Sge,
+    DeallocMw, DeallocPd, DeregMr, DestroyAh, RegMr, RegMrResp, Request, ReregMr, ReregMrResp, Sge,
 };
-use abi::{AccessFlags, Errno};
+use abi::{AccessFlags, AhAttr, Errno, Gid};
 
-use crate::context::{next_user_handle, take, Context, Gid};
+use crate::context::{next_user_handle, take, Context};
 use crate::error::{Error, Result};
 use crate::mem::PageBuf;
 
@@ -226,7 +225,7 @@ impl Pd {
             user_handle,
             pd_handle: self.0.handle,
             reserved: 0,
-            attr: attr.to_abi(),
+            attr: AbiAhAttr::from(attr),
         });
         let r: CreateAhResp = self
             .0
@@ -794,94 +793,17 @@ impl fmt::Debug for MrBuf {
     }
 }
 
-/// The GRH part of an address vector (`struct ibv_global_route`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GlobalRoute {
-    /// Destination GID (RoCEv2: the peer device's address).
-    pub dgid: Gid,
-    /// Flow label (20 bits; feeds the UDP source port).
-    pub flow_label: u32,
-    /// Source GID index (0 = the device's address).
-    pub sgid_index: u8,
-    /// Hop limit / IPv4 TTL.
-    pub hop_limit: u8,
-    /// Traffic class / DSCP+ECN.
-    pub traffic_class: u8,
-}
-
-/// An address vector (`struct ibv_ah_attr`), for UD address handles and connected QPs'
-/// primary path.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AhAttr {
-    /// Global route (always used on RoCE).
-    pub grh: GlobalRoute,
-    /// Destination LID (0 on RoCE).
-    pub dlid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Source path bits.
-    pub src_path_bits: u8,
-    /// Static rate.
-    pub static_rate: u8,
-    /// Whether `grh` is valid (RoCE requires it).
-    pub is_global: bool,
-    /// Port (1).
-    pub port_num: u8,
-}
-
-impl AhAttr {
-    /// A RoCEv2 address vector to `dgid` from source GID `sgid_index` on `port`
-    /// (hop limit 64, as rdma-core's examples use).
-    pub fn roce(dgid: Gid, sgid_index: u8, port: u8) -> AhAttr {
-        AhAttr {
-            grh: GlobalRoute {
-                dgid,
-                flow_label: 0,
-                sgid_index,
-                hop_limit: 64,
-                traffic_class: 0,
-            },
-            dlid: 0,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            is_global: true,
-            port_num: port,
-        }
+/// `ibv_init_ah_from_wc`: the address vector that answers a UD receive, from the 40-byte
+/// GRH area at the start of its buffer (`grh`) — the sender's address becomes the
+/// destination. `None` if the completion has no GRH or the area holds neither an IPv4
+/// header (RoCEv2 over IPv4: bytes 20..40, IBA's "reserved + IPv4 header" layout) nor an
+/// IPv6 header.
+pub fn init_ah_from_wc(wc: &crate::Wc, grh: &[u8], sgid_index: u8, port: u8) -> Option<AhAttr> {
+    if !wc.has_grh() {
+        return None;
     }
-
-    /// `ibv_init_ah_from_wc`: the address vector that answers a UD receive, from the
-    /// 40-byte GRH area at the start of its buffer (`grh`) — the sender's address becomes
-    /// the destination. `None` if the completion has no GRH or the area holds neither an
-    /// IPv4 header (RoCEv2 over IPv4: bytes 20..40, IBA's "reserved + IPv4 header" layout)
-    /// nor an IPv6 header.
-    pub fn from_grh(wc: &crate::Wc, grh: &[u8], sgid_index: u8, port: u8) -> Option<AhAttr> {
-        if !wc.has_grh() {
-            return None;
-        }
-        let (src, _dst) = grh_addresses(grh)?;
-        Some(AhAttr::roce(Gid::from(src), sgid_index, port))
-    }
-
-    pub(crate) fn to_abi(self) -> AbiAhAttr {
-        AbiAhAttr {
-            grh: AbiGlobalRoute {
-                dgid: self.grh.dgid.0,
-                flow_label: self.grh.flow_label,
-                sgid_index: self.grh.sgid_index,
-                hop_limit: self.grh.hop_limit,
-                traffic_class: self.grh.traffic_class,
-                reserved: 0,
-            },
-            dlid: self.dlid,
-            sl: self.sl,
-            src_path_bits: self.src_path_bits,
-            static_rate: self.static_rate,
-            is_global: u8::from(self.is_global),
-            port_num: self.port_num,
-            reserved: 0,
-        }
-    }
+    let (src, _dst) = grh_addresses(grh)?;
+    Some(AhAttr::roce(Gid::from(src), sgid_index, port))
 }
 
 /// An address handle (`ibv_ah`), named by UD send WRs. Cheap to clone.
@@ -1010,11 +932,11 @@ mod tests {
             wc_flags: abi::WcFlags::GRH,
             ..Default::default()
         };
-        let ah = AhAttr::from_grh(&wc, &g, 0, 1).unwrap();
+        let ah = init_ah_from_wc(&wc, &g, 0, 1).unwrap();
         assert_eq!(
             ah.grh.dgid.to_ip(),
             "127.0.0.2".parse::<std::net::IpAddr>().unwrap()
         );
-        assert!(AhAttr::from_grh(&crate::Wc::default(), &g, 0, 1).is_none());
+        assert!(init_ah_from_wc(&crate::Wc::default(), &g, 0, 1).is_none());
     }
 }

@@ -31,37 +31,22 @@ use abi::fastpath::{recv_wqe_size, send_caps_for_elem, send_wqe_size, RECV_WQE_H
 use abi::ring::{Producer, RingLayout};
 use abi::shm::SharedMem;
 use abi::uverbs::{
-    CreateQp, CreateQpResp, DestroyQp, ModifyQp, PostRecv, PostResp, PostSend, QpDest, QueryQp,
+    CreateQp, CreateQpResp, DestroyQp, ModifyQp, PostRecv, PostResp, PostSend, QueryQp,
     QueryQpResp, Request, RingDesc, Sge, UroceCreateQp, UroceCreateQpResp, WrList,
 };
-use abi::{AccessFlags, Errno, Mtu, QpAttrMask, QpState, QpType};
+use abi::{AccessFlags, AhAttr, Errno, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 
-use crate::context::{next_user_handle, take, Context, Gid};
+use crate::context::{next_user_handle, take, Context};
 use crate::cq::{leak, Cq};
 use crate::error::{Error, ErrorKind, PostError, Result};
 use crate::pd::alloc_ring_in;
-use crate::pd::{AhAttr, GlobalRoute, Pd};
+use crate::pd::Pd;
 use crate::srq::Srq;
 use crate::wr::{
     bad_wr_result, encode_recv_cmd, encode_send_cmd, stage_recvs, stage_sends, RecvWr, SendLimits,
     SendWr,
 };
 use wire::cm::{Ece, ECE_SELECTIVE_REPEAT, UROCE_ECE_OPTIONS, UROCE_ECE_VENDOR_ID};
-
-/// Queue capacities (`struct ibv_qp_cap`): requested at creation, granted in return.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpCap {
-    /// Outstanding send WRs.
-    pub max_send_wr: u32,
-    /// Outstanding receive WRs.
-    pub max_recv_wr: u32,
-    /// SGEs per send WR.
-    pub max_send_sge: u32,
-    /// SGEs per receive WR.
-    pub max_recv_sge: u32,
-    /// Inline bytes per send WR.
-    pub max_inline_data: u32,
-}
 
 /// What to create (`struct ibv_qp_init_attr`).
 #[derive(Clone, Copy, Debug)]
@@ -96,99 +81,6 @@ impl<'a> QpInitAttr<'a> {
             sq_sig_all: false,
             selective_repeat: false,
         }
-    }
-}
-
-/// QP attributes (`struct ibv_qp_attr`), for [`Qp::modify`] with a [`QpAttrMask`] saying
-/// which fields count, and from [`Qp::query`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QpAttr {
-    /// Target / current state.
-    pub qp_state: QpState,
-    /// Current state the caller assumes (with `CUR_STATE`).
-    pub cur_qp_state: QpState,
-    /// Path MTU.
-    pub path_mtu: Mtu,
-    /// Path migration state.
-    pub path_mig_state: u8,
-    /// Q_Key (UD).
-    pub qkey: u32,
-    /// Expected PSN of the first incoming request.
-    pub rq_psn: u32,
-    /// PSN of the first outgoing request.
-    pub sq_psn: u32,
-    /// Remote QP number (connected QPs).
-    pub dest_qp_num: u32,
-    /// Remote access allowed (REMOTE_WRITE / READ / ATOMIC).
-    pub qp_access_flags: AccessFlags,
-    /// Capacities (query only).
-    pub cap: QpCap,
-    /// Primary path.
-    pub ah_attr: AhAttr,
-    /// Alternate path.
-    pub alt_ah_attr: AhAttr,
-    /// P_Key index.
-    pub pkey_index: u16,
-    /// Alternate P_Key index.
-    pub alt_pkey_index: u16,
-    /// Raise SQ_DRAINED when SQD is reached.
-    pub en_sqd_async_notify: bool,
-    /// SQ draining (query only).
-    pub sq_draining: bool,
-    /// Outstanding READs/atomics as initiator.
-    pub max_rd_atomic: u8,
-    /// Outstanding READs/atomics as responder.
-    pub max_dest_rd_atomic: u8,
-    /// RNR NAK timer code the responder advertises.
-    pub min_rnr_timer: u8,
-    /// Port.
-    pub port_num: u8,
-    /// Local ACK timeout code (4.096 µs × 2^timeout; 0 = infinite).
-    pub timeout: u8,
-    /// Transport retries.
-    pub retry_cnt: u8,
-    /// RNR retries (7 = infinite).
-    pub rnr_retry: u8,
-    /// Alternate port.
-    pub alt_port_num: u8,
-    /// Alternate timeout.
-    pub alt_timeout: u8,
-    /// Signal all send WRs (query only).
-    pub sq_sig_all: bool,
-}
-
-fn dest_from(a: &AhAttr) -> QpDest {
-    QpDest {
-        dgid: a.grh.dgid.0,
-        flow_label: a.grh.flow_label,
-        dlid: a.dlid,
-        reserved: 0,
-        sgid_index: a.grh.sgid_index,
-        hop_limit: a.grh.hop_limit,
-        traffic_class: a.grh.traffic_class,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: u8::from(a.is_global),
-        port_num: a.port_num,
-    }
-}
-
-fn ah_from(d: &QpDest) -> AhAttr {
-    AhAttr {
-        grh: GlobalRoute {
-            dgid: Gid(d.dgid),
-            flow_label: d.flow_label,
-            sgid_index: d.sgid_index,
-            hop_limit: d.hop_limit,
-            traffic_class: d.traffic_class,
-        },
-        dlid: d.dlid,
-        sl: d.sl,
-        src_path_bits: d.src_path_bits,
-        static_rate: d.static_rate,
-        is_global: d.is_global != 0,
-        port_num: d.port_num,
     }
 }
 
@@ -738,35 +630,7 @@ impl Qp {
         } else {
             0
         };
-        let req = Request::ModifyQp(ModifyQp {
-            dest: dest_from(&attr.ah_attr),
-            alt_dest: dest_from(&attr.alt_ah_attr),
-            qp_handle: self.0.handle,
-            attr_mask: mask.bits(),
-            qkey: attr.qkey,
-            rq_psn: attr.rq_psn,
-            sq_psn: attr.sq_psn,
-            dest_qp_num: attr.dest_qp_num,
-            qp_access_flags: attr.qp_access_flags.bits(),
-            pkey_index: attr.pkey_index,
-            alt_pkey_index: attr.alt_pkey_index,
-            qp_state: attr.qp_state as u8,
-            cur_qp_state: attr.cur_qp_state as u8,
-            path_mtu: attr.path_mtu as u8,
-            path_mig_state: attr.path_mig_state,
-            en_sqd_async_notify: u8::from(attr.en_sqd_async_notify),
-            max_rd_atomic: attr.max_rd_atomic,
-            max_dest_rd_atomic: attr.max_dest_rd_atomic,
-            min_rnr_timer: attr.min_rnr_timer,
-            port_num: attr.port_num,
-            timeout: attr.timeout,
-            retry_cnt: attr.retry_cnt,
-            rnr_retry: attr.rnr_retry,
-            alt_port_num: attr.alt_port_num,
-            alt_timeout: attr.alt_timeout,
-            flags,
-            reserved: 0,
-        });
+        let req = Request::ModifyQp(ModifyQp::new(self.0.handle, attr, mask, flags));
         self.ctx().cmd("modify_qp", &req, |_| Ok(()))?;
         if mask.contains(QpAttrMask::STATE) {
             self.0.state.store(attr.qp_state.raw(), Ordering::Release);
@@ -799,46 +663,9 @@ impl Qp {
             attr_mask: mask.bits(),
         });
         let r: QueryQpResp = self.ctx().cmd("query_qp", &req, |mut r| Ok(take(&mut r)))?;
-        let state = |what: &str, v: u8| {
-            QpState::from_raw(v.into())
-                .ok_or_else(|| Error::protocol("query_qp", format!("{what} value {v}")))
-        };
-        let attr = QpAttr {
-            qp_state: state("qp_state", r.qp_state)?,
-            cur_qp_state: state("cur_qp_state", r.cur_qp_state)?,
-            path_mtu: Mtu::from_raw(r.path_mtu.into()).ok_or_else(|| {
-                Error::protocol("query_qp", format!("path_mtu value {}", r.path_mtu))
-            })?,
-            path_mig_state: r.path_mig_state,
-            qkey: r.qkey,
-            rq_psn: r.rq_psn,
-            sq_psn: r.sq_psn,
-            dest_qp_num: r.dest_qp_num,
-            qp_access_flags: AccessFlags(r.qp_access_flags),
-            cap: QpCap {
-                max_send_wr: r.max_send_wr,
-                max_recv_wr: r.max_recv_wr,
-                max_send_sge: r.max_send_sge,
-                max_recv_sge: r.max_recv_sge,
-                max_inline_data: r.max_inline_data,
-            },
-            ah_attr: ah_from(&r.dest),
-            alt_ah_attr: ah_from(&r.alt_dest),
-            pkey_index: r.pkey_index,
-            alt_pkey_index: r.alt_pkey_index,
-            en_sqd_async_notify: false,
-            sq_draining: r.sq_draining != 0,
-            max_rd_atomic: r.max_rd_atomic,
-            max_dest_rd_atomic: r.max_dest_rd_atomic,
-            min_rnr_timer: r.min_rnr_timer,
-            port_num: r.port_num,
-            timeout: r.timeout,
-            retry_cnt: r.retry_cnt,
-            rnr_retry: r.rnr_retry,
-            alt_port_num: r.alt_port_num,
-            alt_timeout: r.alt_timeout,
-            sq_sig_all: r.sq_sig_all != 0,
-        };
+        let attr = r
+            .attr()
+            .map_err(|e| Error::protocol("query_qp", e.to_string()))?;
         self.0.state.store(attr.qp_state.raw(), Ordering::Release);
         Ok(attr)
     }

@@ -34,9 +34,9 @@ use crate::cm::{CmaHdr, Ece, PortSpace, ServiceId, SidrReqRepr, SidrStatus, CMA_
 use crate::context::Context;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::pd::{Ah, AhAttr, Pd};
-use crate::qp::{ConnectOpts, Qp, QpAttr, QpEndpoint, QpInitAttr};
-use crate::{AccessFlags, Errno, Gid, Mtu, QpAttrMask, QpState};
+use crate::pd::{Ah, Pd};
+use crate::qp::{ConnectOpts, Qp, QpEndpoint, QpInitAttr};
+use crate::{AccessFlags, AhAttr, Errno, Gid, Mtu, QpAttr, QpAttrMask, QpState};
 
 /// The Local ACK Timeout our REQs carry (4.096 µs × 2^19 ≈ 2.1 s: the CM's packet life time 18
 /// plus one, `cm::CmConfig::linux_defaults`), which the passive side's QP takes from the REQ;
