@@ -358,7 +358,7 @@ fn run_device(args: &Args, seed: u64) -> anyhow::Result<ExitCode> {
             .unwrap_or(if link.partition_at.is_some() { 3 } else { 7 }),
         timeout: w.timeout,
         rnr_retry: w.rnr_retry,
-        path_mtu: w.mtu as u8,
+        path_mtu: w.mtu,
         selective_repeat: w.selective_repeat,
         recv_depth: w.recv_depth,
         recv_delay_ns: w.recv_delay_ns,

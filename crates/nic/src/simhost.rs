@@ -211,8 +211,8 @@ pub struct RcOpts {
     pub min_rnr_timer: u8,
     /// The first PSN of both directions (both ends of a connection must agree).
     pub psn: u32,
-    /// Path MTU as an `ibv_mtu` code (1 = 256 … 5 = 4096; 3 = 1024, perftest's default).
-    pub path_mtu: u8,
+    /// Path MTU (perftest's default: 1024).
+    pub path_mtu: abi::Mtu,
     /// Selective repeat instead of go-back-N (what the CM's ECE exchange agrees; both ends
     /// of a connection must agree).
     pub selective_repeat: bool,
@@ -228,7 +228,7 @@ impl Default for RcOpts {
             rnr_retry: 7,
             min_rnr_timer: 1,
             psn: 0x100,
-            path_mtu: 3,
+            path_mtu: abi::Mtu::Mtu1024,
             selective_repeat: false,
             max_rd_atomic: 4,
         }
@@ -778,13 +778,11 @@ impl Host {
         dest_qpn: u32,
         o: RcOpts,
     ) -> Result<(), Refused> {
-        let gid = self.dev(dest).addr.to_ipv6_mapped().octets();
+        let gid = abi::Gid(self.dev(dest).addr.to_ipv6_mapped().octets());
         for (state, mask) in rts_steps(service) {
-            let mut q = ModifyQp {
-                qp_handle: qp.handle,
-                attr_mask: mask,
-                qp_state: state,
-                qp_access_flags: all_access(),
+            let attr = abi::QpAttr {
+                qp_state: abi::QpState::from_raw(state.into()).unwrap_or_default(),
+                qp_access_flags: abi::AccessFlags(all_access()),
                 port_num: 1,
                 path_mtu: o.path_mtu,
                 dest_qp_num: dest_qpn,
@@ -796,17 +794,15 @@ impl Host {
                 timeout: o.timeout,
                 retry_cnt: o.retry_cnt,
                 rnr_retry: o.rnr_retry,
-                flags: if o.selective_repeat && state == transport::QpState::Rtr as u8 {
-                    abi::uverbs::MODIFY_QP_SELECTIVE_REPEAT
-                } else {
-                    0
-                },
-                ..ModifyQp::default()
+                ah_attr: abi::AhAttr::roce(gid, 0, 1),
+                ..abi::QpAttr::default()
             };
-            q.dest.dgid = gid;
-            q.dest.is_global = 1;
-            q.dest.hop_limit = 64;
-            q.dest.port_num = 1;
+            let flags = if o.selective_repeat && attr.qp_state == abi::QpState::Rtr {
+                abi::uverbs::MODIFY_QP_SELECTIVE_REPEAT
+            } else {
+                0
+            };
+            let q = ModifyQp::new(qp.handle, &attr, abi::QpAttrMask(mask), flags);
             self.command(id, &Request::ModifyQp(q))?;
         }
         Ok(())

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use abi::uverbs::AtomicWr;
 use abi::uverbs::Wc;
-use abi::{SendFlags, WcOpcode, WcStatus, WrOpcode};
+use abi::{Mtu, SendFlags, WcOpcode, WcStatus, WrOpcode};
 use nic::simhost::workload::pattern;
 use nic::simhost::{
     all_access, rdma_wr, send_wr, sge, Cq, Datagram, DevId, Fate, FateFn, Host, Mr, Qp, RcOpts,
@@ -29,6 +29,7 @@ const WRITE_FIRST: u8 = 0x06;
 const WRITE_MIDDLE: u8 = 0x07;
 const WRITE_ONLY_IMM: u8 = 0x0B;
 const WRITE_ONLY: u8 = 0x0A;
+const SEND_ONLY: u8 = 0x04;
 const READ_REQUEST: u8 = 0x0C;
 const READ_RESPONSE_MIDDLE: u8 = 0x0E;
 const ACKNOWLEDGE: u8 = 0x11;
@@ -696,10 +697,10 @@ fn messages_are_cut_at_the_path_mtu_and_padded_to_four_bytes() {
     // each full but the last, each padded to a multiple of 4 (BTH PadCnt), AckReq on the
     // last one only (IBTA Vol 1 §9.2, §9.7.5.1), and arrives intact.
     for (code, mtu, len) in [
-        (1u8, 256usize, 1001usize),
-        (5, 4096, 10_000),
-        (2, 512, 512),
-        (4, 2048, 2),
+        (Mtu::Mtu256, 256usize, 1001usize),
+        (Mtu::Mtu4096, 4096, 10_000),
+        (Mtu::Mtu512, 512, 512),
+        (Mtu::Mtu2048, 2048, 2),
     ] {
         let opts = RcOpts {
             path_mtu: code,
@@ -1274,4 +1275,86 @@ fn retry_cnt_7_retries_for_as_long_as_the_peer_is_gone_as_rxe_does() {
         [(1, WcStatus::Success.raw())]
     );
     assert_eq!(p.h.read(p.b, p.mb.addr, data.len()), data);
+}
+
+#[test]
+fn a_peer_that_advertises_credits_holds_back_new_sends_until_a_probe() {
+    // A uroce responder, as rxe, puts "no credit information" (code 31) in its ACKs; a
+    // peer that advertises end-to-end credits (IBTA Vol 1 §9.7.7.2) bounds the SENDs A
+    // may start. B's ACKs are rewritten as such a peer's would be: two credits after the
+    // first SEND (three receives posted, one used), none after the next two. A sends only
+    // the two SENDs the credits cover; with nothing left outstanding it probes with the
+    // next one, which B (out of receives) answers with an RNR NAK, and the fifth waits.
+    // Once B posts receives and its ACKs stop limiting, everything completes once, in order.
+    let credits = Arc::new(Mutex::new(vec![2u8, 0]));
+    let c = credits.clone();
+    let mut p = pair(move |s, _, bytes| {
+        if s.from_a || s.syndrome != Some(Syndrome::ACK_UNLIMITED.0) {
+            return Fate::Deliver;
+        }
+        let mut left = c.lock().unwrap();
+        if left.is_empty() {
+            return Fate::Deliver;
+        }
+        let code = left.remove(0);
+        let mut forged = bytes[..bytes.len() - 4].to_vec();
+        forged[12] = Syndrome::ack(code).0;
+        Fate::Replace(forged)
+    });
+    let recvs: Vec<_> = (10..13)
+        .map(|i| (i, sge(&p.mb, 0x100 * i, 0x100)))
+        .collect();
+    p.h.post_recv(p.b, p.qb, &recvs).unwrap();
+    let got = p.post_one(send_wr(1, WrOpcode::Send, SIGNALED), 8);
+    assert_eq!(statuses(&got), [(1, WcStatus::Success.raw())]);
+    let wrs: Vec<_> = (2..=5)
+        .map(|id| {
+            (
+                send_wr(id, WrOpcode::Send, SIGNALED),
+                vec![sge(&p.ma, 0, 8)],
+            )
+        })
+        .collect();
+    p.h.post_send(p.a, p.qa, &wrs).unwrap();
+    let a = p.a;
+    p.h.run_until(SECOND, |h| h.port_counters(a).transport.rcvd_rnr_err > 0);
+    assert!(
+        credits.lock().unwrap().is_empty(),
+        "both ACKs were rewritten"
+    );
+    let log = p.log();
+    let rnr = log
+        .iter()
+        .position(|s| !s.from_a && s.syndrome.is_some_and(|y| y >> 5 == 1))
+        .expect("an RNR NAK");
+    let sends: Vec<u32> = log[..rnr]
+        .iter()
+        .filter(|s| s.from_a && s.opcode == SEND_ONLY)
+        .map(|s| s.psn)
+        .collect();
+    let first = sends[0];
+    assert_eq!(
+        sends,
+        [first, first + 1, first + 2, first + 3],
+        "the first SEND, two within the credits, then one probe"
+    );
+    assert_eq!(log[rnr].psn, first + 3, "the probe is RNR-NAKed");
+    let more: Vec<_> = (13..16)
+        .map(|i| (i, sge(&p.mb, 0x100 * i, 0x100)))
+        .collect();
+    p.h.post_recv(p.b, p.qb, &more).unwrap();
+    let done = completions(&mut p.h, &mut p.cqa, 4);
+    assert_eq!(
+        statuses(&done),
+        (2..=5)
+            .map(|id| (id, WcStatus::Success.raw()))
+            .collect::<Vec<_>>()
+    );
+    let rcvd = completions(&mut p.h, &mut p.cqb, 5);
+    assert_eq!(
+        rcvd.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        [10, 11, 12, 13, 14],
+        "one receive per SEND, in order"
+    );
+    assert!(rcvd.iter().all(|w| w.status == WcStatus::Success.raw()));
 }

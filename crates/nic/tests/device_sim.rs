@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 
 use abi::uverbs::Wc;
-use abi::{SendFlags, WcStatus, WrOpcode};
+use abi::{Mtu, SendFlags, WcStatus, WrOpcode};
 use nic::simhost::workload::{self, pattern, RunConfig};
 use nic::simhost::{
     all_access, rdma_wr, send_wr, sge, Cq, DevId, Host, Mr, Qp, RcOpts, CQ_USER_HANDLE,
@@ -1130,7 +1130,12 @@ fn a_receiver_that_runs_dry_answers_rnr_naks_and_loses_nothing() {
 
 #[test]
 fn every_path_mtu_carries_a_hostile_mix_intact() {
-    for (code, bytes) in [(1u8, 256), (2, 512), (4, 2048), (5, 4096)] {
+    for (code, bytes) in [
+        (Mtu::Mtu256, 256),
+        (Mtu::Mtu512, 512),
+        (Mtu::Mtu2048, 2048),
+        (Mtu::Mtu4096, 4096),
+    ] {
         let r = workload::run(&RunConfig {
             seed: 21,
             path_mtu: code,

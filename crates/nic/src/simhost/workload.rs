@@ -69,8 +69,8 @@ pub struct RunConfig {
     /// RNR retry count (7: forever). With fewer and `recv_delay_ns`, "RNR retry counter
     /// exceeded" may end the run, as a cut wire does.
     pub rnr_retry: u8,
-    /// Path MTU as an `ibv_mtu` code (1 = 256 … 5 = 4096).
-    pub path_mtu: u8,
+    /// Path MTU.
+    pub path_mtu: abi::Mtu,
     /// Selective repeat instead of go-back-N, per end (A's, B's): on both is what the CM's
     /// negotiation agrees to; on one end only it never does, and the transfer must still
     /// be correct.
@@ -111,7 +111,7 @@ impl Default for RunConfig {
             partition_at_ns: None,
             retry_cnt: 7,
             rnr_retry: 7,
-            path_mtu: 3,
+            path_mtu: abi::Mtu::Mtu1024,
             selective_repeat: [false; 2],
             recv_depth: 0,
             recv_delay_ns: 0,
