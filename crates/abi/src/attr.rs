@@ -182,6 +182,26 @@ impl From<&AhAttr> for WireAhAttr {
     }
 }
 
+impl From<&WireAhAttr> for AhAttr {
+    fn from(a: &WireAhAttr) -> AhAttr {
+        AhAttr {
+            grh: GlobalRoute {
+                dgid: Gid(a.grh.dgid),
+                flow_label: a.grh.flow_label,
+                sgid_index: a.grh.sgid_index,
+                hop_limit: a.grh.hop_limit,
+                traffic_class: a.grh.traffic_class,
+            },
+            dlid: a.dlid,
+            sl: a.sl,
+            src_path_bits: a.src_path_bits,
+            static_rate: a.static_rate,
+            is_global: a.is_global != 0,
+            port_num: a.port_num,
+        }
+    }
+}
+
 /// Queue capacities (`struct ibv_qp_cap`): requested at creation, granted in return.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpCap {

@@ -22,8 +22,8 @@ use abi::fastpath::{
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::uverbs::*;
 use abi::{
-    AccessFlags, AhAttr, AttrError, AttrErrorKind, AttrLimits, Errno, GidType, LinkLayer,
-    PortState, QpCap, Request, Rule, SendFlags, SrqAttrMask,
+    AccessFlags, AhAttr, AttrError, AttrErrorKind, AttrLimits, Errno, GidType, GlobalRoute,
+    LinkLayer, PortState, QpCap, Request, Rule, SendFlags, SrqAttrMask,
 };
 use transport::wire::Qpn;
 use transport::{Mtu, Qp, QpAttr, QpAttrMask, QpCaps, QpConfig, QpState, Service};
@@ -149,8 +149,8 @@ fn push<T: IntoBytes + zerocopy::Immutable>(resp: &mut Vec<u8>, v: &T) {
 
 /// GID table length of the (single) port: index 0 is the device's address.
 pub(crate) const GID_TBL_LEN: u32 = 1;
-/// P_Key table length: index 0 is the default P_Key.
-pub(crate) const PKEY_TBL_LEN: u16 = 1;
+/// P_Key table length: index 0 is the default P_Key (the transport's bound).
+pub(crate) const PKEY_TBL_LEN: u16 = transport::ATTR_LIMITS.pkey_tbl_len;
 /// Largest message (IBTA; the transport's limit).
 const MAX_MSG_SZ: u32 = 1 << 31;
 
@@ -161,17 +161,17 @@ const DEVICE_CAP_FLAGS: u32 = 2 | 4 | 128 | 1024 | 2048 | 4096 | (1 << 17) | (1 
 /// `IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS`.
 const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26);
 
-fn dest_from(
-    dgid: [u8; 16],
-    flow_label: u32,
-    sgid_index: u8,
-    hop_limit: u8,
-    traffic_class: u8,
-    is_global: u8,
-    dev_ip: IpAddr,
-) -> Res<Dest> {
+/// Where an address vector leads from a device at `dev_ip`, or why it leads nowhere.
+fn dest_from(av: &AhAttr, dev_ip: IpAddr) -> Res<Dest> {
+    let GlobalRoute {
+        dgid,
+        flow_label,
+        sgid_index,
+        hop_limit,
+        traffic_class,
+    } = av.grh;
     // RoCE needs a GRH (rxe: "no GRH") and our GID table has one entry.
-    if is_global == 0 {
+    if !av.is_global {
         return Err(refuse!(
             EINVAL,
             BAD_ADDRESS,
@@ -190,7 +190,7 @@ fn dest_from(
     // and the kernel takes any value in an AV: UCX 1.13 passes `~0` to both create_ah and
     // modify_qp (docs/compat.md §11).
     let flow_label = flow_label & 0xF_FFFF;
-    let ip = gid_to_ip(dgid);
+    let ip = gid_to_ip(dgid.0);
     if ip.is_ipv4() != dev_ip.is_ipv4() || ip.is_unspecified() || ip.is_multicast() {
         return Err(refuse!(
             EINVAL,
@@ -576,16 +576,7 @@ impl DevState {
                         a.port_num
                     ));
                 }
-                let g = &a.grh;
-                let dest = dest_from(
-                    g.dgid,
-                    g.flow_label,
-                    g.sgid_index,
-                    g.hop_limit,
-                    g.traffic_class,
-                    a.is_global,
-                    self.dev_ip(),
-                )?;
+                let dest = dest_from(&AhAttr::from(a), self.dev_ip())?;
                 let h = self
                     .res
                     .ahs
@@ -1892,17 +1883,7 @@ impl DevState {
             ));
         }
         let resolve = |what: &str, av: &AhAttr| {
-            let g = &av.grh;
-            dest_from(
-                g.dgid.0,
-                g.flow_label,
-                g.sgid_index,
-                g.hop_limit,
-                g.traffic_class,
-                u8::from(av.is_global),
-                dev_ip,
-            )
-            .map_err(|r| Refusal {
+            dest_from(av, dev_ip).map_err(|r| Refusal {
                 detail: format!("{what}: {}", r.detail),
                 ..r
             })
@@ -1935,7 +1916,7 @@ impl DevState {
         if av.is_some() {
             qpo.av = av;
         }
-        let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.query().dest_qp_num));
+        let ring_to = qpo.av.map(|d| (d.ip, qpo.qp.dest_qpn().value()));
         qpo.qp.set_port_mtu(port_mtu);
         if qpo.qp.state() == QpState::Reset {
             // RESET empties the rings without completions (docs/wire.md §6.2 notes) and

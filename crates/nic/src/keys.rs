@@ -77,8 +77,9 @@ impl KeyGen {
 }
 
 /// One SplitMix64 step (Steele, Lea and Flood 2014): advance `state` and return its next
-/// output.
-pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+/// output. The one copy for the device's key draws, the simulators' seeds and streams and
+/// the benchmarks' payload patterns.
+pub fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -96,6 +96,7 @@ pub use cm;
 pub use config::{ecn_setting, DeviceConfig, Limits, DCQCN_ENV, ECN_ENV};
 pub use counters::{CqCounters, EngineCounters, PortCounters};
 pub use device::{DeviceHandle, DeviceStats};
+pub use keys::splitmix64;
 pub use registry::{device, device_names, start_device, EmbeddedProvider};
 pub use state::event;
 pub use tap::{

@@ -294,7 +294,7 @@ impl QpObj {
     pub(crate) fn remote_capable(&self, dev_ip: IpAddr, own: Option<(u32, u32)>) -> bool {
         self.ty == Service::Ud
             || self.av.is_some_and(|d| {
-                d.ip != dev_ip || own.is_some_and(|w| !in_window(w, self.qp.query().dest_qp_num))
+                d.ip != dev_ip || own.is_some_and(|w| !in_window(w, self.qp.dest_qpn().value()))
             })
     }
 }
@@ -556,7 +556,7 @@ impl DevState {
         let ringed = |q: &QpObj| {
             q.av.is_some_and(|d| {
                 d.ip == ip
-                    && rings.contains_key(&(q.qp.query().dest_qp_num >> crate::daemon::WINDOW_BITS))
+                    && rings.contains_key(&(q.qp.dest_qpn().value() >> crate::daemon::WINDOW_BITS))
             })
         };
         self.remote_qps = self

@@ -516,8 +516,9 @@ impl Qp {
         self.resp.epsn
     }
 
-    /// The connected peer's QP number (RC/UC).
-    pub(crate) fn dest_qpn(&self) -> Qpn {
+    /// The connected peer's QP number (RC/UC; `dest_qp_num` without copying the
+    /// attributes as [`Qp::query`] does).
+    pub fn dest_qpn(&self) -> Qpn {
         Qpn::new(self.attr.dest_qp_num)
     }
 

@@ -9,12 +9,9 @@
 //! * Atomics: counters start at zero; FETCH_AND_ADD returns how many earlier adds hit the
 //!   same 8 bytes, and the target finally holds the number of adds per slot.
 
-/// SplitMix64: a cheap, well-mixed function of its input.
+/// SplitMix64's output for state `z`: a cheap, well-mixed function of its input.
 fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    nic::splitmix64(&mut z)
 }
 
 /// The 8-byte word `w` of operation `op` of QP `qp` with `size`-byte messages.
