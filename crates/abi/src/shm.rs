@@ -186,6 +186,26 @@ impl SharedMem {
         self.word_at(off / WORD)
     }
 
+    /// The words holding bytes `off..off + len` (`off` 8-aligned; a partial last word
+    /// included), bounds-checked once for a bulk copy.
+    fn words(&self, off: usize, len: usize) -> Result<&[AtomicU64]> {
+        self.check(off, len)?;
+        let first = off / WORD;
+        let n = len.div_ceil(WORD);
+        if first + n > self.len / WORD {
+            return Err(AbiError::OutOfBounds {
+                offset: off,
+                len,
+                region: self.len,
+            });
+        }
+        // SAFETY: words `first..first + n` lie inside the region (checked above; the region
+        // is a whole number of words), which is valid for `self`'s lifetime and 8-aligned,
+        // and every access to it is atomic (module docs), so a shared slice of
+        // `AtomicU64` cannot alias a non-atomic access.
+        Ok(unsafe { core::slice::from_raw_parts(self.ptr.as_ptr().add(first), n) })
+    }
+
     /// Word `i` of the region, bounds-checked here so soundness does not depend on callers.
     #[inline]
     fn word_at(&self, i: usize) -> Result<&AtomicU64> {
@@ -206,22 +226,16 @@ impl SharedMem {
     /// Copy `out.len()` bytes starting at `off` (8-aligned) out of the region, with Relaxed
     /// word loads.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
-        self.check(off, out.len())?;
-        let first = off / WORD;
-        let tail_word = first + out.len() / WORD;
+        let words = self.words(off, out.len())?;
+        let whole = out.len() / WORD;
         let mut chunks = out.chunks_exact_mut(WORD);
-        for (i, chunk) in chunks.by_ref().enumerate() {
-            let w = self.word_at(first + i)?.load(Ordering::Relaxed);
-            chunk.copy_from_slice(&w.to_ne_bytes());
+        for (chunk, w) in chunks.by_ref().zip(words) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
         }
         let tail = chunks.into_remainder();
-        if !tail.is_empty() {
-            let w = self
-                .word_at(tail_word)?
-                .load(Ordering::Relaxed)
-                .to_ne_bytes();
+        if let (false, Some(w)) = (tail.is_empty(), words.get(whole)) {
             let n = tail.len();
-            tail.copy_from_slice(&w[..n]);
+            tail.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes()[..n]);
         }
         Ok(())
     }
@@ -238,8 +252,7 @@ impl SharedMem {
             .iter()
             .try_fold(0usize, |a, p| a.checked_add(p.len()))
             .ok_or(AbiError::Overflow("write length"))?;
-        self.check(off, total)?;
-        let mut word_idx = off / WORD;
+        let mut words = self.words(off, total)?.iter();
         let mut acc = [0u8; WORD];
         let mut fill = 0usize;
         for part in parts {
@@ -253,19 +266,17 @@ impl SharedMem {
                 fill += 1;
                 p = rest;
                 if fill == WORD {
-                    self.word_at(word_idx)?
-                        .store(u64::from_ne_bytes(acc), Ordering::Relaxed);
-                    word_idx += 1;
+                    if let Some(w) = words.next() {
+                        w.store(u64::from_ne_bytes(acc), Ordering::Relaxed);
+                    }
                     fill = 0;
                 }
             }
             let mut chunks = p.chunks_exact(WORD);
-            for c in chunks.by_ref() {
-                let mut w = [0u8; WORD];
-                w.copy_from_slice(c);
-                self.word_at(word_idx)?
-                    .store(u64::from_ne_bytes(w), Ordering::Relaxed);
-                word_idx += 1;
+            for (c, w) in chunks.by_ref().zip(words.by_ref()) {
+                let mut b = [0u8; WORD];
+                b.copy_from_slice(c);
+                w.store(u64::from_ne_bytes(b), Ordering::Relaxed);
             }
             // Here `fill == 0` or `p` was used up, and the remainder is < 8 bytes.
             for &b in chunks.remainder() {
@@ -276,22 +287,20 @@ impl SharedMem {
             }
         }
         if fill != 0 {
-            // The region is a whole number of words and `off + total <= len`, so the word
-            // holding the tail exists; keep the bytes after the range.
-            let w = self.word_at(word_idx)?;
-            let mut cur = w.load(Ordering::Relaxed).to_ne_bytes();
-            cur[..fill].copy_from_slice(&acc[..fill]);
-            w.store(u64::from_ne_bytes(cur), Ordering::Relaxed);
+            // `words` covers the partial last word too: keep the bytes after the range.
+            if let Some(w) = words.next() {
+                let mut cur = w.load(Ordering::Relaxed).to_ne_bytes();
+                cur[..fill].copy_from_slice(&acc[..fill]);
+                w.store(u64::from_ne_bytes(cur), Ordering::Relaxed);
+            }
         }
         Ok(())
     }
 
     /// Zero `len` bytes at `off` (8-aligned).
     pub fn zero(&self, off: usize, len: usize) -> Result<()> {
-        self.check(off, len)?;
-        let first = off / WORD;
-        for i in 0..len / WORD {
-            self.word_at(first + i)?.store(0, Ordering::Relaxed);
+        for w in self.words(off, len)?.iter().take(len / WORD) {
+            w.store(0, Ordering::Relaxed);
         }
         if len % WORD != 0 {
             self.write(off + len / WORD * WORD, &[0u8; WORD][..len % WORD])?;

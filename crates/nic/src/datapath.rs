@@ -33,8 +33,8 @@ use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    Grh, InlineData, LocalData, PostError, QpAttr, QpAttrMask, QpEvent, QpState, RxMeta, SendFlags,
-    SendWr, Service, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
+    Grh, InlineData, LocalData, PostError, QpAttr, QpAttrMask, QpEvent, QpState, Run, RxMeta,
+    SendFlags, SendWr, Service, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
 use crate::state::*;
@@ -54,6 +54,11 @@ const LOOP_BUDGET: usize = 512;
 /// queue tens of thousands of packets ahead of every ACK; the round trip then outgrows
 /// the retransmission timeout and the device spends its time resending what is queued.
 const LOOPQ_MAX: usize = 1024;
+/// Payload bytes of the largest run of packets a QP sends another QP of this device as one
+/// (`transport::Run`; docs/architecture.md §4): 64 packets at MTU 1024.
+const RUN_BYTES: usize = 64 * 1024;
+/// A run's buffer: its payload and the longest header.
+const RUN_BUF: usize = RUN_BYTES + PKT_BUF;
 /// Rounds of (loopback, ready QPs) per pass.
 const ROUNDS: usize = 8;
 /// Largest send WQE the engine reads: header + 32 SGEs.
@@ -93,8 +98,13 @@ impl Datagram {
 #[derive(Debug)]
 pub(crate) struct Queues {
     pool: Vec<Vec<u8>>,
-    /// Same-device packets: buffer, length, payload left in the source MRs.
-    pub(crate) loopq: VecDeque<(Vec<u8>, usize, DeferList)>,
+    /// Buffers for runs ([`RUN_BUF`] bytes).
+    run_pool: Vec<Vec<u8>>,
+    /// Same-device packets: buffer, length, payload left in the source MRs, and the run
+    /// the buffer stands for (`None`: one packet).
+    pub(crate) loopq: VecDeque<(Vec<u8>, usize, DeferList, Option<Run>)>,
+    /// Packets in `loopq` (a run counts as its packets).
+    loopq_pkts: usize,
     /// Datagrams for the socket, each sealed with its ICRC.
     pub(crate) txq: VecDeque<Datagram>,
     /// Packets for peer rings that were full: (slot, buffer, length), in order.
@@ -112,7 +122,9 @@ impl Queues {
     pub(crate) fn new(tap: Arc<crate::tap::Tap>) -> Queues {
         Queues {
             pool: Vec::new(),
+            run_pool: Vec::new(),
             loopq: VecDeque::new(),
+            loopq_pkts: 0,
             txq: VecDeque::new(),
             ring_backlog: VecDeque::new(),
             ring_rx: Vec::new(),
@@ -131,15 +143,29 @@ impl Queues {
         self.pool.pop().unwrap_or_else(|| vec![0u8; PKT_BUF])
     }
 
+    fn take_run_buf(&mut self) -> Vec<u8> {
+        self.run_pool.pop().unwrap_or_else(|| vec![0u8; RUN_BUF])
+    }
+
     pub(crate) fn put_buf(&mut self, b: Vec<u8>) {
-        self.pool.push(b);
+        if b.len() > PKT_BUF {
+            self.run_pool.push(b);
+        } else {
+            self.pool.push(b);
+        }
+    }
+
+    /// Queue a same-device packet (or run) for delivery.
+    fn push_loop(&mut self, buf: Vec<u8>, len: usize, deferred: DeferList, run: Option<Run>) {
+        self.loopq_pkts += run.map_or(1, |r| r.pkts as usize);
+        self.loopq.push_back((buf, len, deferred, run));
     }
 
     /// Whether `more` packets would leave a queue toward the wire at its bound.
     pub(crate) fn backlogged_after(&self, more: usize) -> bool {
         self.txq.len() + more >= TXQ_MAX
             || self.ring_backlog.len() + more >= TXQ_MAX
-            || self.loopq.len() + more >= LOOPQ_MAX
+            || self.loopq_pkts + more >= LOOPQ_MAX
     }
 
     pub(crate) fn backlogged(&self) -> bool {
@@ -157,11 +183,14 @@ pub(crate) fn work(st: &mut DevState, io: &mut Queues, mut clock: impl FnMut() -
     for _ in 0..ROUNDS {
         let mut did = false;
         for _ in 0..LOOP_BUDGET {
-            let Some((buf, len, deferred)) = io.loopq.pop_front() else {
+            let Some((buf, len, deferred, run)) = io.loopq.pop_front() else {
                 break;
             };
+            io.loopq_pkts = io
+                .loopq_pkts
+                .saturating_sub(run.map_or(1, |r| r.pkts as usize));
             if let Some(bytes) = buf.get(..len) {
-                deliver_loopback(st, bytes, deferred, now);
+                deliver_loopback(st, bytes, deferred, run, now);
             }
             io.put_buf(buf);
             did = true;
@@ -520,6 +549,18 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     let mut progress = pull_sq(q, res);
     let mut more = false;
     let mut sent = 0;
+    // A connected QP whose peer is a QP of this device (not of another process of a daemon
+    // device) may send runs of packets: nothing between them needs the packets cut. Not
+    // while something captures the device, which is to see every packet.
+    let run_max = if q.ty == Service::Rc
+        && io.tap().is_none()
+        && q.av.is_some_and(|d| d.ip == dev_ip)
+        && own.is_none_or(|w| crate::state::in_window(w, q.qp.dest_qpn().value()))
+    {
+        (RUN_BYTES / q.qp.path_mtu_bytes().max(1) as usize) as u32
+    } else {
+        1
+    };
     while sent < TX_BUDGET {
         if io.backlogged() {
             more = true;
@@ -529,7 +570,14 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
             // This QP's turn ends with this packet: have it acknowledged now.
             q.qp.request_ack_next();
         }
-        let mut buf = io.take_buf();
+        // A run ends before the packet that ends the turn or fills the loopback queue.
+        let room = (TX_BUDGET - sent - 1).min(LOOPQ_MAX.saturating_sub(io.loopq_pkts + 1));
+        let max_pkts = run_max.min(room as u32).max(1);
+        let mut buf = if max_pkts > 1 {
+            io.take_run_buf()
+        } else {
+            io.take_buf()
+        };
         // Payload read from registered memory is recorded, not copied: a packet that
         // stays on the device is delivered straight from the source MR (one copy, like
         // DMA); one that leaves gets its bytes in `route`.
@@ -539,15 +587,15 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
             qpn: q.qp.qpn().value(),
             payload: Payload::defer(),
         };
-        let Some(t) = q.qp.poll_transmit(now, &mut mem, &mut buf) else {
+        let Some(t) = q.qp.poll_transmit_run(now, &mut mem, &mut buf, max_pkts) else {
             io.put_buf(buf);
             break;
         };
         let deferred = mem.payload.deferred();
-        sent += 1;
+        sent += t.run.map_or(1, |r| r.pkts as usize);
         route(dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, deferred);
     }
-    if sent == TX_BUDGET {
+    if sent >= TX_BUDGET {
         more = true;
     }
     progress |= sent > 0;
@@ -605,19 +653,25 @@ fn route(
         return;
     };
     let c = &mut res.counters;
-    c.port_xmit_packets += 1;
-    c.port_xmit_data += ((t.len + ICRC_LEN) / 4) as u64;
+    c.port_xmit_packets += t.run.map_or(1, |r| u64::from(r.pkts));
+    c.port_xmit_data += wire_words(t.len, t.run);
     // On a daemon's device, a QP of another process at this address is reached through
     // the daemon (the datagram goes to our own address and the daemon forwards it).
     let here = own.is_none_or(|w| crate::state::in_window(w, bth_dest_qpn(&buf)));
     if dest.ip == dev_ip && here {
-        c.loopback_pkts += 1;
+        c.loopback_pkts += t.run.map_or(1, |r| u64::from(r.pkts));
         if let Some(tap) = io.tap() {
             if let Some(pkt) = buf.get(..t.len) {
                 tap.looped(pkt, |p| deferred.materialize(&res.mrs, p));
             }
         }
-        io.loopq.push_back((buf, t.len, deferred));
+        io.push_loop(buf, t.len, deferred, t.run);
+        return;
+    }
+    if t.run.is_some() {
+        // A run is for a QP of this device only (`service_qp`); it never leaves one.
+        c.xmit_discards += 1;
+        io.put_buf(buf);
         return;
     }
     if !deferred.materialize(&res.mrs, &mut buf) {
@@ -760,7 +814,7 @@ pub(crate) fn send_gsi(st: &mut DevState, io: &mut Queues) -> bool {
                     tap.looped(pkt, |_| true);
                 }
             }
-            io.loopq.push_back((buf, len, DeferList::default()));
+            io.push_loop(buf, len, DeferList::default(), None);
             continue;
         }
         let dest = Dest::roce(to);
@@ -827,7 +881,7 @@ pub(crate) fn receive_rings(st: &mut DevState, io: &mut Queues, now: Time) -> bo
             if let Some(t) = &tap {
                 t.ring_received(pkt);
             }
-            deliver_loopback(st, pkt, DeferList::default(), now);
+            deliver_loopback(st, pkt, DeferList::default(), None, now);
         });
     }
     io.ring_rx = buf;
@@ -930,7 +984,15 @@ pub(crate) fn handle_datagram(
     };
     c.port_rcv_packets += 1;
     c.port_rcv_data += (data.len() / 4) as u64;
-    deliver(st, &pkt, from.ip(), &RxMeta { grh, ce }, now, Payload::Copy);
+    deliver(
+        st,
+        &pkt,
+        None,
+        from.ip(),
+        &RxMeta { grh, ce },
+        now,
+        Payload::Copy,
+    );
 }
 
 fn v4_grh(
@@ -953,7 +1015,20 @@ fn v4_grh(
     Grh::V4(h)
 }
 
-pub(crate) fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferList, now: Time) {
+/// The 4-byte words a transmit puts on a wire (a run: each of its packets, every one after
+/// the first with a BTH only), ICRCs included, for the port data counters.
+fn wire_words(len: usize, run: Option<Run>) -> u64 {
+    let pkts = run.map_or(1, |r| r.pkts as usize);
+    ((len + (pkts - 1) * transport::wire::bth::HEADER_LEN + pkts * ICRC_LEN) / 4) as u64
+}
+
+pub(crate) fn deliver_loopback(
+    st: &mut DevState,
+    bytes: &[u8],
+    deferred: DeferList,
+    run: Option<Run>,
+    now: Time,
+) {
     let ip = st.cfg.addr;
     let Ok(pkt) = RocePacketRepr::parse(bytes) else {
         st.res.counters.port_rcv_errors += 1;
@@ -965,8 +1040,8 @@ pub(crate) fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferL
         st.res.counters.xmit_discards += 1;
         return;
     }
-    st.res.counters.port_rcv_packets += 1;
-    st.res.counters.port_rcv_data += ((bytes.len() + ICRC_LEN) / 4) as u64;
+    st.res.counters.port_rcv_packets += run.map_or(1, |r| u64::from(r.pkts));
+    st.res.counters.port_rcv_data += wire_words(bytes.len(), run);
     let udp_len = 8 + bytes.len() + ICRC_LEN;
     // Only a UD receive shows the IP header (its GRH area): skip building it otherwise.
     let ud = st
@@ -990,7 +1065,7 @@ pub(crate) fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferL
         }
     };
     let payload = Payload::resolve(deferred);
-    deliver(st, &pkt, ip, &RxMeta { grh, ce: false }, now, payload);
+    deliver(st, &pkt, run, ip, &RxMeta { grh, ce: false }, now, payload);
 }
 
 /// Hand a packet to its QP (demultiplexed by BTH destination QPN). RC/UC packets must come
@@ -998,6 +1073,7 @@ pub(crate) fn deliver_loopback(st: &mut DevState, bytes: &[u8], deferred: DeferL
 fn deliver(
     st: &mut DevState,
     pkt: &RocePacketRepr<'_>,
+    run: Option<Run>,
     src: IpAddr,
     meta: &RxMeta,
     now: Time,
@@ -1035,8 +1111,10 @@ fn deliver(
     let mut corrupt = false;
     match q.srq {
         Some(s) => match res.srqs.get_mut(s) {
-            Some(srq) => (corrupt, limit_event) = handle_on_srq(q, srq, &mut mem, now, pkt, meta),
-            None => q.qp.handle_packet(now, pkt, meta, &mut mem, None),
+            Some(srq) => {
+                (corrupt, limit_event) = handle_on_srq(q, srq, &mut mem, now, pkt, run, meta)
+            }
+            None => q.qp.handle_run(now, pkt, run, meta, &mut mem, None),
         },
         None => match q.rq.as_mut() {
             Some(own) => {
@@ -1044,10 +1122,10 @@ fn deliver(
                     rq: own,
                     corrupt: false,
                 };
-                q.qp.handle_packet(now, pkt, meta, &mut mem, Some(&mut rq));
+                q.qp.handle_run(now, pkt, run, meta, &mut mem, Some(&mut rq));
                 corrupt = rq.corrupt;
             }
-            None => q.qp.handle_packet(now, pkt, meta, &mut mem, None),
+            None => q.qp.handle_run(now, pkt, run, meta, &mut mem, None),
         },
     }
     if corrupt {
@@ -1068,13 +1146,14 @@ fn handle_on_srq(
     mem: &mut DmaView<'_>,
     now: Time,
     pkt: &RocePacketRepr<'_>,
+    run: Option<Run>,
     meta: &RxMeta,
 ) -> (bool, Option<(CtxId, u64)>) {
     let mut rq = RingRecvQueue {
         rq: &mut srq.rq,
         corrupt: false,
     };
-    q.qp.handle_packet(now, pkt, meta, mem, Some(&mut rq));
+    q.qp.handle_run(now, pkt, run, meta, mem, Some(&mut rq));
     let mut corrupt = rq.corrupt;
     let mut limit_event = None;
     // The cached count knows only what the last refresh saw (a packet that took no WQE —
@@ -1132,7 +1211,7 @@ fn deliver_xrc_target(
                 qpn: q.qp.qpn().value(),
                 payload,
             };
-            (corrupt, limit_event) = handle_on_srq(q, srq, &mut mem, now, pkt, meta);
+            (corrupt, limit_event) = handle_on_srq(q, srq, &mut mem, now, pkt, None, meta);
         }
         None => {
             let mut mem = DmaView {

@@ -227,6 +227,26 @@ pub struct Transmit {
     pub ah: Option<u32>,
     /// Destination QPN (as in the BTH).
     pub dest_qpn: Qpn,
+    /// `Some` when the buffer holds a run of request packets ([`Qp::poll_transmit_run`]).
+    pub run: Option<Run>,
+}
+
+/// Consecutive request packets of one RC message that one buffer stands for: what
+/// [`Qp::poll_transmit_run`] builds for a destination on the same device, where no wire
+/// needs them cut (docs/architecture.md §4). The buffer holds the first packet's headers
+/// (FIRST or MIDDLE) followed by the payload of all of them: every packet but the last
+/// carries one path MTU. [`Qp::handle_run`] takes it as the packets one by one, with the
+/// same outcome (PSNs, ACKs, errors, completions), and moves the payload at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Packets (PSNs) the run covers, at least 2.
+    pub pkts: u32,
+    /// Whether its last packet is the message's LAST (never one with immediate data, an
+    /// invalidation or the solicited bit: such a packet is sent alone).
+    pub ends_message: bool,
+    /// Whether any of the packets would have asked for an ACK: the responder then
+    /// acknowledges the run's last PSN.
+    pub ack_req: bool,
 }
 
 /// Asynchronous events (`ibv_event_type` subset).
@@ -514,6 +534,11 @@ impl Qp {
     /// accepts.
     pub fn rq_psn(&self) -> Psn {
         self.resp.epsn
+    }
+
+    /// The path MTU in bytes.
+    pub fn path_mtu_bytes(&self) -> u32 {
+        self.mtu()
     }
 
     /// The connected peer's QP number (RC/UC; `dest_qp_num` without copying the
@@ -914,6 +939,21 @@ impl Qp {
         mem: &mut M,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        self.poll_transmit_run(now, mem, buf, 1)
+    }
+
+    /// [`Qp::poll_transmit`], except that the next request may leave as a [`Run`] of up to
+    /// `max_pkts` packets of one message when nothing needs them one by one (an RC WRITE or
+    /// SEND, new PSNs, room in the window, no pacing, no selective repeat; see
+    /// [`Qp::run_len`]); `buf` must then hold the run's payload too. For a destination on
+    /// the same device only: the receiving QP must be given it with [`Qp::handle_run`].
+    pub fn poll_transmit_run<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        mem: &mut M,
+        buf: &mut [u8],
+        max_pkts: u32,
+    ) -> Option<Transmit> {
         if self.cnp_due {
             self.cnp_due = false;
             if let Some(t) = self.build_cnp(buf) {
@@ -938,15 +978,15 @@ impl Qp {
                 Some(t)
             }
             None => {
-                let t = self.requester_transmit(now, mem, buf);
+                let t = self.requester_transmit(now, mem, buf, max_pkts);
                 if let (Some(t), Some(cc)) = (&t, self.cc.as_mut()) {
                     cc.on_sent(now, t.len + wire::icrc::ICRC_LEN);
                 }
                 t
             }
         };
-        if t.is_some() {
-            self.counters.sent_pkts += 1;
+        if let Some(t) = &t {
+            self.counters.sent_pkts += t.run.map_or(1, |r| u64::from(r.pkts));
         }
         self.check_drained();
         t
@@ -983,6 +1023,7 @@ impl Qp {
             len,
             ah: None,
             dest_qpn: dest,
+            run: None,
         })
     }
 

@@ -72,8 +72,10 @@ struct Sent {
     /// The PSNs the WQE occupies.
     first_psn: Psn,
     last_psn: Psn,
-    /// This packet's PSN.
+    /// This packet's PSN (a run's first).
     psn: Psn,
+    /// Packets built: 1, or a run's.
+    n: u32,
     op: WrOpcode,
     ack_req: bool,
     /// The message's last packet.
@@ -91,6 +93,7 @@ impl Qp {
         now: Time,
         mem: &mut M,
         buf: &mut [u8],
+        max_pkts: u32,
     ) -> Option<Transmit> {
         loop {
             let state = self.attr.qp_state;
@@ -174,7 +177,12 @@ impl Qp {
             {
                 return None;
             }
-            match self.build_request(now, mem, buf) {
+            let n = if max_pkts > 1 {
+                self.run_len(max_pkts, buf.len()).max(1)
+            } else {
+                1
+            };
+            match self.build_request(now, mem, buf, n) {
                 Ok(t) => return Some(t),
                 Err(BuildError::Buffer) => {
                     self.counters.send_err += 1;
@@ -217,15 +225,66 @@ impl Qp {
         }
     }
 
+    /// How many packets of the WQE at the cursor may leave now as one [`crate::Run`] (at
+    /// least 2; 0 when they must go one by one) into a buffer of `buf_len` bytes, at most
+    /// `max`: an RC WRITE or SEND that is not a retransmission, with no selective repeat, no
+    /// active DCQCN pacing and no XRC, as far as the window allows, and never the last
+    /// packet when it carries immediate data, an invalidation or the solicited bit. The
+    /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller.
+    fn run_len(&self, max: u32, buf_len: usize) -> u32 {
+        let mtu = self.mtu();
+        if self.cfg.service != Service::Rc
+            || self.cfg.xrc.is_some()
+            || self.sr_active()
+            || self.cc.as_ref().is_some_and(crate::Dcqcn::is_active)
+            || self.req.next_psn.is_before(self.req.sent_high)
+        {
+            return 0;
+        }
+        let Some(wqe) = self.sq.get(self.req.cursor) else {
+            return 0;
+        };
+        let op = wqe.wr.opcode;
+        if !(op.is_send() || op.is_write()) {
+            return 0;
+        }
+        let first_psn = if wqe.started {
+            wqe.first_psn
+        } else {
+            self.req.next_psn
+        };
+        let done = self.req.next_psn.diff(first_psn).max(0) as u32;
+        let mut left = wqe.npkts(mtu).saturating_sub(done);
+        let extras = op.has_imm()
+            || op == WrOpcode::SendWithInv
+            || wqe.wr.flags.contains(SendFlags::SOLICITED);
+        if extras {
+            left = left.saturating_sub(1);
+        }
+        let flight = self.req.next_psn.diff(self.comp.unacked).max(0) as u32;
+        let room = self.window().saturating_sub(flight);
+        let fits = buf_len.saturating_sub(crate::MAX_HEADER_LEN + 4) / mtu as usize;
+        let n = left
+            .min(room)
+            .min(max)
+            .min(u32::try_from(fits).unwrap_or(u32::MAX));
+        if n >= 2 {
+            n
+        } else {
+            0
+        }
+    }
+
     /// Build the packet at `self.req.next_psn` of the WQE at `self.req.cursor` into `buf`
     /// (rxe `init_req_packet` and `finish_packet`: segment by path MTU, headers, payload from
-    /// memory), then commit it ([`Qp::update_state`]). The QP changes only if it
-    /// succeeds.
+    /// memory) — or, with `n` > 1, a run of `n` packets ([`Qp::run_len`] allows it) — then
+    /// commit it ([`Qp::update_state`]). The QP changes only if it succeeds.
     fn build_request<M: Memory + ?Sized>(
         &mut self,
         now: Time,
         mem: &mut M,
         buf: &mut [u8],
+        n: u32,
     ) -> Result<Transmit, BuildError> {
         let mtu = self.mtu();
         let ty = self.cfg.service;
@@ -252,17 +311,18 @@ impl Qp {
         let op = wqe.wr.opcode;
         let len = u64::from(wqe.len);
         let offset = pkt_index as u64 * u64::from(mtu);
+        let n = if op.is_read_or_atomic() { 1 } else { n.max(1) };
+        let span = u64::from(mtu) * u64::from(n);
+        // `last`: the message's last packet is in this buffer (a run's is its own last).
         let (first, last, plen) = if op.is_read_or_atomic() {
             (true, true, 0usize)
         } else {
             let rest = len.saturating_sub(offset);
-            (
-                offset == 0,
-                rest <= u64::from(mtu),
-                rest.min(u64::from(mtu)) as usize,
-            )
+            (offset == 0, rest <= span, rest.min(span) as usize)
         };
-        let mut opcode = request_opcode(ty, op, first, last);
+        // A run's headers are its first packet's, which is never the message's last.
+        let single = n == 1;
+        let mut opcode = request_opcode(ty, op, first, last && single);
         if self.cfg.xrc.is_some() {
             opcode = opcode.rc_to_xrc();
         }
@@ -307,7 +367,7 @@ impl Qp {
         // requester would wait for an ACK the responder has no reason to send — and every
         // half window, so that a small window slides on ACKs instead of stopping and waiting.
         let window = self.window();
-        let fills_window = next_psn.next().diff(self.comp.unacked) >= window as i32;
+        let fills_window = next_psn.add(n).diff(self.comp.unacked) >= window as i32;
         let mut every = self.cfg.max_pkts_per_ack.min((window / 2).max(1));
         // While DCQCN paces this QP (docs/wire.md §11.3), packets leave slowly: a packet
         // would otherwise wait for the acknowledgement of an AckReq packet sent up to half a
@@ -320,9 +380,11 @@ impl Qp {
             && (last
                 || fills_window
                 || self.req.ack_req_next
-                || self.req.pkts_since_ackreq + 1 >= every);
-        bth.ack_req = ack_req;
+                || self.req.pkts_since_ackreq.saturating_add(n) >= every);
+        // A run asks through `Run::ack_req`: its headers are its first packet's.
+        bth.ack_req = ack_req && single;
         bth.solicited = last
+            && single
             && wqe.wr.flags.contains(SendFlags::SOLICITED)
             && (op.is_send() || op == WrOpcode::RdmaWriteWithImm);
         let mut hdr = RocePacketRepr::new(bth, &[]);
@@ -366,10 +428,10 @@ impl Qp {
             }
             _ => {}
         }
-        if last && op.has_imm() {
+        if last && single && op.has_imm() {
             hdr.immdt = Some(ImmDt(w.imm_data));
         }
-        if last && op == WrOpcode::SendWithInv {
+        if last && single && op == WrOpcode::SendWithInv {
             hdr.ieth = Some(IethRepr {
                 rkey: w.invalidate_rkey,
             });
@@ -396,6 +458,7 @@ impl Qp {
                 first_psn,
                 last_psn,
                 psn: next_psn,
+                n,
                 op,
                 ack_req,
                 last,
@@ -405,6 +468,11 @@ impl Qp {
             len: total,
             ah,
             dest_qpn,
+            run: (!single).then_some(crate::Run {
+                pkts: n,
+                ends_message: last,
+                ack_req,
+            }),
         })
     }
 
@@ -418,6 +486,7 @@ impl Qp {
             first_psn,
             last_psn,
             psn: next_psn,
+            n,
             op,
             ack_req,
             last,
@@ -448,12 +517,12 @@ impl Qp {
             // With selective repeat a packet sent behind a known hole is acknowledged when
             // the hole is repaired: not a sample of the path's round trip.
             let timed = fresh && !self.sr_hole_known();
-            self.rec.on_send(next_psn, now, timed);
+            self.rec.on_send(next_psn.add(n - 1), now, timed);
         }
         self.req.next_psn = if is_read {
             last_psn.next()
         } else {
-            next_psn.next()
+            next_psn.add(n)
         };
         if self.req.next_psn.is_after(self.req.sent_high) {
             self.req.sent_high = self.req.next_psn;
@@ -465,7 +534,7 @@ impl Qp {
         self.req.pkts_since_ackreq = if ack_req {
             0
         } else {
-            self.req.pkts_since_ackreq + 1
+            self.req.pkts_since_ackreq.saturating_add(n)
         };
         if last {
             match ty {
@@ -735,7 +804,7 @@ impl Qp {
         self.req.cursor = idx;
         self.req.next_psn = psn;
         self.req.pkts_since_ackreq = u32::MAX - 1;
-        let r = self.build_request(now, mem, buf);
+        let r = self.build_request(now, mem, buf, 1);
         self.req.cursor = cursor;
         self.req.next_psn = next_psn;
         self.req.pkts_since_ackreq = since;

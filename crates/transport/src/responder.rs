@@ -988,6 +988,7 @@ impl Qp {
             len,
             ah: None,
             dest_qpn: self.dest_qpn(),
+            run: None,
         })
     }
 
@@ -1033,6 +1034,215 @@ impl Qp {
             len,
             ah: None,
             dest_qpn: self.dest_qpn(),
+            run: None,
         })
+    }
+}
+
+/// Same-device runs ([`crate::Run`]): the packets of a run, one by one or at once.
+impl Qp {
+    /// Take a run that [`Qp::poll_transmit_run`] built (`pkt` its headers and whole payload)
+    /// as its packets in order, with the outcome of [`Qp::handle_packet`] for each: the first
+    /// goes through every check as any packet; when it was taken in sequence (ePSN moved past
+    /// it) and the rest of the message agrees with the run (lengths, message size, receive
+    /// buffer), the rest is placed with one copy and ePSN, the MSN, the ACK and the receive
+    /// completion advance as they would have packet by packet. Anything else — a duplicate,
+    /// an error, a NAK, an RNR wait — hands the remaining packets to `handle_packet` one by
+    /// one, which gives them exactly the answer separate packets get. `run: None` is
+    /// `handle_packet`.
+    pub fn handle_run<M: Memory + ?Sized>(
+        &mut self,
+        now: Time,
+        pkt: &RocePacketRepr<'_>,
+        run: Option<crate::Run>,
+        meta: &RxMeta,
+        mem: &mut M,
+        mut srq: Option<&mut dyn RecvQueue>,
+    ) {
+        let Some(run) = run.filter(|r| r.pkts > 1) else {
+            return self.handle_packet(now, pkt, meta, mem, srq);
+        };
+        let kind = match pkt.bth.opcode {
+            Opcode::RC_RDMA_WRITE_FIRST | Opcode::RC_RDMA_WRITE_MIDDLE => OpKind::RdmaWrite,
+            Opcode::RC_SEND_FIRST | Opcode::RC_SEND_MIDDLE => OpKind::Send,
+            // Not a run this QP's peer builds: take it as the one packet it claims to be.
+            _ => return self.handle_packet(now, pkt, meta, mem, srq),
+        };
+        let mtu = self.mtu() as usize;
+        let first = self.run_packet(pkt, run, kind, 0, mtu);
+        self.handle_packet(now, &first, meta, mem, reborrow(&mut srq));
+        if self.resp.epsn == pkt.bth.psn.next()
+            && self.attr.qp_state != QpState::Err
+            && self.run_rest(pkt, run, kind, mtu, mem)
+        {
+            self.check_drained();
+            return;
+        }
+        for i in 1..run.pkts {
+            let p = self.run_packet(pkt, run, kind, i, mtu);
+            self.handle_packet(now, &p, meta, mem, reborrow(&mut srq));
+        }
+    }
+
+    /// Packet `i` of a run as a packet of its own: the run's headers for the first, a MIDDLE
+    /// (or, ending the message, a LAST) for the others; the ACK request on the last.
+    fn run_packet<'a>(
+        &self,
+        pkt: &RocePacketRepr<'a>,
+        run: crate::Run,
+        kind: OpKind,
+        i: u32,
+        mtu: usize,
+    ) -> RocePacketRepr<'a> {
+        let from = (i as usize).saturating_mul(mtu);
+        let end = if i + 1 == run.pkts {
+            pkt.payload.len()
+        } else {
+            from.saturating_add(mtu)
+        };
+        let payload = pkt
+            .payload
+            .get(from.min(pkt.payload.len())..end.min(pkt.payload.len()))
+            .unwrap_or(&[]);
+        let mut p = if i == 0 {
+            *pkt
+        } else {
+            let last = i + 1 == run.pkts && run.ends_message;
+            let opcode = match (kind, last) {
+                (OpKind::RdmaWrite, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
+                (OpKind::RdmaWrite, true) => Opcode::RC_RDMA_WRITE_LAST,
+                (_, false) => Opcode::RC_SEND_MIDDLE,
+                (_, true) => Opcode::RC_SEND_LAST,
+            };
+            let mut bth = pkt.bth;
+            bth.opcode = opcode;
+            bth.psn = pkt.bth.psn.add(i);
+            RocePacketRepr::new(bth, payload)
+        };
+        p.payload = payload;
+        p.bth.ack_req = i + 1 == run.pkts && run.ack_req;
+        p
+    }
+
+    /// Packets 1.. of a run whose first was just taken in sequence, at once; `false` (and
+    /// nothing changed) when they do not fit the message in progress, so that they go one
+    /// by one.
+    fn run_rest<M: Memory + ?Sized>(
+        &mut self,
+        pkt: &RocePacketRepr<'_>,
+        run: crate::Run,
+        kind: OpKind,
+        mtu: usize,
+        mem: &mut M,
+    ) -> bool {
+        let rest = pkt.payload.get(mtu..).unwrap_or(&[]);
+        let middles = (run.pkts as usize - 2) * mtu;
+        // Every packet but the last carries one MTU; the last 1..=MTU bytes, exactly one
+        // MTU unless it ends the message.
+        let tail = rest.len().wrapping_sub(middles);
+        let lengths_ok = pkt.payload.len() > mtu
+            && rest.len() > middles
+            && if run.ends_message {
+                (1..=mtu).contains(&tail)
+            } else {
+                tail == mtu
+            };
+        if !lengths_ok || self.resp.responses.len() >= self.responses_cap() || self.sr_active() {
+            return false;
+        }
+        let at0 = pkt.header_len() + mtu;
+        let n = rest.len();
+        match (kind, self.resp.in_msg) {
+            (
+                OpKind::RdmaWrite,
+                Some(InMsg::Write {
+                    rkey,
+                    va,
+                    len,
+                    received,
+                }),
+            ) => {
+                let after = u64::from(received) + n as u64;
+                let fits = if run.ends_message {
+                    after == u64::from(len)
+                } else {
+                    after < u64::from(len)
+                };
+                let placed = fits
+                    && va.checked_add(u64::from(received)).is_some_and(|at| {
+                        mem.write_remote_from_packet(rkey, at, rest, at0).is_ok()
+                    });
+                if !placed {
+                    return false;
+                }
+                if run.ends_message {
+                    self.resp.in_msg = None;
+                    self.resp.msn = self.resp.msn.next();
+                } else {
+                    self.resp.in_msg = Some(InMsg::Write {
+                        rkey,
+                        va,
+                        len,
+                        received: after as u32,
+                    });
+                }
+            }
+            (OpKind::Send, Some(InMsg::Send { received })) => {
+                let Some(held) = self.resp.held.as_ref() else {
+                    return false;
+                };
+                let after = u64::from(received) + n as u64;
+                if after > held.wr.sges.total_len() {
+                    return false;
+                }
+                let placed = for_each_piece(
+                    held.wr.sges.as_slice(),
+                    u64::from(received),
+                    n,
+                    |sge, o, k, at| {
+                        let addr = sge.addr.checked_add(o).ok_or(MemError::OutOfBounds)?;
+                        mem.write_local_from_packet(sge.lkey, addr, &rest[at..at + k], at0 + at)
+                    },
+                );
+                if placed.is_err() {
+                    return false;
+                }
+                if run.ends_message {
+                    let Some(h) = self.resp.held.take() else {
+                        return false;
+                    };
+                    let mut c = self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::Recv);
+                    c.byte_len = after as u32;
+                    self.complete_recv(h, c);
+                    self.resp.in_msg = None;
+                    self.resp.msn = self.resp.msn.next();
+                } else {
+                    self.resp.in_msg = Some(InMsg::Send {
+                        received: after as u32,
+                    });
+                }
+            }
+            _ => return false,
+        }
+        let more = u64::from(run.pkts - 1);
+        self.counters.rcvd_pkts += more;
+        let last = pkt.bth.psn.add(run.pkts - 1);
+        self.resp.epsn = last.next();
+        self.resp.nak_sent = false;
+        if run.ack_req {
+            self.push_ack(last);
+            self.counters.ack_deferred += more - 1;
+        } else {
+            self.counters.ack_deferred += more;
+        }
+        true
+    }
+}
+
+/// A shorter-lived `Option<&mut dyn RecvQueue>` from one held for longer.
+fn reborrow<'a>(srq: &'a mut Option<&mut dyn RecvQueue>) -> Option<&'a mut dyn RecvQueue> {
+    match srq {
+        Some(s) => Some(&mut **s),
+        None => None,
     }
 }

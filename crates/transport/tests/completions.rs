@@ -319,3 +319,141 @@ fn a_failed_send_joins_the_ordered_completion_stream() {
     assert_eq!((c[0].wr_id, c[0].opcode), (4, WcOpcode::Send));
     assert!(c[0].fires_solicited());
 }
+
+/// [`shuttle`] with the requester building runs of up to `max` packets
+/// (`Qp::poll_transmit_run`) and the responder taking them with `Qp::handle_run`, as the
+/// device does between two of its own QPs. Returns (buffers moved, packets they stood for).
+fn shuttle_runs(a: &mut End, b: &mut End, max: u32) -> (usize, u64) {
+    let mut buf = vec![0u8; 64 * 1024];
+    fn one_way(from: &mut End, to: &mut End, buf: &mut [u8], max: u32) -> (usize, u64) {
+        let (mut n, mut pkts) = (0, 0);
+        while let Some(t) = from.qp.poll_transmit_run(Time(0), &mut from.mem, buf, max) {
+            let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+            let meta = RxMeta::default();
+            to.qp
+                .handle_run(Time(0), &pkt, t.run, &meta, &mut to.mem, None);
+            n += 1;
+            pkts += t.run.map_or(1, |r| u64::from(r.pkts));
+        }
+        (n, pkts)
+    }
+    let (mut n, mut pkts) = (0, 0);
+    loop {
+        let (n1, p1) = one_way(a, b, &mut buf, max);
+        let (n2, p2) = one_way(b, a, &mut buf, max);
+        if n1 + n2 == 0 {
+            return (n, pkts);
+        }
+        n += n1 + n2;
+        pkts += p1 + p2;
+    }
+}
+
+/// What two QPs end up with: both memories, both sides' completions, PSNs and counters.
+type Outcome = (
+    Vec<u8>,
+    Vec<Completion>,
+    Vec<Completion>,
+    [u32; 4],
+    [u64; 4],
+);
+
+fn outcome(a: &mut End, b: &mut End) -> Outcome {
+    let psns = [
+        a.qp.query().sq_psn,
+        a.qp.query().rq_psn,
+        b.qp.query().sq_psn,
+        b.qp.query().rq_psn,
+    ];
+    let (ca, cb) = (a.qp.counters(), b.qp.counters());
+    let counters = [ca.sent_pkts, cb.rcvd_pkts, cb.ack_deferred, ca.rcvd_pkts];
+    let (wa, wb) = (completions(&mut a.qp), completions(&mut b.qp));
+    (b.mem.0.clone(), wa, wb, psns, counters)
+}
+
+#[test]
+fn a_run_has_the_outcome_of_its_packets() {
+    // At MTU 256: WRITEs and SENDs of many packets, one ending in immediate data (its last
+    // packet goes alone), one solicited, one starting in the middle of the window.
+    let post = |a: &mut End, b: &mut End| {
+        for (i, x) in a.mem.0.iter_mut().take(0x1000).enumerate() {
+            *x = (i * 7 + i / 256) as u8;
+        }
+        for id in 0..4 {
+            recv(&mut b.qp, id);
+        }
+        let write = |id, op, len, to: u64| {
+            let mut w = SendWr::new(id, op);
+            w.local = sge(0x10 * id, len);
+            w.remote_addr = VA + to;
+            w.rkey = Rkey(KEY);
+            w.imm_data = 0xfeed;
+            w.flags = SendFlags::SIGNALED;
+            w
+        };
+        let wrs = [
+            write(1, WrOpcode::RdmaWrite, 3000, 0x2000),
+            write(2, WrOpcode::Send, 1000, 0),
+            write(3, WrOpcode::SendWithImm, 900, 0),
+            write(4, WrOpcode::RdmaWriteWithImm, 700, 0x3000),
+            write(5, WrOpcode::RdmaWrite, 513, 0x3400),
+        ];
+        for mut wr in wrs {
+            if wr.wr_id == 2 {
+                wr.flags |= SendFlags::SOLICITED;
+            }
+            a.qp.post_send(wr).unwrap();
+        }
+    };
+    let mut seen: Vec<(u32, Outcome)> = Vec::new();
+    for max in [1, 2, 5, 64] {
+        let (mut a, mut b) = pair(Service::Rc);
+        post(&mut a, &mut b);
+        let (moved, pkts) = shuttle_runs(&mut a, &mut b, max);
+        if max > 1 {
+            assert!(
+                moved < pkts as usize,
+                "max {max}: no run was built ({moved}/{pkts})"
+            );
+        } else {
+            assert_eq!(moved as u64, pkts);
+        }
+        let o = outcome(&mut a, &mut b);
+        assert_eq!(o.1.len(), 5, "{:?}", o.1);
+        assert!(o
+            .1
+            .iter()
+            .chain(&o.2)
+            .all(|c| c.status == WcStatus::Success));
+        assert_eq!(&o.0[0x2000..0x2000 + 3000], &a.mem.0[0x10..0x10 + 3000]);
+        seen.push((max, o));
+    }
+    for (max, o) in &seen[1..] {
+        assert_eq!(
+            o, &seen[0].1,
+            "runs of up to {max} packets differ from single packets"
+        );
+    }
+}
+
+#[test]
+fn a_run_that_fails_fails_as_its_packets_do() {
+    // The target range ends past the region: the first packet's R_Key check fails
+    // (REMOTE_ACCESS_ERROR NAK), and every later packet meets a QP in ERR.
+    let mut seen = Vec::new();
+    for max in [1, 64] {
+        let (mut a, mut b) = pair(Service::Rc);
+        let mut w = SendWr::new(9, WrOpcode::RdmaWrite);
+        w.local = sge(0, 3000);
+        w.remote_addr = VA + 0x3800;
+        w.rkey = Rkey(KEY);
+        w.flags = SendFlags::SIGNALED;
+        a.qp.post_send(w).unwrap();
+        shuttle_runs(&mut a, &mut b, max);
+        let o = outcome(&mut a, &mut b);
+        assert_eq!(o.1.first().map(|c| c.status), Some(WcStatus::RemAccessErr));
+        assert_eq!(b.qp.state(), QpState::Err);
+        seen.push(o);
+    }
+    assert_eq!(seen[0], seen[1]);
+}
