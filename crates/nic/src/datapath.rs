@@ -313,24 +313,44 @@ pub(crate) fn fire_timers(st: &mut DevState, now: Time) -> bool {
 // ---------------------------------------------------------------------------------------
 // Send side
 
-/// A send WQE from the SQ ring as a transport work request, or the completion status it
-/// fails with (LOC_QP_OP_ERR for anything malformed, rxe `req_error`).
-fn wqe_to_wr(
+/// What [`fill_wr`] needs to know of the QP the WQE was posted to.
+#[derive(Clone, Copy)]
+struct WqeQp {
+    ty: Service,
+    xrc_initiator: bool,
+    ctx: CtxId,
+    pd: u32,
+}
+
+/// Write a send WQE from the SQ ring as a transport work request into `wr` (its place in
+/// the transport's send queue), or say the completion status it fails with (LOC_QP_OP_ERR
+/// for anything malformed, rxe `req_error`).
+fn fill_wr(
+    wr: &mut SendWr,
     hdr: &SendWqe,
     payload: &SendPayload<'_>,
-    q: &QpObj,
+    q: WqeQp,
     res: &Resources,
-) -> Result<SendWr, WcStatus> {
+) -> Result<(), WcStatus> {
     let op = WrOpcode::from_raw(hdr.opcode)
         .filter(|o| o.is_implemented())
         .ok_or(WcStatus::LocQpOpErr)?;
-    let mut wr = SendWr::new(hdr.wr_id, op);
+    wr.wr_id = hdr.wr_id;
+    wr.opcode = op;
     wr.flags = SendFlags(hdr.send_flags & 0xf);
-    wr.local = match payload {
+    match payload {
         // Inline bytes stay inside the WR (no allocation); the parser bounds them by the
         // QP's max_inline, itself at most abi's MAX_INLINE_DATA = the transport's.
         SendPayload::Inline(b) => {
-            LocalData::InlineData(InlineData::from_slice(b).ok_or(WcStatus::LocQpOpErr)?)
+            if !matches!(wr.local, LocalData::InlineData(_)) {
+                wr.local = LocalData::InlineData(InlineData::new());
+            }
+            if let LocalData::InlineData(d) = &mut wr.local {
+                d.clear();
+                if !d.extend_from_slice(b) {
+                    return Err(WcStatus::LocQpOpErr);
+                }
+            }
         }
         SendPayload::Sges(_) => {
             let mut l = SgeList::new();
@@ -341,16 +361,16 @@ fn wqe_to_wr(
                     lkey: transport::wire::Lkey(s.lkey),
                 });
             }
-            LocalData::Sges(l)
+            wr.local = LocalData::Sges(l);
         }
-    };
+    }
     wr.imm_data = hdr.imm_data();
     wr.invalidate_rkey = Rkey(hdr.ex);
     wr.remote_addr = hdr.remote_addr;
     wr.rkey = Rkey(hdr.rkey);
     wr.compare_add = hdr.compare_add;
     wr.swap = hdr.swap;
-    if q.xrc == Some(QpXrc::Initiator) {
+    if q.xrc_initiator {
         // An XRC send WQE names the responder's XRC SRQ in `remote_qpn` (24 bits).
         if hdr.remote_qpn > 0xff_ffff {
             return Err(WcStatus::LocQpOpErr);
@@ -372,7 +392,7 @@ fn wqe_to_wr(
             remote_qkey: Qkey(hdr.remote_qkey),
         });
     }
-    Ok(wr)
+    Ok(())
 }
 
 /// Move WQEs from the SQ ring into the transport while it accepts them. WQEs posted while
@@ -415,14 +435,28 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
                 u32::MAX,
             ),
         };
-        let wr = match &parsed {
-            Ok((h, p)) => wqe_to_wr(h, p, q, res),
+        let wq = WqeQp {
+            ty: q.ty,
+            xrc_initiator: q.xrc == Some(QpXrc::Initiator),
+            ctx: q.ctx,
+            pd: q.pd,
+        };
+        let signaled = match &parsed {
+            Ok((h, _)) => q.sq_sig_all || SendFlags(h.send_flags).contains(SendFlags::SIGNALED),
+            Err(_) => true, // a bad WQE always completes
+        };
+        let posted = match &parsed {
+            Ok((h, p)) => q.qp.post_send_with(|wr| fill_wr(wr, h, p, wq, res)),
             Err(_) => Err(WcStatus::LocQpOpErr),
         };
         if crate::trace::fast_on() {
             let qpn = q.qp.qpn().value();
-            let len = wr.as_ref().map_or(0, |w| w.local.len());
-            let err = wr.as_ref().err().copied();
+            let len = match &parsed {
+                Ok((_, SendPayload::Inline(b))) => b.len() as u64,
+                Ok((_, p)) => p.sges().map(|s| u64::from(s.length)).sum(),
+                Err(_) => 0,
+            };
+            let err = posted.as_ref().err().copied();
             crate::trace::fast(&res.dev_name, || match err {
                 None => format!("WQE qpn={qpn:#x} wr_id={wr_id} opcode={opcode} length={len}"),
                 Some(st) => format!(
@@ -432,11 +466,7 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
             });
         }
         progress = true;
-        let signaled = match &wr {
-            Ok(w) => q.sq_sig_all || w.flags.contains(SendFlags::SIGNALED),
-            Err(_) => true, // a bad WQE always completes
-        };
-        match wr.map(|wr| q.qp.post_send(wr)) {
+        match posted {
             Ok(Ok(())) => {
                 q.sq_taken += 1;
                 res.set_owes_signal(q, !signaled);

@@ -657,14 +657,73 @@ impl Qp {
     /// `ibv_post_send` for one WR. Validation failures are returned (EINVAL/ENOMEM at the
     /// edge); in ERR (and SQE) the WR is accepted and completes with `WR_FLUSH_ERR`.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        let ty = self.cfg.service;
+        self.post_send_with(|slot| {
+            *slot = wr;
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .unwrap_or_else(|never| match never {})
+    }
+
+    /// [`Qp::post_send`] for a WR that `fill` writes straight into its place in the send
+    /// queue (a `SendWr` with inline data is a few hundred bytes: a device that takes WQEs
+    /// from a ring at millions per second should not copy each several times). `fill` gets
+    /// a `SendWr::new(0, Send)`; if it fails, nothing was posted and its error is returned.
+    pub fn post_send_with<E>(
+        &mut self,
+        fill: impl FnOnce(&mut SendWr) -> Result<(), E>,
+    ) -> Result<Result<(), PostError>, E> {
         let state = self.attr.qp_state;
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(PostError::InvalidState);
+            return Ok(Err(PostError::InvalidState));
         }
         if self.sq.len() + self.send_slots_pending >= self.cfg.caps.max_send_wr as usize {
-            return Err(PostError::QueueFull);
+            return Ok(Err(PostError::QueueFull));
         }
+        self.sq.push_back(SendWqe {
+            wr: SendWr::new(0, WrOpcode::Send),
+            len: 0,
+            signaled: false,
+            started: false,
+            first_psn: Psn::new(0),
+            last_psn: Psn::new(0),
+            ssn: Msn::new(0),
+        });
+        let filled = match self.sq.back_mut() {
+            Some(w) => fill(&mut w.wr),
+            None => return Ok(Err(PostError::QueueFull)),
+        };
+        if let Err(e) = filled {
+            self.sq.pop_back();
+            return Err(e);
+        }
+        let checked = match self.sq.back() {
+            Some(w) => self.check_send_wr(&w.wr),
+            None => Err(PostError::QueueFull),
+        };
+        let len = match checked {
+            Ok(len) => len,
+            Err(e) => {
+                self.sq.pop_back();
+                return Ok(Err(e));
+            }
+        };
+        let sig_all = self.cfg.caps.sq_sig_all;
+        if let Some(w) = self.sq.back_mut() {
+            w.len = len as u32;
+            w.signaled = sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
+        }
+        if matches!(state, QpState::Err | QpState::Sqe) {
+            if let Some(wqe) = self.sq.pop_back() {
+                self.complete_send(&wqe, TransportError::Flushed.wc_status());
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// The checks `ibv_post_send` makes of one WR (opcode for the QP type, SGE count,
+    /// inline size, lengths, UD destination); the message length if it passes.
+    fn check_send_wr(&self, wr: &SendWr) -> Result<u64, PostError> {
+        let ty = self.cfg.service;
         let op = wr.opcode;
         let op_ok = op.is_implemented()
             && match ty {
@@ -722,22 +781,7 @@ impl Qp {
         } else if wr.ud.is_some() {
             return Err(PostError::BadDestination);
         }
-        let signaled = self.cfg.caps.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        let wqe = SendWqe {
-            wr,
-            len: len as u32,
-            signaled,
-            started: false,
-            first_psn: Psn::new(0),
-            last_psn: Psn::new(0),
-            ssn: Msn::new(0),
-        };
-        if matches!(state, QpState::Err | QpState::Sqe) {
-            self.complete_send(&wqe, TransportError::Flushed.wc_status());
-            return Ok(());
-        }
-        self.sq.push_back(wqe);
-        Ok(())
+        Ok(len)
     }
 
     /// A send WR the caller took from its queue but could not turn into a [`SendWr`] (a

@@ -148,6 +148,11 @@ impl InlineData {
         d.extend_from_slice(data).then_some(d)
     }
 
+    /// Forget the bytes (the array is reused as it is).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
     /// Append `data`; `false` (and nothing appended) if the result would exceed
     /// [`MAX_INLINE_DATA`].
     pub fn extend_from_slice(&mut self, data: &[u8]) -> bool {
