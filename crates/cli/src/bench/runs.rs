@@ -36,11 +36,15 @@ const POLL_BATCH: usize = 16;
 pub fn run(side: &mut Side, size: u64) -> Result<Option<BwReport>> {
     let p = side.p.clone();
     let mut prog = Progress::new(side.progress, &p, size);
-    // Both ends in this process: they share the cores with one engine, so an idle poll
-    // yields now and then. A client or server alone polls the way perftest does (a pure
-    // spin), so that its figures and stock perftest's on the drop-in library compare
-    // like for like.
-    let mut dog = Watchdog::new(side.stall(), side.in_process);
+    // Both ends in this process, both polling: they share the cores with one engine, so
+    // an idle poll yields now and then. Where only the requester polls (a WRITE, READ or
+    // ATOMIC bandwidth test: the server waits on its TCP connection, as perftest's does),
+    // one spinning thread needs no yield, and a yield would be a system call per wait once
+    // anything (a tracer, a short-lived job) preempted it. A client or server alone polls
+    // the way perftest does (a pure spin), so that its figures and stock perftest's on the
+    // drop-in library compare like for like.
+    let one_poller = p.cfg.kind == TestKind::Bw && p.cfg.verb != Verb::Send && !p.cfg.duplex();
+    let mut dog = Watchdog::new(side.stall(), side.in_process && !one_poller);
     let role = side.role;
     let res = side
         .res
