@@ -1049,7 +1049,7 @@ impl Qp {
     /// completion advance as they would have packet by packet. Anything else — a duplicate,
     /// an error, a NAK, an RNR wait — hands the remaining packets to `handle_packet` one by
     /// one, which gives them exactly the answer separate packets get. `run: None` is
-    /// `handle_packet`.
+    /// `handle_packet`, and so is a run claiming more packets than its payload fills.
     pub fn handle_run<M: Memory + ?Sized>(
         &mut self,
         now: Time,
@@ -1059,7 +1059,10 @@ impl Qp {
         mem: &mut M,
         mut srq: Option<&mut dyn RecvQueue>,
     ) {
-        let Some(run) = run.filter(|r| r.pkts > 1) else {
+        // A run stands for at most as many packets as its payload fills (and at least 2).
+        let mtu = self.mtu() as usize;
+        let most = pkt.payload.len().div_ceil(mtu.max(1));
+        let Some(run) = run.filter(|r| r.pkts > 1 && r.pkts as usize <= most) else {
             return self.handle_packet(now, pkt, meta, mem, srq);
         };
         let kind = match pkt.bth.opcode {
@@ -1068,7 +1071,6 @@ impl Qp {
             // Not a run this QP's peer builds: take it as the one packet it claims to be.
             _ => return self.handle_packet(now, pkt, meta, mem, srq),
         };
-        let mtu = self.mtu() as usize;
         let first = self.run_packet(pkt, run, kind, 0, mtu);
         self.handle_packet(now, &first, meta, mem, reborrow(&mut srq));
         if self.resp.epsn == pkt.bth.psn.next()

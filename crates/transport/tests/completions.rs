@@ -457,3 +457,41 @@ fn a_run_that_fails_fails_as_its_packets_do() {
     }
     assert_eq!(seen[0], seen[1]);
 }
+
+#[test]
+fn a_run_claiming_more_packets_than_its_payload_is_one_packet() {
+    // Runs come only from this device's own requester, but a wrong count must not make the
+    // responder walk billions of empty packets: it is taken as the packet it is.
+    let (mut a, mut b) = pair(Service::Rc);
+    let mut w = SendWr::new(1, WrOpcode::RdmaWrite);
+    w.local = sge(0, 600); // FIRST, MIDDLE, LAST at MTU 256
+    w.remote_addr = VA + 0x400;
+    w.rkey = Rkey(KEY);
+    a.qp.post_send(w).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let t = a.qp.poll_transmit(Time(0), &mut a.mem, &mut buf).unwrap();
+    let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+    assert_eq!(pkt.bth.opcode, transport::wire::Opcode::RC_RDMA_WRITE_FIRST);
+    let run = transport::Run {
+        pkts: u32::MAX,
+        ends_message: true,
+        ack_req: true,
+    };
+    b.qp.handle_run(
+        Time(0),
+        &pkt,
+        Some(run),
+        &RxMeta::default(),
+        &mut b.mem,
+        None,
+    );
+    assert_eq!(
+        b.qp.rq_psn(),
+        Psn::new(101),
+        "taken as the one WRITE FIRST it is"
+    );
+    shuttle(&mut a, &mut b);
+    let c = completions(&mut a.qp);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+}
