@@ -117,6 +117,12 @@ pub(crate) struct EngineShared {
     /// While parked: the transport deadline the engine sleeps until (ns since `epoch`;
     /// `u64::MAX`: none). Work done for it that arms an earlier one must wake it.
     sleeps_until: AtomicU64,
+    /// An application thread has woken the parked engine since it last went to sleep:
+    /// further passes on application threads need not wake it again. (The engine takes
+    /// `core` when it wakes, which a driving application thread may hold for a while;
+    /// without this, each of that thread's passes until then wrote the wake-up eventfd
+    /// again — a system call per operation.)
+    wake_sent: AtomicBool,
     /// The engine noticed recently that it shares its core (it was preempted in an idle
     /// spin, or it is pinned to one CPU beside a polling application): pinned, a library
     /// thread that finds it awake then yields the CPU to it.
@@ -248,6 +254,7 @@ impl EngineShared {
             }),
             epoch: Instant::now(),
             sleeps_until: AtomicU64::new(u64::MAX),
+            wake_sent: AtomicBool::new(false),
             contended: AtomicBool::new(false),
             single_cpu: AtomicBool::new(false),
             app_calls: AtomicU64::new(0),
@@ -283,7 +290,7 @@ impl EngineShared {
     /// [`abi::doorbell::Progress::drive`] for this engine: if it is parked and its core is
     /// free, do its work on the calling thread — passes until one finds nothing to do (at
     /// most [`DRIVE_PASSES`]) — then wake it only if work is left or a deadline was armed
-    /// before the one it sleeps until.
+    /// before the one it sleeps until, and only once per sleep.
     ///
     /// An engine pinned to one CPU that is awake (or whose work another thread is doing)
     /// while contended is waiting for this very CPU: the caller, about to spin on an empty
@@ -333,7 +340,11 @@ impl EngineShared {
         }
         let (left, next) = core.leftover();
         let earlier = next.is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
-        if parked && self.parked.load(SeqCst) && (left || earlier) {
+        if parked
+            && self.parked.load(SeqCst)
+            && (left || earlier)
+            && !self.wake_sent.swap(true, SeqCst)
+        {
             sys::eventfd_signal(self.wake.as_fd());
         }
         let stalled = !any && core.ring_stalled();

@@ -112,6 +112,9 @@ pub(super) fn park(
         (a, b) => a.or(b).unwrap_or(u64::MAX),
     };
     shared.sleeps_until.store(until, SeqCst);
+    // Application threads may drive only once `core` is dropped: from then on, one of
+    // them waking this sleep is news again.
+    shared.wake_sent.store(false, SeqCst);
     drop(core);
     let t0 = Instant::now();
     let _ = shared.epoll.wait_for(events, timeout);
