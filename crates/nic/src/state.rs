@@ -991,11 +991,16 @@ impl std::fmt::Debug for DmaView<'_> {
 
 impl<'a> DmaView<'a> {
     fn lookup(&self, key: u32, addr: u64, len: u64) -> Result<(&'a Mr, u64), MemError> {
-        let mr = self
-            .mrs
-            .by_key(key)
-            .filter(|m| m.pd == self.pd)
-            .ok_or(MemError::InvalidKey)?;
+        let mr = self.mrs.by_key(key).ok_or(MemError::InvalidKey)?;
+        self.within(mr, addr, len)
+    }
+
+    /// [`DmaView::lookup`] for an MR already found by its key: same PD, `[addr, addr +
+    /// len)` inside it.
+    fn within(&self, mr: &'a Mr, addr: u64, len: u64) -> Result<(&'a Mr, u64), MemError> {
+        if mr.pd != self.pd {
+            return Err(MemError::InvalidKey);
+        }
         let off = addr.checked_sub(mr.iova).ok_or(MemError::OutOfBounds)?;
         let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
         if end > mr.length {
@@ -1026,12 +1031,13 @@ impl<'a> DmaView<'a> {
             RemoteAccess::Write => A::REMOTE_WRITE,
             RemoteAccess::Atomic => A::REMOTE_ATOMIC,
         };
-        if self.mrs.by_key(rkey.0).is_none() {
-            if let Some(mw) = self.mrs.mw_by_key(rkey.0) {
-                return self.through_window(mw, va, len, need.0);
-            }
-        }
-        let (mr, off) = self.lookup(rkey.0, va, len)?;
+        let Some(mr) = self.mrs.by_key(rkey.0) else {
+            return match self.mrs.mw_by_key(rkey.0) {
+                Some(mw) => self.through_window(mw, va, len, need.0),
+                None => Err(MemError::InvalidKey),
+            };
+        };
+        let (mr, off) = self.within(mr, va, len)?;
         if mr.access & need.0 == 0 {
             return Err(MemError::AccessDenied);
         }

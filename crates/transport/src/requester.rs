@@ -233,7 +233,9 @@ impl Qp {
     /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller.
     fn run_len(&self, max: u32, buf_len: usize) -> u32 {
         let mtu = self.mtu();
-        if self.cfg.service != Service::Rc
+        // Most messages are one packet: say so first.
+        if self.sq.get(self.req.cursor).is_none_or(|w| w.len <= mtu)
+            || self.cfg.service != Service::Rc
             || self.cfg.xrc.is_some()
             || self.sr_active()
             || self.cc.as_ref().is_some_and(crate::Dcqcn::is_active)
