@@ -602,7 +602,13 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
         }
         // A run ends before the packet that ends the turn or fills the loopback queue.
         let room = (TX_BUDGET - sent - 1).min(LOOPQ_MAX.saturating_sub(io.loopq_pkts + 1));
-        let max_pkts = run_max.min(room as u32).max(1);
+        let max_pkts = if run_max > 1 && q.qp.run_ready() {
+            run_max.min(room as u32).max(1)
+        } else {
+            1
+        };
+        // (A run's buffer only for a run: a thousand QPs' single packets waiting in the
+        // loopback queue would otherwise each hold 68 KiB.)
         let mut buf = if max_pkts > 1 {
             io.take_run_buf()
         } else {

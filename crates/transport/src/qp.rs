@@ -986,6 +986,13 @@ impl Qp {
         self.poll_transmit_run(now, mem, buf, 1)
     }
 
+    /// Whether the request at the head of the send queue could leave as a [`Run`] now (a
+    /// hint for choosing a buffer before [`Qp::poll_transmit_run`]; responses still go
+    /// first).
+    pub fn run_ready(&self) -> bool {
+        self.run_len(u32::MAX, usize::MAX) >= 2
+    }
+
     /// [`Qp::poll_transmit`], except that the next request may leave as a [`Run`] of up to
     /// `max_pkts` packets of one message when nothing needs them one by one (an RC WRITE or
     /// SEND, new PSNs, room in the window, no pacing, no selective repeat; see

@@ -231,7 +231,7 @@ impl Qp {
     /// active DCQCN pacing and no XRC, as far as the window allows, and never the last
     /// packet when it carries immediate data, an invalidation or the solicited bit. The
     /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller.
-    fn run_len(&self, max: u32, buf_len: usize) -> u32 {
+    pub(crate) fn run_len(&self, max: u32, buf_len: usize) -> u32 {
         let mtu = self.mtu();
         // Most messages are one packet: say so first.
         if self.sq.get(self.req.cursor).is_none_or(|w| w.len <= mtu)
