@@ -991,7 +991,17 @@ pub(crate) fn handle_datagram(
             if let Some(tap) = tap {
                 tap.received(from, ident, dont_frag, data);
             }
-            v4_grh(s, d, ident, dont_frag, udp_len)
+            // Only a UD receive shows the IP header (its GRH area): skip building it
+            // otherwise.
+            let ud = st
+                .qps
+                .get(pkt.bth.dest_qp.value())
+                .is_some_and(|q| q.ty == Service::Ud);
+            if ud {
+                v4_grh(s, d, ident, dont_frag, udp_len)
+            } else {
+                RxMeta::default().grh
+            }
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let ip = IpRepr::V6 {
