@@ -1688,7 +1688,7 @@ impl CmEventDesc {
 // uroce driver-specific data
 
 /// Version of uroce's driver-specific data and fast-path layouts. Bumped on any change.
-pub const UROCE_ABI_VERSION: u32 = 2;
+pub const UROCE_ABI_VERSION: u32 = 3;
 
 abi_struct! {
     /// Where a ring lives and its geometry (library-allocated; see the module docs and

@@ -108,7 +108,7 @@ pub(crate) struct Queues {
     /// Datagrams for the socket, each sealed with its ICRC.
     pub(crate) txq: VecDeque<Datagram>,
     /// Packets for peer rings that were full: (slot, buffer, length), in order.
-    pub(crate) ring_backlog: VecDeque<(u32, Vec<u8>, usize)>,
+    pub(crate) ring_backlog: VecDeque<(u32, Vec<u8>, usize, Option<Run>)>,
     /// Scratch for packets read from peer rings.
     ring_rx: Vec<u8>,
     /// When an application thread last held back ACKs (`Time(0)`: never).
@@ -579,18 +579,22 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     let mut progress = pull_sq(q, res);
     let mut more = false;
     let mut sent = 0;
-    // A connected QP whose peer is a QP of this device (not of another process of a daemon
-    // device) may send runs of packets: nothing between them needs the packets cut. Not
-    // while something captures the device, which is to see every packet.
-    let run_max = if q.ty == Service::Rc
-        && io.tap().is_none()
-        && q.av.is_some_and(|d| d.ip == dev_ip)
-        && own.is_none_or(|w| crate::state::in_window(w, q.qp.dest_qpn().value()))
-    {
-        (RUN_BYTES / q.qp.path_mtu_bytes().max(1) as usize) as u32
-    } else {
-        1
-    };
+    // A connected QP whose peer is a QP of this device, or of another process of a daemon
+    // device with a packet ring, may send runs of packets: nothing between them needs the
+    // packets cut (a ring's runs fit its slots). Not while something captures the device,
+    // which is to see every packet.
+    let mtu = q.qp.path_mtu_bytes().max(1) as usize;
+    let dest_qpn = q.qp.dest_qpn().value();
+    let run_max =
+        if q.ty != Service::Rc || io.tap().is_some() || q.av.is_none_or(|d| d.ip != dev_ip) {
+            1
+        } else if own.is_none_or(|w| crate::state::in_window(w, dest_qpn)) {
+            (RUN_BYTES / mtu) as u32
+        } else if peer_tx.contains_key(&(dest_qpn >> crate::daemon::WINDOW_BITS)) {
+            ((crate::peer_ring::MAX_PACKET - transport::MAX_HEADER_LEN - 4) / mtu) as u32
+        } else {
+            1
+        };
     while sent < TX_BUDGET {
         if io.backlogged() {
             more = true;
@@ -704,12 +708,6 @@ fn route(
         io.push_loop(buf, t.len, deferred, t.run);
         return;
     }
-    if t.run.is_some() {
-        // A run is for a QP of this device only (`service_qp`); it never leaves one.
-        c.xmit_discards += 1;
-        io.put_buf(buf);
-        return;
-    }
     if !deferred.materialize(&res.mrs, &mut buf) {
         res.counters.xmit_discards += 1;
         io.put_buf(buf);
@@ -726,15 +724,22 @@ fn route(
             }
             // (Usually one peer: the newest entry answers without a scan.)
             let queued = !io.ring_backlog.is_empty()
-                && (io.ring_backlog.back().is_some_and(|(s, _, _)| *s == slot)
-                    || io.ring_backlog.iter().any(|(s, _, _)| *s == slot));
-            if !queued && buf.get(..t.len).is_some_and(|p| tx.stage(p)) {
+                && (io.ring_backlog.back().is_some_and(|(s, ..)| *s == slot)
+                    || io.ring_backlog.iter().any(|(s, ..)| *s == slot));
+            if !queued && buf.get(..t.len).is_some_and(|p| tx.stage(p, t.run)) {
                 io.put_buf(buf);
             } else {
-                io.ring_backlog.push_back((slot, buf, t.len));
+                io.ring_backlog.push_back((slot, buf, t.len, t.run));
             }
             return;
         }
+    }
+    if t.run.is_some() {
+        // A run is for a QP of this device or a peer ring only (`service_qp`); it never
+        // becomes a datagram.
+        res.counters.xmit_discards += 1;
+        io.put_buf(buf);
+        return;
     }
     send_udp(dev_ip, &dest, &mut res.counters, io, buf, t.len);
 }
@@ -868,7 +873,7 @@ pub(crate) fn flush_rings(st: &mut DevState, io: &mut Queues, now: Time, hold: b
     let mut blocked: Vec<u32> = Vec::new();
     let mut k = 0;
     while k < io.ring_backlog.len() {
-        let Some((slot, _, _)) = io.ring_backlog.get(k) else {
+        let Some((slot, ..)) = io.ring_backlog.get(k) else {
             break;
         };
         let slot = *slot;
@@ -877,14 +882,14 @@ pub(crate) fn flush_rings(st: &mut DevState, io: &mut Queues, now: Time, hold: b
             continue;
         }
         let staged = match (st.peer_tx.get_mut(&slot), io.ring_backlog.get(k)) {
-            (Some(tx), Some((_, b, len))) => b.get(..*len).is_some_and(|p| tx.stage(p)),
+            (Some(tx), Some((_, b, len, run))) => b.get(..*len).is_some_and(|p| tx.stage(p, *run)),
             // The ring is gone: the packet is lost, as on a vanished link.
             (None, _) => true,
             _ => false,
         };
         if staged {
-            if let Some((_, b, _)) = io.ring_backlog.remove(k) {
-                io.pool.push(b);
+            if let Some((_, b, ..)) = io.ring_backlog.remove(k) {
+                io.put_buf(b);
             }
             progress = true;
         } else {
@@ -913,11 +918,11 @@ pub(crate) fn receive_rings(st: &mut DevState, io: &mut Queues, now: Time) -> bo
     // Only a capture that wants ring packets records them here (their sender did).
     let tap = io.tap().is_some().then(|| io.tap.clone());
     for r in rings.iter_mut() {
-        n += r.drain(RING_BUDGET, &mut buf, |pkt| {
+        n += r.drain(RING_BUDGET, &mut buf, |pkt, run| {
             if let Some(t) = &tap {
                 t.ring_received(pkt);
             }
-            deliver_loopback(st, pkt, DeferList::default(), None, now);
+            deliver_loopback(st, pkt, DeferList::default(), run, now);
         });
     }
     io.ring_rx = buf;

@@ -3,9 +3,11 @@
 //!
 //! One ring per direction and pair of processes, made by the daemon (a memfd) when a QP of
 //! the producer is connected to a QP of the consumer: a control page, then an
-//! `abi::ring` SPSC ring of [`SLOTS`] elements of [`ELEM`] bytes, each `[len: u32, 0: u32,
-//! packet]` — the packet as the transport built it (BTH first, no ICRC: memory does not flip
-//! bits). The producer stages packets and publishes them with one Release store per batch;
+//! `abi::ring` SPSC ring of [`SLOTS`] elements of [`ELEM`] bytes, each `[len: u32, run:
+//! u32, packet]` — the packet as the transport built it (BTH first, no ICRC: memory does not
+//! flip bits). `run` is 0 for a packet, or says that the buffer is a `transport::Run` of
+//! that many packets (bits 0–15; bit 16: it ends the message, bit 17: it asks for an ACK),
+//! which the consumer's transport takes as those packets. The producer stages packets and publishes them with one Release store per batch;
 //! the consumer's engine polls the ring on every pass (no system call) and, before it parks,
 //! sets the control page's `parked` word and re-checks the ring; a producer that publishes
 //! into a ring whose consumer is parked writes the consumer's wake eventfd (the only system
@@ -29,6 +31,7 @@ use std::sync::Arc;
 
 use abi::ring::{Consumer, Producer, RingLayout};
 use abi::shm::SharedMem;
+use transport::Run;
 
 use crate::sys::{self, Mapping};
 
@@ -134,12 +137,12 @@ impl TxRing {
         inode(fd) == self.ino
     }
 
-    /// Stage one packet; `false` if the ring is full (or the consumer broke it).
-    pub(crate) fn stage(&mut self, pkt: &[u8]) -> bool {
+    /// Stage one packet (or run); `false` if the ring is full (or the consumer broke it).
+    pub(crate) fn stage(&mut self, pkt: &[u8], run: Option<Run>) -> bool {
         if pkt.len() > MAX_PACKET {
             return false;
         }
-        let len = (pkt.len() as u64).to_le_bytes();
+        let len = (pkt.len() as u64 | u64::from(run_word(run)) << 32).to_le_bytes();
         let first = self.prod.staged() == 0;
         if self.prod.stage_parts(&[&len, pkt]).is_err() {
             return false;
@@ -197,6 +200,24 @@ impl Drop for TxRing {
     }
 }
 
+/// The slot header's `run` word for `run`.
+fn run_word(run: Option<Run>) -> u32 {
+    run.map_or(0, |r| {
+        (r.pkts.min(0xffff)) | u32::from(r.ends_message) << 16 | u32::from(r.ack_req) << 17
+    })
+}
+
+/// The run a slot header's `run` word names (`None`: one packet). The other process wrote
+/// it: the transport takes a run that does not fit its payload as one packet.
+fn word_run(w: u32) -> Option<Run> {
+    let pkts = w & 0xffff;
+    (pkts > 1).then_some(Run {
+        pkts,
+        ends_message: w & 1 << 16 != 0,
+        ack_req: w & 1 << 17 != 0,
+    })
+}
+
 /// The consuming end, in the receiving process.
 #[derive(Debug)]
 pub(crate) struct RxRing {
@@ -217,8 +238,13 @@ impl RxRing {
         })
     }
 
-    /// Take up to `max` packets, handing each to `f`. Returns how many.
-    pub(crate) fn drain(&mut self, max: u32, buf: &mut Vec<u8>, mut f: impl FnMut(&[u8])) -> u32 {
+    /// Take up to `max` packets (or runs), handing each to `f`. Returns how many.
+    pub(crate) fn drain(
+        &mut self,
+        max: u32,
+        buf: &mut Vec<u8>,
+        mut f: impl FnMut(&[u8], Option<Run>),
+    ) -> u32 {
         if self.broken {
             return 0;
         }
@@ -235,14 +261,16 @@ impl RxRing {
                 self.broken = true;
                 break;
             }
-            let len = u64::from_le_bytes(len) as usize;
+            let word = u64::from_le_bytes(len);
+            let run = word_run((word >> 32) as u32);
+            let len = (word & 0xffff_ffff) as usize;
             if len > MAX_PACKET {
                 self.broken = true;
                 break;
             }
             buf.resize(len, 0);
             if self.cons.read(i, 8, buf).is_ok() {
-                f(buf);
+                f(buf, run);
             }
         }
         let _ = self.cons.release(n);
@@ -298,26 +326,26 @@ mod tests {
     fn an_ack_only_batch_waits_for_company_or_its_time() {
         let (mut tx, mut rx) = ring();
         let mut buf = Vec::new();
-        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        assert!(tx.stage(&pkt(0x11, 0x1f), None));
         tx.publish_or_hold(1_000, true);
         assert!(!rx.pending(), "held");
         assert_eq!(tx.held_at(), Some(1_000));
         tx.publish_or_hold(1_000 + ACK_HOLD_NS - 1, true);
         assert!(!rx.pending(), "still within the hold");
         // A request staged behind it: both leave at once, in order.
-        assert!(tx.stage(&pkt(0x0a, 0)));
+        assert!(tx.stage(&pkt(0x0a, 0), None));
         tx.publish_or_hold(1_000 + ACK_HOLD_NS - 1, true);
         let mut got = Vec::new();
-        assert_eq!(rx.drain(8, &mut buf, |p| got.push(p[0])), 2);
+        assert_eq!(rx.drain(8, &mut buf, |p, _| got.push(p[0])), 2);
         assert_eq!(got, [0x11, 0x0a]);
         assert_eq!(tx.held_at(), None);
         // Alone, it leaves when its time is up, and at once when not held.
-        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        assert!(tx.stage(&pkt(0x11, 0x1f), None));
         tx.publish_or_hold(5_000, true);
         tx.publish_or_hold(5_000 + ACK_HOLD_NS, true);
         assert!(rx.pending());
-        assert_eq!(rx.drain(8, &mut buf, |_| {}), 1);
-        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        assert_eq!(rx.drain(8, &mut buf, |_, _| {}), 1);
+        assert!(tx.stage(&pkt(0x11, 0x1f), None));
         tx.publish_or_hold(9_000, false);
         assert!(rx.pending());
     }
@@ -326,11 +354,31 @@ mod tests {
     fn held_acks_leave_when_the_ring_goes_away() {
         let (mut tx, mut rx) = ring();
         let mut buf = Vec::new();
-        assert!(tx.stage(&pkt(0x11, 0x1f)));
+        assert!(tx.stage(&pkt(0x11, 0x1f), None));
         tx.publish_or_hold(1_000, true);
         assert!(!rx.pending(), "held");
         // Torn down within the hold (the device closed, the process exits): published.
         drop(tx);
-        assert_eq!(rx.drain(8, &mut buf, |p| assert_eq!(p[0], 0x11)), 1);
+        assert_eq!(rx.drain(8, &mut buf, |p, _| assert_eq!(p[0], 0x11)), 1);
+    }
+
+    #[test]
+    fn a_run_crosses_the_ring_with_its_count_and_flags() {
+        let (mut tx, mut rx) = ring();
+        let mut buf = Vec::new();
+        let run = Run {
+            pkts: 7,
+            ends_message: true,
+            ack_req: false,
+        };
+        assert!(tx.stage(&pkt(0x06, 0), Some(run)));
+        assert!(tx.stage(&pkt(0x0a, 0), None));
+        tx.publish();
+        let mut got = Vec::new();
+        assert_eq!(rx.drain(8, &mut buf, |p, r| got.push((p[0], r))), 2);
+        assert_eq!(got, [(0x06, Some(run)), (0x0a, None)]);
+        // A count below 2 is one packet; the flags alone mean nothing.
+        assert_eq!(word_run(1 | 1 << 16 | 1 << 17), None);
+        assert_eq!(word_run(run_word(Some(run))), Some(run));
     }
 }
