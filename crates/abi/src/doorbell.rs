@@ -185,6 +185,12 @@ impl Page {
     fn words(&self) -> usize {
         self.layout.slots as usize / 64
     }
+
+    /// The whole bitmap, bounds-checked once (the engine scans it on every pass).
+    fn bitmap(&self) -> Result<&[AtomicU64]> {
+        self.mem
+            .words(self.base + DOORBELL_BITMAP_OFFSET, self.words() * 8)
+    }
 }
 
 /// The library's end of a doorbell page. Cloneable; any thread may ring.
@@ -277,8 +283,7 @@ impl DoorbellReceiver {
     /// idle page costs only loads.
     pub fn drain(&self, mut f: impl FnMut(u32)) -> Result<u32> {
         let mut n = 0;
-        for i in 0..self.page.words() {
-            let w = self.page.bitmap_word(i)?;
+        for (i, w) in self.page.bitmap()?.iter().enumerate() {
             if w.load(SeqCst) == 0 {
                 continue;
             }
@@ -295,12 +300,7 @@ impl DoorbellReceiver {
 
     /// Whether any doorbell is pending (loads only).
     pub fn has_pending(&self) -> Result<bool> {
-        for i in 0..self.page.words() {
-            if self.page.bitmap_word(i)?.load(SeqCst) != 0 {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        Ok(self.page.bitmap()?.iter().any(|w| w.load(SeqCst) != 0))
     }
 
     /// Step 1–2 of parking: announce `parked = 1`, then re-check the bitmap. Returns `true`

@@ -187,8 +187,8 @@ impl SharedMem {
     }
 
     /// The words holding bytes `off..off + len` (`off` 8-aligned; a partial last word
-    /// included), bounds-checked once for a bulk copy.
-    fn words(&self, off: usize, len: usize) -> Result<&[AtomicU64]> {
+    /// included), bounds-checked once for a bulk access.
+    pub fn words(&self, off: usize, len: usize) -> Result<&[AtomicU64]> {
         self.check(off, len)?;
         let first = off / WORD;
         let n = len.div_ceil(WORD);
