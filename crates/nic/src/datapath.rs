@@ -107,7 +107,7 @@ pub(crate) struct Queues {
     loopq_pkts: usize,
     /// Datagrams for the socket, each sealed with its ICRC.
     pub(crate) txq: VecDeque<Datagram>,
-    /// Packets for peer rings that were full: (slot, buffer, length), in order.
+    /// Packets for peer rings that were full: (slot, buffer, length, run), in order.
     pub(crate) ring_backlog: VecDeque<(u32, Vec<u8>, usize, Option<Run>)>,
     /// Scratch for packets read from peer rings.
     ring_rx: Vec<u8>,
