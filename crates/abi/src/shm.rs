@@ -233,7 +233,8 @@ impl SharedMem {
             chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
         }
         let tail = chunks.into_remainder();
-        if let (false, Some(w)) = (tail.is_empty(), words.get(whole)) {
+        // A partial last word: `words` holds it.
+        if let Some(w) = words.get(whole).filter(|_| !tail.is_empty()) {
             let n = tail.len();
             tail.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes()[..n]);
         }

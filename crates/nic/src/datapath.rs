@@ -157,7 +157,7 @@ impl Queues {
 
     /// Queue a same-device packet (or run) for delivery.
     fn push_loop(&mut self, buf: Vec<u8>, len: usize, deferred: DeferList, run: Option<Run>) {
-        self.loopq_pkts += run.map_or(1, |r| r.pkts as usize);
+        self.loopq_pkts += Run::pkts_of(run) as usize;
         self.loopq.push_back((buf, len, deferred, run));
     }
 
@@ -186,9 +186,7 @@ pub(crate) fn work(st: &mut DevState, io: &mut Queues, mut clock: impl FnMut() -
             let Some((buf, len, deferred, run)) = io.loopq.pop_front() else {
                 break;
             };
-            io.loopq_pkts = io
-                .loopq_pkts
-                .saturating_sub(run.map_or(1, |r| r.pkts as usize));
+            io.loopq_pkts = io.loopq_pkts.saturating_sub(Run::pkts_of(run) as usize);
             if let Some(bytes) = buf.get(..len) {
                 deliver_loopback(st, bytes, deferred, run, now);
             }
@@ -632,7 +630,7 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
             break;
         };
         let deferred = mem.payload.deferred();
-        sent += t.run.map_or(1, |r| r.pkts as usize);
+        sent += t.pkts() as usize;
         route(dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, deferred);
     }
     if sent >= TX_BUDGET {
@@ -693,13 +691,13 @@ fn route(
         return;
     };
     let c = &mut res.counters;
-    c.port_xmit_packets += t.run.map_or(1, |r| u64::from(r.pkts));
+    c.port_xmit_packets += u64::from(t.pkts());
     c.port_xmit_data += wire_words(t.len, t.run);
     // On a daemon's device, a QP of another process at this address is reached through
     // the daemon (the datagram goes to our own address and the daemon forwards it).
     let here = own.is_none_or(|w| crate::state::in_window(w, bth_dest_qpn(&buf)));
     if dest.ip == dev_ip && here {
-        c.loopback_pkts += t.run.map_or(1, |r| u64::from(r.pkts));
+        c.loopback_pkts += u64::from(t.pkts());
         if let Some(tap) = io.tap() {
             if let Some(pkt) = buf.get(..t.len) {
                 tap.looped(pkt, |p| deferred.materialize(&res.mrs, p));
@@ -996,13 +994,7 @@ pub(crate) fn handle_datagram(
             if let Some(tap) = tap {
                 tap.received(from, ident, dont_frag, data);
             }
-            // Only a UD receive shows the IP header (its GRH area): skip building it
-            // otherwise.
-            let ud = st
-                .qps
-                .get(pkt.bth.dest_qp.value())
-                .is_some_and(|q| q.ty == Service::Ud);
-            if ud {
+            if shows_grh(&st.qps, &pkt) {
                 v4_grh(s, d, ident, dont_frag, udp_len)
             } else {
                 RxMeta::default().grh
@@ -1066,10 +1058,17 @@ fn v4_grh(
     Grh::V4(h)
 }
 
+/// Whether `pkt`'s receiver shows the IP header (its GRH area): only a UD QP's receive
+/// does, so for others it is not built.
+fn shows_grh(qps: &crate::slab::Slab<QpObj>, pkt: &RocePacketRepr<'_>) -> bool {
+    qps.get(pkt.bth.dest_qp.value())
+        .is_some_and(|q| q.ty == Service::Ud)
+}
+
 /// The 4-byte words a transmit puts on a wire (a run: each of its packets, every one after
 /// the first with a BTH only), ICRCs included, for the port data counters.
 fn wire_words(len: usize, run: Option<Run>) -> u64 {
-    let pkts = run.map_or(1, |r| r.pkts as usize);
+    let pkts = Run::pkts_of(run) as usize;
     ((len + (pkts - 1) * transport::wire::bth::HEADER_LEN + pkts * ICRC_LEN) / 4) as u64
 }
 
@@ -1091,16 +1090,11 @@ pub(crate) fn deliver_loopback(
         st.res.counters.xmit_discards += 1;
         return;
     }
-    st.res.counters.port_rcv_packets += run.map_or(1, |r| u64::from(r.pkts));
+    st.res.counters.port_rcv_packets += u64::from(Run::pkts_of(run));
     st.res.counters.port_rcv_data += wire_words(bytes.len(), run);
     let udp_len = 8 + bytes.len() + ICRC_LEN;
-    // Only a UD receive shows the IP header (its GRH area): skip building it otherwise.
-    let ud = st
-        .qps
-        .get(pkt.bth.dest_qp.value())
-        .is_some_and(|q| q.ty == Service::Ud);
     let grh = match ip {
-        _ if !ud => RxMeta::default().grh,
+        _ if !shows_grh(&st.qps, &pkt) => RxMeta::default().grh,
         IpAddr::V4(v4) => v4_grh(v4, v4, 0, true, udp_len),
         IpAddr::V6(v6) => {
             let mut h = [0u8; IPV6_HEADER_LEN];

@@ -7,11 +7,12 @@
 //! u32, packet]` — the packet as the transport built it (BTH first, no ICRC: memory does not
 //! flip bits). `run` is 0 for a packet, or says that the buffer is a `transport::Run` of
 //! that many packets (bits 0–15; bit 16: it ends the message, bit 17: it asks for an ACK),
-//! which the consumer's transport takes as those packets. The producer stages packets and publishes them with one Release store per batch;
-//! the consumer's engine polls the ring on every pass (no system call) and, before it parks,
-//! sets the control page's `parked` word and re-checks the ring; a producer that publishes
-//! into a ring whose consumer is parked writes the consumer's wake eventfd (the only system
-//! call, and only for an idle consumer — the doorbell protocol of `abi::doorbell`). The
+//! which the consumer's transport takes as those packets. The producer stages packets and
+//! publishes them with one Release store per batch; the consumer's engine polls the ring on
+//! every pass (no system call) and, before it parks, sets the control page's `parked` word
+//! and re-checks the ring; a producer that publishes into a ring whose consumer is parked
+//! writes the consumer's wake eventfd (the only system call, and only for an idle consumer
+//! — the doorbell protocol of `abi::doorbell`). The
 //! consumer may be an application thread doing the engine's pass (`EngineShared::drive`):
 //! it clears `parked` while it does. A batch of nothing but plain ACKs staged on such a
 //! thread may wait [`ACK_HOLD_NS`] for the request the application answers with

@@ -231,6 +231,13 @@ pub struct Transmit {
     pub run: Option<Run>,
 }
 
+impl Transmit {
+    /// Packets the buffer stands for: 1, or its run's.
+    pub fn pkts(&self) -> u32 {
+        Run::pkts_of(self.run)
+    }
+}
+
 /// Consecutive request packets of one RC message that one buffer stands for: what
 /// [`Qp::poll_transmit_run`] builds for a destination on the same device, where no wire
 /// needs them cut (docs/architecture.md §4). The buffer holds the first packet's headers
@@ -247,6 +254,13 @@ pub struct Run {
     /// Whether any of the packets would have asked for an ACK: the responder then
     /// acknowledges the run's last PSN.
     pub ack_req: bool,
+}
+
+impl Run {
+    /// Packets a buffer with this run (`None`: none) stands for.
+    pub fn pkts_of(run: Option<Run>) -> u32 {
+        run.map_or(1, |r| r.pkts)
+    }
 }
 
 /// Asynchronous events (`ibv_event_type` subset).
@@ -1037,7 +1051,7 @@ impl Qp {
             }
         };
         if let Some(t) = &t {
-            self.counters.sent_pkts += t.run.map_or(1, |r| u64::from(r.pkts));
+            self.counters.sent_pkts += u64::from(t.pkts());
         }
         self.check_drained();
         t

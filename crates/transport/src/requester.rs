@@ -233,8 +233,11 @@ impl Qp {
     /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller.
     pub(crate) fn run_len(&self, max: u32, buf_len: usize) -> u32 {
         let mtu = self.mtu();
+        let Some(wqe) = self.sq.get(self.req.cursor) else {
+            return 0;
+        };
         // Most messages are one packet: say so first.
-        if self.sq.get(self.req.cursor).is_none_or(|w| w.len <= mtu)
+        if wqe.len <= mtu
             || self.cfg.service != Service::Rc
             || self.cfg.xrc.is_some()
             || self.sr_active()
@@ -243,9 +246,6 @@ impl Qp {
         {
             return 0;
         }
-        let Some(wqe) = self.sq.get(self.req.cursor) else {
-            return 0;
-        };
         let op = wqe.wr.opcode;
         if !(op.is_send() || op.is_write()) {
             return 0;

@@ -416,7 +416,6 @@ impl Qp {
         }
         let received = received + plen as u32;
         if info.position.is_last() {
-            let mut flags = WcFlags::default();
             let mut inv = None;
             if let Some(ieth) = pkt.ieth {
                 if mem.invalidate(ieth.rkey).is_err() {
@@ -427,25 +426,12 @@ impl Qp {
                         TransportError::RemoteInvalidRequest,
                     );
                 }
-                flags |= WcFlags::WITH_INV;
                 inv = Some(ieth.rkey);
             }
             let imm = pkt.immdt.map(|i| i.0);
-            if imm.is_some() {
-                flags |= WcFlags::WITH_IMM;
-            }
-            let Some(h) = self.resp.held.take() else {
+            if !self.finish_send_message(received, imm, inv, pkt.bth.solicited) {
                 return;
-            };
-            let mut c = self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::Recv);
-            c.byte_len = received;
-            c.imm_data = imm;
-            c.invalidated_rkey = inv;
-            c.wc_flags = flags;
-            c.solicited = pkt.bth.solicited;
-            self.complete_recv(h, c);
-            self.resp.in_msg = None;
-            self.resp.msn = self.resp.msn.next();
+            }
         } else {
             self.resp.in_msg = Some(InMsg::Send { received });
         }
@@ -454,6 +440,38 @@ impl Qp {
         } else {
             self.finish_request(p, pkt.bth.ack_req);
         }
+    }
+
+    /// A SEND message's last packet was taken: its held receive WQE completes with
+    /// `byte_len` bytes (and the immediate data, invalidated R_Key and SE bit of that
+    /// packet), and the message ends. `false` if no receive WQE was held.
+    fn finish_send_message(
+        &mut self,
+        byte_len: u32,
+        imm: Option<u32>,
+        inv: Option<Rkey>,
+        solicited: bool,
+    ) -> bool {
+        let Some(h) = self.resp.held.take() else {
+            return false;
+        };
+        let mut flags = WcFlags::default();
+        if inv.is_some() {
+            flags |= WcFlags::WITH_INV;
+        }
+        if imm.is_some() {
+            flags |= WcFlags::WITH_IMM;
+        }
+        let mut c = self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::Recv);
+        c.byte_len = byte_len;
+        c.imm_data = imm;
+        c.invalidated_rkey = inv;
+        c.wc_flags = flags;
+        c.solicited = solicited;
+        self.complete_recv(h, c);
+        self.resp.in_msg = None;
+        self.resp.msn = self.resp.msn.next();
+        true
     }
 
     /// RDMA WRITE FIRST/MIDDLE/LAST/ONLY (and WITH_IMMEDIATE), in sequence.
@@ -1209,15 +1227,9 @@ impl Qp {
                 if placed.is_err() {
                     return false;
                 }
+                // (A run never ends with immediate data, an invalidation or the SE bit.)
                 if run.ends_message {
-                    let Some(h) = self.resp.held.take() else {
-                        return false;
-                    };
-                    let mut c = self.recv_completion(h.wr.wr_id, WcStatus::Success, WcOpcode::Recv);
-                    c.byte_len = after as u32;
-                    self.complete_recv(h, c);
-                    self.resp.in_msg = None;
-                    self.resp.msn = self.resp.msn.next();
+                    self.finish_send_message(after as u32, None, None, false);
                 } else {
                     self.resp.in_msg = Some(InMsg::Send {
                         received: after as u32,
@@ -1226,17 +1238,11 @@ impl Qp {
             }
             _ => return false,
         }
+        // As `finish_request` for each packet: only the last may have asked for an ACK.
         let more = u64::from(run.pkts - 1);
         self.counters.rcvd_pkts += more;
-        let last = pkt.bth.psn.add(run.pkts - 1);
-        self.resp.epsn = last.next();
-        self.resp.nak_sent = false;
-        if run.ack_req {
-            self.push_ack(last);
-            self.counters.ack_deferred += more - 1;
-        } else {
-            self.counters.ack_deferred += more;
-        }
+        self.counters.ack_deferred += more - 1;
+        self.finish_request(pkt.bth.psn.add(run.pkts - 1), run.ack_req);
         true
     }
 }

@@ -115,27 +115,9 @@ fn pair(ty: Service) -> (End, End) {
     (a, b)
 }
 
-/// Move packets both ways until neither side has anything to send.
+/// Move packets both ways until neither side has anything to send; returns how many.
 fn shuttle(a: &mut End, b: &mut End) -> usize {
-    let mut buf = vec![0u8; 4096];
-    let mut n = 0;
-    fn one_way(from: &mut End, to: &mut End, buf: &mut [u8]) -> usize {
-        let mut n = 0;
-        while let Some(t) = from.qp.poll_transmit(Time(0), &mut from.mem, buf) {
-            let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
-            to.qp
-                .handle_packet(Time(0), &pkt, &RxMeta::default(), &mut to.mem, None);
-            n += 1;
-        }
-        n
-    }
-    loop {
-        let moved = one_way(a, b, &mut buf) + one_way(b, a, &mut buf);
-        if moved == 0 {
-            return n;
-        }
-        n += moved;
-    }
+    shuttle_runs(a, b, 1).0
 }
 
 fn completions(q: &mut Qp) -> Vec<Completion> {
@@ -333,7 +315,7 @@ fn shuttle_runs(a: &mut End, b: &mut End, max: u32) -> (usize, u64) {
             to.qp
                 .handle_run(Time(0), &pkt, t.run, &meta, &mut to.mem, None);
             n += 1;
-            pkts += t.run.map_or(1, |r| u64::from(r.pkts));
+            pkts += u64::from(t.pkts());
         }
         (n, pkts)
     }
