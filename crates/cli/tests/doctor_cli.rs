@@ -40,11 +40,27 @@ fn doctor(
     args: &[&str],
     tweak: impl FnOnce(&mut Command),
 ) -> (Vec<Value>, i32) {
-    let bin = env!("CARGO_BIN_EXE_uroce");
+    doctor_bin(
+        env!("CARGO_BIN_EXE_uroce").as_ref(),
+        devices,
+        netns,
+        args,
+        tweak,
+    )
+}
+
+/// [`doctor`] with the `uroce` binary at `bin`.
+fn doctor_bin(
+    bin: &std::path::Path,
+    devices: &str,
+    netns: Option<&str>,
+    args: &[&str],
+    tweak: impl FnOnce(&mut Command),
+) -> (Vec<Value>, i32) {
     let mut cmd = match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, bin]);
+            c.args(["netns", "exec", ns]).arg(bin);
             c
         }
         None => Command::new(bin),
@@ -442,6 +458,11 @@ fn daemon_socket_mode_decides_for_an_unprivileged_user() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.join("uverbs0");
     let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    // `nobody` runs a copy of the binary in that directory: the checkout it was built in
+    // may sit under a directory only its owner may enter (a home directory, mktemp -d).
+    let bin = dir.join("uroce");
+    std::fs::copy(env!("CARGO_BIN_EXE_uroce"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let as_nobody = |c: &mut Command| {
         c.env("UROCE_DAEMON", &path);
         // SAFETY: runs in the forked child before exec; setgroups, setgid and setuid are
@@ -461,7 +482,7 @@ fn daemon_socket_mode_decides_for_an_unprivileged_user() {
     };
     for (mode, want) in [(0o600, "fail"), (0o660, "fail"), (0o666, "pass")] {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-        let (f, code) = doctor("t0=127.0.0.1", None, &[], as_nobody);
+        let (f, code) = doctor_bin(&bin, "t0=127.0.0.1", None, &[], as_nobody);
         let d = get(&f, "daemon-socket", None);
         assert_eq!(d["status"], want, "mode {mode:o}: {d:#?}");
         if want == "fail" {
