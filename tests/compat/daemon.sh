@@ -332,11 +332,14 @@ pair "a restarted daemon serves a new pair" \
 if [ "$(id -u)" = 0 ]; then
     stop_daemon
     start_daemon "$work/daemon3.log" --mode 660 --group 0 || true
-    as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups env UROCE_DAEMON="$dir"
-               LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
-    as_group=(setpriv --reuid=65534 --regid=0 --clear-groups env UROCE_DAEMON="$dir"
-              LD_LIBRARY_PATH="$LD_LIBRARY_PATH")
+    # The other user runs copies of the binary and the drop-in libraries in $work (0755):
+    # the checkout may sit under a directory only its owner may enter (mktemp -d, a home).
     cp "$UROCE" "$work/uroce" && chmod 755 "$work/uroce"
+    cp -rL "$LD_LIBRARY_PATH" "$work/compat" && chmod -R a+rX "$work/compat"
+    as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups env UROCE_DAEMON="$dir"
+               LD_LIBRARY_PATH="$work/compat")
+    as_group=(setpriv --reuid=65534 --regid=0 --clear-groups env UROCE_DAEMON="$dir"
+              LD_LIBRARY_PATH="$work/compat")
     "${as_nobody[@]}" "$work/uroce" devinfo >"$work/perm1" 2>&1
     r1=$?
     "${as_nobody[@]}" ibv_devices >"$work/perm2" 2>&1
