@@ -2,19 +2,29 @@
 //! the candidates measured side by side in one run, as ratios to an in-process `memcpy`.
 //!
 //! ```text
-//! cargo run --release -p nic --example dma_candidates [-- CHUNK_KIB [TOTAL_MIB]]
+//! cargo run --release -p nic --example dma_candidates [-- CHUNK_KIB [TOTAL_MIB [SPAN_KIB]]]
 //! ```
+//!
+//! SPAN_KIB (default 16384) is the size of the buffer the chunks are taken from in turn: the
+//! default streams from memory; a span of one chunk keeps the source in cache.
 //!
 //! A child process owns a buffer (as an application owns its registered memory); this
 //! process copies it out and back in 64 KiB chunks (the size of a perftest message) with:
 //! * `memcpy` within one process (the per-process engine: what uroce does),
 //! * `process_vm_readv` / `process_vm_writev` (a daemon with ptrace rights over the client),
 //! * `pread` / `pwrite` on `/proc/<pid>/mem` (a descriptor the client could hand over),
-//! * `memcpy` through a `memfd` both processes map (registered pages moved onto a memfd).
+//! * `memcpy` through a `memfd` both processes map (registered pages moved onto a memfd),
+//! * a pipeline through a ring both processes map: this process copies each chunk into a
+//!   slot, another process copies it out at the same time (two copies, what packets
+//!   between two processes on one daemon device cost at the least: docs/daemon.md §2.1).
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Slots of the two-process ring (each one chunk).
+const RING_SLOTS: usize = 8;
 
 fn gbps(bytes: usize, secs: f64) -> f64 {
     bytes as f64 / secs / 1e9
@@ -32,7 +42,15 @@ fn main() {
         .and_then(|s| s.parse::<usize>().ok())
         .unwrap_or(256)
         << 20;
-    let span = 16usize << 20; // the child's buffer; copied over and over up to `total`
+    // The child's buffer, copied over and over up to `total` (whole chunks).
+    let span = (args
+        .get(3)
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(16 << 10)
+        * 1024)
+        .max(chunk)
+        / chunk
+        * chunk;
     let mut local = vec![0u8; chunk];
 
     // The child's buffer: private anonymous memory (heap-like) and a shared memfd.
@@ -128,15 +146,18 @@ fn main() {
     let shared = unsafe { std::slice::from_raw_parts_mut(memfd_map, span) };
     let memfd = time(&mut |off| local.copy_from_slice(&shared[off..off + chunk]));
 
+    let ring = ring_pipeline(chunk, rounds, &src);
+
     // SAFETY: killing and reaping our own child.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
         libc::waitpid(pid, std::ptr::null_mut(), 0);
     }
     println!(
-        "chunk {} KiB, {} MiB per candidate",
+        "chunk {} KiB, {} MiB per candidate, taken from {} KiB",
         chunk / 1024,
-        total >> 20
+        total >> 20,
+        span / 1024
     );
     println!("{:<34} {:>8} {:>8}", "candidate", "GB/s", "ratio");
     for (name, v) in [
@@ -146,7 +167,81 @@ fn main() {
         ("process_vm_writev", vm_write),
         ("pread /proc/<pid>/mem", proc_read),
         ("pwrite /proc/<pid>/mem", proc_write),
+        ("two processes through a shared ring", ring),
     ] {
         println!("{name:<34} {v:>8.2} {:>8.2}", v / memcpy);
     }
+}
+
+/// GB/s of a producer (this process) and a consumer (a forked child) moving `rounds`
+/// chunks (taken in turn from `src`, whole chunks long) through a ring of [`RING_SLOTS`] chunk-sized slots in shared memory: each chunk
+/// copied in by one process and out by the other, concurrently. The best of three passes.
+fn ring_pipeline(chunk: usize, rounds: usize, src: &[u8]) -> f64 {
+    let bytes = 128 + RING_SLOTS * chunk;
+    // SAFETY: a fresh shared anonymous mapping of `bytes`, checked, inherited by the child
+    // and unmapped here at the end; the words at its start are only used atomically.
+    let base = unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        m.cast::<u8>()
+    };
+    // SAFETY: the first two 8-byte words of the page-aligned mapping.
+    let (head, tail) = unsafe {
+        (
+            &*base.cast::<AtomicU64>(),
+            &*base.add(64).cast::<AtomicU64>(),
+        )
+    };
+    // SAFETY: slot `i % RING_SLOTS` lies inside the mapping.
+    let slot = |i: u64| unsafe { base.add(128 + (i as usize % RING_SLOTS) * chunk) };
+    let total = 3 * rounds as u64;
+    // SAFETY: the child only copies out of the shared ring and exits with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let mut out = vec![0u8; chunk];
+        for i in 0..total {
+            while head.load(Ordering::Acquire) <= i {
+                std::hint::spin_loop();
+            }
+            // SAFETY: slot `i` was published (head > i) and is not reused before tail > i.
+            unsafe { std::ptr::copy_nonoverlapping(slot(i), out.as_mut_ptr(), chunk) };
+            std::hint::black_box(&mut out);
+            tail.store(i + 1, Ordering::Release);
+        }
+        // SAFETY: leave without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    let mut best = 0.0f64;
+    let mut i = 0u64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for r in 0..rounds {
+            while i - tail.load(Ordering::Acquire) >= RING_SLOTS as u64 {
+                std::hint::spin_loop();
+            }
+            let off = (r * chunk) % src.len();
+            // SAFETY: the consumer is done with slot `i` (tail > i - RING_SLOTS).
+            unsafe { std::ptr::copy_nonoverlapping(src[off..].as_ptr(), slot(i), chunk) };
+            i += 1;
+            head.store(i, Ordering::Release);
+        }
+        while tail.load(Ordering::Acquire) < i {
+            std::hint::spin_loop();
+        }
+        best = best.max(gbps(rounds * chunk, t.elapsed().as_secs_f64()));
+    }
+    // SAFETY: reaping our child, then unmapping the ring it no longer uses.
+    unsafe {
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        libc::munmap(base.cast(), bytes);
+    }
+    best
 }
