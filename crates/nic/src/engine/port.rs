@@ -65,9 +65,9 @@ pub(super) fn flush_tx(
     st: &mut DevState,
     io: &mut DevIo,
     now: Time,
-    by_app: bool,
+    hold_acks: bool,
 ) -> bool {
-    let mut progress = flush_rings(st, &mut io.q, now, by_app);
+    let mut progress = flush_rings(st, &mut io.q, now, hold_acks);
     let mut groups = [0usize; TX_BATCH];
     // After a refused GSO send, the next message goes datagram by datagram.
     let mut single_first = false;
