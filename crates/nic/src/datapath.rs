@@ -863,8 +863,8 @@ pub(crate) fn send_gsi(st: &mut DevState, io: &mut Queues) -> bool {
 }
 
 /// Move what waits for full peer rings into them (in order), then publish every ring that
-/// got packets (one Release store each, a wake-up only for a parked consumer). While the
-/// application calls in (`hold`), a batch of nothing but ACKs may wait a little for the
+/// got packets (one Release store each, a wake-up only for a parked consumer). On an
+/// application thread (`hold`), a batch of nothing but ACKs may wait a little for the
 /// answer the application is about to post (`peer_ring::TxRing::publish_or_hold`).
 pub(crate) fn flush_rings(st: &mut DevState, io: &mut Queues, now: Time, hold: bool) -> bool {
     let mut progress = false;

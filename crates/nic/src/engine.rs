@@ -167,31 +167,14 @@ impl Core {
         true
     }
 
-    /// One pass over every device; returns whether anything happened. `by_app`: on an
-    /// application thread; `hold_acks`: ACK-only batches to other processes may wait a
-    /// little for the application's answer (`datapath::flush_rings`).
-    fn pass(
-        &mut self,
-        epoll: &Epoll,
-        epoch: Instant,
-        poll_sockets: bool,
-        by_app: bool,
-        hold_acks: bool,
-    ) -> bool {
+    /// One pass over every device; returns whether anything happened.
+    fn pass(&mut self, epoll: &Epoll, epoch: Instant, poll_sockets: bool, by_app: bool) -> bool {
         let mut progress = false;
         for d in self.devs.iter_mut() {
             // A bug must not take every device of the process down with this thread: the
             // state stays usable (the lock ignores poisoning) and the pass is retried.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pass(
-                    &d.dev,
-                    &mut d.io,
-                    epoll,
-                    epoch,
-                    poll_sockets,
-                    by_app,
-                    hold_acks,
-                )
+                pass(&d.dev, &mut d.io, epoll, epoch, poll_sockets, by_app)
             }));
             match r {
                 Ok(p) => progress |= p,
@@ -344,7 +327,7 @@ impl EngineShared {
         }
         let mut any = false;
         for _ in 0..DRIVE_PASSES {
-            if !core.pass(&self.epoll, self.epoch, true, true, true) {
+            if !core.pass(&self.epoll, self.epoch, true, true) {
                 break;
             }
             any = true;
@@ -352,7 +335,7 @@ impl EngineShared {
         // The doorbell protocol on the way out: parked again, then one more look.
         if parked && core.rings_parked(true) {
             core.rings_parked(false);
-            core.pass(&self.epoll, self.epoch, true, true, true);
+            core.pass(&self.epoll, self.epoch, true, true);
             core.rings_parked(true);
         }
         let (left, next) = core.leftover();
@@ -465,8 +448,6 @@ fn run(shared: Arc<EngineShared>) {
     let mut affinity_checked = Instant::now() - AFFINITY_CHECK;
     // Since when a caller has held the device state (`EngineShared::drive`).
     let mut blocked_since: Option<Instant> = None;
-    // Until when an application thread counts as calling in (`APP_HOLD` after it last did).
-    let mut app_until = Instant::now();
     loop {
         // Held for this iteration (released between passes, and while asleep in `park`).
         // A caller doing the work meanwhile (`EngineShared::drive`) is not waited for.
@@ -536,7 +517,6 @@ fn run(shared: Arc<EngineShared>) {
             if contention_aware {
                 contended_until = contended_until.max(t + APP_HOLD);
             }
-            app_until = t + APP_HOLD;
         }
         let contended = t < contended_until;
         if shared.contended.load(Relaxed) != contended {
@@ -550,15 +530,7 @@ fn run(shared: Arc<EngineShared>) {
         if poll_sockets {
             last_socket_poll = t;
         }
-        // While an application thread calls in, its answers to what this pass delivers
-        // (a WRITE a latency loop waits for, say) are likely moments away: ACK-only batches
-        // to other processes wait for them as on the application's own passes. An ACK sent
-        // alone lets the peer stop polling before the answer comes; each later packet must
-        // then wake a parked engine, and two processes on one device can settle into
-        // 10–40 µs round trips for a whole run (docs/daemon.md §2.1). A peer whose
-        // requests nothing answers (no application calls in) gets its ACKs at once.
-        let hold_acks = t < app_until;
-        if core.pass(&shared.epoll, epoch, poll_sockets, false, hold_acks) {
+        if core.pass(&shared.epoll, epoch, poll_sockets, false) {
             last_progress = t;
             continue;
         }
@@ -604,7 +576,6 @@ fn pass(
     epoch: Instant,
     poll_socket: bool,
     by_app: bool,
-    hold_acks: bool,
 ) -> bool {
     let mut st = dev.lock_engine();
     let st = &mut *st;
@@ -639,7 +610,7 @@ fn pass(
     progress |= work(st, &mut io.q, || now_of(epoch));
     // MADs the CM queued while QPs were served (answers to loopback MADs).
     progress |= send_gsi(st, &mut io.q);
-    progress |= flush_tx(dev, st, io, now_of(epoch), hold_acks);
+    progress |= flush_tx(dev, st, io, now_of(epoch), by_app);
     if by_app && progress {
         st.res.counters.app_passes += 1;
     }

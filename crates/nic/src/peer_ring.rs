@@ -14,9 +14,8 @@
 //! writes the consumer's wake eventfd (the only system call, and only for an idle consumer
 //! — the doorbell protocol of `abi::doorbell`). The
 //! consumer may be an application thread doing the engine's pass (`EngineShared::drive`):
-//! it clears `parked` while it does. A batch of nothing but plain ACKs staged while the
-//! application calls in (on its thread, or on the engine's within a moment of its last call)
-//! may wait [`ACK_HOLD_NS`] for the request the application answers with
+//! it clears `parked` while it does. A batch of nothing but plain ACKs staged on such a
+//! thread may wait [`ACK_HOLD_NS`] for the request the application answers with
 //! ([`TxRing::publish_or_hold`]): the other side, polling for that ACK, then finds both at
 //! once. A ring is lossless, so an RC QP that sends into one may have as many PSNs
 //! outstanding as it has slots (`max_unacked_psns` = [`SLOTS`]).

@@ -65,9 +65,9 @@ pub(super) fn flush_tx(
     st: &mut DevState,
     io: &mut DevIo,
     now: Time,
-    hold_acks: bool,
+    by_app: bool,
 ) -> bool {
-    let mut progress = flush_rings(st, &mut io.q, now, hold_acks);
+    let mut progress = flush_rings(st, &mut io.q, now, by_app);
     let mut groups = [0usize; TX_BATCH];
     // After a refused GSO send, the next message goes datagram by datagram.
     let mut single_first = false;
