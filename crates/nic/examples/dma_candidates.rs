@@ -25,6 +25,8 @@ use std::time::Instant;
 
 /// Slots of the two-process ring (each one chunk).
 const RING_SLOTS: usize = 8;
+/// Bytes before the ring's slots: its head and tail indices, a 64-byte line each.
+const RING_HEADER: usize = 128;
 
 fn gbps(bytes: usize, secs: f64) -> f64 {
     bytes as f64 / secs / 1e9
@@ -174,10 +176,11 @@ fn main() {
 }
 
 /// GB/s of a producer (this process) and a consumer (a forked child) moving `rounds`
-/// chunks (taken in turn from `src`, whole chunks long) through a ring of [`RING_SLOTS`] chunk-sized slots in shared memory: each chunk
-/// copied in by one process and out by the other, concurrently. The best of three passes.
+/// chunks (taken in turn from `src`, whole chunks long) through a ring of [`RING_SLOTS`]
+/// chunk-sized slots in shared memory: each chunk copied in by one process and out by the
+/// other, concurrently. The best of three passes.
 fn ring_pipeline(chunk: usize, rounds: usize, src: &[u8]) -> f64 {
-    let bytes = 128 + RING_SLOTS * chunk;
+    let bytes = RING_HEADER + RING_SLOTS * chunk;
     // SAFETY: a fresh shared anonymous mapping of `bytes`, checked, inherited by the child
     // and unmapped here at the end; the words at its start are only used atomically.
     let base = unsafe {
@@ -192,15 +195,15 @@ fn ring_pipeline(chunk: usize, rounds: usize, src: &[u8]) -> f64 {
         assert_ne!(m, libc::MAP_FAILED);
         m.cast::<u8>()
     };
-    // SAFETY: the first two 8-byte words of the page-aligned mapping.
+    // SAFETY: two 8-byte words of the page-aligned mapping, each on a cache line of its own.
     let (head, tail) = unsafe {
         (
             &*base.cast::<AtomicU64>(),
-            &*base.add(64).cast::<AtomicU64>(),
+            &*base.add(RING_HEADER / 2).cast::<AtomicU64>(),
         )
     };
     // SAFETY: slot `i % RING_SLOTS` lies inside the mapping.
-    let slot = |i: u64| unsafe { base.add(128 + (i as usize % RING_SLOTS) * chunk) };
+    let slot = |i: u64| unsafe { base.add(RING_HEADER + (i as usize % RING_SLOTS) * chunk) };
     let total = 3 * rounds as u64;
     // SAFETY: the child only copies out of the shared ring and exits with `_exit`.
     let pid = unsafe { libc::fork() };
