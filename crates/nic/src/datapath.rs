@@ -577,22 +577,27 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     let mut progress = pull_sq(q, res);
     let mut more = false;
     let mut sent = 0;
-    // A connected QP whose peer is a QP of this device, or of another process of a daemon
-    // device with a packet ring, may send runs of packets: nothing between them needs the
-    // packets cut (a ring's runs fit its slots). Not while something captures the device,
-    // which is to see every packet.
+    // A connected QP may send runs of packets (`transport::Run`: one build for a message's
+    // packets) to a QP of this device, or of another process of a daemon device with a
+    // packet ring — nothing between them needs the packets cut (a ring's runs fit its
+    // slots) — and to another address, where `route` cuts the run into the datagrams the
+    // wire carries. Not while something captures the device, which is to see every
+    // packet as the transport built it.
     let mtu = q.qp.path_mtu_bytes().max(1) as usize;
     let dest_qpn = q.qp.dest_qpn().value();
-    let run_max =
-        if q.ty != Service::Rc || io.tap().is_some() || q.av.is_none_or(|d| d.ip != dev_ip) {
-            1
-        } else if own.is_none_or(|w| crate::state::in_window(w, dest_qpn)) {
-            (RUN_BYTES / mtu) as u32
-        } else if peer_tx.contains_key(&(dest_qpn >> crate::daemon::WINDOW_BITS)) {
-            ((crate::peer_ring::MAX_PACKET - transport::MAX_HEADER_LEN - 4) / mtu) as u32
-        } else {
-            1
-        };
+    let run_max = if q.ty != Service::Rc || io.tap().is_some() {
+        1
+    } else if q.av.is_some_and(|d| d.ip != dev_ip) {
+        (RUN_BYTES / mtu) as u32
+    } else if q.av.is_none() {
+        1
+    } else if own.is_none_or(|w| crate::state::in_window(w, dest_qpn)) {
+        (RUN_BYTES / mtu) as u32
+    } else if peer_tx.contains_key(&(dest_qpn >> crate::daemon::WINDOW_BITS)) {
+        ((crate::peer_ring::MAX_PACKET - transport::MAX_HEADER_LEN - 4) / mtu) as u32
+    } else {
+        1
+    };
     while sent < TX_BUDGET {
         if io.backlogged() {
             more = true;
@@ -602,8 +607,10 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
             // This QP's turn ends with this packet: have it acknowledged now.
             q.qp.request_ack_next();
         }
-        // A run ends before the packet that ends the turn or fills the loopback queue.
-        let room = (TX_BUDGET - sent - 1).min(LOOPQ_MAX.saturating_sub(io.loopq_pkts + 1));
+        // A run ends before the packet that ends the turn or fills a queue.
+        let room = (TX_BUDGET - sent - 1)
+            .min(LOOPQ_MAX.saturating_sub(io.loopq_pkts + 1))
+            .min(TXQ_MAX.saturating_sub(io.txq.len() + 1));
         let max_pkts = if run_max > 1 && q.qp.run_ready() {
             run_max.min(room as u32).max(1)
         } else {
@@ -706,6 +713,11 @@ fn route(
         io.push_loop(buf, t.len, deferred, t.run);
         return;
     }
+    if let (Some(run), false) = (t.run, dest.ip == dev_ip) {
+        // Its payload is copied once, into each datagram.
+        send_udp_run(dev_ip, &dest, res, io, buf, t.len, run, deferred, q);
+        return;
+    }
     if !deferred.materialize(&res.mrs, &mut buf) {
         res.counters.xmit_discards += 1;
         io.put_buf(buf);
@@ -733,13 +745,66 @@ fn route(
         }
     }
     if t.run.is_some() {
-        // A run is for a QP of this device or a peer ring only (`service_qp`); it never
-        // becomes a datagram.
+        // A run toward this address is for a QP of this device or a peer ring only
+        // (`service_qp`); one toward another address was cut into datagrams above.
         res.counters.xmit_discards += 1;
         io.put_buf(buf);
         return;
     }
     send_udp(dev_ip, &dest, &mut res.counters, io, buf, t.len);
+}
+
+/// Cut a run (`buf[..len]`: its first packet's headers, then the payload of all its
+/// packets, some of it still in the source MRs: `deferred`) into the datagrams a wire
+/// carries, each with its payload copied straight from where it is and sealed for `dest`:
+/// the packets the transport would have built one by one (`transport::Run::packet`).
+#[allow(clippy::too_many_arguments)]
+fn send_udp_run(
+    dev_ip: IpAddr,
+    dest: &Dest,
+    res: &mut Resources,
+    io: &mut Queues,
+    buf: Vec<u8>,
+    len: usize,
+    run: Run,
+    deferred: DeferList,
+    q: &QpObj,
+) {
+    let mtu = q.qp.path_mtu_bytes().max(1) as usize;
+    let Some(pkt) = buf.get(..len).and_then(|b| RocePacketRepr::parse(b).ok()) else {
+        res.counters.xmit_discards += u64::from(run.pkts);
+        io.put_buf(buf);
+        return;
+    };
+    let payload_at = pkt.header_len();
+    for i in 0..run.pkts {
+        let Some(p) = run.packet(&pkt, i, mtu) else {
+            res.counters.xmit_discards += u64::from(run.pkts - i);
+            break;
+        };
+        let from = payload_at + i as usize * mtu;
+        let plen = p.payload.len();
+        let hl = p.header_len();
+        let mut d = io.take_buf();
+        let placed = d
+            .get_mut(hl..hl + plen)
+            .is_some_and(|dst| deferred.materialize_range(&res.mrs, &buf, from, dst));
+        let hdr = RocePacketRepr { payload: &[], ..p };
+        match placed
+            .then(|| transport::finish_in_place(&hdr, plen, &mut d))
+            .flatten()
+        {
+            Some(tl) => send_udp(dev_ip, dest, &mut res.counters, io, d, tl),
+            None => {
+                // A source MR deregistered since the build: the rest is lost like packets
+                // dropped on a wire; the sender's retry finds the key gone.
+                res.counters.xmit_discards += u64::from(run.pkts - i);
+                io.put_buf(d);
+                break;
+            }
+        }
+    }
+    io.put_buf(buf);
 }
 
 /// The destination QP of a packet that starts with its BTH (IBTA Vol 1 §9.2: bytes 5–7).
@@ -1068,8 +1133,7 @@ fn shows_grh(qps: &crate::slab::Slab<QpObj>, pkt: &RocePacketRepr<'_>) -> bool {
 /// The 4-byte words a transmit puts on a wire (a run: each of its packets, every one after
 /// the first with a BTH only), ICRCs included, for the port data counters.
 fn wire_words(len: usize, run: Option<Run>) -> u64 {
-    let pkts = Run::pkts_of(run) as usize;
-    ((len + (pkts - 1) * transport::wire::bth::HEADER_LEN + pkts * ICRC_LEN) / 4) as u64
+    (Run::wire_len(len, run) / 4) as u64
 }
 
 pub(crate) fn deliver_loopback(

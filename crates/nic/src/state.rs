@@ -927,6 +927,45 @@ impl DeferList {
             mr.range.read(d.off, dst)
         })
     }
+
+    /// Fill `dst` with bytes `from..from + dst.len()` of a packet buffer `buf`: those
+    /// deferred from their source MRs, the rest from `buf` itself. `false` if a source is
+    /// gone or the range is outside `buf`.
+    pub(crate) fn materialize_range(
+        &self,
+        mrs: &crate::keys::MrTable,
+        buf: &[u8],
+        from: usize,
+        dst: &mut [u8],
+    ) -> bool {
+        let to = from + dst.len();
+        let mut at = from;
+        for d in self.items() {
+            let (s, e) = (d.at.max(at), (d.at + d.len).min(to));
+            if s >= e {
+                continue;
+            }
+            let (Some(gap), Some(src)) = (buf.get(at..s), dst.get_mut(at - from..s - from)) else {
+                return false;
+            };
+            src.copy_from_slice(gap);
+            let (Some(mr), Some(out)) = (source(mrs, d.key), dst.get_mut(s - from..e - from))
+            else {
+                return false;
+            };
+            if !mr.range.read(d.off + (s - d.at) as u64, out) {
+                return false;
+            }
+            at = e;
+        }
+        match (buf.get(at..to), dst.get_mut(at - from..)) {
+            (Some(rest), Some(out)) => {
+                out.copy_from_slice(rest);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 fn source(mrs: &crate::keys::MrTable, key: u32) -> Option<&Mr> {

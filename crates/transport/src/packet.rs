@@ -80,7 +80,7 @@ pub(crate) fn header_len(op: Opcode) -> usize {
 /// `payload_len` payload bytes already sit at `buf[header_len..]`; then write the pad and set
 /// PadCnt. Returns the transport length (BTH .. last pad byte), or `None` if the Repr disagrees
 /// with its opcode or `buf` is too small.
-pub(crate) fn finish_in_place(
+pub fn finish_in_place(
     hdr: &RocePacketRepr<'_>,
     payload_len: usize,
     buf: &mut [u8],

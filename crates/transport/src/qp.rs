@@ -236,6 +236,11 @@ impl Transmit {
     pub fn pkts(&self) -> u32 {
         Run::pkts_of(self.run)
     }
+
+    /// The bytes its packets take as UDP payloads, ICRCs included ([`Run::wire_len`]).
+    pub fn wire_len(&self) -> usize {
+        Run::wire_len(self.len, self.run)
+    }
 }
 
 /// Consecutive request packets of one RC message that one buffer stands for: what
@@ -260,6 +265,63 @@ impl Run {
     /// Packets a buffer with this run (`None`: none) stands for.
     pub fn pkts_of(run: Option<Run>) -> u32 {
         run.map_or(1, |r| r.pkts)
+    }
+
+    /// The bytes that a buffer of `len` bytes (BTH .. last pad byte) with this run takes as
+    /// UDP payloads, ICRCs included: a run's packets after the first each carry a BTH of
+    /// their own (never an extended header: they are MIDDLE or LAST packets of a plain
+    /// WRITE or SEND).
+    pub fn wire_len(len: usize, run: Option<Run>) -> usize {
+        let more = Run::pkts_of(run) as usize - 1;
+        len + more * wire::bth::HEADER_LEN + (more + 1) * wire::icrc::ICRC_LEN
+    }
+
+    /// Packet `i` of this run, whose buffer parses as `pkt` (the first packet's headers and
+    /// the payload of all of them), as a packet of its own: the run's headers for the first,
+    /// a MIDDLE (or, ending the message, a LAST) for the others; the ACK request on the
+    /// last; the payload its slice of `pkt`'s. `None` if `pkt` is not what a run starts
+    /// with (an RC WRITE or SEND, FIRST or MIDDLE). What the transport builds one by one
+    /// and what this gives for a run are the same packets, except that only the run's last
+    /// packet asks for an ACK.
+    pub fn packet<'a>(
+        self,
+        pkt: &RocePacketRepr<'a>,
+        i: u32,
+        mtu: usize,
+    ) -> Option<RocePacketRepr<'a>> {
+        let write = match pkt.bth.opcode {
+            Opcode::RC_RDMA_WRITE_FIRST | Opcode::RC_RDMA_WRITE_MIDDLE => true,
+            Opcode::RC_SEND_FIRST | Opcode::RC_SEND_MIDDLE => false,
+            _ => return None,
+        };
+        let from = (i as usize).saturating_mul(mtu);
+        let end = if i + 1 == self.pkts {
+            pkt.payload.len()
+        } else {
+            from.saturating_add(mtu)
+        };
+        let payload = pkt
+            .payload
+            .get(from.min(pkt.payload.len())..end.min(pkt.payload.len()))
+            .unwrap_or(&[]);
+        let mut p = if i == 0 {
+            *pkt
+        } else {
+            let last = i + 1 == self.pkts && self.ends_message;
+            let opcode = match (write, last) {
+                (true, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
+                (true, true) => Opcode::RC_RDMA_WRITE_LAST,
+                (false, false) => Opcode::RC_SEND_MIDDLE,
+                (false, true) => Opcode::RC_SEND_LAST,
+            };
+            let mut bth = pkt.bth;
+            bth.opcode = opcode;
+            bth.psn = pkt.bth.psn.add(i);
+            RocePacketRepr::new(bth, payload)
+        };
+        p.payload = payload;
+        p.bth.ack_req = i + 1 == self.pkts && self.ack_req;
+        Some(p)
     }
 }
 
@@ -1045,7 +1107,7 @@ impl Qp {
             None => {
                 let t = self.requester_transmit(now, mem, buf, max_pkts);
                 if let (Some(t), Some(cc)) = (&t, self.cc.as_mut()) {
-                    cc.on_sent(now, t.len + wire::icrc::ICRC_LEN);
+                    cc.on_sent(now, t.wire_len());
                 }
                 t
             }

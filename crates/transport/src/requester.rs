@@ -231,6 +231,21 @@ impl Qp {
     /// active DCQCN pacing and no XRC, as far as the window allows, and never the last
     /// packet when it carries immediate data, an invalidation or the solicited bit. The
     /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller.
+    /// AckReq at least every this many packets: `max_pkts_per_ack`, and every half window,
+    /// so that a small window slides on ACKs instead of stopping and waiting.
+    fn ack_every(&self) -> u32 {
+        let every = self.cfg.max_pkts_per_ack.min((self.window() / 2).max(1));
+        // While DCQCN paces this QP (docs/wire.md §11.3), packets leave slowly: a packet
+        // would otherwise wait for the acknowledgement of an AckReq packet sent up to half a
+        // window later, and the round-trip-estimated retransmission timer would resend it
+        // needlessly. So request an ACK every few packets.
+        if self.cc.as_ref().is_some_and(crate::Dcqcn::is_active) {
+            every.min(PACED_ACK_EVERY)
+        } else {
+            every
+        }
+    }
+
     pub(crate) fn run_len(&self, max: u32, buf_len: usize) -> u32 {
         let mtu = self.mtu();
         let Some(wqe) = self.sq.get(self.req.cursor) else {
@@ -266,9 +281,19 @@ impl Qp {
         let flight = self.req.next_psn.diff(self.comp.unacked).max(0) as u32;
         let room = self.window().saturating_sub(flight);
         let fits = buf_len.saturating_sub(crate::MAX_HEADER_LEN + 4) / mtu as usize;
+        // A run ends at the packet that would ask for an ACK by count (or is one packet,
+        // when the next asks anyway), so that its packets ask where single ones would.
+        let until_ack = if self.req.ack_req_next {
+            1
+        } else {
+            self.ack_every()
+                .saturating_sub(self.req.pkts_since_ackreq)
+                .max(1)
+        };
         let n = left
             .min(room)
             .min(max)
+            .min(until_ack)
             .min(u32::try_from(fits).unwrap_or(u32::MAX));
         if n >= 2 {
             n
@@ -370,14 +395,7 @@ impl Qp {
         // half window, so that a small window slides on ACKs instead of stopping and waiting.
         let window = self.window();
         let fills_window = next_psn.add(n).diff(self.comp.unacked) >= window as i32;
-        let mut every = self.cfg.max_pkts_per_ack.min((window / 2).max(1));
-        // While DCQCN paces this QP (docs/wire.md §11.3), packets leave slowly: a packet
-        // would otherwise wait for the acknowledgement of an AckReq packet sent up to half a
-        // window later, and the round-trip-estimated retransmission timer would resend it
-        // needlessly. So request an ACK every few packets.
-        if self.cc.as_ref().is_some_and(crate::Dcqcn::is_active) {
-            every = every.min(PACED_ACK_EVERY);
-        }
+        let every = self.ack_every();
         let ack_req = ty == Service::Rc
             && (last
                 || fills_window

@@ -1089,7 +1089,7 @@ impl Qp {
             // Not a run this QP's peer builds: take it as the one packet it claims to be.
             _ => return self.handle_packet(now, pkt, meta, mem, srq),
         };
-        let first = self.run_packet(pkt, run, kind, 0, mtu);
+        let first = self.run_packet(pkt, run, 0, mtu);
         self.handle_packet(now, &first, meta, mem, reborrow(&mut srq));
         if self.resp.epsn == pkt.bth.psn.next()
             && self.attr.qp_state != QpState::Err
@@ -1099,49 +1099,21 @@ impl Qp {
             return;
         }
         for i in 1..run.pkts {
-            let p = self.run_packet(pkt, run, kind, i, mtu);
+            let p = self.run_packet(pkt, run, i, mtu);
             self.handle_packet(now, &p, meta, mem, reborrow(&mut srq));
         }
     }
 
-    /// Packet `i` of a run as a packet of its own: the run's headers for the first, a MIDDLE
-    /// (or, ending the message, a LAST) for the others; the ACK request on the last.
+    /// Packet `i` of a run as a packet of its own ([`crate::Run::packet`]; `kind` already
+    /// said that `pkt` starts a run).
     fn run_packet<'a>(
         &self,
         pkt: &RocePacketRepr<'a>,
         run: crate::Run,
-        kind: OpKind,
         i: u32,
         mtu: usize,
     ) -> RocePacketRepr<'a> {
-        let from = (i as usize).saturating_mul(mtu);
-        let end = if i + 1 == run.pkts {
-            pkt.payload.len()
-        } else {
-            from.saturating_add(mtu)
-        };
-        let payload = pkt
-            .payload
-            .get(from.min(pkt.payload.len())..end.min(pkt.payload.len()))
-            .unwrap_or(&[]);
-        let mut p = if i == 0 {
-            *pkt
-        } else {
-            let last = i + 1 == run.pkts && run.ends_message;
-            let opcode = match (kind, last) {
-                (OpKind::RdmaWrite, false) => Opcode::RC_RDMA_WRITE_MIDDLE,
-                (OpKind::RdmaWrite, true) => Opcode::RC_RDMA_WRITE_LAST,
-                (_, false) => Opcode::RC_SEND_MIDDLE,
-                (_, true) => Opcode::RC_SEND_LAST,
-            };
-            let mut bth = pkt.bth;
-            bth.opcode = opcode;
-            bth.psn = pkt.bth.psn.add(i);
-            RocePacketRepr::new(bth, payload)
-        };
-        p.payload = payload;
-        p.bth.ack_req = i + 1 == run.pkts && run.ack_req;
-        p
+        run.packet(pkt, i, mtu).unwrap_or(*pkt)
     }
 
     /// Packets 1.. of a run whose first was just taken in sequence, at once; `false` (and

@@ -418,6 +418,108 @@ fn a_run_has_the_outcome_of_its_packets() {
     }
 }
 
+/// Move everything between `a` and `b` as a wire would, and record the request packets
+/// `a` sends: with `max` > 1, `a` builds runs and each is cut into its packets
+/// (`transport::Run::packet`, what the device does toward another address), which `b` takes
+/// one by one. Returns the packets' bytes and whether any run was built.
+fn wire_packets(a: &mut End, b: &mut End, max: u32) -> (Vec<Vec<u8>>, bool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut sent = Vec::new();
+    let mut runs = false;
+    loop {
+        let mut moved = 0;
+        while let Some(t) = a.qp.poll_transmit_run(Time(0), &mut a.mem, &mut buf, max) {
+            moved += 1;
+            let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+            let pkts: Vec<Vec<u8>> = match t.run {
+                None => vec![buf[..t.len].to_vec()],
+                Some(run) => {
+                    runs = true;
+                    (0..run.pkts)
+                        .map(|i| {
+                            let p = run.packet(&pkt, i, 256).expect("a run's first packet");
+                            let mut d = vec![0u8; 512];
+                            let hl = p.header_len();
+                            d[hl..hl + p.payload.len()].copy_from_slice(p.payload);
+                            let hdr = RocePacketRepr { payload: &[], ..p };
+                            let n = transport::finish_in_place(&hdr, p.payload.len(), &mut d)
+                                .expect("room");
+                            d.truncate(n);
+                            d
+                        })
+                        .collect()
+                }
+            };
+            // What congestion control counts as sent: the datagrams' bytes, ICRCs included.
+            let on_wire: usize = pkts.iter().map(|p| p.len() + 4).sum();
+            assert_eq!(t.wire_len(), on_wire, "{:?}", t.run);
+            for bytes in pkts {
+                let p = RocePacketRepr::parse(&bytes).unwrap();
+                b.qp.handle_packet(Time(0), &p, &RxMeta::default(), &mut b.mem, None);
+                sent.push(bytes);
+            }
+        }
+        while let Some(t) = b.qp.poll_transmit(Time(0), &mut b.mem, &mut buf) {
+            moved += 1;
+            let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+            a.qp.handle_packet(Time(0), &pkt, &RxMeta::default(), &mut a.mem, None);
+        }
+        if moved == 0 {
+            return (sent, runs);
+        }
+    }
+}
+
+#[test]
+fn a_run_cut_into_packets_is_the_packets_built_one_by_one() {
+    // Sizes that end a message on a full packet, on a padded one (PadCnt) and in the middle
+    // of a run's room; WRITEs (RETH on the first) and SENDs.
+    let mut seen = Vec::new();
+    for max in [1, 3, 64] {
+        let (mut a, mut b) = pair(Service::Rc);
+        for (i, x) in a.mem.0.iter_mut().take(0x1000).enumerate() {
+            *x = (i * 13 + i / 256) as u8;
+        }
+        for id in 0..6 {
+            recv(&mut b.qp, id);
+        }
+        let ops = [
+            (WrOpcode::RdmaWrite, 2048u32),
+            (WrOpcode::RdmaWrite, 1025),
+            (WrOpcode::Send, 1023),
+            (WrOpcode::RdmaWrite, 3001),
+            (WrOpcode::Send, 770),
+        ];
+        // A window of 12 packets: an ACK request every 6 (half the window) falls inside
+        // messages, and so does the packet that fills the window.
+        a.qp.set_max_unacked_psns(12);
+        for (id, (op, len)) in ops.iter().chain(&ops).chain(&ops).copied().enumerate() {
+            let mut w = SendWr::new(id as u64, op);
+            w.local = sge(0x10 * id as u64, len);
+            w.remote_addr = VA + 0x2000;
+            w.rkey = Rkey(KEY);
+            w.flags = SendFlags::SIGNALED;
+            a.qp.post_send(w).unwrap();
+        }
+        let (pkts, runs) = wire_packets(&mut a, &mut b, max);
+        assert_eq!(runs, max > 1, "max {max}");
+        let o = outcome(&mut a, &mut b);
+        assert_eq!(o.1.len(), 15, "{:?}", o.1);
+        assert!(o
+            .1
+            .iter()
+            .chain(&o.2)
+            .all(|c| c.status == WcStatus::Success));
+        seen.push((max, pkts, o.0, o.1, o.2));
+    }
+    let (_, pkts, mem, wa, wb) = &seen[0];
+    assert!(pkts.len() > 64, "{} packets", pkts.len());
+    for (max, p, m, a, b) in &seen[1..] {
+        assert_eq!(p, pkts, "max {max}: the packets differ");
+        assert_eq!((m, a, b), (mem, wa, wb), "max {max}: the outcome differs");
+    }
+}
+
 #[test]
 fn a_run_that_fails_fails_as_its_packets_do() {
     // The target range ends past the region: the first packet's R_Key check fails

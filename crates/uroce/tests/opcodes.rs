@@ -40,6 +40,51 @@ topo_tests!(send_gather_scatter, |t| {
     );
 });
 
+// Messages of several packets whose sizes need padding (PadCnt) and whose gather lists
+// break in the middle of packets: between two devices each is sent as a run of packets cut
+// into datagrams, every datagram's payload gathered from the pieces it covers.
+topo_tests!(unaligned_multi_packet_messages_with_gather_lists, |t| {
+    let (a, b) = rc(t);
+    let mut src = buf(&a, 16384);
+    let dst = buf(&b, 16384);
+    let data = pattern(7, 16384);
+    src.copy_from_slice(&data);
+    let rm = dst.remote();
+    for (id, len) in [1025u32, 3073, 4097, 2047, 5001].into_iter().enumerate() {
+        let id = id as u32 + 1;
+        let cut = [len / 3, len / 3 + 1, len - 2 * (len / 3) - 1];
+        let sges = [
+            src.sge(0, cut[0]),
+            src.sge(8192, cut[1]),
+            src.sge(12000, cut[2]),
+        ];
+        let want: Vec<u8> = [
+            &data[..cut[0] as usize],
+            &data[8192..8192 + cut[1] as usize],
+            &data[12000..12000 + cut[2] as usize],
+        ]
+        .concat();
+        let at = u64::from(id) % 7 * 512;
+        a.qp.post_send(&[SendWr::write(u64::from(id), &sges, rm.addr + at, rm.rkey).signaled()])
+            .unwrap();
+        let w = wait1(&a.cq);
+        assert_eq!((w.wr_id, w.status), (u64::from(id), WcStatus::Success));
+        assert_eq!(
+            &dst[at as usize..at as usize + len as usize],
+            &want[..],
+            "WRITE of {len} bytes"
+        );
+        let r = [dst.sge(0, 8192)];
+        b.qp.post_recv(&[RecvWr::new(u64::from(id), &r)]).unwrap();
+        a.qp.post_send(&[SendWr::send(u64::from(id), &sges).signaled()])
+            .unwrap();
+        assert_eq!(wait1(&a.cq).status, WcStatus::Success);
+        let r = wait1(&b.cq);
+        assert_eq!((r.status, r.byte_len), (WcStatus::Success, len));
+        assert_eq!(&dst[..len as usize], &want[..], "SEND of {len} bytes");
+    }
+});
+
 topo_tests!(send_with_imm_and_inline, |t| {
     let (a, b) = rc(t);
     let dst = buf(&b, 256);
