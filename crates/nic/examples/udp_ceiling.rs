@@ -1,0 +1,278 @@
+//! What a stream of 64 KiB messages between two processes over loopback costs at the least
+//! on UDP with RoCEv2's datagram size, beside TCP in the same run: the ceiling of the
+//! two-device figure of `uroce bench ratios` (docs/perftest.md §9).
+//!
+//! ```text
+//! cargo run --release -p nic --example udp_ceiling [-- SECS [SPAN_KIB]]
+//! ```
+//!
+//! A forked child receives; this process sends for SECS seconds (default 3) each of:
+//! * **TCP**: 64 KiB `write`s to a loopback TCP connection, read 128 KiB at a time (iperf3's
+//!   shape);
+//! * **UDP GSO**: one `sendmsg` of 62 datagrams of 1,040 bytes (a RoCEv2 packet at MTU 1024:
+//!   BTH, 1,024 bytes of payload, ICRC) with `UDP_SEGMENT`, to a socket with `UDP_GRO`,
+//!   which takes the whole send in one `recvmsg` (the kernel does not cut it up on
+//!   loopback);
+//! * **UDP GSO + copy + ICRC**: the same, and on each side what a RoCEv2 device must do
+//!   per packet at the least: the sender copies the payload out of a source (the registered
+//!   memory) into the datagram and seals it with its ICRC; the receiver checks the ICRC and
+//!   copies the payload into a destination. No transport, no ACKs. The source and the
+//!   destination span SPAN_KIB (default 64: one message, reused, as perftest's 64 KiB
+//!   messages all use one buffer slot; 16384 streams them from memory).
+//!
+//! The figures are payload bytes per second as the receiver saw them. UDP has no flow
+//! control, and a sender faster than its receiver would spend its time on datagrams the
+//! receiver's socket then drops: the sender here stays at most [`WINDOW`] sends ahead of
+//! what the receiver counted, a counter in memory both processes map (no system call, as
+//! RC's window and ACKs would pace it).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wire::icrc;
+use wire::{IpRepr, UdpRepr};
+
+/// A RoCEv2 datagram at MTU 1024: BTH (12), payload, ICRC (4).
+const DGRAM: usize = 12 + PAYLOAD + 4;
+const PAYLOAD: usize = 1024;
+/// Datagrams per GSO send: what fits one 64 KiB UDP payload.
+const SEGS: usize = 62;
+/// GSO sends the sender may be ahead of the receiver (1 MiB of datagrams).
+const WINDOW: u64 = 16;
+/// `UDP_SEGMENT`, `UDP_GRO` (linux/udp.h).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+fn main() {
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let dur = Duration::from_secs_f64(secs);
+    let span = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(64)
+        .max(1)
+        * 1024
+        / PAYLOAD
+        * PAYLOAD;
+    // The receiver's count of datagrams, in memory the forked child shares.
+    // SAFETY: a fresh shared anonymous mapping of one page, never unmapped (the program
+    // ends with it).
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED, "mmap");
+    // SAFETY: the page is zeroed, aligned and lives as long as the program.
+    let count: &'static AtomicU64 = unsafe { &*page.cast::<AtomicU64>() };
+    let tcp = measure(|| tcp_run(dur));
+    let raw = measure(|| udp_run(dur, false, count, span));
+    let work = measure(|| udp_run(dur, true, count, span));
+    println!(
+        "payload MB/s as received, {secs} s each, span {} KiB (ratio to TCP)",
+        span / 1024
+    );
+    for (name, v) in [
+        ("TCP over loopback, 128 KiB writes", tcp),
+        ("UDP GSO 62 x 1040 B to a GRO socket", raw),
+        ("UDP GSO + per-packet copy and ICRC on each side", work),
+    ] {
+        println!("{name:<50} {v:>9.0} MB/s  {:.2}", v / tcp);
+    }
+}
+
+/// Run `f` (which forks its receiver and returns the receiver's bytes and seconds) and
+/// turn that into MB/s.
+fn measure(f: impl FnOnce() -> (u64, f64)) -> f64 {
+    let (bytes, secs) = f();
+    if secs > 0.0 {
+        bytes as f64 / secs / 1e6
+    } else {
+        0.0
+    }
+}
+
+/// Fork a receiver running `recv` (which returns its payload bytes and the seconds from
+/// its first to its last receive), run `send` here, and collect the receiver's figures.
+fn with_child(recv: impl FnOnce() -> (u64, f64), send: impl FnOnce()) -> (u64, f64) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        panic!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: the child only runs `recv`, writes to the pipe and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let (bytes, secs) = recv();
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&bytes.to_le_bytes());
+        out[8..].copy_from_slice(&secs.to_le_bytes());
+        // SAFETY: writes 16 bytes of `out` to the pipe's write end, then ends the child.
+        unsafe {
+            libc::write(fds[1], out.as_ptr().cast(), out.len());
+            libc::_exit(0);
+        }
+    }
+    send();
+    let mut got = [0u8; 16];
+    // SAFETY: reads at most 16 bytes into `got`; the descriptors are ours.
+    unsafe {
+        libc::close(fds[1]);
+        libc::read(fds[0], got.as_mut_ptr().cast(), got.len());
+        libc::close(fds[0]);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    let bytes = u64::from_le_bytes(got[..8].try_into().unwrap_or_default());
+    let secs = f64::from_le_bytes(got[8..].try_into().unwrap_or_default());
+    (bytes, secs)
+}
+
+fn tcp_run(dur: Duration) -> (u64, f64) {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("tcp listen");
+    let addr = l.local_addr().expect("tcp addr");
+    with_child(
+        || {
+            let (mut s, _) = l.accept().expect("accept");
+            let mut buf = vec![0u8; 128 << 10];
+            let (mut bytes, mut first, mut last) = (0u64, None, Instant::now());
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                first.get_or_insert_with(Instant::now);
+                bytes += n as u64;
+                last = Instant::now();
+            }
+            let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+            (bytes, secs)
+        },
+        || {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            let buf = vec![7u8; 128 << 10];
+            let end = Instant::now() + dur;
+            while Instant::now() < end {
+                s.write_all(&buf).expect("tcp write");
+            }
+        },
+    )
+}
+
+fn setsockopt(fd: libc::c_int, level: libc::c_int, name: libc::c_int, v: libc::c_int) {
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        panic!(
+            "setsockopt({level}, {name}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// The ICRC of a datagram whose BTH..payload is `t` from `src` port 49152 to 4791 on
+/// 127.0.0.1, as a sender computes it (IPv4 Identification 0, DF).
+fn icrc_of(t: &[u8]) -> u32 {
+    let ip = IpRepr::v4_socket(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 0, 64);
+    icrc::compute_for(&ip, &UdpRepr::roce(49152), t).unwrap_or(0)
+}
+
+fn udp_run(dur: Duration, work: bool, count: &AtomicU64, span: usize) -> (u64, f64) {
+    count.store(0, Ordering::SeqCst);
+    let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
+    let to: SocketAddr = rx.local_addr().expect("udp addr");
+    setsockopt(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
+    setsockopt(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
+    rx.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    with_child(
+        || {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut dst = vec![0u8; span];
+            let mut at = 0usize;
+            let (mut bytes, mut first, mut last) = (0u64, None, Instant::now());
+            let mut bad = 0u64;
+            // (No GRO size needed: every datagram of the stream is DGRAM bytes.)
+            while let Ok(n) = rx.recv(&mut buf) {
+                first.get_or_insert_with(Instant::now);
+                for d in buf[..n].chunks(DGRAM) {
+                    if work && d.len() == DGRAM {
+                        let (t, crc) = d.split_at(DGRAM - 4);
+                        if icrc_of(t) != icrc::read_icrc(crc) {
+                            bad += 1;
+                        }
+                        dst[at..at + PAYLOAD].copy_from_slice(&t[12..]);
+                        at = (at + PAYLOAD) % span;
+                    }
+                    bytes += (d.len().saturating_sub(16)) as u64;
+                }
+                count.fetch_add((n / DGRAM) as u64, Ordering::Release);
+                last = Instant::now();
+            }
+            if bad > 0 {
+                eprintln!("udp_ceiling: {bad} datagrams failed their ICRC");
+            }
+            std::hint::black_box(&dst);
+            let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+            (bytes, secs)
+        },
+        || {
+            let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
+            tx.connect(to).expect("udp connect");
+            setsockopt(tx.as_raw_fd(), libc::SOL_UDP, UDP_SEGMENT, DGRAM as i32);
+            setsockopt(tx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20);
+            let src: Vec<u8> = (0..span).map(|i| i as u8).collect();
+            let mut msg = vec![0u8; SEGS * DGRAM];
+            let mut at = 0usize;
+            let end = Instant::now() + dur;
+            let mut sent = 0u64;
+            let mut stalls = 0u64;
+            while Instant::now() < end {
+                // Wait for the receiver to be within the window (a lost datagram would
+                // stall it for good: give up waiting after 10 ms).
+                let since = Instant::now();
+                while sent.saturating_sub(count.load(Ordering::Acquire)) > WINDOW * SEGS as u64
+                    && since.elapsed() < Duration::from_millis(10)
+                {
+                    std::hint::spin_loop();
+                }
+                if since.elapsed() >= Duration::from_millis(10) {
+                    stalls += 1;
+                    // Start counting afresh from what the receiver has.
+                    sent = count.load(Ordering::Acquire);
+                }
+                if work {
+                    for d in msg.chunks_mut(DGRAM) {
+                        d[12..12 + PAYLOAD].copy_from_slice(&src[at..at + PAYLOAD]);
+                        at = (at + PAYLOAD) % span;
+                        let (t, crc) = d.split_at_mut(DGRAM - 4);
+                        crc.copy_from_slice(&icrc::icrc_wire_bytes(icrc_of(t)));
+                    }
+                }
+                // A full socket buffer (ENOBUFS/EAGAIN) drops this send, as a wire would.
+                let _ = tx.send(&msg);
+                sent += SEGS as u64;
+            }
+            if stalls > 0 {
+                eprintln!("udp_ceiling: the receiver lost datagrams ({stalls} stalls of 10 ms)");
+            }
+        },
+    )
+}
