@@ -945,10 +945,10 @@ impl DeferList {
             if s >= e {
                 continue;
             }
-            let (Some(gap), Some(src)) = (buf.get(at..s), dst.get_mut(at - from..s - from)) else {
+            let (Some(gap), Some(out)) = (buf.get(at..s), dst.get_mut(at - from..s - from)) else {
                 return false;
             };
-            src.copy_from_slice(gap);
+            out.copy_from_slice(gap);
             let (Some(mr), Some(out)) = (source(mrs, d.key), dst.get_mut(s - from..e - from))
             else {
                 return false;

@@ -244,11 +244,12 @@ impl Transmit {
 }
 
 /// Consecutive request packets of one RC message that one buffer stands for: what
-/// [`Qp::poll_transmit_run`] builds for a destination on the same device, where no wire
-/// needs them cut (docs/architecture.md §4). The buffer holds the first packet's headers
-/// (FIRST or MIDDLE) followed by the payload of all of them: every packet but the last
-/// carries one path MTU. [`Qp::handle_run`] takes it as the packets one by one, with the
-/// same outcome (PSNs, ACKs, errors, completions), and moves the payload at once.
+/// [`Qp::poll_transmit_run`] builds with the transport's work per packet done once
+/// (docs/architecture.md §4). The buffer holds the first packet's headers (FIRST or
+/// MIDDLE) followed by the payload of all of them: every packet but the last carries one
+/// path MTU. On the same device, where no wire needs them cut, [`Qp::handle_run`] takes it
+/// as the packets one by one, with the same outcome (PSNs, ACKs, errors, completions), and
+/// moves the payload at once; toward a wire, [`Run::packet`] cuts it into those packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {
     /// Packets (PSNs) the run covers, at least 2.
@@ -1072,8 +1073,8 @@ impl Qp {
     /// [`Qp::poll_transmit`], except that the next request may leave as a [`Run`] of up to
     /// `max_pkts` packets of one message when nothing needs them one by one (an RC WRITE or
     /// SEND, new PSNs, room in the window, no pacing, no selective repeat; see
-    /// [`Qp::run_len`]); `buf` must then hold the run's payload too. For a destination on
-    /// the same device only: the receiving QP must be given it with [`Qp::handle_run`].
+    /// [`Qp::run_len`]); `buf` must then hold the run's payload too. The receiving QP must
+    /// be given it with [`Qp::handle_run`], or its packets ([`Run::packet`]) one by one.
     pub fn poll_transmit_run<M: Memory + ?Sized>(
         &mut self,
         now: Time,

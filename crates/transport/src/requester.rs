@@ -225,12 +225,6 @@ impl Qp {
         }
     }
 
-    /// How many packets of the WQE at the cursor may leave now as one [`crate::Run`] (at
-    /// least 2; 0 when they must go one by one) into a buffer of `buf_len` bytes, at most
-    /// `max`: an RC WRITE or SEND that is not a retransmission, with no selective repeat, no
-    /// active DCQCN pacing and no XRC, as far as the window allows, and never the last
-    /// packet when it carries immediate data, an invalidation or the solicited bit. The
-    /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller.
     /// AckReq at least every this many packets: `max_pkts_per_ack`, and every half window,
     /// so that a small window slides on ACKs instead of stopping and waiting.
     fn ack_every(&self) -> u32 {
@@ -246,6 +240,14 @@ impl Qp {
         }
     }
 
+    /// How many packets of the WQE at the cursor may leave now as one [`crate::Run`] (at
+    /// least 2; 0 when they must go one by one) into a buffer of `buf_len` bytes, at most
+    /// `max`: an RC WRITE or SEND that is not a retransmission, with no selective repeat, no
+    /// active DCQCN pacing and no XRC, as far as the window allows, and never the last
+    /// packet when it carries immediate data, an invalidation or the solicited bit. The
+    /// checks [`Qp::requester_transmit`] makes before a packet are made by the caller. A
+    /// run ends at the packet that asks for an ACK, so its packets ask where single ones
+    /// would.
     pub(crate) fn run_len(&self, max: u32, buf_len: usize) -> u32 {
         let mtu = self.mtu();
         let Some(wqe) = self.sq.get(self.req.cursor) else {
