@@ -1073,7 +1073,7 @@ impl Qp {
     /// [`Qp::poll_transmit`], except that the next request may leave as a [`Run`] of up to
     /// `max_pkts` packets of one message when nothing needs them one by one (an RC WRITE or
     /// SEND, new PSNs, room in the window, no pacing, no selective repeat; see
-    /// [`Qp::run_len`]); `buf` must then hold the run's payload too. The receiving QP must
+    /// `Qp::run_len`); `buf` must then hold the run's payload too. The receiving QP must
     /// be given it with [`Qp::handle_run`], or its packets ([`Run::packet`]) one by one.
     pub fn poll_transmit_run<M: Memory + ?Sized>(
         &mut self,
