@@ -713,9 +713,10 @@ fn route(
         io.push_loop(buf, t.len, deferred, t.run);
         return;
     }
-    if let (Some(run), false) = (t.run, dest.ip == dev_ip) {
+    if let Some(run) = t.run.filter(|_| dest.ip != dev_ip) {
         // Its payload is copied once, into each datagram.
-        send_udp_run(dev_ip, &dest, res, io, buf, t.len, run, deferred, q);
+        let mtu = q.qp.path_mtu_bytes().max(1) as usize;
+        send_udp_run(dev_ip, &dest, res, io, buf, t.len, run, deferred, mtu);
         return;
     }
     if !deferred.materialize(&res.mrs, &mut buf) {
@@ -755,9 +756,10 @@ fn route(
 }
 
 /// Cut a run (`buf[..len]`: its first packet's headers, then the payload of all its
-/// packets, some of it still in the source MRs: `deferred`) into the datagrams a wire
-/// carries, each with its payload copied straight from where it is and sealed for `dest`:
-/// the packets the transport would have built one by one (`transport::Run::packet`).
+/// packets at path MTU `mtu`, some of it still in the source MRs: `deferred`) into the
+/// datagrams a wire carries, each with its payload copied straight from where it is and
+/// sealed for `dest`: the packets the transport would have built one by one
+/// (`transport::Run::packet`).
 #[allow(clippy::too_many_arguments)]
 fn send_udp_run(
     dev_ip: IpAddr,
@@ -768,9 +770,8 @@ fn send_udp_run(
     len: usize,
     run: Run,
     deferred: DeferList,
-    q: &QpObj,
+    mtu: usize,
 ) {
-    let mtu = q.qp.path_mtu_bytes().max(1) as usize;
     let Some(pkt) = buf.get(..len).and_then(|b| RocePacketRepr::parse(b).ok()) else {
         res.counters.xmit_discards += u64::from(run.pkts);
         io.put_buf(buf);

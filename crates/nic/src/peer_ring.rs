@@ -16,8 +16,9 @@
 //! doing the engine's pass (`EngineShared::drive`): it clears `parked` while it does. A
 //! batch of nothing but plain ACKs staged on such a thread may wait [`ACK_HOLD_NS`] for the
 //! request the application answers with ([`TxRing::publish_or_hold`]): the other side,
-//! polling for that ACK, then finds both at once. A ring is lossless, so an RC QP that sends into one may have as many PSNs
-//! outstanding as it has slots (`max_unacked_psns` = [`SLOTS`]).
+//! polling for that ACK, then finds both at once. A ring is lossless, so an RC QP that
+//! sends into one may have as many PSNs outstanding as it has slots (`max_unacked_psns` =
+//! [`SLOTS`]).
 //!
 //! The other process may be hostile: every access goes through `abi::shm::SharedMem`
 //! (atomic words), the geometry is each side's own constant, indices that break the ring

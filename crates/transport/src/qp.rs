@@ -281,9 +281,8 @@ impl Run {
     /// the payload of all of them), as a packet of its own: the run's headers for the first,
     /// a MIDDLE (or, ending the message, a LAST) for the others; the ACK request on the
     /// last; the payload its slice of `pkt`'s. `None` if `pkt` is not what a run starts
-    /// with (an RC WRITE or SEND, FIRST or MIDDLE). What the transport builds one by one
-    /// and what this gives for a run are the same packets, except that only the run's last
-    /// packet asks for an ACK.
+    /// with (an RC WRITE or SEND, FIRST or MIDDLE). These are the packets the transport
+    /// would have built one by one (a run ends where one of them asks for an ACK).
     pub fn packet<'a>(
         self,
         pkt: &RocePacketRepr<'a>,
