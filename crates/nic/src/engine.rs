@@ -24,19 +24,36 @@
 //!
 //! The device's work is done where a core is already running: on the caller's thread when
 //! it posts or polls, on the engine only when no caller is there. While the engine sleeps,
-//! its per-device I/O state (`Core`) is free: a library thread that rings a doorbell or
-//! finds its CQ empty takes it (`try_lock`, never waiting) and runs the passes itself
-//! ([`EngineShared::drive`], `abi::doorbell::Progress`; `DeviceConfig::app_progress`), as
-//! rxe's `post_send` transmits in the caller's context. A caller marks itself active
-//! (`EngineShared::app_active`); the engine then counts as contended for `APP_HOLD` — it
-//! parks after a few µs of idle spin, and a caller that finds it awake in that state takes
-//! the work too (the engine's loop waits for it, sleeping on the lock only if the caller
-//! holds on longer than `HOLDER_STALLED`). On a daemon device the caller also drains the peer rings while it
-//! does the passes (it withdraws the rings' `parked` word meanwhile, so producers do not
-//! wake the engine for what it reads anyway) and holds back an ACK-only batch for the
-//! answer it is about to post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps
-//! `RING_BACKLOG_NAP` while callers have been holding ACKs or a ring is full, so that held
-//! ACKs and packets waiting for room always leave (docs/daemon.md §2.1).
+//! the right to do the work (`EngineShared::core`) is free: a library thread that rings a
+//! doorbell or finds its CQ empty takes it (`try_lock`, never waiting) and runs the passes
+//! itself ([`EngineShared::drive_dev`], `abi::doorbell::Progress`;
+//! `DeviceConfig::app_progress`), as rxe's `post_send` transmits in the caller's context —
+//! over its own device first, then over the engine's other devices. A caller marks itself
+//! active (`EngineShared::app_active`); the engine then counts as contended for `APP_HOLD`
+//! — it parks after a few µs of idle spin, and a caller that finds it awake in that state
+//! takes the work too (the engine's loop waits for it, sleeping on the lock only if the
+//! caller holds on longer than `HOLDER_STALLED`).
+//!
+//! # Two threads, two devices
+//!
+//! Each device has its own I/O state (`EngineDev::io`), taken only under the core or by
+//! the engine thread without it. A device no application thread of this process calls in
+//! for (within `APP_HOLD`) is the engine's own: it serves it without the core, so that a
+//! caller can meanwhile hold the core and serve its device. With both ends of a pair in one
+//! process (`uroce bench --pair`), the sender's thread then builds and sends while the
+//! engine receives, on two cores, where one thread used to do both. A caller leaves a
+//! device alone while the engine's last pass over it made progress (`engine_busy`), and
+//! takes it when the engine is idle or asleep, as before. Whoever holds the core finds
+//! every other device's I/O state free, so the park's checks need no other lock.
+//!
+//! # Daemon devices
+//!
+//! On a daemon device the caller also drains the peer rings while it does the passes (it
+//! withdraws the rings' `parked` word meanwhile, so producers do not wake the engine for
+//! what it reads anyway) and holds back an ACK-only batch for the answer it is about to
+//! post (`peer_ring::TxRing::publish_or_hold`); a parked engine naps `RING_BACKLOG_NAP`
+//! while callers have been holding ACKs or a ring is full, so that held ACKs and packets
+//! waiting for room always leave (docs/daemon.md §2.1).
 
 mod park;
 mod port;
@@ -63,9 +80,8 @@ use port::{flush_tx, receive, DevIo, DAEMON_POLL_NS};
 /// With [`crate::DeviceConfig::yield_when_idle`], idle spinning longer than this yields the
 /// core between polls.
 const YIELD_AFTER: Duration = Duration::from_micros(5);
-/// A caller holding the device state this long (its passes take a few µs; tens in a debug
-/// build or under strace) has lost its core: the engine then sleeps on the lock rather
-/// than spin.
+/// A caller holding the core this long (its passes take a few µs; tens in a debug build or
+/// under strace) has lost its core: the engine then sleeps on the lock rather than spin.
 const HOLDER_STALLED: Duration = Duration::from_millis(1);
 /// PAUSE hints between idle passes once idle longer than [`YIELD_AFTER`].
 const IDLE_SPIN_HINTS: u32 = 16;
@@ -81,8 +97,13 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(100);
 /// the 2-core VM: a 50 µs window there doubled two-process round trips).
 const CONTENDED_SPIN: Duration = Duration::from_micros(5);
 /// After an application thread last called in, the engine parks after [`CONTENDED_SPIN`]
-/// for this long: the caller does the work on its own core (`EngineShared::drive`).
+/// for this long: the caller does the work on its own core (`EngineShared::drive_dev`).
 const APP_HOLD: Duration = Duration::from_millis(2);
+/// [`APP_HOLD`] in ns.
+const APP_HOLD_NS: u64 = 2_000_000;
+/// How often the engine looks whether a device's callers still call in
+/// ([`EngineDev::app_driving`]).
+const APP_SEEN_REFRESH_NS: u64 = 100_000;
 /// A parked engine with packets waiting for room in a full peer ring, or on whose rings
 /// an application thread held back ACKs within [`RING_ACTIVE_NS`], looks again this often
 /// (the consumer does not wake producers, and held ACKs must leave; a polling caller does
@@ -96,7 +117,7 @@ const RING_NAP_NS: u64 = 100_000;
 const AFFINITY_CHECK: Duration = Duration::from_secs(1);
 /// The wake eventfd's epoll token (devices' sockets use their ids, which start at 1).
 const WAKE_TOKEN: u64 = 0;
-/// Passes an application thread runs at most per [`EngineShared::drive`] before it leaves
+/// Passes an application thread runs at most per [`EngineShared::drive_dev`] before it leaves
 /// the rest to the engine.
 const DRIVE_PASSES: usize = 4;
 
@@ -107,10 +128,17 @@ pub(crate) struct EngineShared {
     epoll: Epoll,
     parked: AtomicBool,
     kicked: AtomicBool,
-    devices: Mutex<Vec<Arc<Device>>>,
+    /// The engine's devices, each with its I/O state; `generation` counts additions.
+    devices: Mutex<Vec<Arc<EngineDev>>>,
     generation: AtomicU64,
-    /// The engine's devices and their I/O state. The engine thread holds it except while
-    /// it sleeps; an application thread may take it then ([`EngineShared::drive`]).
+    /// This engine, for the per-device [`DeviceProgress`] handed to libraries.
+    me: std::sync::Weak<EngineShared>,
+    /// The right to work on devices callers serve, and to park: the engine thread holds
+    /// it except while it sleeps or works on a device no caller serves; an application
+    /// thread may take it then ([`EngineShared::drive_dev`]). A device's I/O state is
+    /// taken only under it, or by the engine thread without it — so whoever holds it finds
+    /// every device's I/O state free, but for devices the engine works on alone at that
+    /// moment (`run`).
     core: Mutex<Core>,
     /// The engine's clock origin (transport [`Time`] counts from here, on every thread).
     epoch: Instant,
@@ -133,17 +161,17 @@ pub(crate) struct EngineShared {
     /// Calls of `drive` counted while `single_cpu`: an application thread is polling or
     /// posting, on the engine's one CPU.
     app_calls: AtomicU64,
-    /// A library thread called [`EngineShared::drive`] since the engine last looked: an
+    /// A library thread called [`EngineShared::drive_dev`] since the engine last looked: an
     /// application is polling or posting, on a core that is running anyway, so the engine
     /// leaves the work to it and parks after a short spin (set by the caller, cleared by
     /// the engine; written only when it changes, so a poller does not bounce the line).
     app_active: AtomicBool,
 }
 
-/// What only the thread doing the engine's work touches.
+/// What the thread holding [`EngineShared::core`] works with: the engine's devices.
 #[derive(Debug)]
 struct Core {
-    devs: Vec<EngineDev>,
+    devs: Vec<Arc<EngineDev>>,
     /// The `EngineShared::generation` `devs` reflects.
     gen: u64,
 }
@@ -156,83 +184,149 @@ impl Core {
             return false;
         }
         self.gen = g;
-        for d in lock(&shared.devices).iter() {
-            if !self.devs.iter().any(|e| Arc::ptr_eq(&e.dev, d)) {
-                self.devs.push(EngineDev {
-                    dev: d.clone(),
-                    io: DevIo::new(d.gso, d.tap.clone()),
-                });
-            }
-        }
+        self.devs = lock(&shared.devices).clone();
         true
     }
+}
 
-    /// One pass over every device; returns whether anything happened.
-    fn pass(&mut self, epoll: &Epoll, epoch: Instant, poll_sockets: bool, by_app: bool) -> bool {
-        let mut progress = false;
-        for d in self.devs.iter_mut() {
-            // A bug must not take every device of the process down with this thread: the
-            // state stays usable (the lock ignores poisoning) and the pass is retried.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                pass(&d.dev, &mut d.io, epoll, epoch, poll_sockets, by_app)
-            }));
-            match r {
-                Ok(p) => progress |= p,
-                Err(_) => d.dev.lock_engine().res.counters.engine_panics += 1,
-            }
-        }
-        progress
+/// One device of an engine, and its I/O state.
+#[derive(Debug)]
+pub(crate) struct EngineDev {
+    dev: Arc<Device>,
+    /// The device's I/O state (socket batches, queues), held by whichever thread does the
+    /// device's passes: one holding [`EngineShared::core`], or the engine thread without
+    /// it for a device no caller serves. Lock order: the core, this, the device state.
+    io: Mutex<DevIo>,
+    /// An application thread of this device called in ([`EngineShared::drive_dev`]) since
+    /// the engine last looked: set by callers (when clear), cleared by the engine at most
+    /// every [`APP_SEEN_REFRESH_NS`]. Each of these fields has a cache line of its own, so
+    /// that who writes one does not pull in what another thread reads.
+    app_driving: Padded<AtomicBool>,
+    /// epoll reported the device's socket readable while the engine slept (set by the
+    /// engine, taken by whoever does the next pass).
+    force_rx: Padded<AtomicBool>,
+    /// The engine's last pass over this device made progress: it is busy with it, and a
+    /// caller of another device leaves it to the engine (`EngineShared::drive_dev`).
+    engine_busy: Padded<AtomicBool>,
+    /// When the engine last found `app_driving` set (ns since its epoch; the engine
+    /// thread's alone).
+    app_seen: Padded<AtomicU64>,
+}
+
+/// A value alone in its cache lines (two of 64 bytes: adjacent-line prefetch pairs them).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl EngineDev {
+    /// Whether an application thread served the device within [`APP_HOLD`] before `now`
+    /// (ns since the engine's epoch), as far as the engine has seen.
+    fn app_served(&self, now: u64) -> bool {
+        let seen = self.app_seen.load(Relaxed);
+        seen != 0 && now.saturating_sub(seen) < APP_HOLD_NS
     }
 
-    /// Set (or clear) the `parked` word of every peer ring of the engine's devices; when
-    /// setting, whether a ring holds packets (the re-check of the doorbell protocol).
+    /// One pass over the device; returns whether anything happened. A bug must not take
+    /// every device of the process down with the thread: the state stays usable (the
+    /// locks ignore poisoning) and the pass is retried.
+    fn pass(
+        &self,
+        io: &mut DevIo,
+        epoll: &Epoll,
+        epoch: Instant,
+        poll: bool,
+        by_app: bool,
+    ) -> bool {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pass(self, io, epoll, epoch, poll, by_app)
+        }));
+        r.unwrap_or_else(|_| {
+            self.dev.lock_engine().res.counters.engine_panics += 1;
+            false
+        })
+    }
+
+    /// Set (or clear) the `parked` word of the device's peer rings; when setting, whether
+    /// a ring holds packets (the re-check of the doorbell protocol).
     fn rings_parked(&self, parked: bool) -> bool {
         let mut pending = false;
-        for d in &self.devs {
-            let mut st = d.dev.lock_engine();
-            for r in st.peer_rx.iter_mut() {
-                r.set_parked(parked);
-                pending |= parked && r.pending();
-            }
+        let mut st = self.dev.lock_engine();
+        for r in st.peer_rx.iter_mut() {
+            r.set_parked(parked);
+            pending |= parked && r.pending();
         }
         pending
     }
 
-    /// Whether packets wait for room in another process's full ring.
-    fn ring_stalled(&self) -> bool {
-        self.devs.iter().any(|d| !d.io.q.ring_backlog.is_empty())
-    }
-
     /// After passes on a library thread: whether work is left that only another pass would
-    /// do (or a TX backlog), and the earliest transport deadline — one device lock each.
-    /// Packets waiting for a full peer ring are not such work: the parked engine looks at
-    /// them every [`RING_BACKLOG_NAP`], and a caller that keeps polling moves them sooner.
-    fn leftover(&self) -> (bool, Option<Time>) {
-        let mut left = false;
-        let mut next: Option<Time> = None;
-        for d in &self.devs {
-            let st = d.dev.lock_engine();
-            left |= busy(&d.io, &st) || !d.io.q.txq.is_empty();
-            if let Some(Reverse((t, _))) = st.timers.peek() {
-                next = Some(next.map_or(*t, |n| n.min(*t)));
-            }
-            // ACKs held back here must leave even if this caller does not come back: by
-            // the engine's next nap at the latest (a sleep without one is woken).
-            for tx in st.peer_tx.values() {
-                if let Some(h) = tx.held_at() {
-                    let t = Time(h + crate::peer_ring::ACK_HOLD_NS + RING_NAP_NS);
-                    next = Some(next.map_or(t, |n| n.min(t)));
-                }
+    /// do (or a TX backlog), and the earliest transport deadline. Packets waiting for a
+    /// full peer ring are not such work: the parked engine looks at them every
+    /// [`RING_BACKLOG_NAP`], and a caller that keeps polling moves them sooner.
+    fn leftover(&self, io: &DevIo) -> (bool, Option<Time>) {
+        let st = self.dev.lock_engine();
+        let left = busy(self, io, &st) || !io.q.txq.is_empty();
+        let mut next = st.timers.peek().map(|Reverse((t, _))| *t);
+        // ACKs held back here must leave even if this caller does not come back: by the
+        // engine's next nap at the latest (a sleep without one is woken).
+        for tx in st.peer_tx.values() {
+            if let Some(h) = tx.held_at() {
+                let t = Time(h + crate::peer_ring::ACK_HOLD_NS + RING_NAP_NS);
+                next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
         (left, next)
     }
 }
 
+/// What a caller's passes over a device left ([`EngineShared::serve`]).
+#[derive(Default)]
+struct Served {
+    /// Some pass made progress.
+    any: bool,
+    /// Work only another pass would do.
+    left: bool,
+    /// The earliest transport deadline.
+    next: Option<Time>,
+    /// Packets wait for room in another process's full ring.
+    stalled: bool,
+}
+
+impl Served {
+    /// Add what passes over another device left.
+    fn add(&mut self, o: Served) {
+        self.any |= o.any;
+        self.left |= o.left;
+        self.stalled |= o.stalled;
+        self.next = match (self.next, o.next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// A device's I/O state, locked.
+type IoGuard<'a> = std::sync::MutexGuard<'a, DevIo>;
+
+/// Lock a device's I/O state if it is free (poisoning ignored).
+fn try_io(d: &EngineDev) -> Option<IoGuard<'_>> {
+    match d.io.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Whether a device has work only another pass would do: ready QPs, a socket epoll said
 /// is readable, undelivered loopback packets.
-fn busy(io: &DevIo, st: &DevState) -> bool {
-    !st.ready.is_empty() || io.force_rx || !io.q.loopq.is_empty()
+fn busy(d: &EngineDev, io: &DevIo, st: &DevState) -> bool {
+    !st.ready.is_empty() || d.force_rx.load(Relaxed) || !io.q.loopq.is_empty()
 }
 
 impl EngineShared {
@@ -241,13 +335,14 @@ impl EngineShared {
         let wake = sys::eventfd()?;
         let epoll = Epoll::new()?;
         epoll.add(wake.as_raw_fd(), WAKE_TOKEN, EPOLLIN)?;
-        let shared = Arc::new(EngineShared {
+        let shared = Arc::new_cyclic(|me| EngineShared {
             wake,
             epoll,
             parked: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
             devices: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
+            me: me.clone(),
             core: Mutex::new(Core {
                 devs: Vec::new(),
                 gen: u64::MAX,
@@ -287,9 +382,10 @@ impl EngineShared {
         }
     }
 
-    /// [`abi::doorbell::Progress::drive`] for this engine: if it is parked and its core is
-    /// free, do its work on the calling thread — passes until one finds nothing to do (at
-    /// most [`DRIVE_PASSES`]) — then wake it only if work is left or a deadline was armed
+    /// [`abi::doorbell::Progress::drive`] for one device of this engine: if the engine is
+    /// parked (or leaves the work to callers) and no other thread is doing this device's
+    /// passes, do them on the calling thread — passes until one finds nothing to do (at most
+    /// [`DRIVE_PASSES`]) — then wake the engine only if work is left or a deadline was armed
     /// before the one it sleeps until, and only once per sleep.
     ///
     /// An engine pinned to one CPU that is awake (or whose work another thread is doing)
@@ -297,13 +393,17 @@ impl EngineShared {
     /// CQ, yields it (`sched_yield`) rather than make it wait for the end of a scheduler
     /// slice. With several CPUs the engine may well be running elsewhere, and a yield per
     /// empty poll would be a system call per poll for nothing.
-    pub(crate) fn drive(&self) -> bool {
+    fn drive_dev(&self, d: &EngineDev) -> bool {
         if self.single_cpu.load(Relaxed) {
             // Only then: on separate cores this line would bounce on every poll.
             self.app_calls.fetch_add(1, Relaxed);
         }
         if !self.app_active.load(Relaxed) {
             self.app_active.store(true, Relaxed);
+        }
+        // This device has a caller: the engine leaves its work to callers when it can.
+        if !d.app_driving.load(Relaxed) {
+            d.app_driving.store(true, Relaxed);
         }
         // Parked, or awake beside an active caller (it only spins a few µs then, and
         // releases its state between spin steps): the work is done here, at once.
@@ -320,41 +420,87 @@ impl EngineShared {
             return false;
         };
         core.refresh(self);
-        // While this thread does the passes it is the peer rings' consumer: producers need
-        // not wake the sleeping engine for what it will read anyway (docs/daemon.md §2.1).
-        if parked {
-            core.rings_parked(false);
-        }
-        let mut any = false;
-        for _ in 0..DRIVE_PASSES {
-            if !core.pass(&self.epoll, self.epoch, true, true) {
-                break;
+        // This caller's device first, then the engine's other devices: another device of
+        // this process is often the peer this caller's packets just went to (both ends of
+        // a pair in one process). But not one the engine is busy with on its own
+        // (`EngineDev::engine_busy`): the two threads then share the work, this one its
+        // device, the engine the other.
+        let mut out = Served::default();
+        let others = core
+            .devs
+            .iter()
+            .filter(|e| !std::ptr::eq(&***e, d) && !e.engine_busy.load(Relaxed));
+        for e in std::iter::once(d).chain(others.map(|e| &**e)) {
+            if let Some(io) = try_io(e) {
+                out.add(self.serve(e, io, parked));
             }
-            any = true;
         }
-        // The doorbell protocol on the way out: parked again, then one more look.
-        if parked && core.rings_parked(true) {
-            core.rings_parked(false);
-            core.pass(&self.epoll, self.epoch, true, true);
-            core.rings_parked(true);
-        }
-        let (left, next) = core.leftover();
-        let earlier = next.is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
+        let earlier = out
+            .next
+            .is_some_and(|t| t.0 < self.sleeps_until.load(SeqCst));
         if parked
             && self.parked.load(SeqCst)
-            && (left || earlier)
+            && (out.left || earlier)
             && !self.wake_sent.swap(true, SeqCst)
         {
             sys::eventfd_signal(self.wake.as_fd());
         }
-        let stalled = !any && core.ring_stalled();
         drop(core);
-        if stalled {
+        if out.stalled && !out.any {
             // Nothing moved because another process's ring is full: its consumer needs a
             // core more than this poller does.
             std::thread::yield_now();
         }
         true
+    }
+
+    /// A caller's passes over one device whose I/O state it holds (at most
+    /// [`DRIVE_PASSES`]), and what they leave ([`EngineDev::leftover`]).
+    fn serve(&self, d: &EngineDev, mut io: IoGuard<'_>, parked: bool) -> Served {
+        // While this thread does the passes it is the peer rings' consumer: producers need
+        // not wake the sleeping engine for what it will read anyway (docs/daemon.md §2.1).
+        if parked {
+            d.rings_parked(false);
+        }
+        let mut any = false;
+        for _ in 0..DRIVE_PASSES {
+            if !d.pass(&mut io, &self.epoll, self.epoch, true, true) {
+                break;
+            }
+            any = true;
+        }
+        // The doorbell protocol on the way out: parked again, then one more look.
+        if parked && d.rings_parked(true) {
+            d.rings_parked(false);
+            d.pass(&mut io, &self.epoll, self.epoch, true, true);
+            d.rings_parked(true);
+        }
+        let (left, next) = d.leftover(&io);
+        Served {
+            any,
+            left,
+            next,
+            stalled: !io.q.ring_backlog.is_empty(),
+        }
+    }
+
+    /// [`EngineShared::drive_dev`] for the engine's devices (a control-plane thread
+    /// flushing the CM's last MADs, the exit handler). Never waits for a lock.
+    pub(crate) fn drive(&self) -> bool {
+        let first = match self.devices.try_lock() {
+            Ok(d) => d.first().cloned(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().first().cloned(),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        first.is_some_and(|d| self.drive_dev(&d))
+    }
+
+    /// What a library context of device `id` calls to do the device's work on its own
+    /// thread (`DeviceConfig::app_progress`).
+    pub(crate) fn progress_for(&self, id: u64) -> Option<Arc<dyn abi::doorbell::Progress>> {
+        let engine = self.me.upgrade()?;
+        let dev = lock(&self.devices).iter().find(|d| d.dev.id == id)?.clone();
+        Some(Arc::new(DeviceProgress { engine, dev }))
     }
 
     pub(crate) fn add_device(&self, dev: Arc<Device>) -> io::Result<()> {
@@ -364,7 +510,15 @@ impl EngineShared {
             None => dev.sock.as_raw_fd(),
         };
         self.epoll.add(fd, dev.id, EPOLLIN)?;
-        lock(&self.devices).push(dev);
+        let io = DevIo::new(dev.gso, dev.tap.clone());
+        lock(&self.devices).push(Arc::new(EngineDev {
+            dev,
+            io: Mutex::new(io),
+            app_driving: Padded::default(),
+            force_rx: Padded(AtomicBool::new(true)),
+            engine_busy: Padded::default(),
+            app_seen: Padded::default(),
+        }));
         self.generation.fetch_add(1, SeqCst);
         self.kick();
         Ok(())
@@ -383,6 +537,10 @@ impl EngineLink for EngineShared {
     fn kick(&self) {
         EngineShared::kick(self)
     }
+
+    fn progress_for(&self, id: u64) -> Option<Arc<dyn abi::doorbell::Progress>> {
+        EngineShared::progress_for(self, id)
+    }
 }
 
 impl abi::doorbell::Progress for EngineShared {
@@ -391,14 +549,21 @@ impl abi::doorbell::Progress for EngineShared {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The engine's work for one device, on the threads of that device's library contexts.
+#[derive(Debug)]
+struct DeviceProgress {
+    engine: Arc<EngineShared>,
+    dev: Arc<EngineDev>,
 }
 
-#[derive(Debug)]
-struct EngineDev {
-    dev: Arc<Device>,
-    io: DevIo,
+impl abi::doorbell::Progress for DeviceProgress {
+    fn drive(&self) -> bool {
+        self.engine.drive_dev(&self.dev)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn now_of(epoch: Instant) -> Time {
@@ -414,7 +579,7 @@ fn us(v: u32) -> Duration {
 }
 
 /// The idle-policy bounds over the engine's devices (the largest of each).
-fn spin_bounds(devs: &[EngineDev]) -> SpinBounds {
+fn spin_bounds(devs: &[Arc<EngineDev>]) -> SpinBounds {
     let dflt = DeviceConfig::new("", IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
     let max = |f: fn(&DeviceConfig) -> u32| {
         us(devs.iter().map(|d| f(&d.dev.cfg)).max().unwrap_or(f(&dflt)))
@@ -428,12 +593,19 @@ fn spin_bounds(devs: &[EngineDev]) -> SpinBounds {
 }
 
 /// Whether an application of some device is mid-work (`crate::spin`).
-fn app_mid_work(devs: &[EngineDev]) -> bool {
+fn app_mid_work(devs: &[Arc<EngineDev>]) -> bool {
     devs.iter().any(|d| d.dev.lock_engine().res.app_mid_work())
 }
 
 fn run(shared: Arc<EngineShared>) {
     let epoch = shared.epoch;
+    let mut devs: Vec<Arc<EngineDev>> = Vec::new();
+    let mut gen = u64::MAX;
+    // Which of `devs` no caller serves (as of the last look under the core): the engine's
+    // own, served without the core (`EngineDev::app_served`).
+    let mut owned: Vec<bool> = Vec::new();
+    let mut any_owned = false;
+    let mut poll_own = true;
     let mut last_progress = Instant::now();
     let mut last_socket_poll = Instant::now();
     let mut events = Vec::new();
@@ -444,17 +616,46 @@ fn run(shared: Arc<EngineShared>) {
     // engine lost its core), and until when the cores count as oversubscribed.
     let mut spun_at: Option<Instant> = None;
     let mut contended_until = Instant::now();
+    // Until when an application thread counts as active (`APP_HOLD` after its last call).
+    let mut app_until = Instant::now();
     let mut seen_calls = 0u64;
     let mut affinity_checked = Instant::now() - AFFINITY_CHECK;
-    // Since when a caller has held the device state (`EngineShared::drive`).
+    // Since when a caller has held the core (`EngineShared::drive_dev`).
     let mut blocked_since: Option<Instant> = None;
     loop {
-        // Held for this iteration (released between passes, and while asleep in `park`).
-        // A caller doing the work meanwhile (`EngineShared::drive`) is not waited for.
+        let g = shared.generation.load(SeqCst);
+        if g != gen {
+            gen = g;
+            devs = lock(&shared.devices).clone();
+            owned = vec![true; devs.len()];
+            any_owned = !devs.is_empty();
+            policy.reconfigure(spin_bounds(&devs));
+            yield_idle = devs.iter().any(|d| d.dev.cfg.yield_when_idle);
+            contention_aware = devs.iter().all(|d| d.dev.cfg.park_when_contended);
+        }
+        // The engine's own devices, without the core: a caller may meanwhile hold the core
+        // and serve its device — the receiving end of a pair of devices in one process is
+        // the engine's while the sender's thread builds and sends.
+        let mut own_progress = false;
+        if any_owned {
+            for (d, _) in devs.iter().zip(&owned).filter(|(_, o)| **o) {
+                if let Some(mut io) = try_io(d) {
+                    own_progress |= engine_pass(d, &mut io, &shared.epoll, epoch, poll_own);
+                }
+            }
+        }
+        // Held for the rest of this iteration (released between passes, and while asleep
+        // in `park`). A caller doing the work meanwhile (`EngineShared::drive_dev`) is not
+        // waited for.
         let mut core = match shared.core.try_lock() {
             Ok(c) => c,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => {
+                if own_progress {
+                    last_progress = Instant::now();
+                    blocked_since = None;
+                    continue;
+                }
                 // A caller is doing the passes (a few µs). Wait for it without a system
                 // call; only if it holds on longer — it lost its core, maybe to this
                 // thread — sleep on the lock until it lets go: one futex wait here and one
@@ -469,20 +670,14 @@ fn run(shared: Arc<EngineShared>) {
                     }
                     continue;
                 }
-                shared
-                    .core
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                lock(&shared.core)
             }
         };
         blocked_since = None;
-        if core.refresh(&shared) {
-            policy.reconfigure(spin_bounds(&core.devs));
-            yield_idle = core.devs.iter().any(|d| d.dev.cfg.yield_when_idle);
-            contention_aware = core.devs.iter().all(|d| d.dev.cfg.park_when_contended);
-        }
+        core.refresh(&shared);
         shared.kicked.store(false, SeqCst);
         let t = Instant::now();
+        let t_ns = time_at(epoch, t).0;
         if let Some(s) = spun_at.take() {
             if contention_aware && t.saturating_duration_since(s) >= PREEMPTED {
                 // Descheduled in the middle of an idle spin: more runnable threads than
@@ -511,16 +706,27 @@ fn run(shared: Arc<EngineShared>) {
         seen_calls = calls;
         if shared.app_active.load(Relaxed) {
             // An application thread polls or posts: it does the work while this thread
-            // parks (EngineShared::drive). Spinning beside it would only take a core from
-            // it, or from the other process of a pair on the same device.
+            // parks (EngineShared::drive_dev). Spinning beside it would only take a core
+            // from it, or from the other process of a pair on the same device.
             shared.app_active.store(false, Relaxed);
             if contention_aware {
-                contended_until = contended_until.max(t + APP_HOLD);
+                app_until = t + APP_HOLD;
             }
         }
-        let contended = t < contended_until;
+        let contended = t < contended_until || t < app_until;
         if shared.contended.load(Relaxed) != contended {
             shared.contended.store(contended, Relaxed);
+        }
+        // Which devices callers serve (one called in within `APP_HOLD`).
+        any_owned = false;
+        for (d, o) in devs.iter().zip(owned.iter_mut()) {
+            let seen = d.app_seen.load(Relaxed);
+            if t_ns.saturating_sub(seen) >= APP_SEEN_REFRESH_NS && d.app_driving.load(Relaxed) {
+                d.app_driving.store(false, Relaxed);
+                d.app_seen.store(t_ns, Relaxed);
+            }
+            *o = !d.app_served(t_ns);
+            any_owned |= *o;
         }
         let idle = t.saturating_duration_since(last_progress);
         // Sockets are polled on every pass while work is recent; deeper into an idle spin
@@ -530,14 +736,25 @@ fn run(shared: Arc<EngineShared>) {
         if poll_sockets {
             last_socket_poll = t;
         }
-        if core.pass(&shared.epoll, epoch, poll_sockets, false) {
+        poll_own = poll_sockets;
+        // The devices callers serve, when none is doing it right now.
+        let mut progress = own_progress;
+        for (d, _) in devs.iter().zip(&owned).filter(|(_, o)| !**o) {
+            if let Some(mut io) = try_io(d) {
+                progress |= engine_pass(d, &mut io, &shared.epoll, epoch, poll_sockets);
+            }
+        }
+        if progress {
             last_progress = t;
             continue;
         }
         // Inside the adaptive window; beyond it, only while an application is mid-work
-        // (crate::spin).
+        // (crate::spin). Callers that leave the engine a device of its own (one no
+        // application thread of this process polls) do not make it park sooner: it keeps
+        // its usual window through the gaps of that device's traffic.
         let mid_work = idle >= policy.window() && app_mid_work(&core.devs);
-        let limit = if contended {
+        let spin_contended = t < contended_until || (t < app_until && !any_owned);
+        let limit = if spin_contended {
             CONTENDED_SPIN
         } else {
             policy.limit(mid_work)
@@ -559,6 +776,12 @@ fn run(shared: Arc<EngineShared>) {
             spun_at = Some(Instant::now());
             continue;
         }
+        // About to sleep: busy with nothing, so callers take whatever comes.
+        for d in &devs {
+            if d.engine_busy.load(Relaxed) {
+                d.engine_busy.store(false, Relaxed);
+            }
+        }
         if let Some((slept, by_app)) = park(&shared, core, &mut events) {
             // A quick doorbell after a park while the cores are oversubscribed says the
             // application was descheduled, not that a longer spin would have paid off.
@@ -568,15 +791,26 @@ fn run(shared: Arc<EngineShared>) {
     }
 }
 
+/// The engine's pass over a device; notes whether it is busy with it
+/// ([`EngineDev::engine_busy`]).
+fn engine_pass(d: &EngineDev, io: &mut DevIo, epoll: &Epoll, epoch: Instant, poll: bool) -> bool {
+    let p = d.pass(io, epoll, epoch, poll, false);
+    if d.engine_busy.load(Relaxed) != p {
+        d.engine_busy.store(p, Relaxed);
+    }
+    p
+}
+
 /// One pass over one device; returns whether anything happened.
 fn pass(
-    dev: &Device,
+    d: &EngineDev,
     io: &mut DevIo,
     epoll: &Epoll,
     epoch: Instant,
     poll_socket: bool,
     by_app: bool,
 ) -> bool {
+    let dev = &*d.dev;
     let mut st = dev.lock_engine();
     let st = &mut *st;
 
@@ -593,11 +827,10 @@ fn pass(
     // A daemon's client also looks every few ms whatever its QPs do: the daemon hands
     // over peer rings and says it is gone on that socket (docs/daemon.md §7).
     let daemon_due = dev.daemon.is_some() && now.nanos_since(io.daemon_polled) >= DAEMON_POLL_NS;
-    if io.force_rx
-        || daemon_due
-        || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live()))
+    // (Set by the engine after a sleep; whoever does the pass takes it.)
+    let forced = d.force_rx.load(Relaxed) && d.force_rx.swap(false, Relaxed);
+    if forced || daemon_due || ((poll_socket || timer_due) && (st.remote_qps > 0 || st.gsi_live()))
     {
-        io.force_rx = false;
         if dev.daemon.is_some() {
             io.daemon_polled = now;
         }

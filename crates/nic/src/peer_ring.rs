@@ -13,7 +13,7 @@
 //! and re-checks the ring; a producer that publishes into a ring whose consumer is parked
 //! writes the consumer's wake eventfd (the only system call, and only for an idle consumer
 //! — the doorbell protocol of `abi::doorbell`). The consumer may be an application thread
-//! doing the engine's pass (`EngineShared::drive`): it clears `parked` while it does. A
+//! doing the engine's pass (`EngineShared::drive_dev`): it clears `parked` while it does. A
 //! batch of nothing but plain ACKs staged on such a thread may wait [`ACK_HOLD_NS`] for the
 //! request the application answers with ([`TxRing::publish_or_hold`]): the other side,
 //! polling for that ACK, then finds both at once. A ring is lossless, so an RC QP that

@@ -273,7 +273,6 @@ impl Provider for EmbeddedProvider {
         if !dev.cfg.app_progress {
             return None;
         }
-        let engine: Arc<dyn abi::doorbell::Progress> = dev.engine.clone();
-        Some(engine)
+        dev.engine.progress_for(dev.id)
     }
 }

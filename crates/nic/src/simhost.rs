@@ -89,6 +89,10 @@ impl EngineLink for SimLink {
     }
     /// Nothing to wake: the host's next pass sees what the command changed.
     fn kick(&self) {}
+    /// The host runs every pass itself.
+    fn progress_for(&self, _id: u64) -> Option<Arc<dyn abi::doorbell::Progress>> {
+        None
+    }
 }
 
 /// A device of a [`Host`].

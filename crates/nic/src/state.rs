@@ -43,6 +43,9 @@ pub(crate) trait EngineLink: abi::doorbell::Progress {
     fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
     /// Wake the engine (a command changed what it must watch).
     fn kick(&self);
+    /// The engine's work for device `id` done on a library thread
+    /// (`abi::doorbell::Progress`), if the engine offers it.
+    fn progress_for(&self, id: u64) -> Option<std::sync::Arc<dyn abi::doorbell::Progress>>;
 }
 
 /// A context (one command connection), numbered device-wide.

@@ -41,7 +41,6 @@ pub(super) struct DevIo {
     /// alone: how a NIC's segmentation offload numbers IPv4 IDs — which the ICRC covers, and
     /// rxe and RoCE NICs check — is not known here.
     gso: Option<sys::GsoIds>,
-    pub(super) force_rx: bool,
     /// When the daemon's socket was last read.
     pub(super) daemon_polled: Time,
 }
@@ -54,7 +53,6 @@ impl DevIo {
             rx: MsgBatch::new(BATCH),
             tx: MsgBatch::new(TX_BATCH),
             gso,
-            force_rx: true,
             daemon_polled: Time(0),
         }
     }
