@@ -426,11 +426,21 @@ impl EngineShared {
         // (`EngineDev::engine_busy`): the two threads then share the work, this one its
         // device, the engine the other.
         let mut out = Served::default();
+        let Some(io) = try_io(d) else {
+            // The engine is serving this device without the core (it took it for its own
+            // before this caller called in): the same as finding the core taken.
+            drop(core);
+            if self.single_cpu.load(Relaxed) && self.contended.load(Relaxed) {
+                std::thread::yield_now();
+            }
+            return false;
+        };
+        out.add(self.serve(d, io, parked));
         let others = core
             .devs
             .iter()
             .filter(|e| !std::ptr::eq(&***e, d) && !e.engine_busy.load(Relaxed));
-        for e in std::iter::once(d).chain(others.map(|e| &**e)) {
+        for e in others {
             if let Some(io) = try_io(e) {
                 out.add(self.serve(e, io, parked));
             }
@@ -725,7 +735,9 @@ fn run(shared: Arc<EngineShared>) {
                 d.app_driving.store(false, Relaxed);
                 d.app_seen.store(t_ns, Relaxed);
             }
-            *o = !d.app_served(t_ns);
+            // Pinned to one CPU, the engine and a caller cannot work at once: all is done
+            // under the core, as for devices callers serve.
+            *o = !d.app_served(t_ns) && !shared.single_cpu.load(Relaxed);
             any_owned |= *o;
         }
         let idle = t.saturating_duration_since(last_progress);
