@@ -98,7 +98,7 @@ const CONTENDED_HOLD: Duration = Duration::from_millis(100);
 const CONTENDED_SPIN: Duration = Duration::from_micros(5);
 /// After an application thread last called in, the engine parks after [`CONTENDED_SPIN`]
 /// for this long: the caller does the work on its own core (`EngineShared::drive_dev`).
-const APP_HOLD: Duration = Duration::from_millis(2);
+const APP_HOLD: Duration = Duration::from_nanos(APP_HOLD_NS);
 /// [`APP_HOLD`] in ns.
 const APP_HOLD_NS: u64 = 2_000_000;
 /// How often the engine looks whether a device's callers still call in
@@ -208,9 +208,6 @@ pub(crate) struct EngineDev {
     /// The engine's last pass over this device made progress: it is busy with it, and a
     /// caller of another device leaves it to the engine (`EngineShared::drive_dev`).
     engine_busy: Padded<AtomicBool>,
-    /// When the engine last found `app_driving` set (ns since its epoch; the engine
-    /// thread's alone).
-    app_seen: Padded<AtomicU64>,
 }
 
 /// A value alone in its cache lines (two of 64 bytes: adjacent-line prefetch pairs them).
@@ -226,13 +223,6 @@ impl<T> std::ops::Deref for Padded<T> {
 }
 
 impl EngineDev {
-    /// Whether an application thread served the device within [`APP_HOLD`] before `now`
-    /// (ns since the engine's epoch), as far as the engine has seen.
-    fn app_served(&self, now: u64) -> bool {
-        let seen = self.app_seen.load(Relaxed);
-        seen != 0 && now.saturating_sub(seen) < APP_HOLD_NS
-    }
-
     /// One pass over the device; returns whether anything happened. A bug must not take
     /// every device of the process down with the thread: the state stays usable (the
     /// locks ignore poisoning) and the pass is retried.
@@ -527,7 +517,6 @@ impl EngineShared {
             app_driving: Padded::default(),
             force_rx: Padded(AtomicBool::new(true)),
             engine_busy: Padded::default(),
-            app_seen: Padded::default(),
         }));
         self.generation.fetch_add(1, SeqCst);
         self.kick();
@@ -612,9 +601,10 @@ fn run(shared: Arc<EngineShared>) {
     let mut devs: Vec<Arc<EngineDev>> = Vec::new();
     let mut gen = u64::MAX;
     // Which of `devs` no caller serves (as of the last look under the core): the engine's
-    // own, served without the core (`EngineDev::app_served`).
+    // own, served without the core. And when the engine last found each one's
+    // `app_driving` set (ns since its epoch; 0: never).
     let mut owned: Vec<bool> = Vec::new();
-    let mut any_owned = false;
+    let mut app_seen: Vec<u64> = Vec::new();
     let mut poll_own = true;
     let mut last_progress = Instant::now();
     let mut last_socket_poll = Instant::now();
@@ -638,7 +628,7 @@ fn run(shared: Arc<EngineShared>) {
             gen = g;
             devs = lock(&shared.devices).clone();
             owned = vec![true; devs.len()];
-            any_owned = !devs.is_empty();
+            app_seen.resize(devs.len(), 0);
             policy.reconfigure(spin_bounds(&devs));
             yield_idle = devs.iter().any(|d| d.dev.cfg.yield_when_idle);
             contention_aware = devs.iter().all(|d| d.dev.cfg.park_when_contended);
@@ -647,11 +637,9 @@ fn run(shared: Arc<EngineShared>) {
         // and serve its device — the receiving end of a pair of devices in one process is
         // the engine's while the sender's thread builds and sends.
         let mut own_progress = false;
-        if any_owned {
-            for (d, _) in devs.iter().zip(&owned).filter(|(_, o)| **o) {
-                if let Some(mut io) = try_io(d) {
-                    own_progress |= engine_pass(d, &mut io, &shared.epoll, epoch, poll_own);
-                }
+        for (d, _) in devs.iter().zip(&owned).filter(|(_, o)| **o) {
+            if let Some(mut io) = try_io(d) {
+                own_progress |= engine_pass(d, &mut io, &shared.epoll, epoch, poll_own);
             }
         }
         // Held for the rest of this iteration (released between passes, and while asleep
@@ -727,18 +715,17 @@ fn run(shared: Arc<EngineShared>) {
         if shared.contended.load(Relaxed) != contended {
             shared.contended.store(contended, Relaxed);
         }
-        // Which devices callers serve (one called in within `APP_HOLD`).
-        any_owned = false;
-        for (d, o) in devs.iter().zip(owned.iter_mut()) {
-            let seen = d.app_seen.load(Relaxed);
-            if t_ns.saturating_sub(seen) >= APP_SEEN_REFRESH_NS && d.app_driving.load(Relaxed) {
+        // Which devices callers serve (one called in within `APP_HOLD`). Pinned to one
+        // CPU, the engine and a caller cannot work at once: all is done under the core,
+        // as for devices callers serve.
+        let split = !shared.single_cpu.load(Relaxed);
+        for ((d, o), seen) in devs.iter().zip(owned.iter_mut()).zip(app_seen.iter_mut()) {
+            if t_ns.saturating_sub(*seen) >= APP_SEEN_REFRESH_NS && d.app_driving.load(Relaxed) {
                 d.app_driving.store(false, Relaxed);
-                d.app_seen.store(t_ns, Relaxed);
+                *seen = t_ns;
             }
-            // Pinned to one CPU, the engine and a caller cannot work at once: all is done
-            // under the core, as for devices callers serve.
-            *o = !d.app_served(t_ns) && !shared.single_cpu.load(Relaxed);
-            any_owned |= *o;
+            let served = *seen != 0 && t_ns.saturating_sub(*seen) < APP_HOLD_NS;
+            *o = split && !served;
         }
         let idle = t.saturating_duration_since(last_progress);
         // Sockets are polled on every pass while work is recent; deeper into an idle spin
@@ -765,7 +752,7 @@ fn run(shared: Arc<EngineShared>) {
         // application thread of this process polls) do not make it park sooner: it keeps
         // its usual window through the gaps of that device's traffic.
         let mid_work = idle >= policy.window() && app_mid_work(&core.devs);
-        let spin_contended = t < contended_until || (t < app_until && !any_owned);
+        let spin_contended = t < contended_until || (t < app_until && !owned.contains(&true));
         let limit = if spin_contended {
             CONTENDED_SPIN
         } else {
