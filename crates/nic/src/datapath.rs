@@ -156,9 +156,9 @@ impl Queues {
     }
 
     /// Queue a same-device packet (or run) for delivery.
-    fn push_loop(&mut self, buf: Vec<u8>, len: usize, deferred: DeferList, run: Option<Run>) {
+    fn push_loop(&mut self, buf: Vec<u8>, len: usize, deferred: &DeferList, run: Option<Run>) {
         self.loopq_pkts += Run::pkts_of(run) as usize;
-        self.loopq.push_back((buf, len, deferred, run));
+        self.loopq.push_back((buf, len, *deferred, run));
     }
 
     /// Whether `more` packets would leave a queue toward the wire at its bound.
@@ -183,14 +183,18 @@ pub(crate) fn work(st: &mut DevState, io: &mut Queues, mut clock: impl FnMut() -
     for _ in 0..ROUNDS {
         let mut did = false;
         for _ in 0..LOOP_BUDGET {
-            let Some((buf, len, deferred, run)) = io.loopq.pop_front() else {
+            // Delivered in place, then taken off the queue (its payload list stays put).
+            let Some((buf, len, deferred, run)) = io.loopq.front() else {
                 break;
             };
-            io.loopq_pkts = io.loopq_pkts.saturating_sub(Run::pkts_of(run) as usize);
-            if let Some(bytes) = buf.get(..len) {
+            let run = *run;
+            if let Some(bytes) = buf.get(..*len) {
                 deliver_loopback(st, bytes, deferred, run, now);
             }
-            io.put_buf(buf);
+            io.loopq_pkts = io.loopq_pkts.saturating_sub(Run::pkts_of(run) as usize);
+            if let Some((buf, ..)) = io.loopq.pop_front() {
+                io.put_buf(buf);
+            }
             did = true;
         }
         let n = st.ready.len();
@@ -351,15 +355,20 @@ fn fill_wr(
             }
         }
         SendPayload::Sges(_) => {
-            let mut l = SgeList::new();
-            for s in payload.sges() {
-                l.push(transport::Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: transport::wire::Lkey(s.lkey),
-                });
+            // Written in place: a reused send-queue slot keeps its list (emptied).
+            if !matches!(wr.local, LocalData::Sges(_)) {
+                wr.local = LocalData::Sges(SgeList::new());
             }
-            wr.local = LocalData::Sges(l);
+            if let LocalData::Sges(l) = &mut wr.local {
+                l.clear();
+                for s in payload.sges() {
+                    l.push(transport::Sge {
+                        addr: s.addr,
+                        length: s.length,
+                        lkey: transport::wire::Lkey(s.lkey),
+                    });
+                }
+            }
         }
     }
     wr.imm_data = hdr.imm_data();
@@ -598,6 +607,8 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     } else {
         1
     };
+    // Each packet's deferred payload ranges (emptied per packet, not rebuilt).
+    let mut deferred = DeferList::default();
     while sent < TX_BUDGET {
         if io.backlogged() {
             more = true;
@@ -626,19 +637,21 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
         // Payload read from registered memory is recorded, not copied: a packet that
         // stays on the device is delivered straight from the source MR (one copy, like
         // DMA); one that leaves gets its bytes in `route`.
+        deferred.clear();
         let mut mem = DmaView {
             mrs: &res.mrs,
             pd: q.pd,
             qpn: q.qp.qpn().value(),
-            payload: Payload::defer(),
+            payload: Payload::Defer(&mut deferred),
         };
         let Some(t) = q.qp.poll_transmit_run(now, &mut mem, &mut buf, max_pkts) else {
             io.put_buf(buf);
             break;
         };
-        let deferred = mem.payload.deferred();
         sent += t.pkts() as usize;
-        route(dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, deferred);
+        route(
+            dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, &deferred,
+        );
     }
     if sent >= TX_BUDGET {
         more = true;
@@ -686,7 +699,7 @@ fn route(
     io: &mut Queues,
     mut buf: Vec<u8>,
     t: Transmit,
-    deferred: DeferList,
+    deferred: &DeferList,
 ) {
     let dest = match t.ah {
         Some(ah) => res.ahs.get(ah).filter(|a| a.ctx == q.ctx).map(|a| a.dest),
@@ -769,7 +782,7 @@ fn send_udp_run(
     buf: Vec<u8>,
     len: usize,
     run: Run,
-    deferred: DeferList,
+    deferred: &DeferList,
     mtu: usize,
 ) {
     let Some(pkt) = buf.get(..len).and_then(|b| RocePacketRepr::parse(b).ok()) else {
@@ -919,7 +932,7 @@ pub(crate) fn send_gsi(st: &mut DevState, io: &mut Queues) -> bool {
                     tap.looped(pkt, |_| true);
                 }
             }
-            io.push_loop(buf, len, DeferList::default(), None);
+            io.push_loop(buf, len, &DeferList::default(), None);
             continue;
         }
         let dest = Dest::roce(to);
@@ -986,7 +999,7 @@ pub(crate) fn receive_rings(st: &mut DevState, io: &mut Queues, now: Time) -> bo
             if let Some(t) = &tap {
                 t.ring_received(pkt);
             }
-            deliver_loopback(st, pkt, DeferList::default(), run, now);
+            deliver_loopback(st, pkt, &DeferList::default(), run, now);
         });
     }
     io.ring_rx = buf;
@@ -1140,12 +1153,14 @@ fn wire_words(len: usize, run: Option<Run>) -> u64 {
 pub(crate) fn deliver_loopback(
     st: &mut DevState,
     bytes: &[u8],
-    deferred: DeferList,
+    deferred: &DeferList,
     run: Option<Run>,
     now: Time,
 ) {
     let ip = st.cfg.addr;
-    let Ok(pkt) = RocePacketRepr::parse(bytes) else {
+    // Looked at where `parse` left it (the headers are not moved again).
+    let parsed = RocePacketRepr::parse(bytes);
+    let Ok(pkt) = &parsed else {
         st.res.counters.port_rcv_errors += 1;
         return;
     };
@@ -1159,7 +1174,7 @@ pub(crate) fn deliver_loopback(
     st.res.counters.port_rcv_data += wire_words(bytes.len(), run);
     let udp_len = 8 + bytes.len() + ICRC_LEN;
     let grh = match ip {
-        _ if !shows_grh(&st.qps, &pkt) => RxMeta::default().grh,
+        _ if !shows_grh(&st.qps, pkt) => RxMeta::default().grh,
         IpAddr::V4(v4) => v4_grh(v4, v4, 0, true, udp_len),
         IpAddr::V6(v6) => {
             let mut h = [0u8; IPV6_HEADER_LEN];
@@ -1175,7 +1190,7 @@ pub(crate) fn deliver_loopback(
         }
     };
     let payload = Payload::resolve(deferred);
-    deliver(st, &pkt, run, ip, &RxMeta { grh, ce: false }, now, payload);
+    deliver(st, pkt, run, ip, &RxMeta { grh, ce: false }, now, payload);
 }
 
 /// Hand a packet to its QP (demultiplexed by BTH destination QPN). RC/UC packets must come
@@ -1187,7 +1202,7 @@ fn deliver(
     src: IpAddr,
     meta: &RxMeta,
     now: Time,
-    payload: Payload,
+    payload: Payload<'_>,
 ) {
     let qpn = pkt.bth.dest_qp.value();
     if qpn == Qpn::GSI.value() {
@@ -1298,7 +1313,7 @@ fn deliver_xrc_target(
     pkt: &RocePacketRepr<'_>,
     meta: &RxMeta,
     now: Time,
-    payload: Payload,
+    payload: Payload<'_>,
 ) {
     let srqn = pkt.xrceth.map(|x| x.srqn);
     let target = srqn.filter(|&n| {

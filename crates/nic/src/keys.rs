@@ -7,7 +7,8 @@
 //! guessable from the previous one. Here every key is 32 bits drawn from a ChaCha-based
 //! CSPRNG seeded from the OS random source, unique among the device's live keys, and
 //! resolved through a hash map from key to MR slot: an O(1) lookup on the packet path that
-//! says nothing about the key's neighbours (docs/architecture.md §4, docs/abi.md §5).
+//! says nothing about the key's neighbours (docs/architecture.md §4, docs/abi.md §5). A
+//! few recent lookups are remembered (`MrTable::by_key`), checked against the slot's key.
 //!
 //! A sealed (hermetic) device (`crate::fuzzing`) must replay exactly, so its generator is
 //! seeded with a constant and starts over whenever it has no context left.
@@ -110,6 +111,9 @@ impl Hasher for KeyHasher {
 
 type KeyMap = HashMap<u32, u32, BuildHasherDefault<KeyHasher>>;
 
+/// Entries of [`MrTable`]'s cache of recent lookups.
+const RECENT: usize = 4;
+
 /// Where a memory window points while it is bound (IBTA Vol 1 §10.6.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MwBinding {
@@ -144,6 +148,10 @@ pub(crate) struct Mw {
 pub(crate) struct MrTable {
     slab: Slab<Mr>,
     by_key: KeyMap,
+    /// Keys looked up lately and their slots, by the key's low bits: a packet's lookups
+    /// mostly repeat a few keys. An entry is only a hint: the slot's MR must still have
+    /// the key, else the map answers.
+    recent: [Cell<(u32, u32)>; RECENT],
     /// MR keys per 24-bit prefix.
     mr_prefixes: KeyMap,
     mws: Slab<Mw>,
@@ -155,6 +163,7 @@ impl MrTable {
         MrTable {
             slab: Slab::new(1),
             by_key: HashMap::default(),
+            recent: std::array::from_fn(|_| Cell::new((0, u32::MAX))),
             mr_prefixes: HashMap::default(),
             mws: Slab::new(1),
             mw_by_prefix: HashMap::default(),
@@ -253,8 +262,17 @@ impl MrTable {
 
     /// The MR a key names (the packet path's lookup).
     pub(crate) fn by_key(&self, key: u32) -> Option<&Mr> {
+        let hint = &self.recent[key as usize % RECENT];
+        let (k, idx) = hint.get();
+        if k == key {
+            if let Some(m) = self.slab.get(idx).filter(|m| m.key == key) {
+                return Some(m);
+            }
+        }
         let idx = *self.by_key.get(&key)?;
-        self.slab.get(idx).filter(|m| m.key == key)
+        let m = self.slab.get(idx).filter(|m| m.key == key)?;
+        hint.set((key, idx));
+        Some(m)
     }
 }
 

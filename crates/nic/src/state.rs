@@ -873,8 +873,8 @@ const DEFER_MAX: usize = 4;
 pub(crate) struct Deferred {
     at: usize,
     len: usize,
-    key: u32,
     off: u64,
+    key: u32,
 }
 
 /// The deferred payload ranges of one packet, in buffer order (same-device DMA: a packet
@@ -905,6 +905,11 @@ impl DeferList {
             return true;
         }
         false
+    }
+
+    /// Forget every range.
+    pub(crate) fn clear(&mut self) {
+        self.n = 0;
     }
 
     /// Whether no payload is deferred.
@@ -977,39 +982,26 @@ fn source(mrs: &crate::keys::MrTable, key: u32) -> Option<&Mr> {
 
 /// What a [`DmaView`] does with packet payload — the bytes the transport moves through
 /// `Memory`'s `*_to_packet` / `*_from_packet` methods, which name their place in the packet.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) enum Payload {
+#[derive(Debug, Default)]
+pub(crate) enum Payload<'a> {
     /// Copy bytes in and out (packets from the socket; packets built for it).
     #[default]
     Copy,
-    /// Building a packet that may stay on the device: payload read into it is recorded
-    /// (where it comes from, where in the packet it goes) instead of copied.
-    Defer(DeferList),
+    /// Building a packet that may stay on the device: payload read into it is recorded in
+    /// the list (where it comes from, where in the packet it goes) instead of copied.
+    Defer(&'a mut DeferList),
     /// Delivering a packet built that way: its payload is copied from the recorded sources
     /// straight into the destination.
-    Resolve(DeferList),
+    Resolve(&'a DeferList),
 }
 
-impl Payload {
-    /// Record payload reads (a packet about to be built).
-    pub(crate) fn defer() -> Payload {
-        Payload::Defer(DeferList::default())
-    }
-
-    /// Resolve payload writes from a packet built with [`Payload::defer`] and `list`.
-    pub(crate) fn resolve(list: DeferList) -> Payload {
+impl<'a> Payload<'a> {
+    /// Resolve payload writes from a packet built with [`Payload::Defer`] and `list`.
+    pub(crate) fn resolve(list: &'a DeferList) -> Payload<'a> {
         if list.is_empty() {
             Payload::Copy
         } else {
             Payload::Resolve(list)
-        }
-    }
-
-    /// The ranges recorded while building.
-    pub(crate) fn deferred(&self) -> DeferList {
-        match self {
-            Payload::Defer(list) => *list,
-            _ => DeferList::default(),
         }
     }
 }
@@ -1022,7 +1014,7 @@ pub(crate) struct DmaView<'a> {
     pub(crate) pd: u32,
     /// The QP's number (a type 2 window answers only the QP it is bound to).
     pub(crate) qpn: u32,
-    pub(crate) payload: Payload,
+    pub(crate) payload: Payload<'a>,
 }
 
 impl std::fmt::Debug for DmaView<'_> {
@@ -1414,6 +1406,29 @@ mod tests {
     }
 
     #[test]
+    fn remembered_key_lookups_never_outlive_their_mr() {
+        let (mut a, mut b) = (vec![0u8; 16], vec![0u8; 16]);
+        let mut mrs = crate::keys::MrTable::new();
+        // Keys with the same low bits share a remembered entry.
+        let (k1, k2) = (0x1111_1104, 0x2222_2204);
+        let h1 = mrs.insert(mr(&mut a, k1, 7), 8).unwrap();
+        assert_eq!(mrs.by_key(k1).map(|m| m.key), Some(k1));
+        assert_eq!(mrs.by_key(k1).map(|m| m.key), Some(k1), "remembered");
+        // Gone: its remembered slot must not answer.
+        mrs.remove(h1);
+        assert!(mrs.by_key(k1).is_none());
+        // The slot reused by another key: the old key still finds nothing.
+        let h2 = mrs.insert(mr(&mut b, k2, 7), 8).unwrap();
+        assert_eq!(h2, h1, "the slab reuses the slot");
+        assert!(mrs.by_key(k1).is_none());
+        assert_eq!(mrs.by_key(k2).map(|m| m.key), Some(k2));
+        assert!(mrs.by_key(k1).is_none());
+        // An unknown key never answers, remembered neighbour or not.
+        assert!(mrs.by_key(k2 ^ 0x100).is_none());
+        drop((a, b));
+    }
+
+    #[test]
     fn deferred_payload_goes_from_source_to_destination_in_one_copy() {
         let mut src: Vec<u8> = (0..64).collect();
         let mut dst = vec![0xeeu8; 64];
@@ -1423,11 +1438,12 @@ mod tests {
         mrs.insert(mr(&mut dst, kb, 7), 8).unwrap();
         // Build: two payload pieces read into the packet are recorded, not copied.
         let mut pkt = vec![0x55u8; 64];
+        let mut list = DeferList::default();
         let mut view = DmaView {
             mrs: &mrs,
             pd: 7,
             qpn: 16,
-            payload: Payload::defer(),
+            payload: Payload::Defer(&mut list),
         };
         view.read_local_to_packet(Lkey(ka), 0x1000 + 8, &mut pkt[10..20], 10)
             .unwrap();
@@ -1442,7 +1458,6 @@ mod tests {
         let mut plain = [0u8; 4];
         view.read_local(Lkey(ka), 0x1000 + 2, &mut plain).unwrap();
         assert_eq!(plain, [2, 3, 4, 5]);
-        let list = view.payload.deferred();
         assert_eq!(pkt[10..20], [0x55; 10]);
         assert!(list.sources_valid(&mrs));
         // Deliver bytes 5..45 of the packet to dst+0: literal, deferred, literal,
@@ -1451,7 +1466,7 @@ mod tests {
             mrs: &mrs,
             pd: 7,
             qpn: 17,
-            payload: Payload::resolve(list),
+            payload: Payload::resolve(&list),
         };
         rx.write_remote_from_packet(Rkey(kb), 0x1000, &pkt[5..45], 5)
             .unwrap();

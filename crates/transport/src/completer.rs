@@ -196,7 +196,7 @@ impl Qp {
         if self.req.next_psn.is_before(self.comp.unacked) {
             self.req.next_psn = self.comp.unacked;
         }
-        if w.wr.opcode.is_read_or_atomic() {
+        if w.opcode.is_read_or_atomic() {
             self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
         }
         self.complete_send(&w, status);

@@ -68,6 +68,7 @@ mod qp;
 mod recovery;
 mod requester;
 mod responder;
+mod sq;
 mod sr;
 pub mod state;
 mod time;

@@ -51,6 +51,7 @@ use crate::mem::Memory;
 use crate::recovery::Recovery;
 use crate::requester::Requester;
 use crate::responder::Responder;
+use crate::sq::{Retired, SendRing};
 use crate::state::{check_modify, Mtu, QpAttr, QpAttrMask, QpState, Service};
 use crate::{
     Completion, Counters, PostError, RecvWr, SendFlags, SendWr, Time, WcFlags, WcOpcode, WcStatus,
@@ -492,7 +493,7 @@ pub struct Qp {
 
     /// Send queue: WQEs posted and not yet completed (rxe `qp->sq`). The requester walks it
     /// from [`Requester::cursor`], the completer retires it from the front.
-    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) sq: SendRing,
     /// Receive queue (rxe `qp->rq`): filled by [`Qp::post_recv`], drained by the responder.
     pub(crate) rq: VecDeque<RecvWr>,
     /// Requester state (rxe `qp->req`).
@@ -537,7 +538,7 @@ impl Qp {
         let mut qp = Qp {
             cfg,
             attr: QpAttr::default(),
-            sq: VecDeque::with_capacity(caps.max_send_wr as usize),
+            sq: SendRing::with_capacity(caps.max_send_wr as usize),
             rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
             req: Requester::default(),
             comp: Completer::default(),
@@ -755,19 +756,7 @@ impl Qp {
         if self.sq.len() + self.send_slots_pending >= self.cfg.caps.max_send_wr as usize {
             return Ok(Err(PostError::QueueFull));
         }
-        self.sq.push_back(SendWqe {
-            wr: SendWr::new(0, WrOpcode::Send),
-            len: 0,
-            signaled: false,
-            started: false,
-            first_psn: Psn::new(0),
-            last_psn: Psn::new(0),
-            ssn: Msn::new(0),
-        });
-        let filled = match self.sq.back_mut() {
-            Some(w) => fill(&mut w.wr),
-            None => return Ok(Err(PostError::QueueFull)),
-        };
+        let filled = fill(&mut self.sq.push_back().wr);
         if let Err(e) = filled {
             self.sq.pop_back();
             return Err(e);
@@ -1157,40 +1146,33 @@ impl Qp {
     // ---------------------------------------------------------------------------------------
     // Completions, errors and flushes (docs/wire.md §6.3, IBA 10.7.3.1)
 
-    pub(crate) fn complete_send(&mut self, wqe: &SendWqe, status: WcStatus) {
+    pub(crate) fn complete_send(&mut self, wqe: &Retired, status: WcStatus) {
         // Unsignaled WRs complete silently unless they fail (IBA 10.7.3.1).
         if status == WcStatus::Success && !wqe.signaled {
             return;
         }
         let mut flags = WcFlags::default();
-        let imm = if wqe.wr.opcode.has_imm() {
+        let imm = if wqe.opcode.has_imm() {
             flags |= WcFlags::WITH_IMM;
-            Some(wqe.wr.imm_data)
+            Some(wqe.imm_data)
         } else {
             None
         };
         let c = Completion {
-            wr_id: wqe.wr.wr_id,
+            wr_id: wqe.wr_id,
             status,
-            opcode: wqe.wr.opcode.wc_opcode(),
+            opcode: wqe.opcode.wc_opcode(),
             vendor_err: 0,
             byte_len: wqe.len,
             imm_data: imm,
             invalidated_rkey: None,
             qp_num: self.cfg.qpn,
-            src_qp: self.peer_qpn(wqe),
+            src_qp: wqe.ud_qpn.unwrap_or_else(|| self.dest_qpn()),
             wc_flags: flags,
             solicited: false,
         };
         self.send_slots_pending += 1;
         self.completions.push_back((c, Slot::Send));
-    }
-
-    fn peer_qpn(&self, wqe: &SendWqe) -> Qpn {
-        match wqe.wr.ud {
-            Some(ud) => ud.remote_qpn,
-            None => self.dest_qpn(),
-        }
     }
 
     pub(crate) fn complete_recv(&mut self, held: HeldRecv, c: Completion) {

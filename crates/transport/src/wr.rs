@@ -102,6 +102,12 @@ impl SgeList {
         self.len() == 0
     }
 
+    /// Remove every SGE (a spilled list keeps its heap storage).
+    pub fn clear(&mut self) {
+        self.inline_len = 0;
+        self.spill.clear();
+    }
+
     /// Sum of lengths (u64: cannot overflow for ≤ 2^32 SGEs).
     pub fn total_len(&self) -> u64 {
         self.as_slice().iter().map(|s| u64::from(s.length)).sum()
@@ -240,6 +246,15 @@ impl LocalData {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Empty it, keeping its form and storage (an inline array stays for the next bytes).
+    fn clear(&mut self) {
+        match self {
+            LocalData::Sges(l) => l.clear(),
+            LocalData::Inline(v) => v.clear(),
+            LocalData::InlineData(d) => d.clear(),
+        }
+    }
 }
 
 impl Default for LocalData {
@@ -347,6 +362,38 @@ impl SendWr {
             ud: None,
             xrc_srqn: 0,
         }
+    }
+
+    /// Make it what [`SendWr::new`]`(0, Send)` makes, except that `local` keeps its form
+    /// and storage, emptied (a reused send-queue slot; `crate::sq`).
+    pub(crate) fn reset(&mut self) {
+        // Every field named: a new one must be reset here too.
+        let SendWr {
+            wr_id,
+            opcode,
+            flags,
+            local,
+            imm_data,
+            invalidate_rkey,
+            remote_addr,
+            rkey,
+            compare_add,
+            swap,
+            ud,
+            xrc_srqn,
+        } = self;
+        *wr_id = 0;
+        *opcode = WrOpcode::Send;
+        *flags = SendFlags::SIGNALED;
+        local.clear();
+        *imm_data = 0;
+        *invalidate_rkey = Rkey(0);
+        *remote_addr = 0;
+        *rkey = Rkey(0);
+        *compare_add = 0;
+        *swap = 0;
+        *ud = None;
+        *xrc_srqn = 0;
     }
 }
 
