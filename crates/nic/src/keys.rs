@@ -111,8 +111,13 @@ impl Hasher for KeyHasher {
 
 type KeyMap = HashMap<u32, u32, BuildHasherDefault<KeyHasher>>;
 
-/// Entries of [`MrTable`]'s cache of recent lookups.
-const RECENT: usize = 4;
+/// Entries of [`MrTable`]'s cache of recent lookups: 8 sets of 2.
+const RECENT: usize = 16;
+
+/// The set of [`MrTable`]'s recent lookups that `key` goes to.
+pub(crate) fn recent_set(key: u32) -> usize {
+    (key.wrapping_mul(0x9e37_79b9) >> 29) as usize
+}
 
 /// Where a memory window points while it is bound (IBTA Vol 1 §10.6.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +153,7 @@ pub(crate) struct Mw {
 pub(crate) struct MrTable {
     slab: Slab<Mr>,
     by_key: KeyMap,
-    /// Keys looked up lately and their slots, by the key's low bits: a packet's lookups
+    /// Keys looked up lately and their slots, by a hash of the key: a packet's lookups
     /// mostly repeat a few keys. An entry is only a hint: the slot's MR must still have
     /// the key, else the map answers.
     recent: [Cell<(u32, u32)>; RECENT],
@@ -262,16 +267,24 @@ impl MrTable {
 
     /// The MR a key names (the packet path's lookup).
     pub(crate) fn by_key(&self, key: u32) -> Option<&Mr> {
-        let hint = &self.recent[key as usize % RECENT];
-        let (k, idx) = hint.get();
-        if k == key {
-            if let Some(m) = self.slab.get(idx).filter(|m| m.key == key) {
-                return Some(m);
+        // Two ways per set: two keys in turn (a WRITE's source and destination) that fall
+        // in one set do not evict each other.
+        let set = recent_set(key) * 2;
+        let ways = self.recent.get(set..set + 2).unwrap_or(&[]);
+        for w in ways {
+            let (k, idx) = w.get();
+            if k == key {
+                if let Some(m) = self.slab.get(idx).filter(|m| m.key == key) {
+                    return Some(m);
+                }
             }
         }
         let idx = *self.by_key.get(&key)?;
         let m = self.slab.get(idx).filter(|m| m.key == key)?;
-        hint.set((key, idx));
+        if let [first, second] = ways {
+            second.set(first.get());
+            first.set((key, idx));
+        }
         Some(m)
     }
 }

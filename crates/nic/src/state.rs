@@ -1407,25 +1407,42 @@ mod tests {
 
     #[test]
     fn remembered_key_lookups_never_outlive_their_mr() {
-        let (mut a, mut b) = (vec![0u8; 16], vec![0u8; 16]);
+        let mut bufs = vec![vec![0u8; 16]; 4];
         let mut mrs = crate::keys::MrTable::new();
-        // Keys with the same low bits share a remembered entry.
-        let (k1, k2) = (0x1111_1104, 0x2222_2204);
-        let h1 = mrs.insert(mr(&mut a, k1, 7), 8).unwrap();
+        // Four keys of one set of remembered lookups (it has two ways).
+        let set = crate::keys::recent_set(0x1111_1104);
+        let keys: Vec<u32> = (0x1111_1104u32..)
+            .step_by(0x100)
+            .filter(|&k| crate::keys::recent_set(k) == set)
+            .take(4)
+            .collect();
+        let (k1, k2) = (keys[0], keys[1]);
+        let mut it = bufs.iter_mut();
+        let h1 = mrs.insert(mr(it.next().unwrap(), k1, 7), 8).unwrap();
         assert_eq!(mrs.by_key(k1).map(|m| m.key), Some(k1));
         assert_eq!(mrs.by_key(k1).map(|m| m.key), Some(k1), "remembered");
         // Gone: its remembered slot must not answer.
         mrs.remove(h1);
         assert!(mrs.by_key(k1).is_none());
         // The slot reused by another key: the old key still finds nothing.
-        let h2 = mrs.insert(mr(&mut b, k2, 7), 8).unwrap();
+        let h2 = mrs.insert(mr(it.next().unwrap(), k2, 7), 8).unwrap();
         assert_eq!(h2, h1, "the slab reuses the slot");
         assert!(mrs.by_key(k1).is_none());
         assert_eq!(mrs.by_key(k2).map(|m| m.key), Some(k2));
         assert!(mrs.by_key(k1).is_none());
+        // More keys of the set than it has ways, in turn: each still finds its own MR.
+        for (&k, b) in keys[2..].iter().zip(it) {
+            mrs.insert(mr(b, k, 7), 8).unwrap();
+        }
+        for _ in 0..3 {
+            for &k in &keys[1..] {
+                assert_eq!(mrs.by_key(k).map(|m| m.key), Some(k));
+            }
+        }
         // An unknown key never answers, remembered neighbour or not.
-        assert!(mrs.by_key(k2 ^ 0x100).is_none());
-        drop((a, b));
+        assert!(mrs.by_key(k1).is_none());
+        assert!(mrs.by_key(k2 ^ 0x1).is_none());
+        drop(bufs);
     }
 
     #[test]

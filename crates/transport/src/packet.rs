@@ -92,7 +92,11 @@ pub fn finish_in_place(
         return None;
     }
     hdr.emit(buf).ok()?;
-    buf.get_mut(hl + payload_len..total)?.fill(0);
+    // At most 3 pad bytes: a loop, not `fill` (a `memset` call even for none, which
+    // showed as 5 % of a 1,000-QP run's profile).
+    for b in buf.get_mut(hl + payload_len..total)? {
+        *b = 0;
+    }
     let mut b = bth::Packet::new_checked(buf.get_mut(..bth::HEADER_LEN)?).ok()?;
     b.set_pad_count(pad as u8);
     Some(total)
