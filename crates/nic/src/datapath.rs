@@ -648,6 +648,7 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
             io.put_buf(buf);
             break;
         };
+        deferred.stamp(&res.mrs);
         sent += t.pkts() as usize;
         route(
             dev_ip, own, hermetic, q, res, peer_tx, io, buf, t, &deferred,

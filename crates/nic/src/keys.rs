@@ -157,6 +157,9 @@ pub(crate) struct MrTable {
     /// mostly repeat a few keys. An entry is only a hint: the slot's MR must still have
     /// the key, else the map answers.
     recent: [Cell<(u32, u32)>; RECENT],
+    /// MRs removed so far: a record of keys made when it had some value names only MRs
+    /// that still exist while it has that value (`DeferList::sources_valid`).
+    removals: u64,
     /// MR keys per 24-bit prefix.
     mr_prefixes: KeyMap,
     mws: Slab<Mw>,
@@ -169,6 +172,7 @@ impl MrTable {
             slab: Slab::new(1),
             by_key: HashMap::default(),
             recent: std::array::from_fn(|_| Cell::new((0, u32::MAX))),
+            removals: 0,
             mr_prefixes: HashMap::default(),
             mws: Slab::new(1),
             mw_by_prefix: HashMap::default(),
@@ -202,6 +206,7 @@ impl MrTable {
 
     pub(crate) fn remove(&mut self, idx: u32) -> Option<Mr> {
         let mr = self.slab.remove(idx)?;
+        self.removals += 1;
         self.by_key.remove(&mr.key);
         let p = mr.key >> 8;
         if let Some(n) = self.mr_prefixes.get_mut(&p) {
@@ -263,6 +268,11 @@ impl MrTable {
                 w.binding.set(None);
             }
         }
+    }
+
+    /// How many MRs were removed so far.
+    pub(crate) fn removals(&self) -> u64 {
+        self.removals
     }
 
     /// The MR a key names (the packet path's lookup).

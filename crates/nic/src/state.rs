@@ -885,6 +885,8 @@ pub(crate) struct Deferred {
 pub(crate) struct DeferList {
     n: u8,
     items: [Deferred; DEFER_MAX],
+    /// `MrTable::removals` when the list was made ([`DeferList::stamp`]).
+    removals: u64,
 }
 
 impl DeferList {
@@ -917,11 +919,19 @@ impl DeferList {
         self.n == 0
     }
 
+    /// Note the MR table's removals as the list is made (its keys were looked up then).
+    pub(crate) fn stamp(&mut self, mrs: &crate::keys::MrTable) {
+        self.removals = mrs.removals();
+    }
+
     /// Whether every MR the deferred bytes come from is still registered (the packet is
     /// delivered in a later pass, after commands may have deregistered it: then it is
-    /// dropped like a lost packet, and the sender's retry finds the key gone).
+    /// dropped like a lost packet, and the sender's retry finds the key gone). With no MR
+    /// removed since [`DeferList::stamp`], all are.
     pub(crate) fn sources_valid(&self, mrs: &crate::keys::MrTable) -> bool {
-        self.items().iter().all(|d| source(mrs, d.key).is_some())
+        self.n == 0
+            || mrs.removals() == self.removals
+            || self.items().iter().all(|d| source(mrs, d.key).is_some())
     }
 
     /// Copy the deferred bytes into the packet (it leaves through a socket); `false` if a
@@ -1476,6 +1486,7 @@ mod tests {
         view.read_local(Lkey(ka), 0x1000 + 2, &mut plain).unwrap();
         assert_eq!(plain, [2, 3, 4, 5]);
         assert_eq!(pkt[10..20], [0x55; 10]);
+        list.stamp(&mrs);
         assert!(list.sources_valid(&mrs));
         // Deliver bytes 5..45 of the packet to dst+0: literal, deferred, literal,
         // deferred, literal.
@@ -1497,10 +1508,15 @@ mod tests {
         assert!(list.materialize(&mrs, &mut out));
         assert_eq!(out[10..20], src[8..18]);
         assert_eq!(out[30..40], src[40..50]);
+        // Another MR removed: the list's own sources are still there.
+        let mut other = vec![0u8; 8];
+        let o = mrs.insert(mr(&mut other, 0x0123_4567, 7), 8).unwrap();
+        mrs.remove(o);
+        assert!(list.sources_valid(&mrs));
         mrs.remove(a);
         assert!(!list.sources_valid(&mrs));
         assert!(!list.materialize(&mrs, &mut out));
-        drop((src, dst));
+        drop((src, dst, other));
     }
 
     #[test]

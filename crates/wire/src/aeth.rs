@@ -46,6 +46,7 @@ pub struct AethRepr {
 }
 
 impl AethRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<AethRepr> {
         packet.check_len()?;
         Ok(AethRepr {
@@ -54,6 +55,7 @@ impl AethRepr {
         })
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_syndrome(self.syndrome);
         packet.set_msn(self.msn);

@@ -35,6 +35,7 @@ pub struct AtomicAckEthRepr {
 }
 
 impl AtomicAckEthRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<AtomicAckEthRepr> {
         packet.check_len()?;
         Ok(AtomicAckEthRepr {
@@ -42,6 +43,7 @@ impl AtomicAckEthRepr {
         })
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_orig(self.orig);
     }

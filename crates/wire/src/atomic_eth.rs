@@ -67,6 +67,7 @@ pub struct AtomicEthRepr {
 }
 
 impl AtomicEthRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<AtomicEthRepr> {
         packet.check_len()?;
         Ok(AtomicEthRepr {
@@ -77,6 +78,7 @@ impl AtomicEthRepr {
         })
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_va(self.va);
         packet.set_rkey(self.rkey);

@@ -163,6 +163,7 @@ impl BthRepr {
     }
 
     /// Reads every field. Never fails on a checked packet; the `Result` keeps the Repr API uniform.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<BthRepr> {
         packet.check_len()?;
         Ok(BthRepr {
@@ -183,6 +184,7 @@ impl BthRepr {
     }
 
     /// Writes every field (out-of-range values are masked to their field width).
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_opcode(self.opcode);
         packet.set_flags(self.solicited, self.migreq, self.pad_count, self.tver);

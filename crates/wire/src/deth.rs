@@ -60,6 +60,7 @@ pub struct DethRepr {
 }
 
 impl DethRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<DethRepr> {
         packet.check_len()?;
         Ok(DethRepr {
@@ -69,6 +70,7 @@ impl DethRepr {
     }
 
     /// Writes Q_Key and SrcQP; the reserved byte is written as zero.
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_qkey(self.qkey);
         packet.set_reserved(0);

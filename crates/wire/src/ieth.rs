@@ -35,6 +35,7 @@ pub struct IethRepr {
 }
 
 impl IethRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<IethRepr> {
         packet.check_len()?;
         Ok(IethRepr {
@@ -42,6 +43,7 @@ impl IethRepr {
         })
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_rkey(self.rkey);
     }

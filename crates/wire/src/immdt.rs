@@ -34,11 +34,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 pub struct ImmDt(pub u32);
 
 impl ImmDt {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<ImmDt> {
         packet.check_len()?;
         Ok(ImmDt(packet.imm()))
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_imm(self.0);
     }

@@ -57,6 +57,7 @@ pub struct RethRepr {
 }
 
 impl RethRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<RethRepr> {
         packet.check_len()?;
         Ok(RethRepr {
@@ -66,6 +67,7 @@ impl RethRepr {
         })
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_va(self.va);
         packet.set_rkey(self.rkey);

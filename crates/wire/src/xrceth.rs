@@ -42,6 +42,7 @@ pub struct XrcEthRepr {
 }
 
 impl XrcEthRepr {
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<XrcEthRepr> {
         packet.check_len()?;
         Ok(XrcEthRepr {
@@ -49,6 +50,7 @@ impl XrcEthRepr {
         })
     }
 
+    #[inline(always)]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         packet.set_srqn(self.srqn);
     }
