@@ -744,7 +744,9 @@ impl Qp {
     /// [`Qp::post_send`] for a WR that `fill` writes straight into its place in the send
     /// queue (a `SendWr` with inline data is a few hundred bytes: a device that takes WQEs
     /// from a ring at millions per second should not copy each several times). `fill` gets
-    /// a `SendWr::new(0, Send)`; if it fails, nothing was posted and its error is returned.
+    /// a WR with `SendWr::new(0, Send)`'s fields, except that its `local` may keep the form
+    /// and storage of an earlier WR's, emptied (the slot is reused: `crate::sq`), so `fill`
+    /// sets `local`; if it fails, nothing was posted and its error is returned.
     pub fn post_send_with<E>(
         &mut self,
         fill: impl FnOnce(&mut SendWr) -> Result<(), E>,
