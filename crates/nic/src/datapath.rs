@@ -33,8 +33,8 @@ use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    Grh, InlineData, LocalData, PostError, QpAttr, QpAttrMask, QpEvent, QpState, Run, RxMeta,
-    SendFlags, SendWr, Service, SgeList, Time, Transmit, UdDest, WcStatus, WrOpcode,
+    Grh, PostError, QpAttr, QpAttrMask, QpEvent, QpState, Run, RxMeta, SendFlags, SendWr, Service,
+    Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 
 use crate::state::*;
@@ -344,30 +344,19 @@ fn fill_wr(
         // Inline bytes stay inside the WR (no allocation); the parser bounds them by the
         // QP's max_inline, itself at most abi's MAX_INLINE_DATA = the transport's.
         SendPayload::Inline(b) => {
-            if !matches!(wr.local, LocalData::InlineData(_)) {
-                wr.local = LocalData::InlineData(InlineData::new());
-            }
-            if let LocalData::InlineData(d) = &mut wr.local {
-                d.clear();
-                if !d.extend_from_slice(b) {
-                    return Err(WcStatus::LocQpOpErr);
-                }
+            if !wr.local.inline_data_mut().extend_from_slice(b) {
+                return Err(WcStatus::LocQpOpErr);
             }
         }
+        // Written in place: a reused send-queue slot keeps its list.
         SendPayload::Sges(_) => {
-            // Written in place: a reused send-queue slot keeps its list (emptied).
-            if !matches!(wr.local, LocalData::Sges(_)) {
-                wr.local = LocalData::Sges(SgeList::new());
-            }
-            if let LocalData::Sges(l) = &mut wr.local {
-                l.clear();
-                for s in payload.sges() {
-                    l.push(transport::Sge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: transport::wire::Lkey(s.lkey),
-                    });
-                }
+            let l = wr.local.sges_mut();
+            for s in payload.sges() {
+                l.push(transport::Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: transport::wire::Lkey(s.lkey),
+                });
             }
         }
     }

@@ -247,6 +247,35 @@ impl LocalData {
         self.len() == 0
     }
 
+    /// The inline array, emptied, for bytes written in place (made one if it held another
+    /// form; a reused send-queue slot usually already is one: `crate::sq`).
+    pub fn inline_data_mut(&mut self) -> &mut InlineData {
+        if !matches!(self, LocalData::InlineData(_)) {
+            *self = LocalData::InlineData(InlineData::new());
+        }
+        match self {
+            LocalData::InlineData(d) => {
+                d.clear();
+                d
+            }
+            _ => unreachable!("made an inline array above"),
+        }
+    }
+
+    /// The SGE list, emptied, for SGEs written in place (made one if it held another form).
+    pub fn sges_mut(&mut self) -> &mut SgeList {
+        if !matches!(self, LocalData::Sges(_)) {
+            *self = LocalData::Sges(SgeList::new());
+        }
+        match self {
+            LocalData::Sges(l) => {
+                l.clear();
+                l
+            }
+            _ => unreachable!("made an SGE list above"),
+        }
+    }
+
     /// Empty it, keeping its form and storage (an inline array stays for the next bytes).
     fn clear(&mut self) {
         match self {
