@@ -1748,6 +1748,7 @@ impl DevState {
             sq_layout,
             sq,
             sq_taken: 0,
+            pull_pkts: 1,
             rq,
             caps,
             sq_sig_all: c.sq_sig_all != 0,

@@ -36,6 +36,7 @@ use transport::{
     Grh, PostError, QpAttr, QpAttrMask, QpEvent, QpState, Run, RxMeta, SendFlags, SendWr, Service,
     Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
+use zerocopy::FromBytes;
 
 use crate::state::*;
 
@@ -61,6 +62,11 @@ const RUN_BYTES: usize = 64 * 1024;
 const RUN_BUF: usize = RUN_BYTES + PKT_BUF;
 /// Rounds of (loopback, ready QPs) per pass.
 const ROUNDS: usize = 8;
+
+/// Bytes of a send WQE [`pull_sq`] reads at first: the header and what most WQEs carry
+/// after it (up to four SGEs or 64 inline bytes). The rest of its slot is read only if the
+/// header says it is used.
+const SEND_WQE_FIRST_READ: usize = SEND_WQE_HDR_BYTES + 64;
 /// Largest send WQE the engine reads: header + 32 SGEs.
 const SEND_WQE_MAX: usize = SEND_WQE_HDR_BYTES + 32 * 16;
 
@@ -188,6 +194,16 @@ pub(crate) fn work(st: &mut DevState, io: &mut Queues, mut clock: impl FnMut() -
                 break;
             };
             let run = *run;
+            // With many QPs, the next packet's QP is out of the near caches: start
+            // loading its state while this packet is delivered (not when it is this one's).
+            if let Some((next, ..)) = io.loopq.get(1) {
+                let (this_qpn, next_qpn) = (bth_dest_qpn(buf), bth_dest_qpn(next));
+                if next_qpn != this_qpn {
+                    if let Some(q) = st.qps.get(next_qpn) {
+                        crate::dma::prefetch(q, std::mem::size_of::<QpObj>());
+                    }
+                }
+            }
             if let Some(bytes) = buf.get(..*len) {
                 deliver_loopback(st, bytes, deferred, run, now);
             }
@@ -393,7 +409,16 @@ fn fill_wr(
 
 /// Move WQEs from the SQ ring into the transport while it accepts them. WQEs posted while
 /// the QP is below RTS stay in the ring until it gets there (rxe's requester waits too).
+///
+/// Only about one turn's worth ([`TX_BUDGET`] packets, counted at the size of the newest
+/// WQE taken) is taken ahead of what the transport is sending; the rest wait in the ring, as
+/// a NIC fetches WQEs when it gets to them. Each WQE the transport holds is a slot of
+/// several hundred bytes: with a thousand busy QPs, whole rings of them taken at once would
+/// be out of the caches again by the time they are sent.
 fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
+    if pulled_enough(q) {
+        return false;
+    }
     if matches!(q.qp.state(), QpState::Reset | QpState::Init | QpState::Rtr) {
         return false;
     }
@@ -412,15 +437,31 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
                 return progress;
             }
         };
-        if q.sq_taken >= avail {
+        if q.sq_taken >= avail || pulled_enough(q) {
             return progress;
         }
-        let Some(slot) = buf.get_mut(..read_len) else {
+        // The header first, then only the bytes it says follow (a slot sized for inline
+        // data is mostly unused by a WQE with one SGE: its other cache lines stay unread).
+        let first = SEND_WQE_FIRST_READ.min(read_len);
+        let Some(head) = buf.get_mut(..first) else {
             return progress;
         };
-        if q.sq.read(q.sq_taken, 0, slot).is_err() {
+        if q.sq.read(q.sq_taken, 0, head).is_err() {
             return progress;
         }
+        let used =
+            SendWqe::read_from_prefix(head).map_or(read_len, |(h, _)| h.wire_len().min(read_len));
+        let Some(slot) = buf.get_mut(..used.max(first)) else {
+            return progress;
+        };
+        if let Some(rest) = slot.get_mut(first..).filter(|r| !r.is_empty()) {
+            if q.sq.read(q.sq_taken, first, rest).is_err() {
+                return progress;
+            }
+        }
+        let Some(slot) = slot.get(..used) else {
+            return progress;
+        };
         let parsed = SendWqe::parse(slot, limits);
         let (wr_id, opcode) = match &parsed {
             Ok((h, _)) => (h.wr_id, h.opcode),
@@ -462,6 +503,21 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
             });
         }
         progress = true;
+        if let Ok((h, p)) = &parsed {
+            let len = match p {
+                SendPayload::Inline(b) => b.len() as u64,
+                SendPayload::Sges(_) if h.num_sge == 1 => {
+                    p.sges().next().map_or(0, |s| u64::from(s.length))
+                }
+                SendPayload::Sges(_) => p.sges().map(|s| u64::from(s.length)).sum(),
+            };
+            let mtu = u64::from(q.qp.path_mtu_bytes().max(1));
+            q.pull_pkts = if len <= mtu {
+                1
+            } else {
+                u32::try_from(len.div_ceil(mtu)).unwrap_or(u32::MAX)
+            };
+        }
         match posted {
             Ok(Ok(())) => {
                 q.sq_taken += 1;
@@ -473,6 +529,11 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
             Err(status) => fail_wqe(q, res, wr_id, opcode, status),
         }
     }
+}
+
+/// Whether the transport holds about a turn's worth of packets not yet sent ([`pull_sq`]).
+fn pulled_enough(q: &QpObj) -> bool {
+    q.qp.unsent_sends().saturating_mul(q.pull_pkts as usize) >= TX_BUDGET
 }
 
 /// A send WQE the transport cannot take: the transport moves the QP to ERR (flushing
@@ -598,6 +659,7 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     };
     // Each packet's deferred payload ranges (emptied per packet, not rebuilt).
     let mut deferred = DeferList::default();
+    let mut pulls = 0;
     while sent < TX_BUDGET {
         if io.backlogged() {
             more = true;
@@ -635,6 +697,13 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
         };
         let Some(t) = q.qp.poll_transmit_run(now, &mut mem, &mut buf, max_pkts) else {
             io.put_buf(buf);
+            // The transport has sent all it held: take more from the ring, if any (a
+            // bounded number of times: a ring flushed in ERR frees its slots at once).
+            pulls += 1;
+            if pulls <= TX_BUDGET && pull_sq(q, res) {
+                progress = true;
+                continue;
+            }
             break;
         };
         deferred.stamp(&res.mrs);

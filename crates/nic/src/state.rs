@@ -271,6 +271,9 @@ pub(crate) struct QpObj {
     /// or completed with an error itself). Released once complete, as rxe frees an SQ slot
     /// when the completer retires the WQE.
     pub(crate) sq_taken: u32,
+    /// Packets the newest send WQE taken from the ring will take (at least 1): how
+    /// `datapath::pull_sq` counts what the transport holds unsent.
+    pub(crate) pull_pkts: u32,
     /// The QP's own receive queue; `None` with an SRQ.
     pub(crate) rq: Option<RecvRing>,
     pub(crate) caps: Caps,

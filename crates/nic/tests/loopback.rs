@@ -832,6 +832,65 @@ fn measure_syscall_loop() {
     c.close();
 }
 
+/// The engine takes send WQEs from the ring about a turn's worth at a time, not the whole
+/// ring at once: WQEs deep in a full ring are still taken, in order, and one that is bad
+/// fails with its own status and moves the QP to ERR. Earlier WQEs complete in order, each
+/// either done (its bytes landed) or, if still outstanding when the QP failed, flushed
+/// (which depends on how far the device had got: IBA 10.7.3.1); every later one is flushed.
+#[test]
+fn a_full_ring_of_multi_packet_writes_completes_in_order_up_to_a_bad_wqe_deep_in_it() {
+    const DEPTH: usize = 16;
+    const LEN: usize = 8192; // 8 packets at MTU 1024
+    const BAD: usize = 12;
+    const IP: &str = "127.77.1.13";
+    let dev = device("lo_deep", IP);
+    let mut src = vec![0u8; DEPTH * LEN];
+    let mut dst = vec![0u8; DEPTH * LEN];
+    for (i, b) in src.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let mut c = Client::connect(&dev);
+    let pd = c.alloc_pd();
+    let mut cq_a = c.create_cq(64, -1, 1).unwrap();
+    let cq_b = c.create_cq(64, -1, 2).unwrap();
+    let (mut a, _b) = c.connected(pd, (cq_a.handle, cq_b.handle), QpType::Rc, DEPTH as u32, IP);
+    let ms = c.reg_mr(pd, &mut src, ALL).unwrap();
+    let md = c.reg_mr(pd, &mut dst, ALL).unwrap();
+    let (sa, da) = (src.as_ptr() as u64, dst.as_ptr() as u64);
+    for i in 0..DEPTH {
+        let off = (i * LEN) as u64;
+        let lkey = if i == BAD { ms.lkey ^ 0x55 } else { ms.lkey };
+        let w = write_wqe(i as u64, WrOpcode::RdmaWrite, da + off, md.rkey);
+        let s = sge(sa + off, LEN as u32, lkey);
+        a.sq.stage_parts(&[w.as_bytes(), s.as_bytes()]).unwrap();
+    }
+    // The whole ring at once, with one doorbell.
+    a.sq.publish().unwrap();
+    c.ring(a.db_slot);
+    let (ok, flushed) = (WcStatus::Success.raw(), WcStatus::WrFlushErr.raw());
+    let mut done = 0;
+    for i in 0..DEPTH {
+        let wc = poll(&mut cq_a);
+        assert_eq!(wc.wr_id, i as u64, "completions in order");
+        match i {
+            _ if i < BAD && wc.status == ok => {
+                assert_eq!(done, i, "a WRITE done after an earlier one was flushed");
+                done += 1;
+            }
+            _ if i < BAD => assert_eq!(wc.status, flushed, "completion {i}"),
+            BAD => assert_eq!(wc.status, WcStatus::LocProtErr.raw()),
+            _ => assert_eq!(wc.status, flushed, "completion {i}"),
+        }
+    }
+    expect_empty(&mut cq_a, Duration::from_millis(50));
+    assert_eq!(&dst[..done * LEN], &src[..done * LEN], "the WRITEs done");
+    assert!(
+        dst[BAD * LEN..].iter().all(|&b| b == 0),
+        "nothing from the bad one on"
+    );
+    c.close();
+}
+
 #[test]
 fn ipv6_device_uses_its_address_as_gid_and_loops_back() {
     let cfg = nic::DeviceConfig::new("lo_v6", "::1".parse().unwrap());

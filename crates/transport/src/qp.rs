@@ -908,6 +908,12 @@ impl Qp {
         self.sq.len()
     }
 
+    /// Send WRs posted and not yet sent in full (the one being sent counts; after a
+    /// rewind for retransmission, so do the ones to send again).
+    pub fn unsent_sends(&self) -> usize {
+        self.sq.len().saturating_sub(self.req.cursor)
+    }
+
     /// Whether the QP has work it is waiting on the network for (sent, unacknowledged
     /// requests, or responses queued).
     pub fn has_outstanding(&self) -> bool {
