@@ -9,6 +9,8 @@
 //! | two devices 64 KiB `write_bw --pair` | TCP over loopback (iperf3 if installed, else uroce's own stream) | ≥ 1.0 × |
 //! | two devices 1 B `write_lat --pair` t_typical | the UDP one-way time | ≤ 1.3 × |
 //! | same-device 8 B `write_bw --loopback --post_list 32` | — | ≥ 5 Mpps |
+//! | 1,000 QPs 64 KiB `write_bw --loopback -q 1000 -D SECS` | the same with one QP | ≥ 0.8 × |
+//! | an idle device's CPU time (`uroce pingpong` waiting for a peer, 5 × SECS) | — | ≤ 0.1 % |
 //!
 //! Every uroce figure is a `uroce bench ... --json` child process with perftest's defaults
 //! (tx depth 128, MTU 1024; `-n N` sets every child's iterations); `-D SECS` sets the
@@ -93,6 +95,22 @@ pub fn run(args: &Args) -> Result<ExitCode> {
     // perftest wants the iterations a multiple of the post list.
     let n32 = (args.iters.unwrap_or(400_000).max(32) / 32 * 32).to_string();
     let rate = bench(&["write_bw", "--loopback", "-s", "8", "-l", "32", "-n", &n32])?;
+    let d = secs.as_secs().max(1).to_string();
+    say("uroce bench write_bw --loopback -s 65536 -q 1 and -q 1000");
+    let one_qp = bench(&["write_bw", "--loopback", "-s", "65536", "-D", &d])?;
+    let many_qps = bench(&[
+        "write_bw",
+        "--loopback",
+        "-s",
+        "65536",
+        "-q",
+        "1000",
+        "-D",
+        &d,
+    ])?;
+    let idle_span = secs * 5;
+    say("an idle device (uroce pingpong waiting for a peer)");
+    let idle = idle_cpu_percent(idle_span)?;
 
     let field = |v: &serde_json::Value, k: &str| -> Result<f64> {
         v[k].as_f64()
@@ -155,6 +173,15 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             1.3,
         ),
     ];
+    figures.push(ratio_fig(
+        "1,000 QPs 64 KiB write_bw --loopback -q 1000 / one QP",
+        mb(&many_qps)?,
+        "MB/s",
+        mb(&one_qp)?,
+        "one QP MB/s",
+        false,
+        0.8,
+    ));
     let mpps = field(&rate, "msg_rate_mpps")?;
     figures.push(Figure {
         figure: "same-device 8 B write_bw --loopback --post_list 32 message rate",
@@ -165,6 +192,16 @@ pub fn run(args: &Args) -> Result<ExitCode> {
         ratio: mpps,
         goal: ">= 5 Mpps".into(),
         met: mpps >= 5.0,
+    });
+    figures.push(Figure {
+        figure: "an idle device's CPU time, % of one CPU",
+        measured: idle,
+        unit: "%",
+        baseline: None,
+        baseline_name: "-",
+        ratio: idle,
+        goal: "<= 0.1 %".into(),
+        met: idle <= 0.1,
     });
     let report = Report {
         machine: super::compare::machine_line(),
@@ -313,6 +350,50 @@ fn udp_one_way_us(secs: Duration) -> Result<f64> {
         .copied()
         .ok_or_else(|| anyhow!("no UDP round trip"))?;
     Ok(med as f64 / 2.0 / 1000.0)
+}
+
+/// What an idle device costs: `uroce pingpong` (a device of `UROCE_DEVICES`, its engine, a
+/// context, CQ and QP) waiting for a peer that never comes; its threads' time on a CPU over
+/// `span` (the first field of `/proc/PID/task/*/schedstat`), in % of one CPU.
+fn idle_cpu_percent(span: Duration) -> Result<f64> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = probe.local_addr()?.port();
+    drop(probe);
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(["pingpong", "-p", &port.to_string(), "--timeout", "600"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting uroce pingpong")?;
+    // Its setup done (device, QP), it waits in accept.
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu = |pid: u32| -> Result<u64> {
+        let mut ns = 0;
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let stat = std::fs::read_to_string(t?.path().join("schedstat"))?;
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|f| f.parse::<u64>().ok())
+                .ok_or_else(|| anyhow!("unreadable schedstat: {stat}"))?;
+        }
+        Ok(ns)
+    };
+    let measured = (|| {
+        let before = cpu(child.id())?;
+        let t = Instant::now();
+        std::thread::sleep(span);
+        let after = cpu(child.id())?;
+        if child.try_wait()?.is_some() {
+            bail!("uroce pingpong ended while it was measured");
+        }
+        Ok(after.saturating_sub(before) as f64 / t.elapsed().as_nanos() as f64 * 100.0)
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    measured
 }
 
 /// TCP throughput over loopback, MB/s: iperf3 (-t SECS, one stream) when installed, else
