@@ -498,7 +498,12 @@ fn ratios_reports_every_figure_against_its_baseline() {
         .find(|l| l.starts_with('{'))
         .expect("JSON");
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    for k in ["memcpy_mb_s", "udp_one_way_us", "tcp_mb_s"] {
+    for k in [
+        "memcpy_mb_s",
+        "memcpy_64mib_to_64mib_mb_s",
+        "udp_one_way_us",
+        "tcp_mb_s",
+    ] {
         let b = v["baselines"][k].as_f64().unwrap();
         assert!(b.is_finite() && b > 0.0, "{k}: {b}");
     }
