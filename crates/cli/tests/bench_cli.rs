@@ -459,6 +459,23 @@ fn compare_json_rows() {
         assert!(r["bw_64k_gbps"].as_f64().is_some_and(|x| x > 0.0), "{r}");
         assert!(r.get("syscalls_per_op").is_some(), "{r}");
     }
+    // The devices count their copies: one per payload byte on one device (MR to MR), four
+    // between two (into the packet, into and out of the kernel, into the MR; the datagram
+    // headers the kernel copies too make it a little more; a retransmission more again).
+    let copies = |i: usize| rows[i]["copies_per_op"].as_f64().expect("counted");
+    for (i, r) in rows.iter().enumerate().skip(1) {
+        assert!(
+            r["copies_source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("counted")),
+            "{r}"
+        );
+        let c = copies(i);
+        match i {
+            3 => assert!((4.0..8.0).contains(&c), "{r}"),
+            _ => assert!((1.0..1.01).contains(&c), "{r}"),
+        }
+    }
     if v["machine"]["strace"] == true {
         // A TCP message costs at least its write and its read.
         let tcp = rows[0]["syscalls_per_op"].as_f64().expect("counted");

@@ -47,6 +47,14 @@ pub struct EngineCounters {
     /// Engine passes done on an application thread while the engine slept (in `poll_cq`
     /// or `post_send`, `abi::doorbell::Progress`): the work it did not have to be woken for.
     pub app_passes: u64,
+    /// Payload bytes the device copied into or out of registered memory: from an MR into
+    /// a packet for the wire, from a packet into an MR, or from one MR straight into
+    /// another (a packet that stays on the device) — each copy once. With
+    /// [`EngineCounters::socket_bytes`], what `uroce bench compare` counts as copies.
+    pub mem_copy_bytes: u64,
+    /// Datagram bytes (BTH through ICRC) the device handed to its UDP socket or took from
+    /// it: what the kernel copied in and out of its socket buffers for the device.
+    pub socket_bytes: u64,
 }
 
 impl EngineCounters {
@@ -70,6 +78,8 @@ impl EngineCounters {
             ("event_drops", self.event_drops),
             ("engine_panics", self.engine_panics),
             ("app_passes", self.app_passes),
+            ("mem_copy_bytes", self.mem_copy_bytes),
+            ("socket_bytes", self.socket_bytes),
         ]
         .into_iter()
     }

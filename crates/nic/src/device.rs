@@ -127,9 +127,11 @@ impl DeviceHandle {
         for (_, q) in st.qps.iter() {
             t.accumulate(q.qp.counters());
         }
+        let mut engine = st.res.counters;
+        engine.mem_copy_bytes = st.res.mrs.copied();
         PortCounters {
             transport: t,
-            engine: st.res.counters,
+            engine,
         }
     }
 

@@ -160,6 +160,9 @@ pub(crate) struct MrTable {
     /// MRs removed so far: a record of keys made when it had some value names only MRs
     /// that still exist while it has that value (`DeferList::sources_valid`).
     removals: u64,
+    /// Payload bytes copied into or out of these MRs (`EngineCounters::mem_copy_bytes`;
+    /// counted where the copies are made, which see the table but not the counters).
+    copied: Cell<u64>,
     /// MR keys per 24-bit prefix.
     mr_prefixes: KeyMap,
     mws: Slab<Mw>,
@@ -173,6 +176,7 @@ impl MrTable {
             by_key: HashMap::default(),
             recent: std::array::from_fn(|_| Cell::new((0, u32::MAX))),
             removals: 0,
+            copied: Cell::new(0),
             mr_prefixes: HashMap::default(),
             mws: Slab::new(1),
             mw_by_prefix: HashMap::default(),
@@ -273,6 +277,16 @@ impl MrTable {
     /// How many MRs were removed so far.
     pub(crate) fn removals(&self) -> u64 {
         self.removals
+    }
+
+    /// Count `n` payload bytes copied into or out of an MR of this table.
+    pub(crate) fn count_copy(&self, n: usize) {
+        self.copied.set(self.copied.get().wrapping_add(n as u64));
+    }
+
+    /// Payload bytes copied into or out of this table's MRs so far.
+    pub(crate) fn copied(&self) -> u64 {
+        self.copied.get()
     }
 
     /// The MR a key names (the packet path's lookup).

@@ -945,7 +945,11 @@ impl DeferList {
             else {
                 return false;
             };
-            mr.range.read(d.off, dst)
+            let ok = mr.range.read(d.off, dst);
+            if ok {
+                mrs.count_copy(d.len);
+            }
+            ok
         })
     }
 
@@ -977,6 +981,7 @@ impl DeferList {
             if !mr.range.read(d.off + (s - d.at) as u64, out) {
                 return false;
             }
+            mrs.count_copy(e - s);
             at = e;
         }
         match (buf.get(at..to), dst.get_mut(at - from..)) {
@@ -1141,12 +1146,28 @@ impl<'a> DmaView<'a> {
                 return Ok(());
             }
         }
+        self.mrs.count_copy(dst.len());
         fetch(mr, off, dst)
     }
 
     /// Store `src` — bytes `s0..` of the packet being delivered — at bytes `off..` of `mr`
     /// (checked), taking the deferred payload ranges straight from their source MRs.
     fn place_from_packet(&self, mr: &Mr, off: u64, src: &[u8], s0: usize) -> Result<(), MemError> {
+        let r = self.place_from_packet_uncounted(mr, off, src, s0);
+        if r.is_ok() {
+            // Each byte landed once: from the packet, or from its source MR.
+            self.mrs.count_copy(src.len());
+        }
+        r
+    }
+
+    fn place_from_packet_uncounted(
+        &self,
+        mr: &Mr,
+        off: u64,
+        src: &[u8],
+        s0: usize,
+    ) -> Result<(), MemError> {
         let Payload::Resolve(list) = &self.payload else {
             return place(mr, off, src);
         };
@@ -1206,11 +1227,13 @@ fn place(mr: &Mr, off: u64, src: &[u8]) -> Result<(), MemError> {
 impl Memory for DmaView<'_> {
     fn read_local(&mut self, lkey: Lkey, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.lookup(lkey.0, addr, dst.len() as u64)?;
+        self.mrs.count_copy(dst.len());
         fetch(mr, off, dst)
     }
 
     fn write_local(&mut self, lkey: Lkey, addr: u64, src: &[u8]) -> Result<(), MemError> {
         let (mr, off) = self.local_writable(lkey, addr, src.len())?;
+        self.mrs.count_copy(src.len());
         place(mr, off, src)
     }
 
@@ -1248,11 +1271,13 @@ impl Memory for DmaView<'_> {
 
     fn read_remote(&mut self, rkey: Rkey, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, dst.len() as u64, RemoteAccess::Read)?;
+        self.mrs.count_copy(dst.len());
         fetch(mr, off, dst)
     }
 
     fn write_remote(&mut self, rkey: Rkey, va: u64, src: &[u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, src.len() as u64, RemoteAccess::Write)?;
+        self.mrs.count_copy(src.len());
         place(mr, off, src)
     }
 

@@ -187,6 +187,12 @@ fn rc_write_read_send_atomics_through_rings_and_commands() {
     assert!(pc.get("sent_pkts").unwrap() >= 8);
     assert!(pc.get("rdma_sends").unwrap() >= 2);
     assert_eq!(pc.get("rcvd_icrc_err"), Some(0));
+    // Payload copied into or out of MRs: the WRITE's 3000 bytes, the READ's 2000, the
+    // SEND's 700 and the inline SEND's 12 (placed), each once — a packet that stays on the
+    // device is copied from MR to MR — and none through the socket.
+    let copied = pc.get("mem_copy_bytes").unwrap();
+    assert!((5712..5712 + 3000).contains(&copied), "{pc:?}");
+    assert_eq!(pc.get("socket_bytes"), Some(0));
     let qc = dev.qp_counters(p.a.qpn).unwrap();
     assert!(qc.sent_pkts >= 6);
     // QUERY_QP reports the current PSNs (both started at 100): WRITE 3, READ 2, SEND 1,

@@ -27,8 +27,12 @@
 //!   counted by running the same ping-pong in a child process under `strace -f -ff`
 //!   between two marker calls (`syscalls_per_op_all_threads` adds every other thread of
 //!   the process in the same interval). Without `strace` these are `null` ("n/a").
-//! * `copies_per_op`: payload copies per 64 KiB message. The device does not count its
-//!   copies, so this is derived from the code path and says so (`copies_source`).
+//! * `copies_per_op`: payload copies per 64 KiB message in the bandwidth run. For the RDMA
+//!   paths the devices count them: the bytes they copied into or out of registered memory
+//!   and handed to or took from their UDP sockets (the kernel's copies), counters
+//!   `mem_copy_bytes` + `socket_bytes`, over the payload bytes of the messages (datagram
+//!   headers make a UDP copy count a little over 1). TCP's are derived (`send` and `recv`
+//!   each copy once) and say so (`copies_source`).
 //!
 //! `-D SECS` sets the length of each timed workload (default 1 s), `-n N` the round trips
 //! of each strace child (default 2000), `--pair ADDR1,ADDR2` the two devices of
@@ -83,8 +87,8 @@ pub struct Row {
     pub syscalls_per_op: Option<f64>,
     /// All threads' system calls per one-way message in the same interval.
     pub syscalls_per_op_all_threads: Option<f64>,
-    /// Payload copies per 64 KiB message.
-    pub copies_per_op: f64,
+    /// Payload copies per 64 KiB message (`null`: a device this process does not run).
+    pub copies_per_op: Option<f64>,
     /// How `copies_per_op` was obtained.
     pub copies_source: &'static str,
     /// Ping-pong round trips measured.
@@ -501,18 +505,25 @@ fn ping_pong_for(path: &str, pair: &str) -> Result<Box<dyn PingPong>> {
     })
 }
 
-/// Payload copies per 64 KiB WRITE or TCP message, from the code path.
-fn copies(path: &str) -> f64 {
-    match path {
-        // send(): user → socket buffer; recv(): socket buffer → user.
-        "tcp" => 2.0,
-        // Engine: source MR → packet buffer, packet buffer → target MR (internal loopback;
-        // the commands carry work requests, not payload).
-        "slow_path" | "fast_loopback" => 2.0,
-        // Engine: MR → packet buffer; sendmmsg: user → kernel; recvmmsg: kernel → user;
-        // engine: packet buffer → target MR.
-        _ => 4.0,
-    }
+/// TCP's payload copies per message: `send` copies into the socket buffer, `recv` out of it.
+const TCP_COPIES: f64 = 2.0;
+
+/// What the devices `devs` (by name; one counted once) have copied so far: bytes into or
+/// out of registered memory plus bytes through their sockets. `None` for a device this
+/// process does not run (one attached to `uroced`).
+fn copied_bytes(devs: &[&Device]) -> Option<u64> {
+    let mut names: Vec<&str> = devs.iter().map(|d| d.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|n| {
+            nic::device(n).map(|h| {
+                let c = h.port_counters().engine;
+                c.mem_copy_bytes + c.socket_bytes
+            })
+        })
+        .sum()
 }
 
 /// The syscall counts of one path from a child under strace: (application thread,
@@ -698,12 +709,19 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             let mut pp = ping_pong_for(path, &pair)?;
             measure_lat(pp.as_mut(), secs, 50_000_000, false)?
         };
-        let (bw, msgs) = if path == "tcp" {
-            bw_tcp(secs)?
+        let (bw, msgs, copies) = if path == "tcp" {
+            let (bw, msgs) = bw_tcp(secs)?;
+            (bw, msgs, Some(TCP_COPIES))
         } else {
             let (a, b) = devices(path, &pair)?;
             let mut pp = RdmaPp::new(&a, &b, path == "slow_path")?;
-            bw_rdma(&mut pp, secs)?
+            let before = copied_bytes(&[&a, &b]);
+            let (bw, msgs) = bw_rdma(&mut pp, secs)?;
+            let payload = (msgs * BW_SIZE as u64).max(1) as f64;
+            let copies = before
+                .zip(copied_bytes(&[&a, &b]))
+                .map(|(x, y)| y.saturating_sub(x) as f64 / payload);
+            (bw, msgs, copies)
         };
         let n = run.rtts.len() as u64;
         let messages = (2 * n) as f64;
@@ -716,8 +734,14 @@ pub fn run(args: &Args) -> Result<ExitCode> {
                 / run.elapsed.as_secs_f64().max(1e-9),
             syscalls_per_op: sys.map(|s| s.0),
             syscalls_per_op_all_threads: sys.map(|s| s.1),
-            copies_per_op: copies(path),
-            copies_source: "derived from the code path (the device does not count copies)",
+            copies_per_op: copies,
+            copies_source: match (path, copies) {
+                ("tcp", _) => "derived: send() and recv() each copy once",
+                (_, Some(_)) => {
+                    "counted by the devices (mem_copy_bytes + socket_bytes over payload bytes)"
+                }
+                (_, None) => "not counted: a device of uroced, not of this process",
+            },
             lat_round_trips: n,
             bw_messages: msgs,
         });
@@ -747,7 +771,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             oob::cfmt::fixed(r.cpu_us_per_op, 2),
             oob::cfmt::fixed(r.ctx_switches_per_s, 1),
             fmt_opt(r.syscalls_per_op, 2),
-            format!("{}*", r.copies_per_op),
+            match r.copies_per_op {
+                Some(c) if r.path == "tcp" => format!("{c}*"),
+                c => fmt_opt(c, 2),
+            },
         );
     }
     println!(
@@ -766,7 +793,10 @@ pub fn run(args: &Args) -> Result<ExitCode> {
             " (not installed: n/a)"
         }
     );
-    println!("* copies: derived from the code path, not counted by the device");
+    println!(
+        "copies: counted by the devices (bytes into or out of registered memory and through \
+         their sockets, per payload byte); * derived (TCP: send and recv each copy once)"
+    );
     Ok(ExitCode::SUCCESS)
 }
 

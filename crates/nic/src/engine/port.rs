@@ -85,6 +85,7 @@ pub(super) fn flush_tx(
             Sent::Took(k) => {
                 for _ in 0..k {
                     if let Some(d) = io.q.txq.pop_front() {
+                        st.res.counters.socket_bytes += d.bytes().len() as u64;
                         if let Some(tap) = io.q.tap() {
                             tap.sent(d.dst, d.ident, d.bytes());
                         }
@@ -189,6 +190,7 @@ pub(super) fn receive(
             let Some(data) = io.rx_bufs.get(i).and_then(|b| b.get(..m.len)) else {
                 continue;
             };
+            st.res.counters.socket_bytes += data.len() as u64;
             receive_message(st, io.q.tap(), data, &m, counting, 0, now);
         }
         any |= n > 0;
