@@ -1748,7 +1748,6 @@ impl DevState {
             sq_layout,
             sq,
             sq_taken: 0,
-            pull_pkts: 1,
             rq,
             caps,
             sq_sig_all: c.sq_sig_all != 0,

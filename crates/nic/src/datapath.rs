@@ -411,7 +411,7 @@ fn fill_wr(
 /// the QP is below RTS stay in the ring until it gets there (rxe's requester waits too).
 ///
 /// Only about one turn's worth ([`TX_BUDGET`] packets, counted at the size of the newest
-/// WQE taken) is taken ahead of what the transport is sending; the rest wait in the ring, as
+/// WQE the transport holds) is taken ahead of what the transport is sending; the rest wait in the ring, as
 /// a NIC fetches WQEs when it gets to them. Each WQE the transport holds is a slot of
 /// several hundred bytes: with a thousand busy QPs, whole rings of them taken at once would
 /// be out of the caches again by the time they are sent.
@@ -503,21 +503,6 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
             });
         }
         progress = true;
-        if let Ok((h, p)) = &parsed {
-            let len = match p {
-                SendPayload::Inline(b) => b.len() as u64,
-                SendPayload::Sges(_) if h.num_sge == 1 => {
-                    p.sges().next().map_or(0, |s| u64::from(s.length))
-                }
-                SendPayload::Sges(_) => p.sges().map(|s| u64::from(s.length)).sum(),
-            };
-            let mtu = u64::from(q.qp.path_mtu_bytes().max(1));
-            q.pull_pkts = if len <= mtu {
-                1
-            } else {
-                u32::try_from(len.div_ceil(mtu)).unwrap_or(u32::MAX)
-            };
-        }
         match posted {
             Ok(Ok(())) => {
                 q.sq_taken += 1;
@@ -533,7 +518,9 @@ fn pull_sq(q: &mut QpObj, res: &mut Resources) -> bool {
 
 /// Whether the transport holds about a turn's worth of packets not yet sent ([`pull_sq`]).
 fn pulled_enough(q: &QpObj) -> bool {
-    q.qp.unsent_sends().saturating_mul(q.pull_pkts as usize) >= TX_BUDGET
+    q.qp.unsent_sends()
+        .saturating_mul(q.qp.newest_send_pkts() as usize)
+        >= TX_BUDGET
 }
 
 /// A send WQE the transport cannot take: the transport moves the QP to ERR (flushing

@@ -122,17 +122,7 @@ impl DeviceHandle {
 
     /// Port counters: every QP's transport counters (live and destroyed) plus the engine's.
     pub fn port_counters(&self) -> PortCounters {
-        let st = self.0.lock_cp();
-        let mut t = st.retired;
-        for (_, q) in st.qps.iter() {
-            t.accumulate(q.qp.counters());
-        }
-        let mut engine = st.res.counters;
-        engine.mem_copy_bytes = st.res.mrs.copied();
-        PortCounters {
-            transport: t,
-            engine,
-        }
+        self.0.lock_cp().port_counters()
     }
 
     /// One QP's transport counters, by QPN.

@@ -902,15 +902,7 @@ impl Host {
     /// The port counters of device `id`: the engine's, and the transport's summed over
     /// its live and destroyed QPs.
     pub fn port_counters(&mut self, id: DevId) -> crate::PortCounters {
-        let st = &self.dev(id).st;
-        let mut t = st.retired;
-        for (_, q) in st.qps.iter() {
-            t.accumulate(q.qp.counters());
-        }
-        crate::PortCounters {
-            transport: t,
-            engine: st.res.counters,
-        }
+        self.dev(id).st.port_counters()
     }
 
     /// What device `id` holds, as counts ("2 qps"); only kinds with some are listed.

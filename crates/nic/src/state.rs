@@ -271,9 +271,6 @@ pub(crate) struct QpObj {
     /// or completed with an error itself). Released once complete, as rxe frees an SQ slot
     /// when the completer retires the WQE.
     pub(crate) sq_taken: u32,
-    /// Packets the newest send WQE taken from the ring will take (at least 1): how
-    /// `datapath::pull_sq` counts what the transport holds unsent.
-    pub(crate) pull_pkts: u32,
     /// The QP's own receive queue; `None` with an SRQ.
     pub(crate) rq: Option<RecvRing>,
     pub(crate) caps: Caps,
@@ -387,6 +384,18 @@ pub(crate) fn in_window(w: (u32, u32), qpn: u32) -> bool {
 }
 
 impl DevState {
+    /// The port counters: every QP's transport counters (live and destroyed) summed, and
+    /// the engine's, with the payload bytes copied that the MR table counts.
+    pub(crate) fn port_counters(&self) -> crate::PortCounters {
+        let mut transport = self.retired;
+        for (_, q) in self.qps.iter() {
+            transport.accumulate(q.qp.counters());
+        }
+        let mut engine = self.res.counters;
+        engine.mem_copy_bytes = self.res.mrs.copied();
+        crate::PortCounters { transport, engine }
+    }
+
     pub(crate) fn new(cfg: DeviceConfig, engine: Arc<dyn EngineLink>) -> DevState {
         let gsi = crate::gsi::Gsi::new(abi::provider::node_guid(cfg.addr), crate::gsi::id_seed());
         let ud_recv_sl = if cfg.addr.is_ipv4() { 2 } else { 1 };
@@ -1125,6 +1134,24 @@ impl<'a> DmaView<'a> {
         Ok((mr, off))
     }
 
+    /// Copy bytes `off..` of `mr` (checked) into `dst`, counted in the MR table.
+    fn fetch(&self, mr: &Mr, off: u64, dst: &mut [u8]) -> Result<(), MemError> {
+        if !mr.range.read(off, dst) {
+            return Err(MemError::OutOfBounds);
+        }
+        self.mrs.count_copy(dst.len());
+        Ok(())
+    }
+
+    /// Copy `src` to bytes `off..` of `mr` (checked), counted in the MR table.
+    fn place(&self, mr: &Mr, off: u64, src: &[u8]) -> Result<(), MemError> {
+        if !mr.range.write(off, src) {
+            return Err(MemError::OutOfBounds);
+        }
+        self.mrs.count_copy(src.len());
+        Ok(())
+    }
+
     /// Fill `dst` (checked: bytes `off..` of `mr`), which is bytes `at..` of the packet
     /// being built — or, while building one that may stay on the device, record where its
     /// bytes are (`dst` is then left as it is).
@@ -1146,37 +1173,21 @@ impl<'a> DmaView<'a> {
                 return Ok(());
             }
         }
-        self.mrs.count_copy(dst.len());
-        fetch(mr, off, dst)
+        self.fetch(mr, off, dst)
     }
 
     /// Store `src` — bytes `s0..` of the packet being delivered — at bytes `off..` of `mr`
     /// (checked), taking the deferred payload ranges straight from their source MRs.
     fn place_from_packet(&self, mr: &Mr, off: u64, src: &[u8], s0: usize) -> Result<(), MemError> {
-        let r = self.place_from_packet_uncounted(mr, off, src, s0);
-        if r.is_ok() {
-            // Each byte landed once: from the packet, or from its source MR.
-            self.mrs.count_copy(src.len());
-        }
-        r
-    }
-
-    fn place_from_packet_uncounted(
-        &self,
-        mr: &Mr,
-        off: u64,
-        src: &[u8],
-        s0: usize,
-    ) -> Result<(), MemError> {
         let Payload::Resolve(list) = &self.payload else {
-            return place(mr, off, src);
+            return self.place(mr, off, src);
         };
         let s1 = s0 + src.len();
         // Bytes s0..s1 of the packet go to `off..`: literal bytes from `src`, deferred
         // ones from their source MR.
         let literal = |from: usize, to: usize| {
             let bytes = src.get(from - s0..to - s0).ok_or(MemError::OutOfBounds)?;
-            place(mr, off + (from - s0) as u64, bytes)
+            self.place(mr, off + (from - s0) as u64, bytes)
         };
         let mut pos = s0;
         for d in list.items() {
@@ -1199,6 +1210,7 @@ impl<'a> DmaView<'a> {
             ) {
                 return Err(MemError::OutOfBounds);
             }
+            self.mrs.count_copy(n);
             pos = end;
         }
         if pos < s1 {
@@ -1208,33 +1220,15 @@ impl<'a> DmaView<'a> {
     }
 }
 
-/// Copy bytes `off..` of `mr` (checked) into `dst`.
-fn fetch(mr: &Mr, off: u64, dst: &mut [u8]) -> Result<(), MemError> {
-    mr.range
-        .read(off, dst)
-        .then_some(())
-        .ok_or(MemError::OutOfBounds)
-}
-
-/// Copy `src` to bytes `off..` of `mr` (checked).
-fn place(mr: &Mr, off: u64, src: &[u8]) -> Result<(), MemError> {
-    mr.range
-        .write(off, src)
-        .then_some(())
-        .ok_or(MemError::OutOfBounds)
-}
-
 impl Memory for DmaView<'_> {
     fn read_local(&mut self, lkey: Lkey, addr: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.lookup(lkey.0, addr, dst.len() as u64)?;
-        self.mrs.count_copy(dst.len());
-        fetch(mr, off, dst)
+        self.fetch(mr, off, dst)
     }
 
     fn write_local(&mut self, lkey: Lkey, addr: u64, src: &[u8]) -> Result<(), MemError> {
         let (mr, off) = self.local_writable(lkey, addr, src.len())?;
-        self.mrs.count_copy(src.len());
-        place(mr, off, src)
+        self.place(mr, off, src)
     }
 
     fn read_local_to_packet(
@@ -1271,14 +1265,12 @@ impl Memory for DmaView<'_> {
 
     fn read_remote(&mut self, rkey: Rkey, va: u64, dst: &mut [u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, dst.len() as u64, RemoteAccess::Read)?;
-        self.mrs.count_copy(dst.len());
-        fetch(mr, off, dst)
+        self.fetch(mr, off, dst)
     }
 
     fn write_remote(&mut self, rkey: Rkey, va: u64, src: &[u8]) -> Result<(), MemError> {
         let (mr, off) = self.remote(rkey, va, src.len() as u64, RemoteAccess::Write)?;
-        self.mrs.count_copy(src.len());
-        place(mr, off, src)
+        self.place(mr, off, src)
     }
 
     fn read_remote_to_packet(

@@ -914,6 +914,11 @@ impl Qp {
         self.sq.len().saturating_sub(self.req.cursor)
     }
 
+    /// Packets the newest send WR posted takes at the path MTU (1 with none queued).
+    pub fn newest_send_pkts(&self) -> u32 {
+        self.sq.back().map_or(1, |w| w.npkts(self.mtu()))
+    }
+
     /// Whether the QP has work it is waiting on the network for (sent, unacknowledged
     /// requests, or responses queued).
     pub fn has_outstanding(&self) -> bool {
