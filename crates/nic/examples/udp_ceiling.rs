@@ -20,6 +20,17 @@
 //!   destination span SPAN_KIB (default 64: one message, reused, as perftest's 64 KiB
 //!   messages all use one buffer slot; 16384 streams them from memory).
 //!
+//! * **RC WRITEs' shape**: the same work, with the datagrams an RC connection's 64 KiB
+//!   RDMA WRITEs at MTU 1024 take: a message is 64 packets, the first 16 bytes longer (its
+//!   RETH), so it leaves as two GSO sends (the first two datagrams; the other 62), and the
+//!   receiver answers each message with an ACK datagram (BTH, AETH, ICRC) that the sender
+//!   reads from its socket; the sender waits for the ACK of the message two before (128
+//!   packets unacknowledged at most: rxe's and uroce's window). Still no transport: what
+//!   the socket interface costs a RoCEv2 device at the least for this stream. The last
+//!   line leaves out the two payload copies (the sender seals datagrams already built, the
+//!   receiver only checks them): what a device that placed payloads with no copy of its
+//!   own, on both sides, could reach at best.
+//!
 //! The figures are payload bytes per second as the receiver saw them. UDP has no flow
 //! control, and a sender faster than its receiver would spend its time on datagrams the
 //! receiver's socket then drops: the sender here stays at most [`WINDOW`] sends ahead of
@@ -79,6 +90,8 @@ fn main() {
     let tcp = measure(|| tcp_run(dur));
     let raw = measure(|| udp_run(dur, false, count, span));
     let work = measure(|| udp_run(dur, true, count, span));
+    let rc = measure(|| udp_rc_run(dur, span, true));
+    let rc_nocopy = measure(|| udp_rc_run(dur, span, false));
     println!(
         "payload MB/s as received, {secs} s each, span {} KiB (ratio to TCP)",
         span / 1024
@@ -87,6 +100,11 @@ fn main() {
         ("TCP over loopback, 128 KiB writes", tcp),
         ("UDP GSO 62 x 1040 B to a GRO socket", raw),
         ("UDP GSO + per-packet copy and ICRC on each side", work),
+        ("the same in RC WRITEs' shape, an ACK per message", rc),
+        (
+            "  and without the payload copies (only the ICRCs)",
+            rc_nocopy,
+        ),
     ] {
         println!("{name:<50} {v:>9.0} MB/s  {:.2}", v / tcp);
     }
@@ -275,4 +293,171 @@ fn udp_run(dur: Duration, work: bool, count: &AtomicU64, span: usize) -> (u64, f
             }
         },
     )
+}
+
+/// Packets of a 64 KiB message at MTU 1024.
+const MSG_PKTS: usize = 64;
+/// Messages the RC sender may have unacknowledged (128 packets).
+const RC_WINDOW: u64 = 2;
+/// A first packet: BTH, RETH (16), payload, ICRC.
+const FIRST: usize = DGRAM + 16;
+/// An ACK: BTH, AETH (4), ICRC.
+const ACK: usize = 12 + 4 + 4;
+
+/// Send `buf` as one GSO send of `seg`-byte datagrams (`UDP_SEGMENT` as a control message).
+fn send_gso(fd: libc::c_int, buf: &[u8], seg: usize) {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr().cast_mut().cast(),
+        iov_len: buf.len(),
+    };
+    let mut ctrl = [0u64; 8];
+    // SAFETY: the msghdr names `iov` and `ctrl`, both live for the call; CMSG_* only
+    // compute offsets into `ctrl`, which has room for one u16 control message.
+    unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctrl.as_mut_ptr().cast();
+        m.msg_controllen = libc::CMSG_SPACE(2) as usize;
+        let c = libc::CMSG_FIRSTHDR(&m);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+        // A full socket buffer drops the send, as a wire would (the window then stalls).
+        libc::sendmsg(fd, &m, 0);
+    }
+}
+
+fn udp_rc_run(dur: Duration, span: usize, copy: bool) -> (u64, f64) {
+    let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
+    let to: SocketAddr = rx.local_addr().expect("udp addr");
+    let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
+    let back: SocketAddr = tx.local_addr().expect("udp addr");
+    setsockopt(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
+    setsockopt(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
+    rx.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    with_child(
+        || {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut dst = vec![0u8; span];
+            let mut ack = [0u8; ACK];
+            let (mut at, mut pkts) = (0usize, 0usize);
+            let (mut bytes, mut first, mut last) = (0u64, None, Instant::now());
+            let mut bad = 0u64;
+            while let Ok((n, seg)) = recv_gro(&rx, &mut buf) {
+                first.get_or_insert_with(Instant::now);
+                for d in buf[..n].chunks(if seg == 0 { n } else { seg }) {
+                    let hl = d.len().saturating_sub(PAYLOAD + 4);
+                    if hl != DGRAM - PAYLOAD - 4 && hl != FIRST - PAYLOAD - 4 {
+                        continue;
+                    }
+                    let (t, crc) = d.split_at(d.len() - 4);
+                    if icrc_of(t) != icrc::read_icrc(crc) {
+                        bad += 1;
+                    }
+                    if copy {
+                        dst[at..at + PAYLOAD].copy_from_slice(&t[hl..]);
+                    }
+                    at = (at + PAYLOAD) % span;
+                    bytes += PAYLOAD as u64;
+                    pkts += 1;
+                    if pkts % MSG_PKTS == 0 {
+                        let (t, crc) = ack.split_at_mut(ACK - 4);
+                        crc.copy_from_slice(&icrc::icrc_wire_bytes(icrc_of(t)));
+                        let _ = rx.send_to(&ack, back);
+                    }
+                }
+                last = Instant::now();
+            }
+            if bad > 0 {
+                eprintln!("udp_ceiling: {bad} datagrams failed their ICRC");
+            }
+            std::hint::black_box(&dst);
+            let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+            (bytes, secs)
+        },
+        || {
+            tx.connect(to).expect("udp connect");
+            tx.set_nonblocking(true).expect("nonblocking");
+            setsockopt(tx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 8 << 20);
+            let src: Vec<u8> = (0..span).map(|i| i as u8).collect();
+            let mut msg = vec![0u8; FIRST + (MSG_PKTS - 1) * DGRAM];
+            let mut acks = [0u8; 64];
+            let (mut at, mut sent, mut acked) = (0usize, 0u64, 0u64);
+            let end = Instant::now() + dur;
+            let mut stalls = 0u64;
+            while Instant::now() < end {
+                // Read what ACKs have come (the sender's device polls its socket), and wait
+                // while the window is full (give up after 10 ms: something was dropped).
+                let since = Instant::now();
+                loop {
+                    while tx.recv(&mut acks).is_ok() {
+                        acked += 1;
+                    }
+                    if sent < acked + RC_WINDOW {
+                        break;
+                    }
+                    if since.elapsed() >= Duration::from_millis(10) {
+                        stalls += 1;
+                        acked = sent;
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+                let mut o = 0;
+                for i in 0..MSG_PKTS {
+                    let hl = if i == 0 { FIRST } else { DGRAM } - PAYLOAD - 4;
+                    let d = &mut msg[o..o + hl + PAYLOAD + 4];
+                    if copy {
+                        d[hl..hl + PAYLOAD].copy_from_slice(&src[at..at + PAYLOAD]);
+                    }
+                    at = (at + PAYLOAD) % span;
+                    let (t, crc) = d.split_at_mut(hl + PAYLOAD);
+                    crc.copy_from_slice(&icrc::icrc_wire_bytes(icrc_of(t)));
+                    o += hl + PAYLOAD + 4;
+                }
+                send_gso(tx.as_raw_fd(), &msg[..FIRST + DGRAM], FIRST);
+                send_gso(tx.as_raw_fd(), &msg[FIRST + DGRAM..], DGRAM);
+                sent += 1;
+            }
+            if stalls > 0 {
+                eprintln!("udp_ceiling: the receiver lost datagrams ({stalls} stalls of 10 ms)");
+            }
+        },
+    )
+}
+
+/// `recv` on a GRO socket: the message's length and the size of its datagrams (0 if the
+/// kernel did not say: one datagram).
+fn recv_gro(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, usize)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut ctrl = [0u64; 8];
+    // SAFETY: the msghdr names `iov` and `ctrl`, both live for the call; the control
+    // messages the kernel wrote lie within `ctrl`.
+    unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctrl.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&ctrl);
+        let n = libc::recvmsg(s.as_raw_fd(), &mut m, 0);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut seg = 0;
+        let mut c = libc::CMSG_FIRSTHDR(&m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                // An int (udp(7)).
+                seg = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as usize;
+            }
+            c = libc::CMSG_NXTHDR(&m, c);
+        }
+        Ok((n as usize, seg))
+    }
 }
