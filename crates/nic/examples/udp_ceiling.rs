@@ -212,14 +212,32 @@ fn icrc_of(t: &[u8]) -> u32 {
     icrc::compute_for(&ip, &UdpRepr::roce(49152), t).unwrap_or(0)
 }
 
-fn udp_run(dur: Duration, work: bool, count: &AtomicU64, span: usize) -> (u64, f64) {
-    count.store(0, Ordering::SeqCst);
+/// What a receiver reports: its payload bytes and the seconds from its first to its last
+/// receive (and, on stderr, datagrams whose ICRC did not check).
+fn received(bytes: u64, first: Option<Instant>, last: Instant, bad: u64, dst: &[u8]) -> (u64, f64) {
+    if bad > 0 {
+        eprintln!("udp_ceiling: {bad} datagrams failed their ICRC");
+    }
+    std::hint::black_box(dst);
+    let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    (bytes, secs)
+}
+
+/// The receiving socket: UDP GRO, an 8 MiB buffer, reads that give up after 300 ms (the
+/// stream has ended).
+fn gro_receiver() -> (UdpSocket, SocketAddr) {
     let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
     let to: SocketAddr = rx.local_addr().expect("udp addr");
     setsockopt(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
     setsockopt(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
     rx.set_read_timeout(Some(Duration::from_millis(300)))
         .expect("timeout");
+    (rx, to)
+}
+
+fn udp_run(dur: Duration, work: bool, count: &AtomicU64, span: usize) -> (u64, f64) {
+    count.store(0, Ordering::SeqCst);
+    let (rx, to) = gro_receiver();
     with_child(
         || {
             let mut buf = vec![0u8; 64 << 10];
@@ -244,12 +262,7 @@ fn udp_run(dur: Duration, work: bool, count: &AtomicU64, span: usize) -> (u64, f
                 count.fetch_add((n / DGRAM) as u64, Ordering::Release);
                 last = Instant::now();
             }
-            if bad > 0 {
-                eprintln!("udp_ceiling: {bad} datagrams failed their ICRC");
-            }
-            std::hint::black_box(&dst);
-            let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
-            (bytes, secs)
+            received(bytes, first, last, bad, &dst)
         },
         || {
             let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
@@ -304,6 +317,17 @@ const FIRST: usize = DGRAM + 16;
 /// An ACK: BTH, AETH (4), ICRC.
 const ACK: usize = 12 + 4 + 4;
 
+/// A message header naming one buffer and a control buffer of `ctrl_len` bytes.
+fn msghdr(iov: &mut libc::iovec, ctrl: &mut [u64; 8], ctrl_len: usize) -> libc::msghdr {
+    // SAFETY: msghdr is a plain C struct for which all-zero bytes are a valid value.
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctrl.as_mut_ptr().cast();
+    m.msg_controllen = ctrl_len.min(std::mem::size_of_val(ctrl));
+    m
+}
+
 /// Send `buf` as one GSO send of `seg`-byte datagrams (`UDP_SEGMENT` as a control message).
 fn send_gso(fd: libc::c_int, buf: &[u8], seg: usize) {
     let mut iov = libc::iovec {
@@ -314,11 +338,7 @@ fn send_gso(fd: libc::c_int, buf: &[u8], seg: usize) {
     // SAFETY: the msghdr names `iov` and `ctrl`, both live for the call; CMSG_* only
     // compute offsets into `ctrl`, which has room for one u16 control message.
     unsafe {
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctrl.as_mut_ptr().cast();
-        m.msg_controllen = libc::CMSG_SPACE(2) as usize;
+        let m = msghdr(&mut iov, &mut ctrl, libc::CMSG_SPACE(2) as usize);
         let c = libc::CMSG_FIRSTHDR(&m);
         (*c).cmsg_level = libc::SOL_UDP;
         (*c).cmsg_type = UDP_SEGMENT;
@@ -330,14 +350,9 @@ fn send_gso(fd: libc::c_int, buf: &[u8], seg: usize) {
 }
 
 fn udp_rc_run(dur: Duration, span: usize, copy: bool) -> (u64, f64) {
-    let rx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
-    let to: SocketAddr = rx.local_addr().expect("udp addr");
+    let (rx, to) = gro_receiver();
     let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("udp bind");
     let back: SocketAddr = tx.local_addr().expect("udp addr");
-    setsockopt(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1);
-    setsockopt(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
-    rx.set_read_timeout(Some(Duration::from_millis(300)))
-        .expect("timeout");
     with_child(
         || {
             let mut buf = vec![0u8; 64 << 10];
@@ -371,12 +386,7 @@ fn udp_rc_run(dur: Duration, span: usize, copy: bool) -> (u64, f64) {
                 }
                 last = Instant::now();
             }
-            if bad > 0 {
-                eprintln!("udp_ceiling: {bad} datagrams failed their ICRC");
-            }
-            std::hint::black_box(&dst);
-            let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
-            (bytes, secs)
+            received(bytes, first, last, bad, &dst)
         },
         || {
             tx.connect(to).expect("udp connect");
@@ -440,11 +450,7 @@ fn recv_gro(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, usize)> {
     // SAFETY: the msghdr names `iov` and `ctrl`, both live for the call; the control
     // messages the kernel wrote lie within `ctrl`.
     unsafe {
-        let mut m: libc::msghdr = std::mem::zeroed();
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctrl.as_mut_ptr().cast();
-        m.msg_controllen = std::mem::size_of_val(&ctrl);
+        let mut m = msghdr(&mut iov, &mut ctrl, usize::MAX);
         let n = libc::recvmsg(s.as_raw_fd(), &mut m, 0);
         if n < 0 {
             return Err(std::io::Error::last_os_error());
