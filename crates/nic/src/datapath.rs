@@ -33,8 +33,8 @@ use transport::wire::icrc::{self, ICRC_LEN};
 use transport::wire::ip::{IpRepr, UdpRepr, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 use transport::wire::{Qkey, Qpn, Rkey, RocePacketRepr, ROCE_V2_PORT};
 use transport::{
-    Grh, PostError, QpAttr, QpAttrMask, QpEvent, QpState, Run, RxMeta, SendFlags, SendWr, Service,
-    Time, Transmit, UdDest, WcStatus, WrOpcode,
+    Grh, PostError, QpAttr, QpAttrMask, QpEvent, QpState, ReqHeaders, Run, RxMeta, SendFlags,
+    SendWr, Service, Time, Transmit, UdDest, WcStatus, WrOpcode,
 };
 use zerocopy::FromBytes;
 
@@ -99,6 +99,34 @@ impl Datagram {
     }
 }
 
+/// A same-device packet (or run) waiting for delivery: `buf[..len]`, its payload left in
+/// the source MRs (`deferred`), the run it stands for (`None`: one packet), and its headers
+/// when it was built as headers only (`transport::Qp::set_headers_only`; the buffer then
+/// holds only the payload, after where they would be).
+#[derive(Debug)]
+pub(crate) struct LoopPkt {
+    buf: Vec<u8>,
+    len: usize,
+    deferred: DeferList,
+    run: Option<Run>,
+    hdr: Option<ReqHeaders>,
+}
+
+impl LoopPkt {
+    fn dest_qpn(&self) -> u32 {
+        match &self.hdr {
+            Some(h) => h.bth.dest_qp.value(),
+            None => bth_dest_qpn(&self.buf),
+        }
+    }
+}
+
+/// Write the headers (and pad) of a request built as headers only into `buf`, which holds
+/// its payload where it follows them: the bytes it would have been built as.
+fn write_out(h: &ReqHeaders, len: usize, buf: &mut [u8]) -> bool {
+    transport::finish_in_place(&h.repr(&[]), h.payload_len(len), buf).is_some()
+}
+
 /// The datapath's per-device queues and buffers, kept by its driver beside the device
 /// lock (only the driver holding the device's I/O state touches them).
 #[derive(Debug)]
@@ -106,9 +134,8 @@ pub(crate) struct Queues {
     pool: Vec<Vec<u8>>,
     /// Buffers for runs ([`RUN_BUF`] bytes).
     run_pool: Vec<Vec<u8>>,
-    /// Same-device packets: buffer, length, payload left in the source MRs, and the run
-    /// the buffer stands for (`None`: one packet).
-    pub(crate) loopq: VecDeque<(Vec<u8>, usize, DeferList, Option<Run>)>,
+    /// Same-device packets.
+    pub(crate) loopq: VecDeque<LoopPkt>,
     /// Packets in `loopq` (a run counts as its packets).
     loopq_pkts: usize,
     /// Datagrams for the socket, each sealed with its ICRC.
@@ -162,9 +189,22 @@ impl Queues {
     }
 
     /// Queue a same-device packet (or run) for delivery.
-    fn push_loop(&mut self, buf: Vec<u8>, len: usize, deferred: &DeferList, run: Option<Run>) {
+    fn push_loop(
+        &mut self,
+        buf: Vec<u8>,
+        len: usize,
+        deferred: &DeferList,
+        run: Option<Run>,
+        hdr: Option<ReqHeaders>,
+    ) {
         self.loopq_pkts += Run::pkts_of(run) as usize;
-        self.loopq.push_back((buf, len, *deferred, run));
+        self.loopq.push_back(LoopPkt {
+            buf,
+            len,
+            deferred: *deferred,
+            run,
+            hdr,
+        });
     }
 
     /// Whether `more` packets would leave a queue toward the wire at its bound.
@@ -190,26 +230,26 @@ pub(crate) fn work(st: &mut DevState, io: &mut Queues, mut clock: impl FnMut() -
         let mut did = false;
         for _ in 0..LOOP_BUDGET {
             // Delivered in place, then taken off the queue (its payload list stays put).
-            let Some((buf, len, deferred, run)) = io.loopq.front() else {
+            let Some(p) = io.loopq.front() else {
                 break;
             };
-            let run = *run;
+            let run = p.run;
             // With many QPs, the next packet's QP is out of the near caches: start
             // loading its state while this packet is delivered (not when it is this one's).
-            if let Some((next, ..)) = io.loopq.get(1) {
-                let (this_qpn, next_qpn) = (bth_dest_qpn(buf), bth_dest_qpn(next));
+            if let Some(next) = io.loopq.get(1) {
+                let (this_qpn, next_qpn) = (p.dest_qpn(), next.dest_qpn());
                 if next_qpn != this_qpn {
                     if let Some(q) = st.qps.get(next_qpn) {
                         crate::dma::prefetch(q, std::mem::size_of::<QpObj>());
                     }
                 }
             }
-            if let Some(bytes) = buf.get(..*len) {
-                deliver_loopback(st, bytes, deferred, run, now);
+            if let Some(bytes) = p.buf.get(..p.len) {
+                deliver_loopback(st, bytes, p.hdr.as_ref(), &p.deferred, run, now);
             }
             io.loopq_pkts = io.loopq_pkts.saturating_sub(Run::pkts_of(run) as usize);
-            if let Some((buf, ..)) = io.loopq.pop_front() {
-                io.put_buf(buf);
+            if let Some(p) = io.loopq.pop_front() {
+                io.put_buf(p.buf);
             }
             did = true;
         }
@@ -644,6 +684,15 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     } else {
         1
     };
+    // A connected QP whose peer is a QP of this device hands it the headers of its
+    // requests as it builds them, not bytes to be parsed back (not while something
+    // captures the device, which is to see each packet's bytes).
+    let same_device = matches!(q.ty, Service::Rc | Service::Uc)
+        && q.xrc.is_none()
+        && io.tap().is_none()
+        && q.av.is_some_and(|d| d.ip == dev_ip)
+        && own.is_none_or(|w| crate::state::in_window(w, dest_qpn));
+    q.qp.set_headers_only(same_device);
     // Each packet's deferred payload ranges (emptied per packet, not rebuilt).
     let mut deferred = DeferList::default();
     let mut pulls = 0;
@@ -761,16 +810,27 @@ fn route(
     c.port_xmit_data += wire_words(t.len, t.run);
     // On a daemon's device, a QP of another process at this address is reached through
     // the daemon (the datagram goes to our own address and the daemon forwards it).
-    let here = own.is_none_or(|w| crate::state::in_window(w, bth_dest_qpn(&buf)));
+    let here = own.is_none_or(|w| crate::state::in_window(w, t.dest_qpn.value()));
     if dest.ip == dev_ip && here {
         c.loopback_pkts += u64::from(t.pkts());
         if let Some(tap) = io.tap() {
-            if let Some(pkt) = buf.get(..t.len) {
+            // (Built as headers only if the capture began since: written out for it.)
+            let written = t.hdr.is_none_or(|h| write_out(&h, t.len, &mut buf));
+            if let Some(pkt) = buf.get(..t.len).filter(|_| written) {
                 tap.looped(pkt, |p| deferred.materialize(&res.mrs, p));
             }
         }
-        io.push_loop(buf, t.len, deferred, t.run);
+        io.push_loop(buf, t.len, deferred, t.run, t.hdr);
         return;
+    }
+    if let Some(h) = &t.hdr {
+        // Headers only, yet not for a QP of this device (`service_qp` asks for them only
+        // then; kept safe all the same): the bytes are written before it goes anywhere.
+        if !write_out(h, t.len, &mut buf) {
+            res.counters.xmit_discards += 1;
+            io.put_buf(buf);
+            return;
+        }
     }
     if let Some(run) = t.run.filter(|_| dest.ip != dev_ip) {
         // Its payload is copied once, into each datagram.
@@ -978,7 +1038,7 @@ pub(crate) fn send_gsi(st: &mut DevState, io: &mut Queues) -> bool {
                     tap.looped(pkt, |_| true);
                 }
             }
-            io.push_loop(buf, len, &DeferList::default(), None);
+            io.push_loop(buf, len, &DeferList::default(), None, None);
             continue;
         }
         let dest = Dest::roce(to);
@@ -1045,7 +1105,7 @@ pub(crate) fn receive_rings(st: &mut DevState, io: &mut Queues, now: Time) -> bo
             if let Some(t) = &tap {
                 t.ring_received(pkt);
             }
-            deliver_loopback(st, pkt, &DeferList::default(), run, now);
+            deliver_loopback(st, pkt, None, &DeferList::default(), run, now);
         });
     }
     io.ring_rx = buf;
@@ -1199,17 +1259,37 @@ fn wire_words(len: usize, run: Option<Run>) -> u64 {
 pub(crate) fn deliver_loopback(
     st: &mut DevState,
     bytes: &[u8],
+    hdr: Option<&ReqHeaders>,
     deferred: &DeferList,
     run: Option<Run>,
     now: Time,
 ) {
     let ip = st.cfg.addr;
-    // Looked at where `parse` left it (the headers are not moved again).
-    let parsed = RocePacketRepr::parse(bytes);
+    // Built as headers only: taken as they are, the payload where it would follow them;
+    // else parsed, and looked at where `parse` left it (the headers are not moved again).
+    let parsed = match hdr {
+        Some(h) => {
+            let at = h.header_len();
+            match bytes.get(at..at + h.payload_len(bytes.len())) {
+                Some(payload) => Ok(h.repr(payload)),
+                None => Err(transport::wire::Error::Truncated),
+            }
+        }
+        None => RocePacketRepr::parse(bytes),
+    };
     let Ok(pkt) = &parsed else {
         st.res.counters.port_rcv_errors += 1;
         return;
     };
+    #[cfg(debug_assertions)]
+    if let Some(h) = hdr {
+        // The bytes the headers stand for parse back to them (checked on every same-device
+        // request of every test run).
+        let mut b = bytes.to_vec();
+        let written = transport::finish_in_place(&h.repr(&[]), pkt.payload.len(), &mut b);
+        debug_assert_eq!(written, Some(bytes.len()));
+        debug_assert_eq!(RocePacketRepr::parse(&b).as_ref(), Ok(pkt));
+    }
     if !deferred.sources_valid(&st.res.mrs) {
         // Its source MR was deregistered while the packet waited (a later pass): lost,
         // like a packet dropped on a wire; the sender's retry finds the key gone.

@@ -80,8 +80,8 @@ pub use dcqcn::{CnpGate, Dcqcn, DcqcnParams};
 pub use mem::{AtomicOp, MemError, Memory, RemoteAccess};
 pub use packet::finish_in_place;
 pub use qp::{
-    bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, Run, RxMeta, Srq, Transmit,
-    ATTR_LIMITS, GRH_LEN, MAX_HEADER_LEN, MAX_MSG_LEN, MAX_RD_ATOMIC,
+    bring_up, Grh, Qp, QpCaps, QpConfig, QpEvent, RecvQueue, ReqHeaders, Run, RxMeta, Srq,
+    Transmit, ATTR_LIMITS, GRH_LEN, MAX_HEADER_LEN, MAX_MSG_LEN, MAX_RD_ATOMIC,
 };
 pub use state::{
     AccessFlags, AttrError, AttrErrorKind, ModifyError, Mtu, QpAttr, QpAttrMask, QpState, QpType,

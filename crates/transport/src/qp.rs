@@ -230,6 +230,44 @@ pub struct Transmit {
     pub dest_qpn: Qpn,
     /// `Some` when the buffer holds a run of request packets ([`Qp::poll_transmit_run`]).
     pub run: Option<Run>,
+    /// A request built for [`Qp::set_headers_only`]: its headers, which the buffer then
+    /// does not hold — only the payload, where it would follow them. `None`: the buffer
+    /// holds the whole packet.
+    pub hdr: Option<ReqHeaders>,
+}
+
+/// The headers of a request built for [`Qp::set_headers_only`]: its BTH (pad count set) and
+/// the RETH of a WRITE's first packet or a READ, the immediate data of a last packet —
+/// what WRITEs, SENDs and READs carry. A request with another extension header (an
+/// atomic's, an invalidation, XRC's, UD's) is built as bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReqHeaders {
+    pub bth: wire::BthRepr,
+    pub reth: Option<wire::RethRepr>,
+    pub immdt: Option<wire::ImmDt>,
+}
+
+impl ReqHeaders {
+    /// The packet as its parser would give it, with `payload`.
+    #[inline]
+    pub fn repr<'a>(&self, payload: &'a [u8]) -> RocePacketRepr<'a> {
+        let mut r = RocePacketRepr::new(self.bth, payload);
+        r.reth = self.reth;
+        r.immdt = self.immdt;
+        r
+    }
+
+    /// Bytes of the headers (BTH and the opcode's extension headers).
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        crate::packet::header_len(self.bth.opcode)
+    }
+
+    /// Bytes of the payload of a packet of `len` bytes (headers through pad).
+    #[inline]
+    pub fn payload_len(&self, len: usize) -> usize {
+        len.saturating_sub(self.header_len() + usize::from(self.bth.pad_count))
+    }
 }
 
 impl Transmit {
@@ -1052,6 +1090,13 @@ impl Qp {
         self.req.ack_req_next = true;
     }
 
+    /// Build requests as their headers ([`Transmit::hdr`]) instead of bytes until said
+    /// otherwise: for a receiver that takes the parsed headers (a QP of the same device),
+    /// which saves writing them and parsing them back. Responses are always bytes.
+    pub fn set_headers_only(&mut self, on: bool) {
+        self.req.headers_only = on;
+    }
+
     /// Build the next packet into `buf` (at least [`Qp::max_packet_len`] bytes). Responses
     /// go first (they release the peer's resources), then requests. Returns `None` when
     /// there is nothing to send now.
@@ -1153,6 +1198,7 @@ impl Qp {
             ah: None,
             dest_qpn: dest,
             run: None,
+            hdr: None,
         })
     }
 

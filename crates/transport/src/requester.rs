@@ -35,6 +35,8 @@ pub(crate) struct Requester {
     pub(crate) pkts_since_ackreq: u32,
     /// The next request packet asks for an acknowledgement ([`Qp::request_ack_next`]).
     pub(crate) ack_req_next: bool,
+    /// Requests are built as their headers, not bytes ([`Qp::set_headers_only`]).
+    pub(crate) headers_only: bool,
     /// Selective repeat: the single resends (sr.rs).
     pub(crate) sr_tx: crate::sr::SrSend,
 }
@@ -49,6 +51,7 @@ impl Default for Requester {
             rd_atomic_outstanding: 0,
             pkts_since_ackreq: 0,
             ack_req_next: false,
+            headers_only: false,
             sr_tx: crate::sr::SrSend::default(),
         }
     }
@@ -471,7 +474,18 @@ impl Qp {
             });
         }
         let ah = w.ud.map(|u| u.ah);
-        let total = finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?;
+        let headers_only = self.req.headers_only
+            && hdr.atomic_eth.is_none()
+            && hdr.ieth.is_none()
+            && hdr.xrceth.is_none()
+            && hdr.deth.is_none();
+        let total = if headers_only {
+            let pad = wire::roce::pad_for(plen);
+            hdr.bth.pad_count = pad;
+            hl + plen + usize::from(pad)
+        } else {
+            finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?
+        };
 
         self.update_state(
             now,
@@ -494,6 +508,11 @@ impl Qp {
                 pkts: n,
                 ends_message: last,
                 ack_req,
+            }),
+            hdr: headers_only.then_some(crate::ReqHeaders {
+                bth: hdr.bth,
+                reth: hdr.reth,
+                immdt: hdr.immdt,
             }),
         })
     }

@@ -1007,6 +1007,7 @@ impl Qp {
             ah: None,
             dest_qpn: self.dest_qpn(),
             run: None,
+            hdr: None,
         })
     }
 
@@ -1053,6 +1054,7 @@ impl Qp {
             ah: None,
             dest_qpn: self.dest_qpn(),
             run: None,
+            hdr: None,
         })
     }
 }

@@ -647,3 +647,118 @@ fn runs_and_single_packets_agree_on_random_traffic() {
         "runs were built: {runs_saved} packets needed no buffer"
     );
 }
+
+#[test]
+fn requests_built_as_headers_only_are_the_packets_built_as_bytes() {
+    // The same work on two pairs of QPs, one whose requester builds bytes and one whose
+    // requester hands over headers (`Qp::set_headers_only`): each request's headers and
+    // payload are what the other's bytes parse to, and the outcomes are the same. The
+    // atomic has an extension header the headers-only form leaves out: it stays bytes.
+    let post = |a: &mut End, b: &mut End| {
+        for (i, x) in a.mem.0.iter_mut().take(0x1000).enumerate() {
+            *x = (i * 13 + i / 256) as u8;
+        }
+        for id in 0..4 {
+            recv(&mut b.qp, id);
+        }
+        let wr = |id, op, len, to: u64| {
+            let mut w = SendWr::new(id, op);
+            w.local = sge(0x10 * id, len);
+            w.remote_addr = VA + to;
+            w.rkey = Rkey(KEY);
+            w.imm_data = 0xbeef;
+            w.flags = SendFlags::SIGNALED;
+            w
+        };
+        let mut inline = wr(7, WrOpcode::Send, 0, 0);
+        inline.local = LocalData::InlineData(InlineData::from_slice(b"thirteen byte").unwrap());
+        let mut faa = wr(8, WrOpcode::AtomicFetchAndAdd, 8, 0x3800);
+        faa.compare_add = 5;
+        let wrs = [
+            wr(1, WrOpcode::RdmaWrite, 3000, 0x2000),
+            wr(2, WrOpcode::Send, 1000, 0),
+            wr(3, WrOpcode::SendWithImm, 901, 0),
+            wr(4, WrOpcode::RdmaWriteWithImm, 700, 0x3000),
+            wr(5, WrOpcode::RdmaWrite, 513, 0x3400),
+            wr(6, WrOpcode::RdmaRead, 600, 0x2000),
+            inline,
+            faa,
+        ];
+        for w in wrs {
+            a.qp.post_send(w).unwrap();
+        }
+    };
+    for max in [1, 64] {
+        let (mut xa, mut xb) = pair(Service::Rc);
+        let (mut ya, mut yb) = pair(Service::Rc);
+        post(&mut xa, &mut xb);
+        post(&mut ya, &mut yb);
+        ya.qp.set_headers_only(true);
+        let (mut xbuf, mut ybuf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+        let (mut built, mut as_bytes) = (0, 0);
+        loop {
+            let mut moved = 0;
+            loop {
+                let x = xa
+                    .qp
+                    .poll_transmit_run(Time(0), &mut xa.mem, &mut xbuf, max);
+                let y = ya
+                    .qp
+                    .poll_transmit_run(Time(0), &mut ya.mem, &mut ybuf, max);
+                let (Some(x), Some(y)) = (x, y) else {
+                    assert_eq!(x.is_none(), y.is_none(), "one side had more to send");
+                    break;
+                };
+                assert_eq!((x.len, x.run, x.dest_qpn), (y.len, y.run, y.dest_qpn));
+                assert_eq!(x.hdr, None);
+                let px = RocePacketRepr::parse(&xbuf[..x.len]).unwrap();
+                let py = match y.hdr {
+                    Some(h) => {
+                        built += 1;
+                        let at = h.header_len();
+                        h.repr(&ybuf[at..at + h.payload_len(y.len)])
+                    }
+                    None => {
+                        as_bytes += 1;
+                        RocePacketRepr::parse(&ybuf[..y.len]).unwrap()
+                    }
+                };
+                assert_eq!(px, py);
+                let meta = RxMeta::default();
+                xb.qp
+                    .handle_run(Time(0), &px, x.run, &meta, &mut xb.mem, None);
+                yb.qp
+                    .handle_run(Time(0), &py, y.run, &meta, &mut yb.mem, None);
+                moved += 1;
+            }
+            // Responses go back as bytes on both pairs.
+            let back = shuttle_one_way(&mut xb, &mut xa, &mut xbuf)
+                + shuttle_one_way(&mut yb, &mut ya, &mut ybuf);
+            if moved + back == 0 {
+                break;
+            }
+        }
+        assert!(built >= 8, "max {max}: {built} requests built as headers");
+        assert_eq!(as_bytes, 1, "max {max}: the atomic stays bytes");
+        let (ox, oy) = (outcome(&mut xa, &mut xb), outcome(&mut ya, &mut yb));
+        assert_eq!(ox.1.len(), 8, "{:?}", ox.1);
+        assert!(ox.1.iter().all(|c| c.status == WcStatus::Success));
+        assert_eq!(ox, oy);
+        assert_eq!(
+            xa.mem.0, ya.mem.0,
+            "the READ's data and the atomic's result"
+        );
+    }
+}
+
+/// Move every packet `from` has to `to` as bytes; returns how many.
+fn shuttle_one_way(from: &mut End, to: &mut End, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while let Some(t) = from.qp.poll_transmit(Time(0), &mut from.mem, buf) {
+        let pkt = RocePacketRepr::parse(&buf[..t.len]).unwrap();
+        to.qp
+            .handle_run(Time(0), &pkt, t.run, &RxMeta::default(), &mut to.mem, None);
+        n += 1;
+    }
+    n
+}
