@@ -51,6 +51,8 @@ pub struct EngineCounters {
     /// a packet for the wire, from a packet into an MR, or from one MR straight into
     /// another (a packet that stays on the device) — each copy once. With
     /// [`EngineCounters::socket_bytes`], what `uroce bench compare` counts as copies.
+    /// (Counted by the MR table where the copies are made; a device's counter snapshot
+    /// reads it from there.)
     pub mem_copy_bytes: u64,
     /// Datagram bytes (BTH through ICRC) the device handed to its UDP socket or took from
     /// it: what the kernel copied in and out of its socket buffers for the device.

@@ -671,15 +671,15 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     // packet as the transport built it.
     let mtu = q.qp.path_mtu_bytes().max(1) as usize;
     let dest_qpn = q.qp.dest_qpn().value();
-    let run_max = if q.ty != Service::Rc || io.tap().is_some() {
+    let captured = io.tap().is_some();
+    // Its peer is a QP of this device (what it sends goes to the internal loopback).
+    let same_device = q.av.is_some_and(|d| d.ip == dev_ip)
+        && own.is_none_or(|w| crate::state::in_window(w, dest_qpn));
+    let run_max = if q.ty != Service::Rc || captured {
         1
-    } else if q.av.is_some_and(|d| d.ip != dev_ip) {
+    } else if same_device || q.av.is_some_and(|d| d.ip != dev_ip) {
         (RUN_BYTES / mtu) as u32
-    } else if q.av.is_none() {
-        1
-    } else if own.is_none_or(|w| crate::state::in_window(w, dest_qpn)) {
-        (RUN_BYTES / mtu) as u32
-    } else if peer_tx.contains_key(&(dest_qpn >> crate::daemon::WINDOW_BITS)) {
+    } else if q.av.is_some() && peer_tx.contains_key(&(dest_qpn >> crate::daemon::WINDOW_BITS)) {
         ((crate::peer_ring::MAX_PACKET - transport::MAX_HEADER_LEN - 4) / mtu) as u32
     } else {
         1
@@ -687,12 +687,9 @@ pub(crate) fn service_qp(st: &mut DevState, io: &mut Queues, idx: u32, now: Time
     // A connected QP whose peer is a QP of this device hands it the headers of its
     // requests as it builds them, not bytes to be parsed back (not while something
     // captures the device, which is to see each packet's bytes).
-    let same_device = matches!(q.ty, Service::Rc | Service::Uc)
-        && q.xrc.is_none()
-        && io.tap().is_none()
-        && q.av.is_some_and(|d| d.ip == dev_ip)
-        && own.is_none_or(|w| crate::state::in_window(w, dest_qpn));
-    q.qp.set_headers_only(same_device);
+    q.qp.set_headers_only(
+        same_device && matches!(q.ty, Service::Rc | Service::Uc) && q.xrc.is_none() && !captured,
+    );
     // Each packet's deferred payload ranges (emptied per packet, not rebuilt).
     let mut deferred = DeferList::default();
     let mut pulls = 0;

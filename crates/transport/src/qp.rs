@@ -248,6 +248,21 @@ pub struct ReqHeaders {
 }
 
 impl ReqHeaders {
+    /// The headers of `r`, if it has no extension header but a RETH and immediate data.
+    pub(crate) fn of(r: &RocePacketRepr<'_>) -> Option<ReqHeaders> {
+        (r.xrceth.is_none()
+            && r.deth.is_none()
+            && r.atomic_eth.is_none()
+            && r.aeth.is_none()
+            && r.atomic_ack.is_none()
+            && r.ieth.is_none())
+        .then_some(ReqHeaders {
+            bth: r.bth,
+            reth: r.reth,
+            immdt: r.immdt,
+        })
+    }
+
     /// The packet as its parser would give it, with `payload`.
     #[inline]
     pub fn repr<'a>(&self, payload: &'a [u8]) -> RocePacketRepr<'a> {

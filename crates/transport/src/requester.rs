@@ -474,17 +474,18 @@ impl Qp {
             });
         }
         let ah = w.ud.map(|u| u.ah);
-        let headers_only = self.req.headers_only
-            && hdr.atomic_eth.is_none()
-            && hdr.ieth.is_none()
-            && hdr.xrceth.is_none()
-            && hdr.deth.is_none();
-        let total = if headers_only {
-            let pad = wire::roce::pad_for(plen);
-            hdr.bth.pad_count = pad;
-            hl + plen + usize::from(pad)
+        let mut compact = if self.req.headers_only {
+            crate::ReqHeaders::of(&hdr)
         } else {
-            finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?
+            None
+        };
+        let total = match compact.as_mut() {
+            Some(h) => {
+                let pad = wire::roce::pad_for(plen);
+                h.bth.pad_count = pad;
+                hl + plen + usize::from(pad)
+            }
+            None => finish_in_place(&hdr, plen, buf).ok_or(BuildError::Buffer)?,
         };
 
         self.update_state(
@@ -509,11 +510,7 @@ impl Qp {
                 ends_message: last,
                 ack_req,
             }),
-            hdr: headers_only.then_some(crate::ReqHeaders {
-                bth: hdr.bth,
-                reth: hdr.reth,
-                immdt: hdr.immdt,
-            }),
+            hdr: compact,
         })
     }
 
